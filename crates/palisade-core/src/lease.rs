@@ -1,0 +1,321 @@
+//! The lease a guard stands on, and the lease-lost signal.
+//!
+//! A backend owns a [`LeaseTracker`] per hold and moves it forward as its
+//! keep-alive succeeds; guards and their users read it through
+//! [`LeaseWatch`]. The validity deadline is kept on this process's
+//! *monotonic* clock and already has the safety margin taken off, so:
+//!
+//! - [`LeaseWatch::is_valid`] is true only while the lease is provably
+//!   alive by local reckoning;
+//! - [`LeaseWatch::lost`] resolves at the deadline even if the backend's
+//!   keep-alive task is starved and never gets to report, so a paused or
+//!   overloaded process learns about the loss the moment it runs again.
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Why a lease is no longer valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The local validity deadline passed without a successful renewal.
+    Expired,
+    /// A renewal failed and the lease cannot be shown to be alive.
+    KeepAliveFailed,
+    /// The lock service says the lease no longer exists (revoked, expired
+    /// on the server).
+    Revoked,
+    /// The holder's key was deleted or taken over by someone else.
+    KeyDeleted,
+    /// The session behind the lease was closed.
+    SessionClosed,
+}
+
+impl LostReason {
+    /// A short stable name: `expired`, `keepalive_failed`, `revoked`,
+    /// `key_deleted`, `session_closed`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LostReason::Expired => "expired",
+            LostReason::KeepAliveFailed => "keepalive_failed",
+            LostReason::Revoked => "revoked",
+            LostReason::KeyDeleted => "key_deleted",
+            LostReason::SessionClosed => "session_closed",
+        }
+    }
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "the lease's validity deadline passed without a renewal",
+            LostReason::KeepAliveFailed => "renewing the lease failed",
+            LostReason::Revoked => "the lock service no longer has the lease",
+            LostReason::KeyDeleted => "the holder's key was deleted",
+            LostReason::SessionClosed => "the session was closed",
+        })
+    }
+}
+
+/// Where a hold stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Held, and provably valid until `valid_until` on the local monotonic
+    /// clock (the safety margin already subtracted).
+    Held {
+        /// The validity deadline.
+        valid_until: Instant,
+    },
+    /// Validity can no longer be guaranteed. Final.
+    Lost(LostReason),
+    /// Released cleanly by its holder. Final.
+    Released,
+}
+
+impl LeaseState {
+    /// This state as seen at `now`: a `Held` state past its deadline is
+    /// `Lost(Expired)`.
+    pub fn at(self, now: Instant) -> LeaseState {
+        match self {
+            LeaseState::Held { valid_until } if now >= valid_until => {
+                LeaseState::Lost(LostReason::Expired)
+            }
+            other => other,
+        }
+    }
+}
+
+/// The backend's side of a lease: extend it, declare it lost, release it.
+///
+/// Transitions out of `Held` are final: the first `lose` or `release` wins
+/// and later calls return `false`. Dropping the tracker while still `Held`
+/// counts as `Lost(SessionClosed)` for watchers, because nobody is left to
+/// renew the lease.
+#[derive(Debug)]
+pub struct LeaseTracker {
+    sender: watch::Sender<LeaseState>,
+}
+
+impl LeaseTracker {
+    /// A tracker for a lease valid until `valid_until`.
+    pub fn new(valid_until: Instant) -> Self {
+        LeaseTracker {
+            sender: watch::Sender::new(LeaseState::Held { valid_until }),
+        }
+    }
+
+    /// A watch for guards and users.
+    pub fn watch(&self) -> LeaseWatch {
+        LeaseWatch {
+            receiver: self.sender.subscribe(),
+        }
+    }
+
+    /// The state now (a passed deadline reads as `Lost(Expired)`).
+    pub fn state(&self) -> LeaseState {
+        self.sender.borrow().at(Instant::now())
+    }
+
+    /// Moves the validity deadline to `valid_until` after a successful
+    /// renewal. Returns `false`, changing nothing, if the lease is already
+    /// lost or released, or if the old deadline has already passed: a lease
+    /// that lapsed locally stays lapsed, because someone else may have been
+    /// granted the lock in the gap.
+    pub fn extend(&self, valid_until: Instant) -> bool {
+        let now = Instant::now();
+        let mut extended = false;
+        self.sender.send_if_modified(|state| match *state {
+            LeaseState::Held { valid_until: old } if now < old => {
+                *state = LeaseState::Held { valid_until };
+                extended = true;
+                true
+            }
+            LeaseState::Held { .. } => {
+                *state = LeaseState::Lost(LostReason::Expired);
+                true
+            }
+            _ => false,
+        });
+        extended
+    }
+
+    /// Declares the lease lost for `reason`. Returns `true` if this call
+    /// made the transition.
+    pub fn lose(&self, reason: LostReason) -> bool {
+        self.finish(LeaseState::Lost(reason))
+    }
+
+    /// Marks a clean release. Returns `true` if this call made the
+    /// transition (it was still held).
+    pub fn release(&self) -> bool {
+        self.finish(LeaseState::Released)
+    }
+
+    fn finish(&self, final_state: LeaseState) -> bool {
+        self.sender.send_if_modified(|state| match *state {
+            LeaseState::Held { .. } => {
+                *state = final_state;
+                true
+            }
+            _ => false,
+        })
+    }
+}
+
+impl Drop for LeaseTracker {
+    fn drop(&mut self) {
+        self.lose(LostReason::SessionClosed);
+    }
+}
+
+/// A read-only view of a lease: the lease-lost signal guards expose.
+///
+/// Cheap to clone; every clone sees the same state.
+///
+/// ```
+/// use std::time::Duration;
+/// use palisade_core::{LeaseState, LeaseTracker, LostReason};
+/// use tokio::time::Instant;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let tracker = LeaseTracker::new(Instant::now() + Duration::from_secs(3));
+/// let mut watch = tracker.watch();
+/// assert!(watch.is_valid());
+///
+/// // Nobody renews: the signal fires at the deadline by itself.
+/// assert_eq!(watch.lost().await, LeaseState::Lost(LostReason::Expired));
+/// assert!(!watch.is_valid());
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LeaseWatch {
+    receiver: watch::Receiver<LeaseState>,
+}
+
+impl LeaseWatch {
+    /// The state now (a passed deadline reads as `Lost(Expired)`).
+    pub fn state(&self) -> LeaseState {
+        let state = *self.receiver.borrow();
+        match state {
+            LeaseState::Held { .. } if self.receiver.has_changed().is_err() => {
+                // The tracker is gone without a final word.
+                LeaseState::Lost(LostReason::SessionClosed)
+            }
+            state => state.at(Instant::now()),
+        }
+    }
+
+    /// Whether the hold is still provably valid.
+    pub fn is_valid(&self) -> bool {
+        matches!(self.state(), LeaseState::Held { .. })
+    }
+
+    /// The validity deadline, while held.
+    pub fn valid_until(&self) -> Option<Instant> {
+        match self.state() {
+            LeaseState::Held { valid_until } => Some(valid_until),
+            _ => None,
+        }
+    }
+
+    /// How long the hold is still provably valid (zero once it is not).
+    pub fn remaining(&self) -> Duration {
+        self.valid_until()
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Waits until the hold is no longer valid and returns the final state:
+    /// `Lost(reason)` or `Released`.
+    ///
+    /// Resolves at the validity deadline by itself, without waiting for the
+    /// backend to notice. Cancel-safe.
+    pub async fn lost(&mut self) -> LeaseState {
+        loop {
+            let state = self.state();
+            let valid_until = match state {
+                LeaseState::Held { valid_until } => valid_until,
+                final_state => return final_state,
+            };
+            tokio::select! {
+                changed = self.receiver.changed() => {
+                    if changed.is_err() {
+                        // Sender dropped: its Drop already published a final
+                        // state, which `state()` reads on the next turn.
+                        return match *self.receiver.borrow() {
+                            LeaseState::Held { .. } => LeaseState::Lost(LostReason::SessionClosed),
+                            final_state => final_state,
+                        };
+                    }
+                }
+                () = tokio::time::sleep_until(valid_until) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extend_moves_the_deadline_while_valid() {
+        let tracker = LeaseTracker::new(Instant::now() + secs(3));
+        let watch = tracker.watch();
+        tokio::time::advance(secs(2)).await;
+        assert!(tracker.extend(Instant::now() + secs(3)));
+        tokio::time::advance(secs(2)).await;
+        assert!(watch.is_valid());
+        assert_eq!(watch.remaining(), secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lapsed_lease_cannot_be_revived() {
+        let tracker = LeaseTracker::new(Instant::now() + secs(1));
+        let mut watch = tracker.watch();
+        tokio::time::advance(secs(2)).await;
+        assert!(!tracker.extend(Instant::now() + secs(10)));
+        assert_eq!(watch.lost().await, LeaseState::Lost(LostReason::Expired));
+        assert_eq!(tracker.state(), LeaseState::Lost(LostReason::Expired));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_final_state_wins() {
+        let tracker = LeaseTracker::new(Instant::now() + secs(10));
+        let mut watch = tracker.watch();
+        let waiter = tokio::spawn(async move { watch.lost().await });
+        assert!(tracker.lose(LostReason::Revoked));
+        assert!(!tracker.release());
+        assert!(!tracker.lose(LostReason::KeyDeleted));
+        assert_eq!(waiter.await.unwrap(), LeaseState::Lost(LostReason::Revoked));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn release_is_not_loss() {
+        let tracker = LeaseTracker::new(Instant::now() + secs(10));
+        let mut watch = tracker.watch();
+        assert!(tracker.release());
+        assert_eq!(watch.lost().await, LeaseState::Released);
+        assert!(!watch.is_valid());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_tracker_while_held_is_a_loss() {
+        let tracker = LeaseTracker::new(Instant::now() + secs(10));
+        let mut watch = tracker.watch();
+        drop(tracker);
+        assert_eq!(
+            watch.lost().await,
+            LeaseState::Lost(LostReason::SessionClosed)
+        );
+        assert!(!watch.is_valid());
+    }
+}

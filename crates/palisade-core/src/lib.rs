@@ -1,0 +1,55 @@
+//! The core of Palisade: the words every other crate speaks.
+//!
+//! Palisade closes the hole that leases leave open: a lock holder can pause
+//! past its lease while another client takes the lock, then wake up and
+//! write. Lock backends hand out [`Sequencer`]s (lock name, [`Mode`],
+//! [`Generation`]); a resource server refuses any request whose generation is
+//! older than the newest it has honoured for that lock.
+//!
+//! **Architecture Invariant:** core does no IO and knows no backend. It
+//! depends on `tokio` only for `sync` (the lease-lost signal) and `time`
+//! (deadlines). A backend author needs this crate and nothing else.
+//!
+//! # Where to start
+//!
+//! - [`Lock`] and [`LockGuard`]: the one trait every lock backend implements,
+//!   with its correctness obligations.
+//! - [`Sequencer`]: the token, and its canonical `v1` text form (the wire
+//!   format, one HTTP header).
+//! - [`LeaseTracker`] / [`LeaseWatch`]: the lease-lost signal backends drive
+//!   and users await.
+//! - [`LiveCheck`]: Chubby's CheckSequencer, for resource servers.
+//! - [`LockError`], [`SequencerError`]: what can go wrong, typed.
+
+mod encoding;
+mod error;
+mod generation;
+mod lease;
+mod live_check;
+mod lock;
+mod mode;
+mod name;
+mod sequencer;
+
+pub use error::{BoxError, LockError};
+pub use generation::Generation;
+pub use lease::{LeaseState, LeaseTracker, LeaseWatch, LostReason};
+pub use live_check::{DynLiveCheck, LiveCheck, LiveCheckFuture, Liveness, SharedLiveCheck};
+pub use lock::{Lock, LockGuard, SessionOptions};
+pub use mode::{Mode, ModeParseError};
+pub use name::{LockName, LockNameError};
+pub use sequencer::{Sequencer, SequencerError, Signature};
+
+/// Clips text echoed back in an error to 64 bytes (on a char boundary), so a
+/// hostile 10 KB header does not come back in every log line.
+pub(crate) fn clip(text: &str) -> String {
+    const MAX: usize = 64;
+    if text.len() <= MAX {
+        return text.to_owned();
+    }
+    let mut end = MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}

@@ -1,0 +1,1 @@
+//! Real etcd servers for tests (single member and 3-member clusters).

@@ -1,0 +1,19 @@
+//! Palisade's test kit: what every backend's tests and the integration
+//! tests share.
+//!
+//! - [`lock_suite`]: the backend conformance suite. A backend is done when
+//!   `lock_suite::test_all(backend)` passes against it.
+//! - [`etcd`], [`redis`]: spawners that start real `etcd` and `redis-server`
+//!   processes on free loopback ports in temporary directories and kill them
+//!   (by PID) on drop.
+//! - [`process`]: the shared plumbing: free ports, child processes killed on
+//!   drop, SIGSTOP/SIGCONT, waiting for a port, skipping politely when a
+//!   binary is missing outside CI.
+//!
+//! **Architecture Invariant:** the testkit depends on `palisade-core` only.
+//! Backends depend on it as a dev-dependency, never the other way round.
+
+pub mod etcd;
+pub mod lock_suite;
+pub mod process;
+pub mod redis;

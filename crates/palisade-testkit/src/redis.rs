@@ -1,0 +1,1 @@
+//! Real Redis servers for tests (with and without persistence, cluster).
