@@ -28,15 +28,15 @@ pub fn find_binary(binary: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// Whether tests run under CI, where a missing server is a failure rather
-/// than a skip.
+/// Whether a missing server is a failure rather than a skip: under CI (`CI`
+/// set) and under the README's test command (`PALISADE_REQUIRE_SERVERS` set).
 pub fn in_ci() -> bool {
-    std::env::var_os("CI").is_some()
+    std::env::var_os("CI").is_some() || std::env::var_os("PALISADE_REQUIRE_SERVERS").is_some()
 }
 
 /// Finds `binary` for a test, or explains why the test is skipped.
 ///
-/// Under CI (`CI` set) a missing binary panics: the test command installs
+/// Under CI or the README's test command (see [`in_ci`]) a missing binary panics: the test command installs
 /// everything, so a missing server there is a broken setup. Locally it
 /// prints `skipped: no <binary>` and returns `None`, so the caller returns
 /// early instead of passing quietly.

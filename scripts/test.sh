@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs Palisade's whole test suite on a fresh Debian machine.
+#
+# 1. Installs what the tests need, only if missing: redis-server and
+#    redis-cli, etcd and etcdctl, protoc (etcd-client builds its protobufs).
+# 2. Checks formatting and lints (cargo fmt, clippy -D warnings).
+# 3. Runs every test: unit tests, doctests, and the integration tests, which
+#    start real etcd and Redis processes on free loopback ports in temporary
+#    directories and kill them by PID when done.
+# 4. Runs the demos as checks (they exit non-zero if fencing ever fails).
+#
+# Usage: scripts/test.sh            everything
+#        scripts/test.sh --quick    skip fmt/clippy and the demo runs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0
+[[ "${1:-}" == "--quick" ]] && quick=1
+
+step() { printf '\n==> %s\n' "$*"; }
+started=$SECONDS
+
+# --- 1. System packages -------------------------------------------------------
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-cli    >/dev/null || missing+=(redis-tools)
+command -v etcd         >/dev/null || missing+=(etcd-server)
+command -v etcdctl      >/dev/null || missing+=(etcd-client)
+command -v protoc       >/dev/null || missing+=(protobuf-compiler)
+if ((${#missing[@]})); then
+  step "installing ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  # Another install may hold the dpkg lock for a while: wait and retry.
+  for attempt in 1 2 3 4 5 6 7 8 9 10; do
+    if $sudo apt-get update -qq &&
+       DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+      break
+    fi
+    ((attempt == 10)) && { echo "apt-get install failed" >&2; exit 1; }
+    echo "apt-get busy or failed (attempt $attempt); retrying in 10 s" >&2
+    sleep 10
+  done
+  # Debian starts the packaged services; the tests start their own on free
+  # ports, so the packaged ones are not needed (and are left alone).
+fi
+step "tools: $(redis-server --version | cut -d' ' -f1-3), $(etcd --version | head -1), $(protoc --version)"
+
+# A missing server is a failure here, never a silent skip.
+export PALISADE_REQUIRE_SERVERS=1
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+# --- 2. Formatting and lints --------------------------------------------------
+if ((quick == 0)); then
+  step "cargo fmt --check"
+  cargo fmt --all -- --check
+  step "cargo clippy -D warnings"
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+fi
+
+# --- 3. Tests -----------------------------------------------------------------
+step "cargo test (unit, doc, and integration tests against real etcd and Redis)"
+cargo test --workspace --locked --no-fail-fast
+
+# --- 4. Demos as checks -------------------------------------------------------
+if ((quick == 0)); then
+  step "GC-pause demo (embedded backend)"
+  cargo run --locked -q -p example-gc-pause
+fi
+
+step "all green in $((SECONDS - started)) s"
