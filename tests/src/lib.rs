@@ -3,8 +3,22 @@
 //!
 //! - `fencing`: the vertical slice on the embedded backend: lock, sequencer,
 //!   HTTP resource server, sled, and the stale write refused.
+//! - `gc_pause`: a lock holder in its own process (`fence-client`) is
+//!   stopped with SIGSTOP past its lease, on real etcd and real Redis; its
+//!   late write is refused.
+//! - `redis_fencing`: Redis-specific fencing: no watchdog, and the counter
+//!   lost in a restart without persistence.
+//! - `etcd_fencing`: a 3-member etcd cluster losing its leader while the
+//!   resource server keeps every write in generation order.
 
 use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context;
+use palisade_testkit::process::{Signal, send_signal};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use palisade::client::Client;
 use palisade::server::{ServerConfig, run};
@@ -65,5 +79,82 @@ impl ResourceServer {
 impl Drop for ResourceServer {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// A `fence-client` process holding a lock: see `src/bin/fence-client.rs`
+/// for its line protocol. Killed on drop.
+pub struct HolderProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+    /// The generation it was granted.
+    pub generation: u64,
+    /// The sequencer it was granted, in text form.
+    pub sequencer: String,
+}
+
+/// How long a child may take to answer a line (it may be waiting for a
+/// lock behind a lease that has to expire first).
+const ANSWER_WAIT: Duration = Duration::from_secs(60);
+
+impl HolderProcess {
+    /// Starts `fence-client` (pass `env!("CARGO_BIN_EXE_fence-client")`,
+    /// which cargo defines for integration tests) with `args`, and waits
+    /// until it holds the lock.
+    pub async fn start(binary: &str, args: &[String]) -> anyhow::Result<Self> {
+        let mut child = Command::new(binary)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot start fence-client")?;
+        let stdin = child.stdin.take().context("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().context("no stdout")?).lines();
+        let mut holder = HolderProcess {
+            child,
+            stdin,
+            stdout,
+            generation: 0,
+            sequencer: String::new(),
+        };
+        let line = holder.next_line().await?;
+        let mut words = line.splitn(3, ' ');
+        anyhow::ensure!(
+            words.next() == Some("ACQUIRED"),
+            "unexpected first line `{line}`"
+        );
+        holder.generation = words.next().context("no generation")?.parse()?;
+        holder.sequencer = words.next().context("no sequencer")?.to_owned();
+        Ok(holder)
+    }
+
+    /// Sends one command and returns the answer line.
+    pub async fn ask(&mut self, command: &str) -> anyhow::Result<String> {
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        self.next_line().await
+    }
+
+    async fn next_line(&mut self) -> anyhow::Result<String> {
+        tokio::time::timeout(ANSWER_WAIT, self.stdout.next_line())
+            .await
+            .context("fence-client did not answer in time")??
+            .context("fence-client exited")
+    }
+
+    /// Stops the process (SIGSTOP): every thread, the keep-alive included.
+    pub fn pause(&self) -> anyhow::Result<()> {
+        send_signal(self.child.id().context("exited")?, Signal::SIGSTOP)?;
+        Ok(())
+    }
+
+    /// Resumes a stopped process (SIGCONT).
+    pub fn resume(&self) -> anyhow::Result<()> {
+        send_signal(self.child.id().context("exited")?, Signal::SIGCONT)?;
+        Ok(())
     }
 }

@@ -1,1 +1,547 @@
-//! Real Redis servers for tests (with and without persistence, cluster).
+//! Real Redis servers for tests: a single server (with or without
+//! persistence, restartable on the same directory after `kill -9`) and a
+//! 3-master Redis Cluster, all on 127.0.0.1.
+//!
+//! ```no_run
+//! use palisade_testkit::redis::RedisServer;
+//!
+//! let Some(redis) = RedisServer::start() else { return }; // "skipped: no redis-server"
+//! let url = redis.url();
+//! # drop(url);
+//! ```
+//!
+//! Every server runs in its own temporary directory on free ports and is
+//! killed (SIGKILL, by PID) when its handle is dropped.
+//!
+//! `PALISADE_REDIS_URL` points [`RedisServer::start`] at an external server
+//! instead (started by compose or CI). Tests that kill or restart Redis use
+//! [`RedisServer::spawn`], which always starts a local one.
+//! `PALISADE_REDIS_CLUSTER_URLS` (comma-separated) does the same for
+//! [`RedisCluster::start`].
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::process::{self, ChildProcess};
+
+/// The environment variable naming an external Redis for [`RedisServer::start`].
+pub const REDIS_URL_ENV: &str = "PALISADE_REDIS_URL";
+
+/// The environment variable naming an external cluster for [`RedisCluster::start`].
+pub const REDIS_CLUSTER_URLS_ENV: &str = "PALISADE_REDIS_CLUSTER_URLS";
+
+/// How a spawned server persists its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Persistence {
+    /// Nothing survives a restart: `--save "" --appendonly no`.
+    #[default]
+    None,
+    /// Every write is in the append-only file before it is acknowledged:
+    /// `--save "" --appendonly yes --appendfsync always`.
+    AofAlways,
+}
+
+/// Options for a spawned server.
+#[derive(Debug, Clone, Default)]
+pub struct RedisOptions {
+    /// Persistence mode.
+    pub persistence: Persistence,
+    /// Extra `redis-server` arguments (e.g. `["--requirepass", "x"]`).
+    pub extra_args: Vec<String>,
+}
+
+impl RedisOptions {
+    /// Options with the given persistence.
+    pub fn persistence(persistence: Persistence) -> Self {
+        RedisOptions {
+            persistence,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// A Redis server for a test: spawned here, or external.
+#[derive(Debug)]
+pub struct RedisServer {
+    inner: ServerKind,
+}
+
+#[derive(Debug)]
+enum ServerKind {
+    Spawned(Spawned),
+    External { url: String },
+}
+
+#[derive(Debug)]
+struct Spawned {
+    binary: PathBuf,
+    options: RedisOptions,
+    port: u16,
+    dir: TempDir,
+    child: Option<ChildProcess>,
+}
+
+impl RedisServer {
+    /// A server without persistence: the external one named by
+    /// `PALISADE_REDIS_URL` if set, else a new local one. `None` (after
+    /// printing "skipped: ...") when `redis-server` is not installed and
+    /// `CI` is not set.
+    pub fn start() -> Option<RedisServer> {
+        if let Some(url) = std::env::var_os(REDIS_URL_ENV) {
+            let url = url.to_string_lossy().into_owned();
+            return Some(RedisServer {
+                inner: ServerKind::External { url },
+            });
+        }
+        RedisServer::spawn(RedisOptions::default())
+    }
+
+    /// Always spawns a local server (for tests that kill or restart it).
+    /// `None` as for [`RedisServer::start`]; panics if the server cannot
+    /// start, with its log.
+    pub fn spawn(options: RedisOptions) -> Option<RedisServer> {
+        let binary = process::require_binary("redis-server")?;
+        let mut last_error = None;
+        for _ in 0..5 {
+            let mut spawned = Spawned {
+                binary: binary.clone(),
+                options: options.clone(),
+                port: process::free_port(),
+                dir: tempfile::Builder::new()
+                    .prefix("palisade-redis-")
+                    .tempdir()
+                    .expect("create a temporary directory for redis"),
+                child: None,
+            };
+            match spawned.launch() {
+                Ok(()) => {
+                    return Some(RedisServer {
+                        inner: ServerKind::Spawned(spawned),
+                    });
+                }
+                // Most likely the port was taken between choosing and binding.
+                Err(error) => last_error = Some(error),
+            }
+        }
+        panic!(
+            "redis-server did not start after 5 attempts: {}",
+            last_error.map(|e| e.to_string()).unwrap_or_default()
+        );
+    }
+
+    /// `redis://127.0.0.1:<port>` (or the external URL).
+    pub fn url(&self) -> String {
+        match &self.inner {
+            ServerKind::Spawned(spawned) => format!("redis://127.0.0.1:{}", spawned.port),
+            ServerKind::External { url } => url.clone(),
+        }
+    }
+
+    /// Whether this is an external server (which cannot be killed or
+    /// restarted from here, and may be shared: use unique key prefixes).
+    pub fn is_external(&self) -> bool {
+        matches!(self.inner, ServerKind::External { .. })
+    }
+
+    /// The port of a spawned server.
+    pub fn port(&self) -> Option<u16> {
+        match &self.inner {
+            ServerKind::Spawned(spawned) => Some(spawned.port),
+            ServerKind::External { .. } => None,
+        }
+    }
+
+    /// The PID of a spawned, running server.
+    pub fn pid(&self) -> Option<u32> {
+        match &self.inner {
+            ServerKind::Spawned(spawned) => spawned.child.as_ref().map(ChildProcess::pid),
+            ServerKind::External { .. } => None,
+        }
+    }
+
+    /// The data directory of a spawned server.
+    pub fn dir(&self) -> Option<&Path> {
+        match &self.inner {
+            ServerKind::Spawned(spawned) => Some(spawned.dir.path()),
+            ServerKind::External { .. } => None,
+        }
+    }
+
+    /// Kills the server with SIGKILL (a crash: nothing is flushed beyond
+    /// what its persistence mode already wrote).
+    pub fn kill(&mut self) -> io::Result<()> {
+        let spawned = self.spawned_mut("kill")?;
+        if let Some(mut child) = spawned.child.take() {
+            child.kill()?;
+        }
+        Ok(())
+    }
+
+    /// Starts the server again on the same port and directory (after
+    /// [`RedisServer::kill`]); with [`Persistence::AofAlways`] it reloads
+    /// its data.
+    pub fn restart(&mut self) -> io::Result<()> {
+        let spawned = self.spawned_mut("restart")?;
+        if let Some(mut child) = spawned.child.take() {
+            child.kill()?;
+        }
+        spawned.launch()
+    }
+
+    /// Pauses the server process (SIGSTOP).
+    pub fn pause(&self) -> io::Result<()> {
+        self.child("pause")?.pause()
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) -> io::Result<()> {
+        self.child("resume")?.resume()
+    }
+
+    /// Runs one command over a fresh connection and returns the reply as
+    /// text (bulk strings and integers as-is, arrays one item per line,
+    /// nil as an empty string; an error reply is an `Err`). Enough for
+    /// `INFO`, `PTTL`, `LLEN` and the like in assertions.
+    pub fn command(&self, args: &[&str]) -> io::Result<String> {
+        command_at(&self.url(), args)
+    }
+
+    fn child(&self, what: &str) -> io::Result<&ChildProcess> {
+        match &self.inner {
+            ServerKind::Spawned(Spawned {
+                child: Some(child), ..
+            }) => Ok(child),
+            _ => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("cannot {what}: the server is external or not running"),
+            )),
+        }
+    }
+
+    fn spawned_mut(&mut self, what: &str) -> io::Result<&mut Spawned> {
+        match &mut self.inner {
+            ServerKind::Spawned(spawned) => Ok(spawned),
+            ServerKind::External { .. } => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("cannot {what} an external Redis ({REDIS_URL_ENV})"),
+            )),
+        }
+    }
+}
+
+impl Spawned {
+    fn launch(&mut self) -> io::Result<()> {
+        let log = self.dir.path().join("redis.log");
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&log);
+        match self.options.persistence {
+            Persistence::None => {
+                command.args(["--appendonly", "no"]);
+            }
+            Persistence::AofAlways => {
+                command.args(["--appendonly", "yes", "--appendfsync", "always"]);
+            }
+        }
+        command
+            .args(&self.options.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = ChildProcess::spawn("redis-server", &mut command, Some(&log))?;
+        let url = format!("redis://127.0.0.1:{}", self.port);
+        if let Err(error) = wait_until_ready(&url, &mut child, Duration::from_secs(10)) {
+            let tail = child.log_tail(2000);
+            return Err(io::Error::new(error.kind(), format!("{error}\n{tail}")));
+        }
+        self.child = Some(child);
+        Ok(())
+    }
+}
+
+/// Waits until `PING` answers `PONG` (not `LOADING`).
+fn wait_until_ready(url: &str, child: &mut ChildProcess, timeout: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if !child.is_running() {
+            return Err(io::Error::other("redis-server exited during startup"));
+        }
+        match command_at(url, &["PING"]) {
+            Ok(reply) if reply == "PONG" => return Ok(()),
+            _ if Instant::now() >= deadline => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("redis at {url} not ready after {timeout:?}"),
+                ));
+            }
+            // Waiting for a process we started to come up: no event to wait
+            // on, so poll with a short, bounded period.
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// A 3-master Redis Cluster on loopback, made with `redis-cli --cluster
+/// create`, or the external one named by `PALISADE_REDIS_CLUSTER_URLS`.
+#[derive(Debug)]
+pub struct RedisCluster {
+    urls: Vec<String>,
+    nodes: Vec<ChildProcess>,
+    _dir: Option<TempDir>,
+}
+
+impl RedisCluster {
+    /// Starts the cluster and waits until every node reports
+    /// `cluster_state:ok`. `None` (after printing "skipped: ...") when
+    /// `redis-server` or `redis-cli` is missing outside CI.
+    pub fn start() -> Option<RedisCluster> {
+        if let Some(urls) = std::env::var_os(REDIS_CLUSTER_URLS_ENV) {
+            let urls = urls
+                .to_string_lossy()
+                .split(',')
+                .map(|url| url.trim().to_owned())
+                .filter(|url| !url.is_empty())
+                .collect();
+            return Some(RedisCluster {
+                urls,
+                nodes: Vec::new(),
+                _dir: None,
+            });
+        }
+        let server = process::require_binary("redis-server")?;
+        let cli = process::require_binary("redis-cli")?;
+        let dir = tempfile::Builder::new()
+            .prefix("palisade-redis-cluster-")
+            .tempdir()
+            .expect("create a temporary directory for the cluster");
+        let mut nodes = Vec::new();
+        let mut urls = Vec::new();
+        for index in 0..3 {
+            let node_dir = dir.path().join(format!("node{index}"));
+            std::fs::create_dir_all(&node_dir).expect("create a node directory");
+            let (child, port) = start_cluster_node(&server, &node_dir)
+                .unwrap_or_else(|error| panic!("cluster node {index} did not start: {error}"));
+            nodes.push(child);
+            urls.push(format!("redis://127.0.0.1:{port}"));
+        }
+        let addresses: Vec<String> = urls
+            .iter()
+            .map(|url| url.trim_start_matches("redis://").to_owned())
+            .collect();
+        let output = Command::new(&cli)
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let cluster = RedisCluster {
+            urls,
+            nodes,
+            _dir: Some(dir),
+        };
+        cluster.wait_until_ok(Duration::from_secs(20));
+        Some(cluster)
+    }
+
+    /// The node URLs.
+    pub fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
+    /// The PIDs of spawned nodes (empty for an external cluster).
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes.iter().map(ChildProcess::pid).collect()
+    }
+
+    /// Runs one command on node `index` (see [`RedisServer::command`]).
+    pub fn command(&self, index: usize, args: &[&str]) -> io::Result<String> {
+        command_at(&self.urls[index], args)
+    }
+
+    fn wait_until_ok(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let all_ok = self.urls.iter().all(|url| {
+                command_at(url, &["CLUSTER", "INFO"])
+                    .map(|info| info.contains("cluster_state:ok"))
+                    .unwrap_or(false)
+            });
+            if all_ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis cluster not ok after {timeout:?}"
+            );
+            // The nodes gossip their way to "ok"; there is no event to wait on.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn start_cluster_node(binary: &Path, dir: &Path) -> io::Result<(ChildProcess, u16)> {
+    let mut last_error = io::Error::other("no attempt");
+    for _ in 0..5 {
+        let port = process::free_port();
+        let bus_port = process::free_port();
+        let log = dir.join("redis.log");
+        let mut command = Command::new(binary);
+        command
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--cluster-port")
+            .arg(bus_port.to_string())
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--daemonize",
+                "no",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(dir)
+            .arg("--logfile")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let _ = std::fs::remove_file(dir.join("nodes.conf"));
+        let mut child = ChildProcess::spawn("redis-server (cluster)", &mut command, Some(&log))?;
+        let url = format!("redis://127.0.0.1:{port}");
+        match wait_until_ready(&url, &mut child, Duration::from_secs(10)) {
+            Ok(()) => return Ok((child, port)),
+            Err(error) => {
+                last_error =
+                    io::Error::new(error.kind(), format!("{error}\n{}", child.log_tail(2000)))
+            }
+        }
+    }
+    Err(last_error)
+}
+
+/// Runs one command against `url` (`redis://host:port[/db]`, no TLS, no
+/// password) over a fresh connection; see [`RedisServer::command`].
+pub fn command_at(url: &str, args: &[&str]) -> io::Result<String> {
+    let address = url
+        .trim_start_matches("redis://")
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let address = address.rsplit('@').next().unwrap_or(address);
+    let socket: SocketAddr = address
+        .parse()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{address}: {e}")))?;
+    let stream = TcpStream::connect_timeout(&socket, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut request = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        request.extend_from_slice(arg.as_bytes());
+        request.extend_from_slice(b"\r\n");
+    }
+    (&stream).write_all(&request)?;
+    let mut reader = BufReader::new(stream);
+    let mut lines = Vec::new();
+    read_reply(&mut reader, &mut lines)?;
+    Ok(lines.join("\n"))
+}
+
+fn read_reply(reader: &mut impl BufRead, out: &mut Vec<String>) -> io::Result<()> {
+    let mut header = String::new();
+    reader.read_line(&mut header)?;
+    let header = header.trim_end_matches(['\r', '\n']);
+    let (kind, rest) = header.split_at(header.len().min(1));
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("bad reply `{header}`"));
+    match kind {
+        "+" | ":" => out.push(rest.to_owned()),
+        "-" => return Err(io::Error::other(format!("redis error: {rest}"))),
+        "$" => {
+            let len: i64 = rest.parse().map_err(|_| bad())?;
+            if len < 0 {
+                out.push(String::new());
+            } else {
+                let mut body = vec![0; len as usize + 2];
+                reader.read_exact(&mut body)?;
+                body.truncate(len as usize);
+                out.push(String::from_utf8_lossy(&body).into_owned());
+            }
+        }
+        "*" => {
+            let count: i64 = rest.parse().map_err(|_| bad())?;
+            for _ in 0..count.max(0) {
+                read_reply(reader, out)?;
+            }
+        }
+        _ => return Err(bad()),
+    }
+    Ok(())
+}
+
+/// The `calls=` count of one command in `INFO commandstats` text (0 if the
+/// command was never called). `command` is lower case, e.g. `evalsha`.
+pub fn commandstat_calls(info: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commandstats_are_read_per_command() {
+        let info =
+            "# Commandstats\r\ncmdstat_evalsha:calls=12,usec=3\r\ncmdstat_eval:calls=2,usec=1\r\n";
+        assert_eq!(commandstat_calls(info, "evalsha"), 12);
+        assert_eq!(commandstat_calls(info, "eval"), 2);
+        assert_eq!(commandstat_calls(info, "publish"), 0);
+    }
+
+    #[test]
+    fn spawned_server_restarts_on_the_same_port() {
+        let Some(mut server) =
+            RedisServer::spawn(RedisOptions::persistence(Persistence::AofAlways))
+        else {
+            return;
+        };
+        assert_eq!(server.command(&["SET", "k", "v"]).unwrap(), "OK");
+        let port = server.port();
+        server.kill().unwrap();
+        assert!(server.command(&["PING"]).is_err());
+        server.restart().unwrap();
+        assert_eq!(server.port(), port);
+        assert_eq!(server.command(&["GET", "k"]).unwrap(), "v");
+    }
+}

@@ -1,0 +1,647 @@
+//! The client itself.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use palisade_core::{Generation, LockGuard, LockName, Mode, Sequencer};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::{BatchOp, ClientError, Health, Marks, OpResult, Read, Refused, Written};
+
+/// The header carrying `H_excl` on 2xx answers.
+const MARK_EXCLUSIVE_HEADER: &str = "palisade-mark-exclusive";
+/// The header carrying `H_shared` on 2xx answers.
+const MARK_SHARED_HEADER: &str = "palisade-mark-shared";
+/// The idempotency key header.
+const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+
+/// A typed client for the resource server's HTTP API (docs/http-api.md).
+/// Cheap to clone; clones share one connection pool.
+///
+/// Every call returns `Result<Result<T, Refused>, ClientError>`: the outer
+/// error is a failure (the server could not be reached, or said the request
+/// or itself is broken), the inner one a refusal the caller acts on (stale
+/// generation, failed compare-and-swap...). `?` on the outer error can
+/// never swallow a fencing refusal.
+///
+/// ```no_run
+/// use palisade_client::{Client, Refused};
+/// use palisade_core::{Generation, LockName, Mode, Sequencer};
+///
+/// # async fn example() -> Result<(), palisade_client::ClientError> {
+/// let client = Client::new("http://127.0.0.1:7411")?;
+/// let sequencer = Sequencer::new(
+///     LockName::new("orders/42").unwrap(),
+///     Mode::Exclusive,
+///     Generation::new(33).unwrap(),
+/// );
+/// match client.put(&sequencer, b"stock", "7", None).await? {
+///     Ok(written) => println!("written; H_excl is now {}", written.marks.exclusive),
+///     Err(Refused::Stale { marks, .. }) => println!("a newer holder wrote; marks {marks:?}"),
+///     Err(other) => println!("refused: {other}"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    /// The base URL without a trailing slash, e.g. `http://127.0.0.1:7411`.
+    base: String,
+}
+
+/// Percent-encodes bytes for one path segment: everything but `A-Z a-z 0-9
+/// - . _ ~` becomes `%XX`.
+fn segment(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 3);
+    for byte in bytes {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(*byte as char)
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
+/// Bytes as JSON: a string when UTF-8, else `{"base64": ...}`.
+fn json_bytes(bytes: &[u8]) -> Value {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Value::String(text.to_owned()),
+        Err(_) => json!({"base64": base64::engine::general_purpose::STANDARD.encode(bytes)}),
+    }
+}
+
+fn json_optional(bytes: Option<&[u8]>) -> Value {
+    bytes.map(json_bytes).unwrap_or(Value::Null)
+}
+
+/// An error answer, decoded.
+struct ErrorAnswer {
+    status: StatusCode,
+    code: String,
+    message: String,
+    body: Value,
+}
+
+impl ErrorAnswer {
+    fn u64_field(&self, field: &str) -> Option<u64> {
+        self.body[field].as_u64()
+    }
+
+    fn marks(&self) -> Option<Marks> {
+        Some(Marks {
+            exclusive: self.body["marks"]["exclusive"].as_u64()?,
+            shared: self.body["marks"]["shared"].as_u64()?,
+        })
+    }
+
+    fn unexpected(&self, detail: &str) -> ClientError {
+        ClientError::UnexpectedResponse {
+            status: self.status.as_u16(),
+            detail: format!("{detail}: {}", self.body),
+        }
+    }
+
+    /// The refusal this answer stands for, if it is one.
+    fn refusal(&self) -> Result<Option<Refused>, ClientError> {
+        let message = self.message.clone();
+        Ok(Some(match (self.status, self.code.as_str()) {
+            (StatusCode::CONFLICT, "stale") => {
+                let lock = self.body["lock"]
+                    .as_str()
+                    .and_then(|l| LockName::new(l).ok())
+                    .ok_or_else(|| self.unexpected("stale answer without a valid lock"))?;
+                let mode = self.body["mode"]
+                    .as_str()
+                    .and_then(|m| m.parse::<Mode>().ok())
+                    .ok_or_else(|| self.unexpected("stale answer without a valid mode"))?;
+                let presented = self
+                    .u64_field("presented")
+                    .and_then(Generation::new)
+                    .ok_or_else(|| self.unexpected("stale answer without a generation"))?;
+                let marks = self
+                    .marks()
+                    .ok_or_else(|| self.unexpected("stale answer without marks"))?;
+                Refused::Stale {
+                    lock,
+                    mode,
+                    presented,
+                    required: self
+                        .u64_field("required")
+                        .unwrap_or_else(|| marks.required(mode)),
+                    marks,
+                    message,
+                }
+            }
+            (StatusCode::CONFLICT, "not_held") => Refused::NotHeld {
+                presented: self.u64_field("presented").unwrap_or_default(),
+                message,
+            },
+            (StatusCode::FORBIDDEN, "shared_on_write") => Refused::SharedOnWrite { message },
+            (StatusCode::PRECONDITION_FAILED, "cas_mismatch") => Refused::CasMismatch {
+                op_index: self.u64_field("op_index").unwrap_or_default() as usize,
+                current_exists: self.body["current_exists"].as_bool().unwrap_or_default(),
+                message,
+            },
+            (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused") => {
+                Refused::IdempotencyKeyReused { message }
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    /// The failure this answer stands for.
+    fn failure(self) -> ClientError {
+        let (code, message) = (self.code, self.message);
+        match self.status {
+            StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => ClientError::BadRequest {
+                status: self.status.as_u16(),
+                code,
+                message,
+            },
+            StatusCode::NOT_FOUND => ClientError::NotFound { code, message },
+            StatusCode::PAYLOAD_TOO_LARGE => ClientError::TooLarge {
+                limit: self.body["limit"].as_str().unwrap_or_default().to_owned(),
+                max: self.body["max"].as_u64().unwrap_or_default(),
+                message,
+            },
+            StatusCode::SERVICE_UNAVAILABLE => ClientError::Unavailable { code, message },
+            status => ClientError::Server {
+                status: status.as_u16(),
+                code,
+                message,
+            },
+        }
+    }
+}
+
+fn header_u64(headers: &reqwest::header::HeaderMap, name: &str) -> Option<u64> {
+    headers.get(name)?.to_str().ok()?.parse().ok()
+}
+
+impl Client {
+    /// The default time limit for one request.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+    /// A client for the server at `base_url` (e.g. `http://127.0.0.1:7411`),
+    /// with a 30 s request timeout and a 5 s connect timeout.
+    pub fn new(base_url: &str) -> Result<Client, ClientError> {
+        Client::with_timeout(base_url, Client::DEFAULT_TIMEOUT)
+    }
+
+    /// Like [`Client::new`] with another request timeout.
+    pub fn with_timeout(base_url: &str, timeout: Duration) -> Result<Client, ClientError> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .build()
+            .map_err(|source| ClientError::Transport {
+                url: base_url.to_owned(),
+                source,
+            })?;
+        Client::with_http_client(base_url, http)
+    }
+
+    /// A client using an existing `reqwest::Client` (its pool and settings).
+    pub fn with_http_client(base_url: &str, http: reqwest::Client) -> Result<Client, ClientError> {
+        let invalid = |reason| ClientError::InvalidUrl {
+            url: base_url.to_owned(),
+            reason,
+        };
+        let url = reqwest::Url::parse(base_url).map_err(|_| invalid("not a URL"))?;
+        if url.scheme() != "http" && url.scheme() != "https" {
+            return Err(invalid("the scheme must be http or https"));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(invalid("a base URL has no query or fragment"));
+        }
+        Ok(Client {
+            http,
+            base: base_url.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// The base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    fn lock_url(&self, lock: &LockName, rest: &str) -> String {
+        format!(
+            "{}/v1/locks/{}/{rest}",
+            self.base,
+            segment(lock.as_str().as_bytes())
+        )
+    }
+
+    /// Sends a request; returns the 2xx response, or the decoded error.
+    async fn send(
+        &self,
+        method: Method,
+        url: String,
+        sequencer: Option<&Sequencer>,
+        idempotency_key: Option<&str>,
+        body: Option<Bytes>,
+    ) -> Result<Result<reqwest::Response, ErrorAnswer>, ClientError> {
+        let mut request = self.http.request(method, &url);
+        if let Some(sequencer) = sequencer {
+            request = request.header(Sequencer::HTTP_HEADER, sequencer.to_string());
+        }
+        if let Some(key) = idempotency_key {
+            request = request.header(IDEMPOTENCY_KEY_HEADER, key);
+        }
+        if let Some(body) = body {
+            request = request.body(body);
+        }
+        let response = request.send().await.map_err(|source| {
+            if source.is_timeout() {
+                ClientError::Timeout { url: url.clone() }
+            } else if source.is_connect() {
+                ClientError::Connect {
+                    url: url.clone(),
+                    source,
+                }
+            } else {
+                ClientError::Transport {
+                    url: url.clone(),
+                    source,
+                }
+            }
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(Ok(response));
+        }
+        let bytes = read_body(response, &url).await?;
+        let body: Value =
+            serde_json::from_slice(&bytes).map_err(|_| ClientError::UnexpectedResponse {
+                status: status.as_u16(),
+                detail: format!(
+                    "error body is not JSON: {:?}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+                ),
+            })?;
+        let code = body["code"].as_str().unwrap_or_default().to_owned();
+        let message = body["message"].as_str().unwrap_or_default().to_owned();
+        Ok(Err(ErrorAnswer {
+            status,
+            code,
+            message,
+            body,
+        }))
+    }
+
+    /// A write: decodes the result or the refusal.
+    async fn write(
+        &self,
+        method: Method,
+        url: String,
+        sequencer: &Sequencer,
+        idempotency_key: Option<&str>,
+        body: Option<Bytes>,
+    ) -> Result<Result<Written, Refused>, ClientError> {
+        let url_for_errors = url.clone();
+        match self
+            .send(method, url, Some(sequencer), idempotency_key, body)
+            .await?
+        {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let bytes = read_body(response, &url_for_errors).await?;
+                decode_written(status, &bytes).map(Ok)
+            }
+            Err(answer) => match answer.refusal()? {
+                Some(refused) => {
+                    tracing::debug!(
+                        lock = %sequencer.lock(),
+                        generation = sequencer.generation().get(),
+                        code = refused.code(),
+                        "write refused"
+                    );
+                    Ok(Err(refused))
+                }
+                None => Err(answer.failure()),
+            },
+        }
+    }
+
+    /// Reads `key` under `lock`. With a sequencer (shared or exclusive, for
+    /// `lock`), the server checks it and raises the marks; without one it is
+    /// a plain read. A missing key is `Ok(Ok(Read { value: None, .. }))`.
+    pub async fn get(
+        &self,
+        lock: &LockName,
+        key: &[u8],
+        sequencer: Option<&Sequencer>,
+    ) -> Result<Result<Read, Refused>, ClientError> {
+        let url = self.lock_url(lock, &format!("keys/{}", segment(key)));
+        match self
+            .send(Method::GET, url.clone(), sequencer, None, None)
+            .await?
+        {
+            Ok(response) => {
+                let marks = Marks {
+                    exclusive: header_u64(response.headers(), MARK_EXCLUSIVE_HEADER)
+                        .unwrap_or_default(),
+                    shared: header_u64(response.headers(), MARK_SHARED_HEADER).unwrap_or_default(),
+                };
+                let value = read_body(response, &url).await?;
+                Ok(Ok(Read {
+                    value: Some(value),
+                    marks,
+                }))
+            }
+            Err(answer) if answer.status == StatusCode::NOT_FOUND && answer.code == "not_found" => {
+                Ok(Ok(Read {
+                    value: None,
+                    marks: answer.marks().unwrap_or_default(),
+                }))
+            }
+            Err(answer) => match answer.refusal()? {
+                Some(refused) => Ok(Err(refused)),
+                None => Err(answer.failure()),
+            },
+        }
+    }
+
+    /// Sets `key` to `value` under `sequencer` (exclusive).
+    pub async fn put(
+        &self,
+        sequencer: &Sequencer,
+        key: &[u8],
+        value: impl Into<Bytes>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Result<Written, Refused>, ClientError> {
+        let url = self.lock_url(sequencer.lock(), &format!("keys/{}", segment(key)));
+        self.write(
+            Method::PUT,
+            url,
+            sequencer,
+            idempotency_key,
+            Some(value.into()),
+        )
+        .await
+    }
+
+    /// Removes `key` under `sequencer` (exclusive). Deleting a missing key
+    /// succeeds with [`OpResult::Absent`].
+    pub async fn delete(
+        &self,
+        sequencer: &Sequencer,
+        key: &[u8],
+        idempotency_key: Option<&str>,
+    ) -> Result<Result<Written, Refused>, ClientError> {
+        let url = self.lock_url(sequencer.lock(), &format!("keys/{}", segment(key)));
+        self.write(Method::DELETE, url, sequencer, idempotency_key, None)
+            .await
+    }
+
+    /// Compare-and-swap: sets `key` to `new` (removes it when `None`) only
+    /// if its value is `expected` (absent when `None`).
+    pub async fn cas(
+        &self,
+        sequencer: &Sequencer,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: Option<&[u8]>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Result<Written, Refused>, ClientError> {
+        let url = self.lock_url(sequencer.lock(), &format!("cas/{}", segment(key)));
+        let body = json!({"expected": json_optional(expected), "new": json_optional(new)});
+        self.write(
+            Method::POST,
+            url,
+            sequencer,
+            idempotency_key,
+            Some(Bytes::from(body.to_string())),
+        )
+        .await
+    }
+
+    /// Applies `ops` atomically under `sequencer` (exclusive): all or none.
+    /// An empty batch only raises the mark (fences older holders).
+    pub async fn batch(
+        &self,
+        sequencer: &Sequencer,
+        ops: &[BatchOp],
+        idempotency_key: Option<&str>,
+    ) -> Result<Result<Written, Refused>, ClientError> {
+        let ops: Vec<Value> = ops
+            .iter()
+            .map(|op| match op {
+                BatchOp::Put { key, value } => {
+                    json!({"op": "put", "key": json_bytes(key), "value": json_bytes(value)})
+                }
+                BatchOp::Delete { key } => json!({"op": "delete", "key": json_bytes(key)}),
+                BatchOp::Cas { key, expected, new } => json!({
+                    "op": "cas",
+                    "key": json_bytes(key),
+                    "expected": json_optional(expected.as_deref()),
+                    "new": json_optional(new.as_deref()),
+                }),
+            })
+            .collect();
+        let body = json!({ "ops": ops });
+        let url = self.lock_url(sequencer.lock(), "batch");
+        self.write(
+            Method::POST,
+            url,
+            sequencer,
+            idempotency_key,
+            Some(Bytes::from(body.to_string())),
+        )
+        .await
+    }
+
+    /// The marks of `lock` (0 and 0 for a lock never seen).
+    pub async fn marks(&self, lock: &LockName) -> Result<Marks, ClientError> {
+        let url = self.lock_url(lock, "marks");
+        match self
+            .send(Method::GET, url.clone(), None, None, None)
+            .await?
+        {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let body: Value = decode_json(status, &read_body(response, &url).await?)?;
+                Ok(Marks {
+                    exclusive: body["marks"]["exclusive"].as_u64().ok_or_else(|| {
+                        ClientError::UnexpectedResponse {
+                            status,
+                            detail: "marks without `exclusive`".into(),
+                        }
+                    })?,
+                    shared: body["marks"]["shared"].as_u64().ok_or_else(|| {
+                        ClientError::UnexpectedResponse {
+                            status,
+                            detail: "marks without `shared`".into(),
+                        }
+                    })?,
+                })
+            }
+            Err(answer) => Err(answer.failure()),
+        }
+    }
+
+    /// `GET /healthz`.
+    pub async fn health(&self) -> Result<Health, ClientError> {
+        let url = format!("{}/healthz", self.base);
+        match self
+            .send(Method::GET, url.clone(), None, None, None)
+            .await?
+        {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let body: Value = decode_json(status, &read_body(response, &url).await?)?;
+                Ok(Health {
+                    status: body["status"].as_str().unwrap_or_default().to_owned(),
+                    durability: body["durability"].as_str().unwrap_or_default().to_owned(),
+                })
+            }
+            Err(answer) => Err(answer.failure()),
+        }
+    }
+
+    /// [`Client::put`] with the sequencer of `guard`. Asks the guard first,
+    /// so once the lease may have lapsed nothing is sent and the call fails
+    /// with [`ClientError::Lock`].
+    pub async fn put_with<G: LockGuard>(
+        &self,
+        guard: &G,
+        key: &[u8],
+        value: impl Into<Bytes>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Result<Written, Refused>, ClientError> {
+        let sequencer = guard.sequencer()?;
+        self.put(&sequencer, key, value, idempotency_key).await
+    }
+
+    /// [`Client::delete`] with the sequencer of `guard`.
+    pub async fn delete_with<G: LockGuard>(
+        &self,
+        guard: &G,
+        key: &[u8],
+        idempotency_key: Option<&str>,
+    ) -> Result<Result<Written, Refused>, ClientError> {
+        let sequencer = guard.sequencer()?;
+        self.delete(&sequencer, key, idempotency_key).await
+    }
+
+    /// [`Client::cas`] with the sequencer of `guard`.
+    pub async fn cas_with<G: LockGuard>(
+        &self,
+        guard: &G,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: Option<&[u8]>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Result<Written, Refused>, ClientError> {
+        let sequencer = guard.sequencer()?;
+        self.cas(&sequencer, key, expected, new, idempotency_key)
+            .await
+    }
+
+    /// [`Client::batch`] with the sequencer of `guard`.
+    pub async fn batch_with<G: LockGuard>(
+        &self,
+        guard: &G,
+        ops: &[BatchOp],
+        idempotency_key: Option<&str>,
+    ) -> Result<Result<Written, Refused>, ClientError> {
+        let sequencer = guard.sequencer()?;
+        self.batch(&sequencer, ops, idempotency_key).await
+    }
+
+    /// [`Client::get`] under `guard`'s lock with its sequencer.
+    pub async fn get_with<G: LockGuard>(
+        &self,
+        guard: &G,
+        key: &[u8],
+    ) -> Result<Result<Read, Refused>, ClientError> {
+        let sequencer = guard.sequencer()?;
+        self.get(sequencer.lock(), key, Some(&sequencer)).await
+    }
+}
+
+async fn read_body(response: reqwest::Response, url: &str) -> Result<Bytes, ClientError> {
+    response.bytes().await.map_err(|source| {
+        if source.is_timeout() {
+            ClientError::Timeout {
+                url: url.to_owned(),
+            }
+        } else {
+            ClientError::Transport {
+                url: url.to_owned(),
+                source,
+            }
+        }
+    })
+}
+
+fn decode_json(status: u16, bytes: &[u8]) -> Result<Value, ClientError> {
+    serde_json::from_slice(bytes).map_err(|e| ClientError::UnexpectedResponse {
+        status,
+        detail: format!("body is not JSON: {e}"),
+    })
+}
+
+fn decode_written(status: u16, bytes: &[u8]) -> Result<Written, ClientError> {
+    let body = decode_json(status, bytes)?;
+    let unexpected = |detail: &str| ClientError::UnexpectedResponse {
+        status,
+        detail: format!("{detail}: {body}"),
+    };
+    let results = body["results"]
+        .as_array()
+        .ok_or_else(|| unexpected("write answer without `results`"))?
+        .iter()
+        .map(|r| r.as_str().and_then(OpResult::parse))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| unexpected("unknown op result"))?;
+    Ok(Written {
+        results,
+        marks: Marks {
+            exclusive: body["marks"]["exclusive"]
+                .as_u64()
+                .ok_or_else(|| unexpected("write answer without marks"))?,
+            shared: body["marks"]["shared"]
+                .as_u64()
+                .ok_or_else(|| unexpected("write answer without marks"))?,
+        },
+        replayed: body["replayed"].as_bool().unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_escape_everything_but_unreserved() {
+        assert_eq!(segment(b"orders/42"), "orders%2F42");
+        assert_eq!(segment(&[0xff, 0x00, b' ']), "%FF%00%20");
+        assert_eq!(segment(b"a-b.c_d~e"), "a-b.c_d~e");
+    }
+
+    #[test]
+    fn bytes_are_strings_when_utf8_and_base64_otherwise() {
+        assert_eq!(json_bytes(b"hi"), json!("hi"));
+        assert_eq!(json_bytes(&[0xff, 0x00]), json!({"base64": "/wA="}));
+        assert_eq!(json_optional(None), Value::Null);
+    }
+
+    #[test]
+    fn base_urls_are_checked() {
+        assert!(Client::new("http://127.0.0.1:7411/").is_ok());
+        assert_eq!(Client::new("http://h:1/").unwrap().base_url(), "http://h:1");
+        for bad in ["127.0.0.1:7411", "ftp://h", "http://h/?q=1", ""] {
+            assert!(
+                matches!(Client::new(bad), Err(ClientError::InvalidUrl { .. })),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The in-process lock server.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use palisade_core::{
+    Generation, LiveCheck, Liveness, LockError, LockName, Mode, Sequencer, SessionOptions,
+    SharedLiveCheck,
+};
+use tokio::time::Instant;
+
+use crate::EmbeddedError;
+use crate::session::EmbeddedLock;
+use crate::state::ServiceState;
+
+/// The in-process lock server: per-name state (holders, FIFO queue,
+/// generation counter, lock-delay) and the session leases.
+///
+/// Cheap to clone: clones share one service. Open sessions with
+/// [`EmbeddedLockService::session`]; give a resource server its live check
+/// by passing the service itself (it implements [`LiveCheck`]).
+///
+/// Generations start at 1 for a new service and are not comparable with
+/// another service's: every sequencer carries the service's issuer id, and
+/// the live check refuses sequencers of other issuers.
+///
+/// ```
+/// use palisade_core::{LiveCheck, Liveness, Lock, LockGuard, LockName, Mode, SessionOptions};
+/// use palisade_lock_embedded::EmbeddedLockService;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let service = EmbeddedLockService::with_issuer("demo")?;
+/// let session = service.session(SessionOptions::default())?;
+/// let guard = session.acquire(&LockName::new("stock/apples")?, Mode::Exclusive).await?;
+///
+/// let sequencer = guard.sequencer()?;
+/// assert_eq!(sequencer.issuer(), Some("demo"));
+/// assert_eq!(service.check(&sequencer).await?, Liveness::Held);
+///
+/// guard.release().await?;
+/// assert_eq!(service.check(&sequencer).await?, Liveness::NotHeld);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct EmbeddedLockService {
+    inner: Arc<ServiceInner>,
+}
+
+/// What the service's clones, sessions and tasks share.
+pub(crate) struct ServiceInner {
+    issuer: String,
+    /// All state, behind one `std` mutex. Critical sections are short and
+    /// never span an `.await`.
+    state: Mutex<ServiceState>,
+}
+
+impl ServiceInner {
+    /// Locks the state. A panic while the lock was held (a bug) leaves the
+    /// state as consistent as the code that panicked left it; carrying on
+    /// beats poisoning every later lock operation of the process.
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, ServiceState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl EmbeddedLockService {
+    /// A service with a random issuer id, `embedded-<16 hex digits>`.
+    pub fn new() -> Self {
+        Self::build(format!("embedded-{}", random_hex()))
+    }
+
+    /// A service whose sequencers carry `issuer` (1 to
+    /// [`Sequencer::MAX_ID_LEN`] bytes, no control characters).
+    pub fn with_issuer(issuer: impl Into<String>) -> Result<Self, EmbeddedError> {
+        let issuer = issuer.into();
+        let probe = Sequencer::new(
+            LockName::new("issuer-probe").expect("a constant, valid lock name"),
+            Mode::Exclusive,
+            Generation::MIN,
+        );
+        match probe.with_issuer(&issuer) {
+            Ok(_) => Ok(Self::build(issuer)),
+            Err(source) => Err(EmbeddedError::InvalidIssuer { issuer, source }),
+        }
+    }
+
+    fn build(issuer: String) -> Self {
+        let inner = Arc::new_cyclic(|me| ServiceInner {
+            issuer: issuer.clone(),
+            state: Mutex::new(ServiceState::new(me.clone(), issuer)),
+        });
+        EmbeddedLockService { inner }
+    }
+
+    /// The issuer id put in every sequencer.
+    pub fn issuer(&self) -> &str {
+        &self.inner.issuer
+    }
+
+    /// Opens a session: its own lease (armed while it holds anything) and
+    /// holder id. Fails if `options` cannot keep a lease alive.
+    pub fn session(&self, options: SessionOptions) -> Result<EmbeddedLock, EmbeddedError> {
+        options
+            .validate()
+            .map_err(|reason| EmbeddedError::InvalidOptions { reason })?;
+        let (id, holder_id, lease_id) = self.inner.lock_state().open_session(options.clone());
+        Ok(EmbeddedLock::new(
+            self.clone(),
+            id,
+            holder_id,
+            lease_id,
+            options,
+        ))
+    }
+
+    /// The sequencers of the current holders of `name` (one exclusive
+    /// holder, or the shared ones), for diagnostics and tests.
+    pub fn holders(&self, name: &LockName) -> Vec<Sequencer> {
+        self.inner.lock_state().holders(name)
+    }
+
+    /// How many requests are queued for `name`, for diagnostics and tests.
+    pub fn waiters(&self, name: &LockName) -> usize {
+        self.inner.lock_state().waiters(name)
+    }
+
+    /// The service as a type-erased live check, for a resource server that
+    /// picks its live check at runtime.
+    pub fn shared_live_check(&self) -> SharedLiveCheck {
+        Arc::new(self.clone())
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<ServiceInner> {
+        &self.inner
+    }
+}
+
+impl Default for EmbeddedLockService {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for EmbeddedLockService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmbeddedLockService")
+            .field("issuer", &self.inner.issuer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Chubby's CheckSequencer for the embedded service: `Held` iff the lock is
+/// held right now with exactly that generation (and mode, holder and lease,
+/// where the sequencer names them) by a session whose lease is valid.
+/// Sequencers of another issuer, or without one, are `NotHeld`.
+impl LiveCheck for EmbeddedLockService {
+    async fn check(&self, sequencer: &Sequencer) -> Result<Liveness, LockError> {
+        let live = self.inner.lock_state().is_live(sequencer, Instant::now());
+        tracing::debug!(lock = %sequencer.lock(), generation = sequencer.generation().get(), live, "live check");
+        Ok(if live {
+            Liveness::Held
+        } else {
+            Liveness::NotHeld
+        })
+    }
+}
+
+/// 64 random bits as hex, from the standard library's randomly seeded
+/// hasher (mixed with the time and the process id).
+fn random_hex() -> String {
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_nanos())
+            .unwrap_or_default(),
+    );
+    hasher.write_u32(std::process::id());
+    format!("{:016x}", hasher.finish())
+}

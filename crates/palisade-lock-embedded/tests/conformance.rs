@@ -1,0 +1,46 @@
+//! The shared conformance suite, run against the embedded backend on the
+//! real clock.
+
+use std::time::Duration;
+
+use palisade_core::SessionOptions;
+use palisade_lock_embedded::{EmbeddedLock, EmbeddedLockService};
+use palisade_testkit::lock_suite::{self, SuiteBackend};
+
+/// The embedded service, driven by the suite.
+struct EmbeddedBackend {
+    service: EmbeddedLockService,
+}
+
+impl SuiteBackend for EmbeddedBackend {
+    type Lock = EmbeddedLock;
+
+    fn name(&self) -> &'static str {
+        "embedded"
+    }
+
+    async fn session(&self, options: SessionOptions) -> EmbeddedLock {
+        self.service
+            .session(options)
+            .expect("the suite's session options are valid")
+    }
+
+    async fn kill_lease(&self, session: &EmbeddedLock) {
+        session.kill_lease();
+    }
+
+    /// Nothing stops the embedded service from going lower, but a TTL of
+    /// one second keeps the suite's margins generous on a loaded machine
+    /// while the whole suite still runs in a few seconds.
+    fn min_ttl(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conformance() {
+    let backend = EmbeddedBackend {
+        service: EmbeddedLockService::new(),
+    };
+    lock_suite::test_all(backend).await;
+}

@@ -1,0 +1,189 @@
+//! Every transaction the mutex sends, in one place.
+//!
+//! All of them end with the same read (the lock's directory: its
+//! contenders and lock-delay markers, sorted by create-revision), so that
+//! every answer carries a complete [`Snapshot`] at the transaction's
+//! revision. All reads
+//! are linearizable (etcd's default): ownership is never decided from a
+//! serializable read, which an isolated member can answer stale.
+
+use etcd_client::{
+    Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
+};
+
+use crate::keys::{self, KeyKind, LockKeys};
+use crate::queue::{Contender, Marker, Snapshot};
+
+/// The read every transaction ends with.
+fn snapshot_read(keys: &LockKeys) -> TxnOp {
+    TxnOp::get(
+        keys.dir(),
+        Some(
+            GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend),
+        ),
+    )
+}
+
+fn ops(first: impl IntoIterator<Item = TxnOp>, keys: &LockKeys) -> Vec<TxnOp> {
+    first.into_iter().chain([snapshot_read(keys)]).collect()
+}
+
+/// Queues this session: puts its contender key with its lease if the key
+/// does not exist (create-revision 0), or leaves an existing one alone (a
+/// retry after an answer was lost reuses its place), then reads the queue.
+pub(crate) fn enqueue(keys: &LockKeys, lease: i64, value: &str) -> Txn {
+    let own = keys.contender(lease);
+    Txn::new()
+        .when([Compare::create_revision(own.clone(), CompareOp::Equal, 0)])
+        .and_then(ops(
+            [TxnOp::put(
+                own,
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )],
+            keys,
+        ))
+        .or_else(ops([], keys))
+}
+
+/// Like [`enqueue`], but only if the lock's directory is empty (nobody
+/// queued, no lock-delay marker): an exclusive `try_acquire` on a busy lock
+/// then costs one round trip and never writes a key it would have to delete
+/// again.
+///
+/// A range compare holds when every key in the range satisfies it, and an
+/// empty range compares as a key that does not exist (version 0).
+pub(crate) fn enqueue_if_free(keys: &LockKeys, lease: i64, value: &str) -> Txn {
+    let own = keys.contender(lease);
+    Txn::new()
+        .when([Compare::version(keys.dir(), CompareOp::Equal, 0).with_prefix()])
+        .and_then(ops(
+            [TxnOp::put(
+                own,
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )],
+            keys,
+        ))
+        .or_else(ops([], keys))
+}
+
+/// Rewrites this session's existing contender key with a new value (a new
+/// mode), keeping its create-revision, if it still has `create_revision`.
+pub(crate) fn requeue_mode(keys: &LockKeys, lease: i64, create_revision: i64, value: &str) -> Txn {
+    let own = keys.contender(lease);
+    Txn::new()
+        .when([Compare::create_revision(
+            own.clone(),
+            CompareOp::Equal,
+            create_revision,
+        )])
+        .and_then(ops(
+            [TxnOp::put(
+                own,
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )],
+            keys,
+        ))
+        .or_else(ops([], keys))
+}
+
+/// Reads the queue. Re-reading after every wake-up is also the check that
+/// this session's own key (and so its lease) still exists before it reports
+/// the lock as held.
+pub(crate) fn read(keys: &LockKeys) -> Txn {
+    Txn::new().and_then(ops([], keys))
+}
+
+/// Writes this session's lock-delay marker, with the delay lease, if its
+/// contender key still has `create_revision` (the grant is still valid).
+pub(crate) fn mark(
+    keys: &LockKeys,
+    lease: i64,
+    create_revision: i64,
+    delay_lease: i64,
+    value: &str,
+) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(
+            keys.contender(lease),
+            CompareOp::Equal,
+            create_revision,
+        )])
+        .and_then([TxnOp::put(
+            keys.marker(lease),
+            value,
+            Some(PutOptions::new().with_lease(delay_lease)),
+        )])
+}
+
+/// Releases or withdraws: deletes this session's contender key and (for a
+/// session with a lock-delay, `marked`) its marker together, only if the
+/// key still has `create_revision` (compare-and-delete by owner). `None`
+/// deletes whatever this session has queued, for a retry whose first answer
+/// was lost; the caller holds the session's gate for the name, so nothing
+/// else of this session can own the key meanwhile.
+pub(crate) fn remove(
+    keys: &LockKeys,
+    lease: i64,
+    create_revision: Option<i64>,
+    marked: bool,
+) -> Txn {
+    let own = keys.contender(lease);
+    let compares = match create_revision {
+        Some(revision) => vec![Compare::create_revision(
+            own.clone(),
+            CompareOp::Equal,
+            revision,
+        )],
+        None => Vec::new(),
+    };
+    let mut deletes = vec![TxnOp::delete(own, None::<DeleteOptions>)];
+    if marked {
+        deletes.push(TxnOp::delete(keys.marker(lease), None::<DeleteOptions>));
+    }
+    Txn::new().when(compares).and_then(deletes)
+}
+
+/// The snapshot at the end of a transaction built here.
+pub(crate) fn snapshot(keys: &LockKeys, response: &TxnResponse) -> Snapshot {
+    let revision = response
+        .header()
+        .map(|header| header.revision())
+        .unwrap_or_default();
+    let mut snapshot = Snapshot {
+        revision,
+        ..Snapshot::default()
+    };
+    let responses = response.op_responses();
+    let Some(directory) = responses.iter().rev().find_map(|op| match op {
+        TxnOpResponse::Get(get) => Some(get),
+        _ => None,
+    }) else {
+        return snapshot;
+    };
+    for kv in directory.kvs() {
+        match keys.classify(kv.key()) {
+            Some(KeyKind::Contender(lease)) => snapshot.contenders.push(Contender {
+                lease,
+                create_revision: kv.create_revision(),
+                mode: keys::mode_of(kv.value()),
+            }),
+            Some(KeyKind::Marker(lease)) => snapshot.markers.push(Marker {
+                lease,
+                mode: keys::mode_of(kv.value()),
+            }),
+            None => {}
+        }
+    }
+    // The server sorted them; sorting again costs nothing and makes the
+    // queue order independent of that option.
+    snapshot
+        .contenders
+        .sort_by_key(|contender| contender.create_revision);
+    snapshot
+}

@@ -1,0 +1,161 @@
+//! Typed errors for the failures a caller must tell apart.
+
+use std::time::Duration;
+
+use etcd_client::Permission;
+use palisade_core::{Lock, LockError, Mode, SessionOptions};
+use palisade_lock_etcd::{ConfigError, EtcdConnection};
+use palisade_testkit::etcd::EtcdServer;
+use palisade_testkit::process;
+
+use crate::fixtures::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_refused_is_unavailable() {
+    // A port nobody listens on.
+    let endpoint = format!("http://127.0.0.1:{}", process::free_port());
+    let config = config(&[endpoint], "/palisade-test/refused")
+        .with_connect_timeout(Duration::from_millis(500))
+        .with_request_timeout(Duration::from_secs(2));
+    match EtcdConnection::connect(config).await {
+        Err(LockError::Unavailable {
+            backend: "etcd", ..
+        }) => {}
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+/// A frozen etcd: requests time out, typed, and nothing is decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_etcd_gives_backend_timeout() {
+    let Some(etcd) = EtcdServer::spawn() else {
+        return;
+    };
+    let prefix = unique_prefix("frozen");
+    let config =
+        config(&etcd.endpoints(), &prefix).with_request_timeout(Duration::from_millis(500));
+    let connection = EtcdConnection::connect(config).await.unwrap();
+    let locks = session(&connection, options(5)).await;
+    etcd.pause().unwrap();
+    let result = locks.try_acquire(&name("frozen"), Mode::Exclusive).await;
+    etcd.resume().unwrap();
+    match result {
+        Err(LockError::BackendTimeout {
+            backend: "etcd",
+            after,
+            ..
+        }) => {
+            assert_eq!(after, Duration::from_millis(500));
+        }
+        other => panic!("expected BackendTimeout, got {other:?}"),
+    }
+    // Once etcd answers again the session works (if its lease survived the
+    // freeze), after withdrawing the key the timed-out request may have
+    // left.
+    if locks.is_open() {
+        let guard = locks
+            .acquire_timeout(&name("frozen"), Mode::Exclusive, Duration::from_secs(10))
+            .await
+            .unwrap();
+        palisade_core::LockGuard::release(guard).await.unwrap();
+    }
+}
+
+/// etcd's authentication: a wrong password and a missing permission are
+/// `PermissionDenied`, not `Backend`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_failures_are_permission_denied() {
+    let Some(etcd) = EtcdServer::spawn() else {
+        return;
+    };
+    let prefix = "/palisade-test/auth";
+    let mut admin = raw(&etcd.endpoints()).await;
+    admin.user_add("root", "root-password", None).await.unwrap();
+    admin.user_grant_role("root", "root").await.unwrap();
+    admin.role_add("reader").await.unwrap();
+    admin
+        .role_grant_permission(
+            "reader",
+            Permission::read(format!("{prefix}/")).with_prefix(),
+        )
+        .await
+        .unwrap();
+    admin
+        .user_add("reader", "reader-password", None)
+        .await
+        .unwrap();
+    admin.user_grant_role("reader", "reader").await.unwrap();
+    admin.role_add("writer").await.unwrap();
+    admin
+        .role_grant_permission(
+            "writer",
+            Permission::read_write(format!("{prefix}/")).with_prefix(),
+        )
+        .await
+        .unwrap();
+    admin
+        .user_add("writer", "writer-password", None)
+        .await
+        .unwrap();
+    admin.user_grant_role("writer", "writer").await.unwrap();
+    admin.auth_enable().await.unwrap();
+
+    let wrong_password = config(&etcd.endpoints(), prefix).with_user("writer", "guess");
+    match EtcdConnection::connect(wrong_password).await {
+        Err(LockError::PermissionDenied {
+            backend: "etcd",
+            message,
+        }) => {
+            assert!(message.contains("authentication failed"), "{message}");
+        }
+        other => panic!("expected PermissionDenied, got {other:?}"),
+    }
+    let elsewhere =
+        config(&etcd.endpoints(), "/somewhere-else").with_user("reader", "reader-password");
+    assert!(matches!(
+        EtcdConnection::connect(elsewhere).await,
+        Err(LockError::PermissionDenied { .. })
+    ));
+    // Reading is allowed, queueing (a write) is not.
+    let reader = EtcdConnection::connect(
+        config(&etcd.endpoints(), prefix).with_user("reader", "reader-password"),
+    )
+    .await
+    .unwrap();
+    let reading = session(&reader, options(5)).await;
+    assert!(matches!(
+        reading.try_acquire(&name("auth"), Mode::Exclusive).await,
+        Err(LockError::PermissionDenied { .. })
+    ));
+    // With the right permission, everything works.
+    let writer = EtcdConnection::connect(
+        config(&etcd.endpoints(), prefix).with_user("writer", "writer-password"),
+    )
+    .await
+    .unwrap();
+    let writing = session(&writer, options(5)).await;
+    let guard = writing
+        .acquire(&name("auth"), Mode::Exclusive)
+        .await
+        .unwrap();
+    palisade_core::LockGuard::release(guard).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_session_options_are_refused() {
+    let etcd = crate::require_etcd!();
+    let connection = connect(&etcd.endpoints(), &unique_prefix("options")).await;
+    let bad = SessionOptions::default()
+        .with_ttl(Duration::from_secs(2))
+        .with_safety_margin(Duration::from_secs(2));
+    match connection.session(bad).await {
+        Err(LockError::Backend { source, .. }) => {
+            let config_error = source.downcast_ref::<ConfigError>().expect("a ConfigError");
+            assert!(matches!(
+                config_error,
+                ConfigError::BadSessionOptions { .. }
+            ));
+        }
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+}

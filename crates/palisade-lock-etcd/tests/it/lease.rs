@@ -1,0 +1,258 @@
+//! Leases: kept alive, lost (deleted key, revoked lease, unreachable etcd),
+//! and Chubby's lock-delay.
+
+use std::time::Duration;
+
+use palisade_core::{LeaseState, Lock, LockError, LockGuard, LostReason, Mode};
+use palisade_testkit::etcd::EtcdServer;
+use tokio::time::Instant;
+
+use crate::fixtures::*;
+
+/// Within this, a lost lease must be reported (generous: 2-core CI).
+const REPORT_WITHIN: Duration = Duration::from_secs(10);
+
+/// A hold outlives its TTL many times over while the keep-alive runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keepalive_keeps_a_hold_valid_past_its_ttl() {
+    let etcd = crate::require_etcd!();
+    let prefix = unique_prefix("keepalive");
+    let connection = connect(&etcd.endpoints(), &prefix).await;
+    let lock = name("keepalive");
+    let holder = session(&connection, options(2)).await;
+    let other = session(&connection, options(2)).await;
+    let guard = holder.acquire(&lock, Mode::Exclusive).await.unwrap();
+    let before = connection.rpc_counts().keepalives;
+    // Time is the subject here: hold for three TTLs.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(guard.is_valid(), "{:?}", guard.lease().state());
+    assert!(guard.sequencer().is_ok());
+    assert!(connection.rpc_counts().keepalives > before);
+    assert!(
+        other
+            .try_acquire(&lock, Mode::Exclusive)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    guard.release().await.unwrap();
+}
+
+/// An operator deletes the holder's key: the guard reports the loss, the
+/// next contender gets a higher generation, and the old release is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_holder_key_is_reported_lost() {
+    let etcd = crate::require_etcd!();
+    let prefix = unique_prefix("deleted");
+    let connection = connect(&etcd.endpoints(), &prefix).await;
+    let lock = name("deleted");
+    let holder = session(&connection, options(10)).await;
+    let next = session(&connection, options(10)).await;
+    let guard = holder.acquire(&lock, Mode::Exclusive).await.unwrap();
+    let mut raw = raw(&etcd.endpoints()).await;
+    let key = format!("{}{:016x}", lock_dir(&prefix, &lock), holder.lease_id());
+    raw.delete(key, None).await.unwrap();
+    let mut lease = guard.lease();
+    let state = tokio::time::timeout(REPORT_WITHIN, lease.lost())
+        .await
+        .unwrap();
+    assert_eq!(state, LeaseState::Lost(LostReason::KeyDeleted));
+    assert!(matches!(
+        guard.sequencer(),
+        Err(LockError::LeaseLost {
+            reason: LostReason::KeyDeleted,
+            ..
+        })
+    ));
+    let taken = next
+        .try_acquire(&lock, Mode::Exclusive)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(taken.generation() > guard.generation());
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::NotOwner { .. })
+    ));
+    // The session itself is fine and can queue again.
+    assert!(holder.is_open());
+    taken.release().await.unwrap();
+    holder
+        .acquire(&lock, Mode::Exclusive)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// The lease is revoked behind the session's back: holds are lost, and the
+/// session refuses to acquire ("lease not found" → `SessionClosed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_lease_is_reported_lost_and_closes_the_session() {
+    let etcd = crate::require_etcd!();
+    let prefix = unique_prefix("revoked");
+    let connection = connect(&etcd.endpoints(), &prefix).await;
+    let holder = session(&connection, options(10)).await;
+    let guard = holder
+        .acquire(&name("revoked"), Mode::Exclusive)
+        .await
+        .unwrap();
+    let mut raw = raw(&etcd.endpoints()).await;
+    raw.lease_revoke(holder.lease_id()).await.unwrap();
+    let state = tokio::time::timeout(REPORT_WITHIN, guard.lease().lost())
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            state,
+            LeaseState::Lost(LostReason::KeyDeleted | LostReason::Revoked)
+        ),
+        "{state:?}"
+    );
+    match holder
+        .acquire(&name("revoked/other"), Mode::Exclusive)
+        .await
+    {
+        Err(LockError::SessionClosed) => {}
+        other => panic!("expected SessionClosed, got {other:?}"),
+    }
+    assert!(!holder.is_open());
+    assert!(!holder.lease().is_valid());
+}
+
+/// etcd stops answering (SIGSTOP): keep-alives fail, and the guard reports
+/// the loss by its own deadline, without hearing from etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_etcd_makes_the_hold_lapse_by_its_deadline() {
+    let Some(etcd) = EtcdServer::spawn() else {
+        return;
+    };
+    let prefix = unique_prefix("unreachable");
+    let connection = connect(&etcd.endpoints(), &prefix).await;
+    let holder = session(&connection, options(2)).await;
+    let guard = holder
+        .acquire(&name("unreachable"), Mode::Exclusive)
+        .await
+        .unwrap();
+    let paused_at = Instant::now();
+    etcd.pause().unwrap();
+    let state = tokio::time::timeout(REPORT_WITHIN, guard.lease().lost()).await;
+    let lapsed_at = Instant::now();
+    etcd.resume().unwrap();
+    let state = state.expect("the loss is reported while etcd is frozen");
+    assert!(
+        matches!(
+            state,
+            LeaseState::Lost(LostReason::Expired | LostReason::KeepAliveFailed)
+        ),
+        "{state:?}"
+    );
+    // No renewal was sent after the pause, so validity ended at the latest
+    // one TTL (minus the margin) after it; the signal came by then (plus
+    // scheduling slack on a loaded machine).
+    let bound = paused_at + Duration::from_secs(2) + Duration::from_millis(500);
+    assert!(
+        lapsed_at <= bound,
+        "reported {:?} after the pause",
+        lapsed_at - paused_at
+    );
+    assert!(guard.sequencer().is_err());
+}
+
+/// Chubby's lock-delay: a holder that loses its lease without releasing
+/// keeps everyone out for the delay, a waiter as much as a newcomer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_delay_holds_the_lock_after_a_lost_lease() {
+    let etcd = crate::require_etcd!();
+    let prefix = unique_prefix("lockdelay");
+    let connection = connect(&etcd.endpoints(), &prefix).await;
+    let lock = name("lockdelay");
+    let delay = Duration::from_secs(3);
+    let raw = raw(&etcd.endpoints()).await;
+    let mut queue = DirWatch::start(&raw, &lock_dir(&prefix, &lock)).await;
+    let crashing = session(&connection, options(10).with_lock_delay(delay)).await;
+    let held = crashing.acquire(&lock, Mode::Exclusive).await.unwrap();
+    let waiter = session(&connection, options(10)).await;
+    let waiter_lease = waiter.lease_id();
+    let (waiter_lock, waiter_session) = (lock.clone(), waiter.clone());
+    let waiting = tokio::spawn(async move {
+        let guard = waiter_session
+            .acquire(&waiter_lock, Mode::Exclusive)
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    queue.queued(waiter_lease).await;
+
+    let crashed_at = Instant::now();
+    crashing.simulate_crash().await.unwrap();
+    // A newcomer is kept out too, though nobody holds the lock.
+    let newcomer = session(&connection, options(10)).await;
+    assert!(
+        newcomer
+            .try_acquire(&lock, Mode::Exclusive)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        newcomer
+            .try_acquire(&lock, Mode::Shared)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    let (granted_at, guard) = tokio::time::timeout(delay + REPORT_WITHIN, waiting)
+        .await
+        .expect("the waiter is granted after the delay")
+        .unwrap();
+    let waited = granted_at - crashed_at;
+    assert!(
+        waited >= delay - Duration::from_millis(50),
+        "granted after {waited:?}, delay {delay:?}"
+    );
+    assert!(guard.generation() > held.generation());
+    // The crashed holder finds out on its own.
+    let state = tokio::time::timeout(REPORT_WITHIN, held.lease().lost())
+        .await
+        .unwrap();
+    assert!(matches!(state, LeaseState::Lost(_)), "{state:?}");
+    guard.release().await.unwrap();
+}
+
+/// A clean release has no lock-delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_release_has_no_lock_delay() {
+    let etcd = crate::require_etcd!();
+    let prefix = unique_prefix("cleandelay");
+    let connection = connect(&etcd.endpoints(), &prefix).await;
+    let lock = name("cleandelay");
+    let careful = session(
+        &connection,
+        options(10).with_lock_delay(Duration::from_secs(30)),
+    )
+    .await;
+    let other = session(&connection, options(10)).await;
+    let guard = careful.acquire(&lock, Mode::Exclusive).await.unwrap();
+    let mut raw = raw(&etcd.endpoints()).await;
+    let marker = format!(
+        "{}delay-{:016x}",
+        lock_dir(&prefix, &lock),
+        careful.lease_id()
+    );
+    let keys = keys_under(&mut raw, &lock_dir(&prefix, &lock)).await;
+    assert!(keys.contains(&marker), "the holder's marker: {keys:?}");
+    guard.release().await.unwrap();
+    assert!(
+        keys_under(&mut raw, &lock_dir(&prefix, &lock))
+            .await
+            .is_empty()
+    );
+    let next = other.try_acquire(&lock, Mode::Exclusive).await.unwrap();
+    assert!(
+        next.is_some(),
+        "a clean release must not impose the lock-delay"
+    );
+}

@@ -1,0 +1,12 @@
+//! Integration tests of the etcd lock backend, against real etcd processes
+//! started on loopback by the testkit (or the etcd named by
+//! `PALISADE_ETCD_ENDPOINTS`). No test here mocks etcd.
+
+mod cancel;
+mod cluster;
+mod errors;
+mod fixtures;
+mod lease;
+mod live_check;
+mod mutex;
+mod pause;

@@ -1,0 +1,506 @@
+//! Acquire+release cycles on one local Redis, next to the raw two-script
+//! bound and the `rslock` crate, all measured in the same run.
+//!
+//! Run with: `cargo bench -p palisade-lock-redis --bench redis_lock`
+//! (starts its own `redis-server` on a free port, or uses
+//! `PALISADE_REDIS_URL`). Each system runs each scenario in
+//! `PALISADE_BENCH_ROUNDS` (3) interleaved rounds of `PALISADE_BENCH_SECS`
+//! (2) seconds; a full run takes under a minute and a half.
+//!
+//! Scenarios: 1 client; 8 clients on 8 names; 8 clients on one name. For
+//! each: cycles per second, acquire latency p50/p99/max, per-client cycles
+//! (fairness = max/min), and Redis requests per acquisition from
+//! `INFO commandstats`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
+use palisade_lock_redis::{LockKeys, RedisConfig, RedisLockClient, scripts};
+use palisade_testkit::redis::{RedisServer, commandstat_calls};
+use tokio::time::Instant;
+
+const TASKS: usize = 8;
+
+#[derive(Debug)]
+struct Outcome {
+    label: String,
+    per_client: Vec<u64>,
+    acquire_latencies: Vec<Duration>,
+    elapsed: Duration,
+    requests_per_acquisition: f64,
+    /// Every command Redis executed, those run inside scripts included.
+    commands_per_acquisition: f64,
+    failed_attempts: Option<u64>,
+}
+
+impl Outcome {
+    fn cycles(&self) -> u64 {
+        self.per_client.iter().sum()
+    }
+
+    fn rate(&self) -> f64 {
+        self.cycles() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn percentile(&self, fraction: f64) -> Duration {
+        let index = ((self.acquire_latencies.len() as f64 - 1.0) * fraction).round() as usize;
+        self.acquire_latencies
+            .get(index)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn fairness(&self) -> f64 {
+        let max = *self.per_client.iter().max().unwrap_or(&0) as f64;
+        let min = *self.per_client.iter().min().unwrap_or(&0) as f64;
+        if min == 0.0 { f64::INFINITY } else { max / min }
+    }
+}
+
+/// Runs `tasks` loops of `cycle(task)` for `duration`; each cycle returns
+/// how long its acquire waited.
+async fn measure<F, Fut>(
+    server: &RedisServer,
+    requests: fn(&RedisServer) -> u64,
+    label: &str,
+    tasks: usize,
+    duration: Duration,
+    cycle: F,
+) -> Outcome
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Duration> + Send + 'static,
+{
+    let cycle = Arc::new(cycle);
+    // Warm up (connections, script cache), then measure.
+    for task in 0..tasks {
+        cycle(task).await;
+    }
+    let requests_before = requests(server);
+    let commands_before = all_commands(server);
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let cycle = cycle.clone();
+        handles.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while Instant::now() < deadline {
+                latencies.push(cycle(task).await);
+            }
+            latencies
+        }));
+    }
+    let mut per_client = Vec::new();
+    let mut acquire_latencies = Vec::new();
+    for handle in handles {
+        let latencies = handle.await.expect("bench task");
+        per_client.push(latencies.len() as u64);
+        acquire_latencies.extend(latencies);
+    }
+    let elapsed = started.elapsed();
+    acquire_latencies.sort();
+    let cycles: u64 = per_client.iter().sum();
+    let requests_per_acquisition =
+        (requests(server) - requests_before) as f64 / cycles.max(1) as f64;
+    let commands_per_acquisition =
+        (all_commands(server) - commands_before) as f64 / cycles.max(1) as f64;
+    Outcome {
+        label: label.to_owned(),
+        per_client,
+        acquire_latencies,
+        elapsed,
+        requests_per_acquisition,
+        commands_per_acquisition,
+        failed_attempts: None,
+    }
+}
+
+/// Every command Redis executed (scripts' inner commands included), less
+/// the `INFO` calls the benchmark makes itself.
+fn all_commands(server: &RedisServer) -> u64 {
+    let info = server
+        .command(&["INFO", "commandstats"])
+        .expect("INFO commandstats");
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info:"))
+        .filter_map(|line| line.split_once(":calls="))
+        .filter_map(|(_, rest)| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Requests an rslock client sends: `SET NX PX` and its unlock script.
+fn rslock_requests(server: &RedisServer) -> u64 {
+    let info = server
+        .command(&["INFO", "commandstats"])
+        .expect("INFO commandstats");
+    ["evalsha", "eval", "set"]
+        .iter()
+        .map(|command| commandstat_calls(&info, command))
+        .sum()
+}
+
+/// Requests a Palisade client (or the raw bound) sends: every one is a
+/// script call. (`SET` cannot be counted for them: the scripts' own `SET`s
+/// show in `INFO commandstats` too.)
+fn script_calls(server: &RedisServer) -> u64 {
+    let info = server
+        .command(&["INFO", "commandstats"])
+        .expect("INFO commandstats");
+    ["evalsha", "eval"]
+        .iter()
+        .map(|command| commandstat_calls(&info, command))
+        .sum()
+}
+
+fn session_options() -> SessionOptions {
+    SessionOptions::default().with_ttl(Duration::from_secs(10))
+}
+
+async fn raw_scenario(
+    server: &RedisServer,
+    label: &str,
+    clients: usize,
+    one_name: bool,
+    duration: Duration,
+) -> Outcome {
+    let acquire_source = scripts::acquire_source();
+    let release_source = scripts::release_source();
+    let acquire_sha = redis::Script::new(&acquire_source).get_hash().to_owned();
+    let release_sha = redis::Script::new(&release_source).get_hash().to_owned();
+    let mut connections = Vec::new();
+    for _ in 0..clients {
+        let client = redis::Client::open(server.url()).expect("url");
+        let mut connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        for source in [&acquire_source, &release_source] {
+            let _: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(source)
+                .query_async(&mut connection)
+                .await
+                .expect("script load");
+        }
+        connections.push(connection);
+    }
+    let connections = Arc::new(connections);
+    let prefix = format!("bench-raw-{}:", std::process::id());
+    let (acquire_sha, release_sha) = (Arc::new(acquire_sha), Arc::new(release_sha));
+    measure(
+        server,
+        script_calls,
+        label,
+        clients,
+        duration,
+        move |task| {
+            let mut connection = connections[task].clone();
+            let name = LockName::new(if one_name {
+                "raw".to_owned()
+            } else {
+                format!("raw/{task}")
+            })
+            .expect("name");
+            let keys = LockKeys::new(&prefix, &name);
+            let (acquire_sha, release_sha) = (acquire_sha.clone(), release_sha.clone());
+            async move {
+                let token = format!("{:032x}", task as u128 + 1);
+                let started = Instant::now();
+                loop {
+                    let reply: Vec<i64> = redis::cmd("EVALSHA")
+                        .arg(acquire_sha.as_str())
+                        .arg(8)
+                        .arg(keys.all())
+                        .arg(&token)
+                        .arg("x")
+                        .arg(10_000)
+                        .arg(0)
+                        .arg("lease0000000000")
+                        .arg("holder")
+                        .arg("bench-inbox")
+                        .arg(0)
+                        .arg(5_000)
+                        .arg(1)
+                        .query_async(&mut connection)
+                        .await
+                        .expect("acquire script");
+                    if reply.first() == Some(&1) {
+                        break;
+                    }
+                }
+                let waited = started.elapsed();
+                let _: i64 = redis::cmd("EVALSHA")
+                    .arg(release_sha.as_str())
+                    .arg(8)
+                    .arg(keys.all())
+                    .arg(&token)
+                    .arg("x")
+                    .arg(1)
+                    .arg(0)
+                    .query_async(&mut connection)
+                    .await
+                    .expect("release script");
+                waited
+            }
+        },
+    )
+    .await
+}
+
+async fn palisade_scenario(
+    server: &RedisServer,
+    label: &str,
+    clients: usize,
+    one_name: bool,
+    duration: Duration,
+) -> Outcome {
+    let prefix = format!(
+        "bench-palisade-{}-{clients}-{one_name}:",
+        std::process::id()
+    );
+    let mut lock_clients = Vec::new();
+    let mut sessions = Vec::new();
+    for _ in 0..clients {
+        let client = RedisLockClient::connect(
+            RedisConfig::new(server.url()).with_key_prefix(prefix.clone()),
+        )
+        .await
+        .expect("connect");
+        sessions.push(client.session(session_options()).expect("session"));
+        lock_clients.push(client);
+    }
+    let sessions = Arc::new(sessions);
+    let before: u64 = lock_clients.iter().map(|c| c.stats().rechecks).sum();
+    let mut outcome = measure(
+        server,
+        script_calls,
+        label,
+        clients,
+        duration,
+        move |task| {
+            let session = sessions[task].clone();
+            let name = LockName::new(if one_name {
+                "palisade".to_owned()
+            } else {
+                format!("palisade/{task}")
+            })
+            .expect("name");
+            async move {
+                let started = Instant::now();
+                let guard = session
+                    .acquire(&name, Mode::Exclusive)
+                    .await
+                    .expect("acquire");
+                let waited = started.elapsed();
+                guard.release().await.expect("release");
+                waited
+            }
+        },
+    )
+    .await;
+    let rechecks: u64 = lock_clients.iter().map(|c| c.stats().rechecks).sum::<u64>() - before;
+    outcome.failed_attempts = Some(rechecks);
+    outcome
+}
+
+async fn rslock_scenario(
+    server: &RedisServer,
+    label: &str,
+    clients: usize,
+    one_name: bool,
+    duration: Duration,
+) -> Outcome {
+    let managers: Vec<rslock::LockManager> = (0..clients)
+        .map(|_| rslock::LockManager::new(vec![server.url()]))
+        .collect();
+    let managers = Arc::new(managers);
+    let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let failed_in_scenario = failed.clone();
+    let pid = std::process::id();
+    let mut outcome = measure(
+        server,
+        rslock_requests,
+        label,
+        clients,
+        duration,
+        move |task| {
+            let manager = managers[task].clone();
+            let failed = failed.clone();
+            let resource = if one_name {
+                format!("bench-rslock-{pid}")
+            } else {
+                format!("bench-rslock-{pid}/{task}")
+            };
+            async move {
+                let started = Instant::now();
+                // rslock's own loop (`acquire`) retries after a random delay of
+                // up to 200 ms; count the attempts it makes.
+                let lock = loop {
+                    match manager
+                        .lock(resource.as_bytes(), Duration::from_secs(10))
+                        .await
+                    {
+                        Ok(lock) => break lock,
+                        Err(_) => {
+                            failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                };
+                let waited = started.elapsed();
+                manager.unlock(&lock).await;
+                waited
+            }
+        },
+    )
+    .await;
+    outcome.failed_attempts = Some(failed_in_scenario.load(std::sync::atomic::Ordering::Relaxed));
+    outcome
+}
+
+fn print_table(outcomes: &[Outcome], raw_one: f64, raw_eight: f64, rslock: &[Outcome]) {
+    println!();
+    println!(
+        "| scenario | cycles/s | vs raw | vs rslock | acquire p50 | p99 | max | per-client min..max (max/min) | requests/acq | Redis cmds/acq | failed attempts |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for outcome in outcomes {
+        let raw = if outcome.label.contains("8 clients") {
+            raw_eight
+        } else {
+            raw_one
+        };
+        let peer = rslock
+            .iter()
+            .find(|peer| peer.label.split(':').nth(1) == outcome.label.split(':').nth(1));
+        let vs_rslock = peer
+            .map(|peer| format!("{:.2}x", outcome.rate() / peer.rate()))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "| {} | {:.0} | {:.2}x | {} | {:?} | {:?} | {:?} | {}..{} ({:.2}) | {:.2} | {:.1} | {} |",
+            outcome.label,
+            outcome.rate(),
+            outcome.rate() / raw,
+            vs_rslock,
+            outcome.percentile(0.50),
+            outcome.percentile(0.99),
+            outcome
+                .acquire_latencies
+                .last()
+                .copied()
+                .unwrap_or_default(),
+            outcome.per_client.iter().min().unwrap_or(&0),
+            outcome.per_client.iter().max().unwrap_or(&0),
+            outcome.fairness(),
+            outcome.requests_per_acquisition,
+            outcome.commands_per_acquisition,
+            outcome
+                .failed_attempts
+                .map_or_else(|| "-".to_owned(), |failed| failed.to_string()),
+        );
+    }
+}
+
+/// Merges the rounds of one scenario: summed cycles and latencies, summed
+/// time, so the rate is over all rounds.
+fn merge(rounds: Vec<Outcome>) -> Outcome {
+    let mut rounds = rounds.into_iter();
+    let mut merged = rounds.next().expect("at least one round");
+    let mut requests = merged.requests_per_acquisition * merged.cycles() as f64;
+    let mut commands = merged.commands_per_acquisition * merged.cycles() as f64;
+    for round in rounds {
+        requests += round.requests_per_acquisition * round.cycles() as f64;
+        commands += round.commands_per_acquisition * round.cycles() as f64;
+        for (total, cycles) in merged.per_client.iter_mut().zip(&round.per_client) {
+            *total += cycles;
+        }
+        merged.acquire_latencies.extend(round.acquire_latencies);
+        merged.elapsed += round.elapsed;
+        merged.failed_attempts = match (merged.failed_attempts, round.failed_attempts) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+    }
+    merged.acquire_latencies.sort();
+    merged.requests_per_acquisition = requests / merged.cycles().max(1) as f64;
+    merged.commands_per_acquisition = commands / merged.cycles().max(1) as f64;
+    merged
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async {
+        let Some(server) = RedisServer::start() else {
+            println!("skipped: no redis-server");
+            return;
+        };
+        let seconds: f64 = std::env::var("PALISADE_BENCH_SECS")
+            .ok()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(2.0);
+        let rounds: usize = std::env::var("PALISADE_BENCH_ROUNDS")
+            .ok()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(3);
+        let duration = Duration::from_secs_f64(seconds);
+        println!(
+            "Redis at {}; {rounds} interleaved rounds of {seconds} s per scenario and system",
+            server.url()
+        );
+
+        let shapes = [
+            ("1 client", 1, false),
+            ("8 clients, 8 names", TASKS, false),
+            ("8 clients, one name", TASKS, true),
+        ];
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        let mut raw_rates = Vec::new();
+        for (shape, clients, one_name) in shapes {
+            let (mut raw, mut palisade, mut rslock) = (Vec::new(), Vec::new(), Vec::new());
+            // Interleave the systems so that load from elsewhere on the
+            // machine hits all of them alike.
+            for _ in 0..rounds {
+                if !one_name {
+                    raw.push(
+                        raw_scenario(&server, &format!("raw: {shape}"), clients, one_name, duration)
+                            .await,
+                    );
+                }
+                palisade.push(
+                    palisade_scenario(
+                        &server,
+                        &format!("palisade: {shape}"),
+                        clients,
+                        one_name,
+                        duration,
+                    )
+                    .await,
+                );
+                rslock.push(
+                    rslock_scenario(&server, &format!("rslock: {shape}"), clients, one_name, duration)
+                        .await,
+                );
+            }
+            if !raw.is_empty() {
+                let raw = merge(raw);
+                raw_rates.push(raw.rate());
+                ours.push(raw);
+            }
+            ours.push(merge(palisade));
+            theirs.push(merge(rslock));
+        }
+        let (raw_one, raw_eight) = (raw_rates[0], raw_rates[1]);
+        print_table(&ours, raw_one, raw_eight, &theirs);
+        print_table(&theirs, raw_one, raw_eight, &[]);
+        println!();
+        println!(
+            "vs raw: against the raw bound of the same shape (for one name: against raw with 8 clients on 8 names). requests/acq: client requests per acquisition (scripts; plus SET for rslock). Redis cmds/acq: every command Redis ran per acquisition, inside scripts included (PUBLISH and the scripts' reads and writes). failed attempts: acquire calls after the first that did not grant (Palisade: re-checks; rslock: refused SET NX tries)."
+        );
+    });
+}

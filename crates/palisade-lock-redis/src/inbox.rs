@@ -1,0 +1,290 @@
+//! The client's inbox: one pub/sub subscription that carries every grant
+//! made to this client's waiters.
+//!
+//! A waiter does not subscribe to anything itself. When the release script
+//! hands a lock to a queued waiter, it publishes `"<lease id> granted
+//! <generation> <server ms>"` on the channel recorded in the waiter's queue
+//! entry: its client's inbox. The inbox task routes the message to the
+//! waiting future by lease id. So waiting costs no request at all, and a
+//! hand-off costs the release script plus one message.
+//!
+//! Messages can be lost (the subscription drops and reconnects). Nothing
+//! depends on them for correctness: the acquire script also reports a grant
+//! made while the notification was lost, and waiters look again after a
+//! bounded time. After every (re)subscription the inbox tells all waiters to
+//! look again at once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::RedisLockError;
+use crate::error::{BACKEND, from_redis};
+
+/// What the inbox tells a waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Notice {
+    /// The lock was handed to this waiter with `generation`, at `server_ms`
+    /// on the Redis clock.
+    Granted { generation: u64, server_ms: u64 },
+    /// Something changed (or notifications may have been lost): look again.
+    Recheck,
+}
+
+type Routes = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Notice>>>>;
+
+/// The subscription and the routing table.
+#[derive(Debug)]
+pub(crate) struct Inbox {
+    /// The channel name, recorded in every queue entry of this client.
+    channel: String,
+    /// Lease id of each waiting acquire → its notice sender.
+    routes: Routes,
+    /// Whether the subscription is up right now. Waiters shorten their
+    /// re-check interval while it is down.
+    connected: watch::Receiver<bool>,
+    /// The subscriber task, stopped when the client is dropped.
+    task: JoinHandle<()>,
+}
+
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A waiter's registration; unregisters on drop.
+pub(crate) struct Registration {
+    lease: String,
+    routes: Routes,
+    /// Notices for this waiter.
+    pub(crate) notices: mpsc::UnboundedReceiver<Notice>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.routes
+            .lock()
+            .expect("inbox routes poisoned")
+            .remove(&self.lease);
+    }
+}
+
+impl Inbox {
+    /// Subscribes to `channel` on the first reachable URL and keeps the
+    /// subscription up in the background. Returns once the first
+    /// subscription is confirmed, so no grant can be missed from the start.
+    pub(crate) async fn start(
+        urls: &[String],
+        channel: String,
+        connect_timeout: Duration,
+    ) -> Result<Self, RedisLockError> {
+        let clients = urls
+            .iter()
+            .map(|url| crate::connection::open_client(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let routes: Routes = Arc::default();
+        let (connected_tx, connected) = watch::channel(false);
+
+        // The first subscription, in the foreground.
+        let mut last_error = None;
+        let mut first = None;
+        for (index, client) in clients.iter().enumerate() {
+            match subscribe(client, &channel, connect_timeout).await {
+                Ok(pubsub) => {
+                    first = Some((index, pubsub));
+                    break;
+                }
+                Err(error) => last_error = Some(error),
+            }
+        }
+        let Some((first_index, first_pubsub)) = first else {
+            let error = last_error.unwrap_or_else(|| {
+                redis::RedisError::from(std::io::Error::other("no Redis URL to subscribe on"))
+            });
+            return Err(RedisLockError::Lock(from_redis(
+                "subscribe",
+                connect_timeout,
+                error,
+            )));
+        };
+        connected_tx.send_replace(true);
+
+        let task = tokio::spawn(run(
+            clients,
+            first_index,
+            first_pubsub,
+            channel.clone(),
+            connect_timeout,
+            routes.clone(),
+            connected_tx,
+        ));
+        Ok(Inbox {
+            channel,
+            routes,
+            connected,
+            task,
+        })
+    }
+
+    /// The channel to record in queue entries.
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Whether the subscription is up.
+    pub(crate) fn is_connected(&self) -> bool {
+        *self.connected.borrow()
+    }
+
+    /// Registers a waiter under `lease` before its acquire is sent.
+    pub(crate) fn register(&self, lease: &str) -> Registration {
+        let (sender, notices) = mpsc::unbounded_channel();
+        self.routes
+            .lock()
+            .expect("inbox routes poisoned")
+            .insert(lease.to_owned(), sender);
+        Registration {
+            lease: lease.to_owned(),
+            routes: self.routes.clone(),
+            notices,
+        }
+    }
+}
+
+async fn subscribe(
+    client: &redis::Client,
+    channel: &str,
+    timeout: Duration,
+) -> Result<redis::aio::PubSub, redis::RedisError> {
+    let connect = async {
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(channel).await?;
+        Ok(pubsub)
+    };
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(result) => result,
+        Err(_elapsed) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
+    }
+}
+
+/// Reads messages until the subscription drops, then resubscribes (trying
+/// each URL in turn, with backoff) and tells every waiter to look again.
+async fn run(
+    clients: Vec<redis::Client>,
+    mut index: usize,
+    first: redis::aio::PubSub,
+    channel: String,
+    connect_timeout: Duration,
+    routes: Routes,
+    connected: watch::Sender<bool>,
+) {
+    let mut pubsub = Some(first);
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        if let Some(current) = pubsub.take() {
+            connected.send_replace(true);
+            backoff = Duration::from_millis(20);
+            let mut messages = current.into_on_message();
+            while let Some(message) = messages.next().await {
+                dispatch(&routes, message.get_payload_bytes());
+            }
+            connected.send_replace(false);
+            tracing::warn!(backend = BACKEND, %channel, "inbox subscription lost; resubscribing");
+            broadcast_recheck(&routes);
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+        index = (index + 1) % clients.len();
+        match subscribe(&clients[index], &channel, connect_timeout).await {
+            Ok(resubscribed) => {
+                tracing::info!(backend = BACKEND, %channel, "inbox subscription restored");
+                pubsub = Some(resubscribed);
+                // Grants published while we were away were lost: look again.
+                broadcast_recheck(&routes);
+            }
+            Err(error) => {
+                tracing::debug!(backend = BACKEND, %channel, %error, "inbox resubscription failed");
+            }
+        }
+    }
+}
+
+fn broadcast_recheck(routes: &Routes) {
+    for sender in routes.lock().expect("inbox routes poisoned").values() {
+        let _ = sender.send(Notice::Recheck);
+    }
+}
+
+/// Routes one message: `"<lease> granted <generation> <server ms>"` or
+/// `"<lease> recheck"`. Anything else is ignored (and logged).
+fn dispatch(routes: &Routes, payload: &[u8]) {
+    let Some((lease, notice)) = parse_notice(payload) else {
+        tracing::warn!(backend = BACKEND, payload = %String::from_utf8_lossy(payload), "unreadable inbox message");
+        return;
+    };
+    let routes = routes.lock().expect("inbox routes poisoned");
+    match routes.get(lease) {
+        Some(sender) => {
+            let _ = sender.send(notice);
+        }
+        // The waiter gave up (its acquire was dropped). Its cleanup releases
+        // whatever it was granted; nothing to do here.
+        None => tracing::debug!(
+            backend = BACKEND,
+            lease,
+            ?notice,
+            "notice for a waiter that is gone"
+        ),
+    }
+}
+
+fn parse_notice(payload: &[u8]) -> Option<(&str, Notice)> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let mut parts = text.split(' ');
+    let lease = parts.next()?;
+    let notice = match parts.next()? {
+        "granted" => Notice::Granted {
+            generation: parts.next()?.parse().ok()?,
+            server_ms: parts.next()?.parse().ok()?,
+        },
+        "recheck" => Notice::Recheck,
+        _ => return None,
+    };
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((lease, notice))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_parse_exactly() {
+        assert_eq!(
+            parse_notice(b"ab12 granted 42 1700000000000"),
+            Some((
+                "ab12",
+                Notice::Granted {
+                    generation: 42,
+                    server_ms: 1_700_000_000_000
+                }
+            ))
+        );
+        assert_eq!(
+            parse_notice(b"ab12 recheck"),
+            Some(("ab12", Notice::Recheck))
+        );
+        assert_eq!(parse_notice(b"ab12 granted x 1"), None);
+        assert_eq!(parse_notice(b"ab12 granted 1"), None);
+        assert_eq!(parse_notice(b"ab12 recheck extra"), None);
+        assert_eq!(parse_notice(b"ab12 other"), None);
+        assert_eq!(parse_notice(b"\xff"), None);
+    }
+}

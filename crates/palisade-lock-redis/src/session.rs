@@ -1,0 +1,642 @@
+//! [`RedisLock`]: a lock session, the [`Lock`] implementation.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use palisade_core::{
+    Generation, LeaseTracker, Lock, LockError, LockName, LostReason, Mode, Sequencer,
+    SessionOptions,
+};
+use tokio::time::Instant;
+
+use crate::RedisLockClient;
+use crate::client::{AcquireReply, Attempt};
+use crate::error::{BACKEND, maybe_applied};
+use crate::guard::{Hold, RedisGuard};
+use crate::inbox::Notice;
+
+/// A lock session on Redis: one holder identity, one set of lease
+/// settings, re-entry scoped to it.
+///
+/// Cheap to clone (clones are the same session). Created by
+/// [`RedisLockClient::session`] or [`RedisLock::connect`].
+///
+/// - **acquire** runs one script that grants the lock (`SET NX PX` and the
+///   generation) or queues the caller; a queued caller sleeps until the
+///   holder's release hands the lock over and publishes to this client's
+///   inbox, re-checking only after a bounded time.
+/// - **release** is compare-and-delete on the owner token; the same script
+///   grants the lock to the next waiter.
+/// - the client's **watchdog** extends each hold's lease
+///   (compare-and-PEXPIRE) every keep-alive interval; see
+///   [`RedisLock::without_watchdog`].
+#[derive(Clone, Debug)]
+pub struct RedisLock {
+    pub(crate) inner: Arc<SessionInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct SessionInner {
+    pub(crate) client: RedisLockClient,
+    pub(crate) options: SessionOptions,
+    /// Whether holds are kept alive in the background.
+    pub(crate) watchdog: bool,
+    /// Public id of this session: the sequencer's `holder` field.
+    pub(crate) holder: String,
+    /// The session's live holds, for re-entry. A hold leaves the map when
+    /// its last guard goes, or when a new acquire finds its lease lost.
+    holds: Mutex<HashMap<LockName, Arc<Hold>>>,
+    /// One gate per lock name with an acquire in progress: acquires of the
+    /// same name by one session go one at a time, so the second re-enters
+    /// the first's hold instead of queueing behind its own session.
+    gates: Mutex<HashMap<LockName, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl RedisLock {
+    pub(crate) fn new(client: RedisLockClient, options: SessionOptions, holder: String) -> Self {
+        RedisLock {
+            inner: Arc::new(SessionInner {
+                client,
+                options,
+                watchdog: true,
+                holder,
+                holds: Mutex::default(),
+                gates: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Connects a new client to `url` and opens one session on it: the
+    /// shortest way to a lock (a child process in a test, a small tool).
+    pub async fn connect(
+        url: &str,
+        options: SessionOptions,
+    ) -> Result<Self, crate::RedisLockError> {
+        let client = RedisLockClient::connect(crate::RedisConfig::new(url)).await?;
+        client.session(options)
+    }
+
+    /// This session without the watchdog: holds are never extended in the
+    /// background, so each lease lapses one TTL after its grant (minus the
+    /// safety margin locally) unless [`RedisGuard::extend`] is called.
+    /// Must be called before the first acquire.
+    ///
+    /// This is the "holder outlives its TTL" setting of the fencing tests;
+    /// in production, keep the watchdog.
+    pub fn without_watchdog(self) -> Self {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.watchdog = false;
+                RedisLock {
+                    inner: Arc::new(inner),
+                }
+            }
+            Err(shared) => {
+                tracing::warn!(
+                    backend = BACKEND,
+                    "without_watchdog on a shared session: cloning it into a new session with the same holder id"
+                );
+                RedisLock {
+                    inner: Arc::new(SessionInner {
+                        client: shared.client.clone(),
+                        options: shared.options.clone(),
+                        watchdog: false,
+                        holder: shared.holder.clone(),
+                        holds: Mutex::default(),
+                        gates: Mutex::default(),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// The client this session runs on.
+    pub fn client(&self) -> &RedisLockClient {
+        &self.inner.client
+    }
+
+    /// The session's options.
+    pub fn options(&self) -> &SessionOptions {
+        &self.inner.options
+    }
+
+    /// The public holder id put in this session's sequencers.
+    pub fn holder_id(&self) -> &str {
+        &self.inner.holder
+    }
+
+    /// Ends every hold of this session on Redis *without* releasing, as a
+    /// crash or a long pause would: watchdogs stop, the holds are gone from
+    /// Redis at once, their lock-delay starts, and their guards report
+    /// `Lost(Revoked)`. Returns once Redis has applied it.
+    ///
+    /// For tests, and for fencing off a wedged worker from inside.
+    pub async fn expire_session(&self) -> Result<(), LockError> {
+        let holds: Vec<Arc<Hold>> = {
+            let mut map = self.inner.holds.lock().expect("holds poisoned");
+            map.drain().map(|(_, hold)| hold).collect()
+        };
+        for hold in holds {
+            hold.stop_watchdog();
+            hold.ended.store(true, Ordering::SeqCst);
+            hold.tracker.lose(LostReason::Revoked);
+            self.inner
+                .client
+                .expire_call(&hold.keys, &hold.token, hold.mode)
+                .await?;
+            tracing::info!(backend = BACKEND, lock = %hold.name, generation = %hold.sequencer.generation(), "hold expired on purpose (no release)");
+        }
+        Ok(())
+    }
+
+    async fn acquire_inner(
+        &self,
+        name: &LockName,
+        mode: Mode,
+        wait: bool,
+    ) -> Result<Option<RedisGuard>, LockError> {
+        if let Some(guard) = self.inner.reenter(name, mode)? {
+            return Ok(Some(guard));
+        }
+        let _ticket = if wait {
+            Some(
+                self.inner
+                    .client
+                    .enter_waiting(name, self.inner.options.max_waiters())?,
+            )
+        } else {
+            None
+        };
+        let gate = self.inner.gate(name);
+        let _gate_guard = if wait {
+            gate.lock().await
+        } else {
+            match gate.try_lock() {
+                Ok(held) => held,
+                // Another task of this session is acquiring it right now.
+                Err(_) => return Ok(None),
+            }
+        };
+        let result = async {
+            // Another task of this session may have been granted it while we
+            // waited at the gate.
+            if let Some(guard) = self.inner.reenter(name, mode)? {
+                return Ok(Some(guard));
+            }
+            self.inner.acquire_remote(name, mode, wait).await
+        }
+        .await;
+        drop(_gate_guard);
+        self.inner.retire_gate(name, gate);
+        result
+    }
+}
+
+impl Lock for RedisLock {
+    type Guard = RedisGuard;
+
+    async fn acquire(&self, name: &LockName, mode: Mode) -> Result<RedisGuard, LockError> {
+        // A waiting acquire returns a guard or an error; `None` would be a
+        // bug, reported rather than panicked on.
+        self.acquire_inner(name, mode, true)
+            .await?
+            .ok_or_else(|| LockError::Backend {
+                backend: BACKEND,
+                source: "a waiting acquire ended without a grant".into(),
+            })
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        mode: Mode,
+    ) -> Result<Option<RedisGuard>, LockError> {
+        self.acquire_inner(name, mode, false).await
+    }
+}
+
+/// Releases whatever an attempt may have on Redis if it is dropped or
+/// fails before a guard exists: its queue entry, and a grant it never
+/// learned about (a hand-off racing with the drop, or an acquire whose
+/// reply was lost). Idempotent: the release script compares the token.
+struct AttemptCleanup {
+    client: RedisLockClient,
+    attempt: Attempt,
+    /// Whether the attempt may have left anything on Redis.
+    armed: bool,
+    /// Whether a request was on the wire when the attempt ended: it may be
+    /// applied after the first cleanup, so cleanup runs twice.
+    in_flight: bool,
+}
+
+impl Drop for AttemptCleanup {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.client.clone();
+        let attempt = self.attempt.clone();
+        let in_flight = self.in_flight;
+        runtime.spawn(async move {
+            let timeout = client.config().response_timeout();
+            // Entries and holds expire by themselves: retry until then.
+            let give_up_at = Instant::now() + attempt.ttl.max(attempt.waiter_ttl) + timeout;
+            let mut passes = if in_flight { 2 } else { 1 };
+            let mut backoff = Duration::from_millis(20);
+            while passes > 0 && Instant::now() < give_up_at {
+                match client
+                    .release_call(&attempt.keys, &attempt.token, attempt.mode, true)
+                    .await
+                {
+                    Ok(had_grant) => {
+                        tracing::debug!(backend = BACKEND, lock = %attempt.keys.lock(), had_grant, "abandoned acquire cleaned up");
+                        passes -= 1;
+                        if passes > 0 {
+                            // Let a request still on the wire land first.
+                            tokio::time::sleep(timeout).await;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::debug!(backend = BACKEND, %error, "cleanup of an abandoned acquire failed; retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn random_hex<const BYTES: usize>() -> String {
+    let mut out = String::with_capacity(BYTES * 2);
+    for _ in 0..BYTES / 8 {
+        out.push_str(&format!("{:016x}", rand::random::<u64>()));
+    }
+    out
+}
+
+impl SessionInner {
+    /// Re-enters a live hold of `name` in the same mode, if there is one.
+    fn reenter(
+        self: &Arc<Self>,
+        name: &LockName,
+        mode: Mode,
+    ) -> Result<Option<RedisGuard>, LockError> {
+        let mut holds = self.holds.lock().expect("holds poisoned");
+        let Some(hold) = holds.get(name) else {
+            return Ok(None);
+        };
+        if !hold.tracker.watch().is_valid() || hold.ended.load(Ordering::SeqCst) {
+            // A lost hold cannot be re-entered; its guards keep reporting the
+            // loss, and a new acquire starts from scratch.
+            holds.remove(name);
+            return Ok(None);
+        }
+        if hold.mode != mode {
+            return Err(LockError::ModeConflict {
+                name: name.clone(),
+                held: hold.mode,
+                requested: mode,
+            });
+        }
+        *hold.guards.lock().expect("guard count poisoned") += 1;
+        tracing::debug!(backend = BACKEND, lock = %name, generation = %hold.sequencer.generation(), "re-entered");
+        Ok(Some(RedisGuard {
+            hold: hold.clone(),
+            session: self.clone(),
+            released: false,
+        }))
+    }
+
+    fn gate(&self, name: &LockName) -> Arc<tokio::sync::Mutex<()>> {
+        self.gates
+            .lock()
+            .expect("gates poisoned")
+            .entry(name.clone())
+            .or_default()
+            .clone()
+    }
+
+    fn retire_gate(&self, name: &LockName, gate: Arc<tokio::sync::Mutex<()>>) {
+        let mut gates = self.gates.lock().expect("gates poisoned");
+        // Ours and the map's: nobody else is using it.
+        if Arc::strong_count(&gate) == 2 {
+            gates.remove(name);
+        }
+    }
+
+    /// Asks Redis: grant, or queue and wait for the hand-off.
+    async fn acquire_remote(
+        self: &Arc<Self>,
+        name: &LockName,
+        mode: Mode,
+        wait: bool,
+    ) -> Result<Option<RedisGuard>, LockError> {
+        let client = &self.client;
+        let ttl = self.options.ttl();
+        let recheck = client.config().waiter_recheck_for(ttl);
+        let attempt = Attempt {
+            keys: client.keys(name),
+            token: random_hex::<16>(),
+            lease: random_hex::<8>(),
+            holder: self.holder.clone(),
+            mode,
+            ttl,
+            lock_delay: self.options.lock_delay(),
+            waiter_ttl: recheck * 4 + Duration::from_secs(1),
+        };
+        let mut registration = wait.then(|| client.inner.inbox.register(&attempt.lease));
+        let mut cleanup = AttemptCleanup {
+            client: client.clone(),
+            attempt: attempt.clone(),
+            armed: true,
+            in_flight: false,
+        };
+
+        // The grant happened after the server processed the last request
+        // that saw us still waiting, so that request's send time starts the
+        // lease's validity.
+        let mut last_seen_waiting: Option<Instant> = None;
+        // Likewise, every generation this client saw granted before that
+        // request was sent is below the one we are granted.
+        let mut floor_when_last_waiting = 0;
+        let mut queued_once = false;
+        loop {
+            let floor_at_send = client.generation_floor(name);
+            let sent_at = Instant::now();
+            if queued_once {
+                client.inner.stats.count_recheck();
+            }
+            cleanup.in_flight = true;
+            let reply = client.acquire_call(&attempt, wait).await;
+            cleanup.in_flight = matches!(&reply, Err(error) if maybe_applied(error));
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(error) => {
+                    if !maybe_applied(&error) && !queued_once {
+                        cleanup.armed = false;
+                    }
+                    tracing::warn!(backend = BACKEND, lock = %name, %error, "acquire failed; cleaning up by owner token");
+                    return Err(error);
+                }
+            };
+            match reply {
+                AcquireReply::Granted {
+                    generation,
+                    server_ms,
+                } => {
+                    let (valid_from, floor) = match last_seen_waiting {
+                        Some(seen_at) => (seen_at, floor_when_last_waiting),
+                        None => (sent_at, floor_at_send),
+                    };
+                    cleanup.armed = false;
+                    let guard = self
+                        .install(
+                            name,
+                            &attempt,
+                            generation,
+                            server_ms,
+                            valid_from,
+                            floor,
+                            &mut cleanup,
+                        )
+                        .await?;
+                    tracing::debug!(backend = BACKEND, lock = %name, %mode, generation, via = if queued_once { "recheck" } else { "immediate" }, "acquired");
+                    return Ok(Some(guard));
+                }
+                AcquireReply::NotGranted => {
+                    cleanup.armed = false;
+                    tracing::trace!(backend = BACKEND, lock = %name, %mode, "not granted (try-acquire)");
+                    return Ok(None);
+                }
+                AcquireReply::Queued { hint } => {
+                    last_seen_waiting = Some(sent_at);
+                    floor_when_last_waiting = floor_at_send;
+                    if !queued_once {
+                        tracing::debug!(backend = BACKEND, lock = %name, %mode, "queued");
+                    }
+                    queued_once = true;
+                    let registration = registration
+                        .as_mut()
+                        .expect("only waiting acquires are queued");
+                    let mut sleep_for = hint.map_or(recheck, |hint| hint.min(recheck));
+                    if !client.inner.inbox.is_connected() {
+                        sleep_for = sleep_for.min(Duration::from_millis(100));
+                    }
+                    tokio::select! {
+                        notice = registration.notices.recv() => match notice {
+                            Some(Notice::Granted { generation, server_ms }) => {
+                                client.inner.stats.count_handoff();
+                                cleanup.armed = false;
+                                let guard = self
+                                    .install(name, &attempt, generation, server_ms, sent_at, floor_at_send, &mut cleanup)
+                                    .await?;
+                                tracing::debug!(backend = BACKEND, lock = %name, %mode, generation, via = "handoff", "woken and acquired");
+                                return Ok(Some(guard));
+                            }
+                            Some(Notice::Recheck) | None => {
+                                tracing::trace!(backend = BACKEND, lock = %name, "woken to re-check");
+                            }
+                        },
+                        () = tokio::time::sleep(sleep_for) => {
+                            tracing::trace!(backend = BACKEND, lock = %name, ?sleep_for, "re-checking after the bounded wait");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Turns a grant into a hold and its first guard: checks the generation
+    /// against what this client had seen before the grant (`floor`), makes
+    /// sure the lease is valid, starts the watchdog.
+    #[allow(clippy::too_many_arguments)]
+    async fn install(
+        self: &Arc<Self>,
+        name: &LockName,
+        attempt: &Attempt,
+        generation: u64,
+        server_ms: u64,
+        mut valid_from: Instant,
+        floor: u64,
+        cleanup: &mut AttemptCleanup,
+    ) -> Result<RedisGuard, LockError> {
+        let client = &self.client;
+        let Some(checked) = Generation::new(generation) else {
+            cleanup.armed = true;
+            return Err(LockError::Backend {
+                backend: BACKEND,
+                source: "Redis granted generation 0".into(),
+            });
+        };
+        if generation <= floor {
+            // Redis's counter went backwards (restart without persistence,
+            // failover). Lift it above what we have seen, give this grant
+            // back, and refuse: the next attempt gets a valid generation.
+            tracing::error!(backend = BACKEND, lock = %name, offered = generation, floor, "generation regression: Redis issued a generation not above one already granted");
+            let _ = client.raise_floor(name, floor).await;
+            cleanup.armed = true;
+            return Err(LockError::GenerationRegression {
+                name: name.clone(),
+                offered: generation,
+                floor,
+            });
+        }
+        client.observe_generation(name, generation);
+
+        // A hand-off to a waiter that had not looked for a long time can
+        // leave little validity: claim the lease now instead of handing out
+        // a guard that is born lost.
+        let ttl_left = self
+            .options
+            .valid_until(valid_from)
+            .saturating_duration_since(Instant::now());
+        if ttl_left < self.options.keepalive_interval() / 2 {
+            let sent_at = Instant::now();
+            match client
+                .extend_call(&attempt.keys, &attempt.token, attempt.mode, &self.options)
+                .await
+            {
+                Ok(true) => valid_from = sent_at,
+                Ok(false) => {
+                    return Err(LockError::LeaseLost {
+                        name: name.clone(),
+                        generation: checked,
+                        reason: LostReason::Expired,
+                    });
+                }
+                Err(error) => {
+                    cleanup.armed = true;
+                    return Err(error);
+                }
+            }
+        }
+
+        let sequencer = Sequencer::new(name.clone(), attempt.mode, checked)
+            .with_issuer(client.issuer())
+            .and_then(|sequencer| sequencer.with_holder(&attempt.holder))
+            .and_then(|sequencer| sequencer.with_lease(&attempt.lease))
+            .map_err(|error| {
+                cleanup.armed = true;
+                LockError::Backend {
+                    backend: BACKEND,
+                    source: Box::new(error),
+                }
+            })?
+            .with_expiry_hint(server_ms + attempt.ttl.as_millis() as u64);
+        let hold = Arc::new(Hold {
+            name: name.clone(),
+            keys: attempt.keys.clone(),
+            mode: attempt.mode,
+            token: attempt.token.clone(),
+            sequencer,
+            tracker: LeaseTracker::new(self.options.valid_until(valid_from)),
+            guards: Mutex::new(1),
+            options: self.options.clone(),
+            keeper: self.watchdog.then(|| client.inner.keeper.clone()),
+            keeper_slot: Mutex::new(None),
+            last_extension_sent: Mutex::new(valid_from),
+            ended: AtomicBool::new(false),
+        });
+        if let Some(keeper) = &hold.keeper
+            && let Some(at) = crate::keeper::next_extension(&hold, valid_from)
+        {
+            keeper.schedule(&hold, at);
+        }
+        self.holds
+            .lock()
+            .expect("holds poisoned")
+            .insert(name.clone(), hold.clone());
+        Ok(RedisGuard {
+            hold,
+            session: self.clone(),
+            released: false,
+        })
+    }
+
+    /// Drops one guard of `hold`; returns the hold if it was the last, for
+    /// the caller to give back.
+    pub(crate) fn forget_guard(&self, hold: &Arc<Hold>) -> Option<Arc<Hold>> {
+        let mut holds = self.holds.lock().expect("holds poisoned");
+        let mut guards = hold.guards.lock().expect("guard count poisoned");
+        *guards = guards.saturating_sub(1);
+        if *guards > 0 {
+            return None;
+        }
+        if holds
+            .get(&hold.name)
+            .is_some_and(|current| Arc::ptr_eq(current, hold))
+        {
+            holds.remove(&hold.name);
+        }
+        Some(hold.clone())
+    }
+
+    /// Releases one guard; the last one releases the hold on Redis.
+    pub(crate) async fn release_guard(&self, hold: &Arc<Hold>) -> Result<(), LockError> {
+        match self.forget_guard(hold) {
+            Some(last) => self.give_back(&last).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Compare-and-delete on Redis, then the next waiter is promoted by the
+    /// same script.
+    pub(crate) async fn give_back(&self, hold: &Arc<Hold>) -> Result<(), LockError> {
+        hold.stop_watchdog();
+        let generation = hold.sequencer.generation();
+        if hold.ended.swap(true, Ordering::SeqCst) {
+            return Err(LockError::NotOwner {
+                name: hold.name.clone(),
+                generation,
+            });
+        }
+        match self
+            .client
+            .release_call(&hold.keys, &hold.token, hold.mode, false)
+            .await
+        {
+            Ok(true) => {
+                hold.tracker.release();
+                tracing::debug!(backend = BACKEND, lock = %hold.name, %generation, "released");
+                Ok(())
+            }
+            Ok(false) => {
+                hold.tracker.lose(LostReason::KeyDeleted);
+                tracing::warn!(backend = BACKEND, lock = %hold.name, %generation, "release refused: the hold was already gone (lease lapsed)");
+                Err(LockError::NotOwner {
+                    name: hold.name.clone(),
+                    generation,
+                })
+            }
+            Err(error) => {
+                hold.tracker.lose(LostReason::KeepAliveFailed);
+                tracing::warn!(backend = BACKEND, lock = %hold.name, %generation, %error, "release failed; the hold expires with its TTL unless the retry succeeds");
+                // Retry in the background like an abandoned attempt: the
+                // compare-and-delete is safe to repeat.
+                let retry = AttemptCleanup {
+                    client: self.client.clone(),
+                    attempt: Attempt {
+                        keys: hold.keys.clone(),
+                        token: hold.token.clone(),
+                        lease: String::new(),
+                        holder: String::new(),
+                        mode: hold.mode,
+                        ttl: self.options.ttl(),
+                        lock_delay: Duration::ZERO,
+                        waiter_ttl: Duration::ZERO,
+                    },
+                    armed: true,
+                    in_flight: maybe_applied(&error),
+                };
+                drop(retry);
+                Err(error)
+            }
+        }
+    }
+}

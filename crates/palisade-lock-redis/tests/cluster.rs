@@ -1,0 +1,176 @@
+//! The Redis backend on a real 3-master Redis Cluster on loopback: the
+//! conformance suite, keys of one lock in one slot, locks spread over every
+//! master, hand-offs notified across the cluster bus, mutual exclusion.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use palisade_core::{LiveCheck, Liveness, Lock, LockGuard, LockName, Mode};
+use palisade_lock_redis::{RedisConfig, RedisLockClient};
+use palisade_testkit::redis::RedisCluster;
+use tokio::time::Instant;
+
+use common::{client_with, options, unique_prefix};
+
+fn cluster_config(cluster: &RedisCluster, prefix: &str) -> RedisConfig {
+    RedisConfig::cluster(cluster.urls().iter().cloned()).with_key_prefix(prefix)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_cluster() {
+    common::trace();
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let cluster = Arc::new(cluster);
+
+    println!("conformance suite on the cluster");
+    let prefix = unique_prefix("cluster-suite");
+    let client = client_with(cluster_config(&cluster, &prefix)).await;
+    palisade_testkit::lock_suite::test_all(common::SuiteRedis {
+        client,
+        _servers: cluster.clone(),
+    })
+    .await;
+
+    keys_of_a_lock_share_a_slot_and_locks_spread_over_masters(&cluster).await;
+    handoffs_are_notified_from_every_master(&cluster).await;
+    mutual_exclusion_across_clients(&cluster).await;
+}
+
+async fn keys_of_a_lock_share_a_slot_and_locks_spread_over_masters(cluster: &RedisCluster) {
+    let prefix = unique_prefix("cluster-spread");
+    let client = client_with(cluster_config(cluster, &prefix)).await;
+    let session = client.session(options(Duration::from_secs(5))).unwrap();
+    let keys_before: Vec<u64> = (0..3).map(|node| dbsize(cluster, node)).collect();
+    for index in 0..30 {
+        let name = LockName::new(format!("spread/{index}")).unwrap();
+        let slots: Vec<String> = client
+            .keys(&name)
+            .all()
+            .iter()
+            .map(|key| cluster.command(0, &["CLUSTER", "KEYSLOT", key]).unwrap())
+            .collect();
+        assert!(
+            slots.windows(2).all(|pair| pair[0] == pair[1]),
+            "{name}: slots {slots:?}"
+        );
+        let guard = session.acquire(&name, Mode::Exclusive).await.unwrap();
+        assert_eq!(
+            client
+                .live_check()
+                .check(&guard.sequencer().unwrap())
+                .await
+                .unwrap(),
+            Liveness::Held
+        );
+        guard.release().await.unwrap();
+    }
+    // Each lock leaves its generation counter on the master of its slot.
+    for (node, before) in keys_before.iter().enumerate() {
+        let added = dbsize(cluster, node) - before;
+        assert!(added > 0, "master {node} got none of the 30 locks");
+        println!("master {node}: {added} lock counters");
+    }
+}
+
+fn dbsize(cluster: &RedisCluster, node: usize) -> u64 {
+    cluster.command(node, &["DBSIZE"]).unwrap().parse().unwrap()
+}
+
+/// Every client subscribes its inbox on one node; grants published by
+/// scripts on the other masters reach it over the cluster bus. The waiter
+/// re-checks only every 30 s, so each grant must come by notification.
+async fn handoffs_are_notified_from_every_master(cluster: &RedisCluster) {
+    let prefix = unique_prefix("cluster-handoff");
+    let config = cluster_config(cluster, &prefix).with_waiter_recheck(Duration::from_secs(30));
+    let (holder_client, waiter_client) =
+        (client_with(config.clone()).await, client_with(config).await);
+    let holder = holder_client
+        .session(options(Duration::from_secs(30)))
+        .unwrap();
+    let waiter = Arc::new(
+        waiter_client
+            .session(options(Duration::from_secs(30)))
+            .unwrap(),
+    );
+    const NAMES: usize = 12;
+    for index in 0..NAMES {
+        let name = LockName::new(format!("handoff/{index}")).unwrap();
+        let held = holder.acquire(&name, Mode::Exclusive).await.unwrap();
+        let queued_before = waiter_client.stats().queued;
+        let waiting = {
+            let (waiter, name) = (waiter.clone(), name.clone());
+            tokio::spawn(async move { waiter.acquire(&name, Mode::Exclusive).await })
+        };
+        wait_for_queue(&waiter_client, queued_before).await;
+        held.release().await.unwrap();
+        let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("woken long before the 30 s re-check")
+            .unwrap()
+            .unwrap();
+        granted.release().await.unwrap();
+    }
+    let stats = waiter_client.stats();
+    assert_eq!(stats.handoffs, NAMES as u64);
+    assert_eq!(stats.rechecks, 0);
+}
+
+async fn wait_for_queue(client: &RedisLockClient, queued_before: u64) {
+    // The waiter's own client counts the reply "queued"; there is no event
+    // to await from outside its task.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client.stats().queued == queued_before {
+        assert!(Instant::now() < deadline, "the waiter was never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn mutual_exclusion_across_clients(cluster: &RedisCluster) {
+    let prefix = unique_prefix("cluster-mutex");
+    let name = LockName::new("contended").unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let granted = Arc::new(Mutex::new(Vec::new()));
+    let run_until = Instant::now() + Duration::from_secs(2);
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let client = client_with(cluster_config(cluster, &prefix)).await;
+        for _ in 0..4 {
+            let session = client.session(options(Duration::from_secs(5))).unwrap();
+            let (name, inside, overlaps, granted) = (
+                name.clone(),
+                inside.clone(),
+                overlaps.clone(),
+                granted.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < run_until {
+                    let guard = session
+                        .acquire_timeout(&name, Mode::Exclusive, Duration::from_secs(20))
+                        .await
+                        .unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    granted.lock().unwrap().push(guard.generation());
+                    tokio::task::yield_now().await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let granted = granted.lock().unwrap().clone();
+    println!("{} grants on the cluster in 2 s", granted.len());
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert!(granted.len() > 8);
+    assert!(granted.windows(2).all(|pair| pair[0] < pair[1]));
+}

@@ -1,0 +1,20 @@
+//! The shared lock conformance suite, against a real Redis.
+
+mod common;
+
+use palisade_testkit::lock_suite::test_all;
+use palisade_testkit::redis::RedisServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conformance() {
+    common::trace();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let client = common::client(&server.url(), "conformance").await;
+    test_all(common::SuiteRedis {
+        client,
+        _servers: server,
+    })
+    .await;
+}

@@ -1,0 +1,677 @@
+//! Fenced writes through the resource server, against the raw sled
+//! transaction measured in the same run.
+//!
+//! Run with: `cargo bench -p palisade-server --bench fenced_writes`
+//!
+//! For each durability mode (`flushed`, `buffered`), 1, 8 and 32 concurrent
+//! clients, one lock per client or all on one lock, 100-byte values: the
+//! server runs in this process on 127.0.0.1:0 over a temporary directory,
+//! and each client is a keep-alive HTTP/1.1 connection sending `PUT`s with
+//! an exclusive sequencer. The baselines, at the same thread counts:
+//!
+//! - raw sled: the same check + mark + write transaction over a data tree
+//!   and a mark tree, in-process, no HTTP, without and with a `flush()`
+//!   after each transaction (sled's background flusher off, so the
+//!   no-flush figure is the transaction alone);
+//! - store: `palisade_store::Store::apply` in-process (the full fenced
+//!   transaction, group commit in `flushed` mode), no HTTP.
+//!
+//! Plus the batch rows: 100 ops per request against 100 single requests.
+//!
+//! `PALISADE_BENCH_SECS` sets the seconds per HTTP cell (default 3; the
+//! in-process baseline cells run half as long);
+//! `PALISADE_BENCH_SECTIONS` (a comma-separated subset of `raw`, `store`,
+//! `http`, `batch`; default all) picks what to run, e.g. for profiling.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use palisade_core::{Generation, LockName, Mode, Sequencer};
+use palisade_server::{AppState, run};
+use palisade_store::{Durability, Op, Store, StoreConfig};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+const VALUE_BYTES: usize = 100;
+const CLIENT_COUNTS: [usize; 3] = [1, 8, 32];
+const KEYS_PER_CLIENT: usize = 4096;
+const BATCH_OPS: usize = 100;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Layout {
+    LockPerClient,
+    OneLock,
+}
+
+impl Layout {
+    fn name(self) -> &'static str {
+        match self {
+            Layout::LockPerClient => "lock per client",
+            Layout::OneLock => "one lock",
+        }
+    }
+
+    fn lock(self, client: usize) -> String {
+        match self {
+            Layout::LockPerClient => format!("bench/c{client}"),
+            Layout::OneLock => "bench/all".to_owned(),
+        }
+    }
+}
+
+/// The figures of one cell.
+#[derive(Debug, Clone, Copy, Default)]
+struct Figures {
+    per_second: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+/// Per-op records of a cell: (finished at, latency in µs).
+type Samples = Vec<(Instant, u32)>;
+
+/// Figures over the ops that finished by `deadline`, as a rate over
+/// `duration`. An op still running at the deadline (a flush stuck behind
+/// the disk) does not stretch the window.
+fn figures_by_deadline(samples: Samples, deadline: Instant, duration: Duration) -> Figures {
+    let latencies: Vec<u32> = samples
+        .into_iter()
+        .filter(|(finished, _)| *finished <= deadline)
+        .map(|(_, latency)| latency)
+        .collect();
+    figures(latencies.len(), duration, latencies)
+}
+
+fn figures(count: usize, elapsed: Duration, mut latencies_us: Vec<u32>) -> Figures {
+    latencies_us.sort_unstable();
+    let pick = |q: f64| {
+        if latencies_us.is_empty() {
+            0.0
+        } else {
+            f64::from(latencies_us[((latencies_us.len() - 1) as f64 * q) as usize])
+        }
+    };
+    Figures {
+        per_second: count as f64 / elapsed.as_secs_f64(),
+        p50_us: pick(0.50),
+        p99_us: pick(0.99),
+    }
+}
+
+fn cell_duration() -> Duration {
+    let secs = std::env::var("PALISADE_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(3.0);
+    Duration::from_secs_f64(secs)
+}
+
+fn section(name: &str) -> bool {
+    match std::env::var("PALISADE_BENCH_SECTIONS") {
+        Ok(sections) => sections.split(',').any(|s| s.trim() == name),
+        Err(_) => true,
+    }
+}
+
+fn value() -> Vec<u8> {
+    (0..VALUE_BYTES).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
+/// The raw baseline: the same check + mark + write transaction in sled,
+/// no store, no HTTP, `threads` threads.
+fn raw_sled(threads: usize, layout: Layout, flush_each: bool, duration: Duration) -> Figures {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::Config::new()
+        .path(dir.path())
+        .flush_every_ms(None)
+        .open()
+        .unwrap();
+    let data = db.open_tree("data").unwrap();
+    let marks = db.open_tree("marks").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|client| {
+            let (db, data, marks, stop) =
+                (db.clone(), data.clone(), marks.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                use sled::Transactional as _;
+                let lock = layout.lock(client);
+                let generation: u64 = 1;
+                let value = value();
+                let mut latencies: Samples = Vec::with_capacity(1 << 16);
+                let mut i = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("{lock}/k{client}-{}", i % KEYS_PER_CLIENT);
+                    i += 1;
+                    let t0 = Instant::now();
+                    let accepted = (&data, &marks)
+                        .transaction(|(data, marks)| {
+                            let current = marks
+                                .get(lock.as_bytes())?
+                                .map(|v| u64::from_be_bytes(v.as_ref().try_into().unwrap()))
+                                .unwrap_or(0);
+                            if generation < current {
+                                return Ok(false);
+                            }
+                            marks.insert(lock.as_bytes(), &generation.to_be_bytes())?;
+                            data.insert(key.as_bytes(), value.as_slice())?;
+                            Ok::<_, sled::transaction::ConflictableTransactionError<()>>(true)
+                        })
+                        .unwrap();
+                    assert!(accepted);
+                    if flush_each {
+                        db.flush().unwrap();
+                    }
+                    latencies.push((Instant::now(), t0.elapsed().as_micros() as u32));
+                }
+                latencies
+            })
+        })
+        .collect();
+    std::thread::sleep(duration);
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
+    for handle in handles {
+        latencies.extend(handle.join().unwrap());
+    }
+    let result = figures_by_deadline(latencies, started + duration, duration);
+    // Pay the IO this cell deferred before the next cell starts, untimed.
+    db.flush().unwrap();
+    leak_after_measuring(db);
+    result
+}
+
+/// Dropping a sled database flushes its whole cache again, which takes
+/// seconds after a burst of writes and is not what a cell measures. Each
+/// cell flushes once (untimed, so its deferred IO does not slow the next
+/// cell) and then leaks the handle; the temporary directory is still
+/// removed.
+fn leak_after_measuring<T>(handle: T) {
+    std::mem::forget(handle);
+}
+
+fn exclusive(lock: &str, generation: u64) -> Sequencer {
+    Sequencer::new(
+        LockName::new(lock).unwrap(),
+        Mode::Exclusive,
+        Generation::new(generation).unwrap(),
+    )
+}
+
+/// The store in-process: `Store::apply` from `threads` threads.
+fn store_direct(
+    threads: usize,
+    layout: Layout,
+    durability: Durability,
+    duration: Duration,
+) -> (Figures, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path(),
+        StoreConfig::default().with_durability(durability),
+    )
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|client| {
+            let (store, stop) = (store.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let sequencer = exclusive(&layout.lock(client), 1);
+                let value = value();
+                let mut latencies: Samples = Vec::with_capacity(1 << 16);
+                let mut i = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("k{client}-{}", i % KEYS_PER_CLIENT);
+                    i += 1;
+                    let t0 = Instant::now();
+                    store
+                        .apply(
+                            &sequencer,
+                            &[Op::put(key.as_bytes(), value.as_slice())],
+                            None,
+                        )
+                        .unwrap()
+                        .unwrap();
+                    latencies.push((Instant::now(), t0.elapsed().as_micros() as u32));
+                }
+                latencies
+            })
+        })
+        .collect();
+    std::thread::sleep(duration);
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
+    for handle in handles {
+        latencies.extend(handle.join().unwrap());
+    }
+    let stats = store.flush_stats();
+    let group = if stats.flushes > 0 {
+        stats.tickets as f64 / stats.flushes as f64
+    } else {
+        0.0
+    };
+    let result = figures_by_deadline(latencies, started + duration, duration);
+    store.flush().unwrap();
+    leak_after_measuring(store);
+    (result, group)
+}
+
+/// A minimal keep-alive HTTP/1.1 client: one connection, one request at a
+/// time. Lean on purpose, so the load generator takes as little of the two
+/// cores as it can from the server it measures.
+struct Connection {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+}
+
+impl Connection {
+    async fn open(addr: std::net::SocketAddr) -> Connection {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Connection {
+            stream,
+            buffer: Vec::with_capacity(4096),
+        }
+    }
+
+    /// Sends one request and returns (status, body).
+    async fn request(&mut self, head: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        let mut request = Vec::with_capacity(head.len() + body.len() + 64);
+        request.extend_from_slice(head.as_bytes());
+        request.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
+        request.extend_from_slice(body);
+        self.stream.write_all(&request).await.unwrap();
+        loop {
+            if let Some(end) = find(&self.buffer, b"\r\n\r\n") {
+                let head = std::str::from_utf8(&self.buffer[..end]).unwrap().to_owned();
+                let status: u16 = head[9..12].parse().unwrap();
+                let length: usize = head
+                    .lines()
+                    .find_map(|line| {
+                        let (name, value) = line.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse().unwrap())
+                    })
+                    .unwrap_or(0);
+                let total = end + 4 + length;
+                while self.buffer.len() < total {
+                    self.fill().await;
+                }
+                let body = self.buffer[end + 4..total].to_vec();
+                self.buffer.drain(..total);
+                return (status, body);
+            }
+            self.fill().await;
+        }
+    }
+
+    async fn fill(&mut self) {
+        let mut chunk = [0u8; 4096];
+        let n = self.stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the server closed the connection");
+        self.buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn segment(text: &str) -> String {
+    text.replace('/', "%2F")
+}
+
+/// `clients` connections sending single PUTs for `duration`.
+async fn http_puts(
+    addr: std::net::SocketAddr,
+    clients: usize,
+    layout: Layout,
+    duration: Duration,
+) -> Figures {
+    let deadline = Instant::now() + duration;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            tokio::spawn(async move {
+                let lock = layout.lock(client);
+                let sequencer = exclusive(&lock, 1).to_string();
+                let value = value();
+                let mut connection = Connection::open(addr).await;
+                let mut latencies: Samples = Vec::with_capacity(1 << 16);
+                let mut i = 0usize;
+                while Instant::now() < deadline {
+                    let head = format!(
+                        "PUT /v1/locks/{}/keys/k{client}-{} HTTP/1.1\r\nhost: bench\r\npalisade-sequencer: {sequencer}\r\n",
+                        segment(&lock),
+                        i % KEYS_PER_CLIENT
+                    );
+                    i += 1;
+                    let t0 = Instant::now();
+                    let (status, body) = connection.request(&head, &value).await;
+                    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+                    latencies.push((Instant::now(), t0.elapsed().as_micros() as u32));
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.unwrap());
+    }
+    figures_by_deadline(latencies, started + duration, duration)
+}
+
+/// `clients` connections sending batches of `BATCH_OPS` puts; figures are
+/// per op.
+async fn http_batches(addr: std::net::SocketAddr, clients: usize, duration: Duration) -> Figures {
+    let deadline = Instant::now() + duration;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            tokio::spawn(async move {
+                let lock = Layout::LockPerClient.lock(client);
+                let sequencer = exclusive(&lock, 1).to_string();
+                let value = String::from_utf8(value()).unwrap();
+                let mut connection = Connection::open(addr).await;
+                let mut latencies: Samples = Vec::new();
+                let mut i = 0usize;
+                while Instant::now() < deadline {
+                    let ops: Vec<serde_json::Value> = (0..BATCH_OPS)
+                        .map(|n| {
+                            serde_json::json!({"op": "put", "key": format!("k{client}-{}", (i + n) % KEYS_PER_CLIENT), "value": value})
+                        })
+                        .collect();
+                    i += BATCH_OPS;
+                    let body = serde_json::json!({ "ops": ops }).to_string();
+                    let head = format!(
+                        "POST /v1/locks/{}/batch HTTP/1.1\r\nhost: bench\r\npalisade-sequencer: {sequencer}\r\ncontent-type: application/json\r\n",
+                        segment(&lock)
+                    );
+                    let t0 = Instant::now();
+                    let (status, body) = connection.request(&head, body.as_bytes()).await;
+                    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+                    latencies.push((Instant::now(), t0.elapsed().as_micros() as u32));
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.unwrap());
+    }
+    let mut per_request = figures_by_deadline(latencies, started + duration, duration);
+    per_request.per_second *= BATCH_OPS as f64;
+    per_request
+}
+
+/// A server running on the bench's runtime.
+struct RunningServer {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// Stops the server and waits for its final flush.
+    async fn shut_down(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap();
+    }
+}
+
+async fn start_server(
+    durability: Durability,
+) -> (
+    tempfile::TempDir,
+    std::net::SocketAddr,
+    Store,
+    RunningServer,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path(),
+        StoreConfig::default().with_durability(durability),
+    )
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let state = AppState::new(store.clone());
+    let task = tokio::spawn(async move {
+        run(listener, state, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    (dir, addr, store, RunningServer { stop, task })
+}
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|r| r.split(':').nth(1))
+        })
+        .unwrap_or("unknown CPU")
+        .trim()
+        .to_owned();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    format!("{cores} cores, {model}")
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; any other argument is a filter we
+    // do not support, so ignore arguments.
+    let duration = cell_duration();
+    let raw_duration = duration.mul_f64(0.5);
+    println!(
+        "fenced_writes: {} per HTTP cell, {} per in-process cell, {VALUE_BYTES}-byte values, machine: {}",
+        humantime(duration),
+        humantime(raw_duration),
+        machine()
+    );
+    println!();
+
+    // Baselines first, before the server has written anything.
+    println!("raw sled transaction (check + mark + write over two trees), in-process, no HTTP");
+    println!(
+        "{:<16} {:>8} {:>11} {:>9} {:>9} | {:>11} {:>9} {:>9}",
+        "layout", "threads", "no flush/s", "p50 µs", "p99 µs", "flush each/s", "p50 µs", "p99 µs"
+    );
+    let mut raw = std::collections::HashMap::new();
+    for layout in [Layout::LockPerClient, Layout::OneLock] {
+        for threads in CLIENT_COUNTS {
+            if !section("raw") {
+                raw.insert(
+                    (layout, threads),
+                    (
+                        Figures {
+                            per_second: f64::NAN,
+                            ..Figures::default()
+                        },
+                        Figures {
+                            per_second: f64::NAN,
+                            ..Figures::default()
+                        },
+                    ),
+                );
+                continue;
+            }
+            let no_flush = raw_sled(threads, layout, false, raw_duration);
+            let flush = raw_sled(threads, layout, true, raw_duration);
+            println!(
+                "{:<16} {:>8} {:>11.0} {:>9.0} {:>9.0} | {:>11.0} {:>9.0} {:>9.0}",
+                layout.name(),
+                threads,
+                no_flush.per_second,
+                no_flush.p50_us,
+                no_flush.p99_us,
+                flush.per_second,
+                flush.p50_us,
+                flush.p99_us
+            );
+            raw.insert((layout, threads), (no_flush, flush));
+        }
+    }
+    println!();
+
+    println!(
+        "palisade_store::Store::apply in-process (full fenced transaction), no HTTP, lock per client"
+    );
+    println!(
+        "{:<10} {:>8} {:>10} {:>9} {:>9} {:>12}",
+        "mode", "threads", "writes/s", "p50 µs", "p99 µs", "writes/flush"
+    );
+    for durability in [Durability::Flushed, Durability::buffered()] {
+        for threads in CLIENT_COUNTS {
+            if !section("store") {
+                continue;
+            }
+            let (figures, group) =
+                store_direct(threads, Layout::LockPerClient, durability, raw_duration);
+            println!(
+                "{:<10} {:>8} {:>10.0} {:>9.0} {:>9.0} {:>12}",
+                durability.name(),
+                threads,
+                figures.per_second,
+                figures.p50_us,
+                figures.p99_us,
+                if group > 0.0 {
+                    format!("{group:.1}")
+                } else {
+                    "-".into()
+                }
+            );
+        }
+    }
+    println!();
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut single_put_rows = Vec::new();
+    println!("HTTP: PUT through palisade-server (in-process, 127.0.0.1), keep-alive connections");
+    println!(
+        "{:<10} {:<16} {:>8} {:>10} {:>9} {:>9} {:>12} {:>14} {:>14}",
+        "mode",
+        "layout",
+        "clients",
+        "writes/s",
+        "p50 µs",
+        "p99 µs",
+        "writes/flush",
+        "÷ raw no-flush",
+        "÷ raw flush-each"
+    );
+    for durability in [Durability::Flushed, Durability::buffered()] {
+        if !section("http") {
+            continue;
+        }
+        runtime.block_on(async {
+            let (_dir, addr, store, server) = start_server(durability).await;
+            for layout in [Layout::LockPerClient, Layout::OneLock] {
+                for clients in CLIENT_COUNTS {
+                    let before = store.flush_stats();
+                    let figures = http_puts(addr, clients, layout, duration).await;
+                    let after = store.flush_stats();
+                    let flushes = after.flushes - before.flushes;
+                    let group = if flushes > 0 {
+                        format!(
+                            "{:.1}",
+                            (after.tickets - before.tickets) as f64 / flushes as f64
+                        )
+                    } else {
+                        "-".into()
+                    };
+                    let (raw_no_flush, raw_flush) = raw[&(layout, clients)];
+                    println!(
+                        "{:<10} {:<16} {:>8} {:>10.0} {:>9.0} {:>9.0} {:>12} {:>14.2} {:>14.2}",
+                        durability.name(),
+                        layout.name(),
+                        clients,
+                        figures.per_second,
+                        figures.p50_us,
+                        figures.p99_us,
+                        group,
+                        figures.per_second / raw_no_flush.per_second,
+                        figures.per_second / raw_flush.per_second,
+                    );
+                    single_put_rows.push((durability.name(), layout, clients, figures));
+                }
+            }
+            server.shut_down().await;
+        });
+    }
+    println!();
+
+    println!(
+        "HTTP: batch of {BATCH_OPS} puts per request vs single PUTs (lock per client), per op"
+    );
+    println!(
+        "{:<10} {:>8} {:>13} {:>15} {:>15} {:>10}",
+        "mode", "clients", "batch ops/s", "µs/op (batch)", "µs/op (single)", "speed-up"
+    );
+    for durability in [Durability::Flushed, Durability::buffered()] {
+        if !section("batch") {
+            continue;
+        }
+        runtime.block_on(async {
+            let (_dir, addr, _store, server) = start_server(durability).await;
+            for clients in [1usize, 8] {
+                let batch = http_batches(addr, clients, duration).await;
+                let single = single_put_rows
+                    .iter()
+                    .find(|(mode, layout, c, _)| {
+                        *mode == durability.name()
+                            && *layout == Layout::LockPerClient
+                            && *c == clients
+                    })
+                    .map(|row| row.3)
+                    .unwrap_or(Figures {
+                        per_second: f64::NAN,
+                        ..Figures::default()
+                    });
+                println!(
+                    "{:<10} {:>8} {:>13.0} {:>15.2} {:>15.2} {:>9.1}x",
+                    durability.name(),
+                    clients,
+                    batch.per_second,
+                    1e6 / batch.per_second,
+                    1e6 / single.per_second,
+                    batch.per_second / single.per_second
+                );
+            }
+            server.shut_down().await;
+        });
+    }
+    println!();
+
+    let raw32 = raw[&(Layout::LockPerClient, 32)].0.per_second;
+    println!(
+        "targets (lock per client, 32 clients, against raw no-flush at 32 threads = {raw32:.0}/s):"
+    );
+    for (mode, layout, clients, figures) in &single_put_rows {
+        if *clients == 32 && *layout == Layout::LockPerClient {
+            let ratio = figures.per_second / raw32;
+            println!(
+                "  {mode:<9} {:.0}/s = {ratio:.2} x raw (target >= 0.50): {}",
+                figures.per_second,
+                if ratio >= 0.5 { "met" } else { "missed" }
+            );
+        }
+    }
+}
+
+fn humantime(duration: Duration) -> String {
+    format!("{:.1} s", duration.as_secs_f64())
+}

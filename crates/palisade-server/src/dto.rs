@@ -1,0 +1,125 @@
+//! JSON bodies of the HTTP API. The sequencer never appears here: it
+//! travels in its header, in its canonical text form.
+
+use base64::Engine as _;
+use palisade_core::LockName;
+use palisade_store::{Applied, IVec, Op};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{ApiError, marks_json};
+
+/// Bytes in JSON: a string (its UTF-8 bytes) or `{"base64": "..."}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum JsonBytes {
+    Text(String),
+    Base64 { base64: String },
+}
+
+impl JsonBytes {
+    pub(crate) fn into_ivec(self, field: &str) -> Result<IVec, ApiError> {
+        match self {
+            JsonBytes::Text(text) => Ok(IVec::from(text.into_bytes())),
+            JsonBytes::Base64 { base64 } => base64::engine::general_purpose::STANDARD
+                .decode(base64.as_bytes())
+                .map(IVec::from)
+                .map_err(|e| ApiError::bad_request(format!("`{field}`: invalid base64: {e}"))),
+        }
+    }
+}
+
+fn optional(bytes: Option<JsonBytes>, field: &str) -> Result<Option<IVec>, ApiError> {
+    bytes.map(|b| b.into_ivec(field)).transpose()
+}
+
+/// `POST /v1/locks/{lock}/cas/{key}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CasBody {
+    #[serde(default)]
+    expected: Option<JsonBytes>,
+    #[serde(default)]
+    new: Option<JsonBytes>,
+}
+
+impl CasBody {
+    pub(crate) fn into_op(self, key: Vec<u8>) -> Result<Op, ApiError> {
+        Ok(Op::cas(
+            key,
+            optional(self.expected, "expected")?,
+            optional(self.new, "new")?,
+        ))
+    }
+}
+
+/// `POST /v1/locks/{lock}/batch`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BatchBody {
+    ops: Vec<BatchOp>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
+enum BatchOp {
+    Put {
+        key: JsonBytes,
+        value: JsonBytes,
+    },
+    Delete {
+        key: JsonBytes,
+    },
+    Cas {
+        key: JsonBytes,
+        #[serde(default)]
+        expected: Option<JsonBytes>,
+        #[serde(default)]
+        new: Option<JsonBytes>,
+    },
+}
+
+impl BatchBody {
+    pub(crate) fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub(crate) fn into_ops(self) -> Result<Vec<Op>, ApiError> {
+        self.ops
+            .into_iter()
+            .map(|op| {
+                Ok(match op {
+                    BatchOp::Put { key, value } => {
+                        Op::put(key.into_ivec("key")?, value.into_ivec("value")?)
+                    }
+                    BatchOp::Delete { key } => Op::delete(key.into_ivec("key")?),
+                    BatchOp::Cas { key, expected, new } => Op::cas(
+                        key.into_ivec("key")?,
+                        optional(expected, "expected")?,
+                        optional(new, "new")?,
+                    ),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The body of every successful write.
+#[derive(Debug, Serialize)]
+pub(crate) struct WriteResponse {
+    lock: String,
+    results: Vec<&'static str>,
+    marks: Value,
+    replayed: bool,
+}
+
+impl WriteResponse {
+    pub(crate) fn new(lock: &LockName, applied: &Applied) -> Self {
+        WriteResponse {
+            lock: lock.as_str().to_owned(),
+            results: applied.results.iter().map(|r| r.as_str()).collect(),
+            marks: marks_json(applied.marks),
+            replayed: applied.replayed,
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Errors: the one `IntoResponse` that maps every refusal and failure to a
+//! status and a JSON body with a stable `code`, and the errors of running
+//! the server.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use palisade_core::{LockName, Sequencer};
+use palisade_store::{Marks, Refused, StoreError};
+use serde_json::{Map, Value, json};
+
+/// An error answer: status, stable `code`, message, and extra fields.
+///
+/// Built from store refusals ([`Refused`]), store failures ([`StoreError`])
+/// and the server's own checks; rendered as `{"code": ..., "message": ...,
+/// ...extra}` (docs/http-api.md lists every code).
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    extra: Map<String, Value>,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            extra: Map::new(),
+        }
+    }
+
+    pub(crate) fn with(mut self, field: &str, value: impl Into<Value>) -> Self {
+        self.extra.insert(field.to_owned(), value.into());
+        self
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub(crate) fn malformed_sequencer(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "malformed_sequencer", message)
+    }
+
+    pub(crate) fn too_large(limit: &str, max: usize, actual: Option<usize>) -> Self {
+        let message = match actual {
+            Some(actual) => format!("the {limit} is {actual} long; the limit is {max}"),
+            None => format!("the {limit} is over the limit of {max}"),
+        };
+        let error = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+            .with("limit", limit)
+            .with("max", max);
+        match actual {
+            Some(actual) => error.with("actual", actual),
+            None => error,
+        }
+    }
+
+    pub(crate) fn lock_mismatch(path_lock: &LockName, sequencer: &Sequencer) -> Self {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "lock_mismatch",
+            format!(
+                "the path names lock `{path_lock}` but the sequencer is for lock `{}`",
+                sequencer.lock()
+            ),
+        )
+        .with("path_lock", path_lock.as_str())
+        .with("sequencer_lock", sequencer.lock().as_str())
+    }
+
+    pub(crate) fn not_found(lock: &LockName, marks: Marks) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such key")
+            .with("lock", lock.as_str())
+            .with("marks", marks_json(marks))
+    }
+}
+
+pub(crate) fn marks_json(marks: Marks) -> Value {
+    json!({"exclusive": marks.exclusive, "shared": marks.shared})
+}
+
+impl From<Refused> for ApiError {
+    fn from(refused: Refused) -> Self {
+        let message = refused.to_string();
+        match refused {
+            Refused::Stale {
+                lock,
+                mode,
+                presented,
+                marks,
+            } => ApiError::new(StatusCode::CONFLICT, "stale", message)
+                .with("lock", lock.as_str())
+                .with("mode", mode.as_str())
+                .with("presented", presented.get())
+                .with("required", marks.required(mode))
+                .with("marks", marks_json(marks)),
+            Refused::SharedOnWrite { lock, presented } => {
+                ApiError::new(StatusCode::FORBIDDEN, "shared_on_write", message)
+                    .with("lock", lock.as_str())
+                    .with("presented", presented.get())
+            }
+            Refused::CasMismatch { op_index, current } => {
+                ApiError::new(StatusCode::PRECONDITION_FAILED, "cas_mismatch", message)
+                    .with("op_index", op_index)
+                    .with("current_exists", current.is_some())
+            }
+            Refused::IdempotencyKeyReused { request_id } => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                message,
+            )
+            .with("idempotency_key", request_id.as_str()),
+            Refused::LockMismatch {
+                requested,
+                presented,
+            } => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "lock_mismatch", message)
+                .with("path_lock", requested.as_str())
+                .with("sequencer_lock", presented.as_str()),
+            other => ApiError::new(StatusCode::CONFLICT, "refused", other.to_string()),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match &error {
+            StoreError::TooLarge { kind, actual, max } => {
+                ApiError::too_large(kind.as_str(), *max, Some(*actual))
+            }
+            StoreError::EmptyKey => {
+                ApiError::new(StatusCode::BAD_REQUEST, "bad_key", error.to_string())
+            }
+            StoreError::InvalidRequestId { .. } => ApiError::bad_request(error.to_string()),
+            _ if error.is_storage_failure() => {
+                // The only errors logged at ERROR: the server's own failures.
+                tracing::error!(%error, "storage failure");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage_unavailable",
+                    error.to_string(),
+                )
+            }
+            _ => {
+                tracing::error!(%error, "unexpected store error");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    error.to_string(),
+                )
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = Map::with_capacity(self.extra.len() + 2);
+        body.insert("code".into(), self.code.into());
+        body.insert("message".into(), self.message.into());
+        body.extend(self.extra);
+        (self.status, axum::Json(Value::Object(body))).into_response()
+    }
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// Binding the listener or serving failed.
+    #[error("server I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// Opening or flushing the store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A configuration value is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}

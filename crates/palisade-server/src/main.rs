@@ -1,0 +1,53 @@
+//! `palisade-server`: the resource server binary.
+//!
+//! Every setting comes from a flag or an environment variable (see
+//! `--help` and docs/http-api.md). Prints `palisade-server listening on
+//! ADDR` on standard output once bound; SIGINT/SIGTERM shut it down
+//! gracefully.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::process::ExitCode;
+
+use clap::Parser;
+use palisade_server::{ServerConfig, run, shutdown_signal};
+use tracing_subscriber::EnvFilter;
+
+/// The Palisade resource server: a fenced key-value store over HTTP.
+#[derive(Debug, Parser)]
+#[command(name = "palisade-server", version)]
+struct Cli {
+    #[command(flatten)]
+    server: ServerConfig,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let cli = Cli::parse();
+    match start(cli.server).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "palisade-server failed");
+            eprintln!("palisade-server: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn start(config: ServerConfig) -> Result<(), palisade_server::ServerError> {
+    let state = config.open_state(None)?;
+    let listener = config.bind().await?;
+    let addr = listener.local_addr()?;
+    {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "palisade-server listening on {addr}");
+        let _ = stdout.flush();
+    }
+    run(listener, state, shutdown_signal()).await
+}

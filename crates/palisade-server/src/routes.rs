@@ -1,0 +1,423 @@
+//! The router and its handlers. docs/http-api.md is the contract; every
+//! route, header, status and `code` there is implemented here.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use palisade_core::{Liveness, LockName, Mode, Sequencer};
+use palisade_store::{Applied, IVec, Marks, Op, RequestId};
+use serde_json::json;
+use tracing::Instrument as _;
+
+use crate::dto::{BatchBody, CasBody, WriteResponse};
+use crate::encoding::percent_decode;
+use crate::error::{ApiError, marks_json};
+use crate::metrics::OpKind;
+use crate::state::AppState;
+
+/// The header carrying `H_excl` on every 2xx of a lock route.
+pub const MARK_EXCLUSIVE_HEADER: &str = "palisade-mark-exclusive";
+/// The header carrying `H_shared` on every 2xx of a lock route.
+pub const MARK_SHARED_HEADER: &str = "palisade-mark-shared";
+/// Present (`true`) on the answer to a replayed idempotent request.
+pub const REPLAYED_HEADER: &str = "palisade-replayed";
+/// The idempotency key of a write.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+
+/// How long the server waits for a live check before refusing with 503.
+const LIVE_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The whole HTTP API as a router, ready for `axum::serve` or for
+/// `tower::ServiceExt::oneshot` in tests.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/v1/locks/{lock}/keys/{key}",
+            get(get_key).put(put_key).delete(delete_key),
+        )
+        .route("/v1/locks/{lock}/cas/{key}", post(cas_key))
+        .route("/v1/locks/{lock}/batch", post(batch))
+        .route("/v1/locks/{lock}/marks", get(marks))
+        .route("/healthz", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.max_body_bytes))
+        .with_state(state)
+}
+
+/// Runs one request's work in a span, and counts and times it.
+async fn handle(
+    state: &AppState,
+    op: OpKind,
+    uri: &Uri,
+    work: impl Future<Output = Result<Response, ApiError>>,
+) -> Response {
+    let started = Instant::now();
+    let span = tracing::info_span!("request", op = op.as_str(), path = %uri.path());
+    let response = match work.instrument(span).await {
+        Ok(response) => {
+            state.metrics.accepted(op);
+            response
+        }
+        Err(error) => {
+            state.metrics.rejected(error.code());
+            tracing::debug!(op = op.as_str(), code = error.code(), status = %error.status(), "request refused");
+            error.into_response()
+        }
+    };
+    state.metrics.observe(op, started.elapsed());
+    response
+}
+
+/// The raw (still percent-encoded) path segments after `/v1/locks/`:
+/// `[lock, "keys", key]`, `[lock, "batch"]`, ... The router has already
+/// matched the shape, so the positions are known.
+fn raw_segment(uri: &Uri, index: usize) -> &str {
+    uri.path().split('/').nth(index).unwrap_or_default()
+}
+
+fn path_lock(uri: &Uri) -> Result<LockName, ApiError> {
+    let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_lock_name", message);
+    let bytes = percent_decode(raw_segment(uri, 3))
+        .ok_or_else(|| bad("the lock name's percent-encoding is broken".into()))?;
+    let text = String::from_utf8(bytes).map_err(|_| bad("the lock name is not UTF-8".into()))?;
+    LockName::new(text).map_err(|e| bad(e.to_string()))
+}
+
+fn path_key(uri: &Uri, state: &AppState) -> Result<Vec<u8>, ApiError> {
+    let bad = |message: &str| ApiError::new(StatusCode::BAD_REQUEST, "bad_key", message);
+    let key = percent_decode(raw_segment(uri, 5))
+        .ok_or_else(|| bad("the key's percent-encoding is broken"))?;
+    if key.is_empty() {
+        return Err(bad("keys must not be empty"));
+    }
+    let max = state.store.config().limits.max_key_bytes;
+    if key.len() > max {
+        return Err(ApiError::too_large("key", max, Some(key.len())));
+    }
+    Ok(key)
+}
+
+/// The `palisade-sequencer` header, parsed, and checked to be for `lock`.
+fn sequencer_header(headers: &HeaderMap, lock: &LockName) -> Result<Option<Sequencer>, ApiError> {
+    let mut values = headers.get_all(Sequencer::HTTP_HEADER).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::malformed_sequencer(
+            "the palisade-sequencer header appears more than once",
+        ));
+    }
+    let text = value.to_str().map_err(|_| {
+        ApiError::malformed_sequencer("the palisade-sequencer header is not visible ASCII")
+    })?;
+    let sequencer: Sequencer = text
+        .parse()
+        .map_err(|e| ApiError::malformed_sequencer(format!("malformed sequencer: {e}")))?;
+    if sequencer.lock() != lock {
+        return Err(ApiError::lock_mismatch(lock, &sequencer));
+    }
+    Ok(Some(sequencer))
+}
+
+/// The sequencer of a write: present, for `lock`, exclusive.
+fn write_sequencer(headers: &HeaderMap, lock: &LockName) -> Result<Sequencer, ApiError> {
+    let sequencer = sequencer_header(headers, lock)?.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "missing_sequencer",
+            "writes need a palisade-sequencer header with an exclusive sequencer",
+        )
+    })?;
+    if sequencer.mode() != Mode::Exclusive {
+        tracing::info!(
+            target: "palisade_server::fence",
+            lock = %lock,
+            generation = sequencer.generation().get(),
+            reason = "shared_on_write",
+            "refused"
+        );
+        return Err(ApiError::from(palisade_store::Refused::SharedOnWrite {
+            lock: lock.clone(),
+            presented: sequencer.generation(),
+        }));
+    }
+    Ok(sequencer)
+}
+
+fn request_id(headers: &HeaderMap) -> Result<Option<RequestId>, ApiError> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY_HEADER).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::bad_request(
+            "the idempotency-key header appears more than once",
+        ));
+    }
+    let text = value
+        .to_str()
+        .map_err(|_| ApiError::bad_request("invalid idempotency key: not visible ASCII"))?;
+    RequestId::new(text)
+        .map(Some)
+        .map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+fn body_bytes(body: Result<Bytes, BytesRejection>, state: &AppState) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large("body", state.max_body_bytes, None)
+        } else {
+            ApiError::bad_request(rejection.body_text())
+        }
+    })
+}
+
+fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// Chubby's CheckSequencer, when configured.
+async fn live_check(state: &AppState, sequencer: &Sequencer) -> Result<(), ApiError> {
+    let Some(live_check) = &state.live_check else {
+        return Ok(());
+    };
+    let lock = sequencer.lock();
+    let generation = sequencer.generation().get();
+    match tokio::time::timeout(LIVE_CHECK_TIMEOUT, live_check.check_dyn(sequencer)).await {
+        Ok(Ok(Liveness::Held)) => Ok(()),
+        Ok(Ok(Liveness::NotHeld)) => {
+            tracing::info!(
+                target: "palisade_server::fence",
+                lock = %lock,
+                generation,
+                reason = "not_held",
+                "refused: the lock service says this sequencer's holder no longer holds the lock"
+            );
+            Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "not_held",
+                format!("the lock service says generation {generation} of lock `{lock}` is no longer held"),
+            )
+            .with("lock", lock.as_str())
+            .with("presented", generation))
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(lock = %lock, generation, %error, "live check failed; refusing");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "live_check_unavailable",
+                format!("the live check could not reach the lock service: {error}"),
+            ))
+        }
+        Err(_elapsed) => {
+            tracing::warn!(lock = %lock, generation, "live check timed out; refusing");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "live_check_unavailable",
+                format!("the live check did not answer within {LIVE_CHECK_TIMEOUT:?}"),
+            ))
+        }
+    }
+}
+
+fn marks_headers(response: &mut Response, marks: Marks, replayed: bool) {
+    let headers = response.headers_mut();
+    headers.insert(
+        HeaderName::from_static(MARK_EXCLUSIVE_HEADER),
+        HeaderValue::from(marks.exclusive),
+    );
+    headers.insert(
+        HeaderName::from_static(MARK_SHARED_HEADER),
+        HeaderValue::from(marks.shared),
+    );
+    if replayed {
+        headers.insert(
+            HeaderName::from_static(REPLAYED_HEADER),
+            HeaderValue::from_static("true"),
+        );
+    }
+}
+
+fn write_response(lock: &LockName, applied: &Applied) -> Response {
+    let mut response = axum::Json(WriteResponse::new(lock, applied)).into_response();
+    marks_headers(&mut response, applied.marks, applied.replayed);
+    response
+}
+
+/// The common path of every write: checks, live check, store.
+async fn apply_write(
+    state: &AppState,
+    lock: &LockName,
+    sequencer: &Sequencer,
+    request_id: Option<&RequestId>,
+    ops: &[Op],
+) -> Result<Response, ApiError> {
+    live_check(state, sequencer).await?;
+    let applied = state.store.submit(sequencer, ops, request_id)?.await??;
+    Ok(write_response(lock, &applied))
+}
+
+async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
+    handle(&state, OpKind::Get, &uri, async {
+        let lock = path_lock(&uri)?;
+        let key = path_key(&uri, &state)?;
+        let sequencer = sequencer_header(&headers, &lock)?;
+        if let Some(sequencer) = &sequencer {
+            live_check(&state, sequencer).await?;
+        }
+        let read = state
+            .store
+            .submit_get(&lock, &key, sequencer.as_ref())?
+            .await??;
+        let Some(value) = read.value else {
+            return Err(ApiError::not_found(&lock, read.marks));
+        };
+        let mut response = (
+            [(header::CONTENT_TYPE, "application/octet-stream")],
+            Body::from(Bytes::from_owner(value)),
+        )
+            .into_response();
+        marks_headers(&mut response, read.marks, false);
+        Ok(response)
+    })
+    .await
+}
+
+async fn put_key(
+    State(state): State<AppState>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    handle(&state, OpKind::Put, &uri, async {
+        let lock = path_lock(&uri)?;
+        let key = path_key(&uri, &state)?;
+        let sequencer = write_sequencer(&headers, &lock)?;
+        let request_id = request_id(&headers)?;
+        let value = body_bytes(body, &state)?;
+        let ops = [Op::put(key, IVec::from(&value[..]))];
+        apply_write(&state, &lock, &sequencer, request_id.as_ref(), &ops).await
+    })
+    .await
+}
+
+async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
+    handle(&state, OpKind::Delete, &uri, async {
+        let lock = path_lock(&uri)?;
+        let key = path_key(&uri, &state)?;
+        let sequencer = write_sequencer(&headers, &lock)?;
+        let request_id = request_id(&headers)?;
+        let ops = [Op::delete(key)];
+        apply_write(&state, &lock, &sequencer, request_id.as_ref(), &ops).await
+    })
+    .await
+}
+
+async fn cas_key(
+    State(state): State<AppState>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    handle(&state, OpKind::Cas, &uri, async {
+        let lock = path_lock(&uri)?;
+        let key = path_key(&uri, &state)?;
+        let sequencer = write_sequencer(&headers, &lock)?;
+        let request_id = request_id(&headers)?;
+        let body = body_bytes(body, &state)?;
+        let op = json_body::<CasBody>(&body)?.into_op(key)?;
+        apply_write(&state, &lock, &sequencer, request_id.as_ref(), &[op]).await
+    })
+    .await
+}
+
+async fn batch(
+    State(state): State<AppState>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    handle(&state, OpKind::Batch, &uri, async {
+        let lock = path_lock(&uri)?;
+        let sequencer = write_sequencer(&headers, &lock)?;
+        let request_id = request_id(&headers)?;
+        let body = body_bytes(body, &state)?;
+        let batch = json_body::<BatchBody>(&body)?;
+        let max_ops = state.store.config().limits.max_batch_ops;
+        if batch.len() > max_ops {
+            return Err(ApiError::too_large("batch_ops", max_ops, Some(batch.len())));
+        }
+        let ops = batch.into_ops()?;
+        apply_write(&state, &lock, &sequencer, request_id.as_ref(), &ops).await
+    })
+    .await
+}
+
+async fn marks(State(state): State<AppState>, uri: Uri) -> Response {
+    handle(&state, OpKind::Marks, &uri, async {
+        let lock = path_lock(&uri)?;
+        let marks = state.store.submit_marks(&lock)?.await?;
+        let mut response =
+            axum::Json(json!({"lock": lock.as_str(), "marks": marks_json(marks)})).into_response();
+        marks_headers(&mut response, marks, false);
+        Ok(response)
+    })
+    .await
+}
+
+async fn health(State(state): State<AppState>) -> Response {
+    match state.store.check_health() {
+        Ok(()) => axum::Json(json!({
+            "status": "ok",
+            "durability": state.store.durability().name(),
+        }))
+        .into_response(),
+        Err(error) => {
+            let error = ApiError::from(error);
+            state.metrics.rejected(error.code());
+            error.into_response()
+        }
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(state.store.flush_stats()),
+    )
+        .into_response()
+}
+
+async fn no_route(State(state): State<AppState>, uri: Uri) -> Response {
+    state.metrics.rejected("no_route");
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no_route",
+        format!("no route for {}", uri.path()),
+    )
+    .into_response()
+}
+
+async fn method_not_allowed(State(state): State<AppState>) -> Response {
+    state.metrics.rejected("method_not_allowed");
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not support that method",
+    )
+    .into_response()
+}

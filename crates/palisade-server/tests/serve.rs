@@ -1,0 +1,132 @@
+//! The server on a real socket (127.0.0.1:0): `run` serves until its
+//! shutdown future resolves, then flushes; the data is there after a
+//! restart on the same directory.
+
+use palisade_core::Sequencer;
+use palisade_server::{AppState, ServerConfig, run};
+use palisade_store::{Store, StoreConfig};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+async fn start(
+    dir: &std::path::Path,
+) -> (String, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+    let store = Store::open(dir, StoreConfig::default()).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        run(listener, AppState::new(store), async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    (base, stop, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_flushes_and_a_restart_sees_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let (base, stop, server) = start(dir.path()).await;
+    for generation in 1..=20u64 {
+        let response = http
+            .put(format!("{base}/v1/locks/e2e/keys/k{generation}"))
+            .header(
+                Sequencer::HTTP_HEADER,
+                format!("v1;lock=e2e;mode=exclusive;gen={generation}"),
+            )
+            .body(format!("value {generation}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let health = http.get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+
+    stop.send(()).unwrap();
+    server.await.unwrap();
+    // The port is closed once `run` has returned.
+    assert!(http.get(format!("{base}/healthz")).send().await.is_err());
+
+    let (base, stop, server) = start(dir.path()).await;
+    for generation in 1..=20u64 {
+        let body = http
+            .get(format!("{base}/v1/locks/e2e/keys/k{generation}"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(body, format!("value {generation}"));
+    }
+    let marks: serde_json::Value = http
+        .get(format!("{base}/v1/locks/e2e/marks"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(marks["marks"]["exclusive"], 20);
+    let stale = http
+        .put(format!("{base}/v1/locks/e2e/keys/late"))
+        .header(Sequencer::HTTP_HEADER, "v1;lock=e2e;mode=exclusive;gen=19")
+        .body("late")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stale.status(), 409);
+    stop.send(()).unwrap();
+    server.await.unwrap();
+}
+
+#[test]
+fn the_config_reads_flags_and_environment() {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        server: ServerConfig,
+    }
+
+    let cli = Cli::try_parse_from([
+        "palisade-server",
+        "--data-dir",
+        "/tmp/x",
+        "--listen",
+        "127.0.0.1:0",
+        "--durability",
+        "buffered",
+        "--buffered-flush-ms",
+        "50",
+        "--max-key-bytes",
+        "16",
+        "--max-batch-ops",
+        "3",
+    ])
+    .unwrap();
+    let store = cli.server.store_config();
+    assert_eq!(store.durability.name(), "buffered");
+    assert_eq!(store.limits.max_key_bytes, 16);
+    assert_eq!(store.limits.max_batch_ops, 3);
+    assert_eq!(cli.server.listen.port(), 0);
+    assert!(
+        Cli::try_parse_from([
+            "palisade-server",
+            "--data-dir",
+            "/x",
+            "--durability",
+            "sometimes"
+        ])
+        .is_err()
+    );
+    assert!(
+        Cli::try_parse_from(["palisade-server"]).is_err()
+            || std::env::var_os("PALISADE_DATA_DIR").is_some()
+    );
+}

@@ -1,0 +1,524 @@
+//! The committer: one thread that applies every write (and every read that
+//! carries a sequencer, since it may raise a mark) in groups.
+//!
+//! # Why one thread, and why groups
+//!
+//! sled serialises every transaction process-wide (its concurrency control
+//! is one global reader-writer lock; a transaction takes it for writing),
+//! and `flush()` holds the same lock for reading while it writes and fsyncs
+//! the log. Two consequences shape this module:
+//!
+//! - transactions never run in parallel anyway, so one thread running them
+//!   loses nothing, and keeps async worker threads from blocking on that
+//!   lock for the length of an fsync;
+//! - a transaction cannot commit while a flush runs, so "commit, then hand
+//!   the flush to someone else" does not overlap the two. What does work is
+//!   to let requests queue up *while* the flush runs, and then apply the
+//!   whole queue in one transaction followed by one flush.
+//!
+//! So the loop is: take every queued job (up to a bound), apply them in
+//! order in **one** sled transaction, and, in `Flushed` mode, call sled's
+//! blocking `flush()` once. Only then is each job's outcome delivered. One
+//! flush therefore acknowledges every request committed before it started
+//! (group commit), and "acknowledged" keeps its full meaning.
+//!
+//! Each job keeps its own all-or-nothing semantics inside the shared
+//! transaction: its ops are first evaluated against an overlay (its own
+//! earlier writes over the transaction's view), and written only if every
+//! check passes. A refused job writes nothing, not even its mark.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, TryRecvError};
+
+use palisade_core::{LockName, Sequencer};
+use sled::IVec;
+use sled::Transactional as _;
+use sled::transaction::{
+    ConflictableTransactionError, TransactionError, TransactionalTree, UnabortableTransactionError,
+};
+
+use crate::group_commit::{Epochs, Slot};
+use crate::idempotency::Record;
+use crate::keys::{LockKeys, LockState};
+use crate::{Applied, Durability, Marks, Op, OpResult, Read, Refused, RequestId, StoreError};
+
+/// The most jobs applied in one transaction.
+const MAX_GROUP_JOBS: usize = 512;
+/// The most ops applied in one transaction (a group always takes at least
+/// one job, whatever its size).
+const MAX_GROUP_OPS: usize = 8192;
+
+/// A write request, as queued.
+pub(crate) struct WriteJob {
+    pub(crate) sequencer: Sequencer,
+    pub(crate) keys: LockKeys,
+    pub(crate) ops: Vec<Op>,
+    pub(crate) request_id: Option<RequestId>,
+    pub(crate) fingerprint: Option<u64>,
+    pub(crate) slot: Arc<Slot<Result<Applied, Refused>>>,
+}
+
+/// A read with a sequencer, as queued.
+pub(crate) struct ReadJob {
+    pub(crate) sequencer: Sequencer,
+    pub(crate) keys: LockKeys,
+    pub(crate) key: Vec<u8>,
+    pub(crate) slot: Arc<Slot<Result<Read, Refused>>>,
+}
+
+pub(crate) enum Job {
+    Write(WriteJob),
+    Read(ReadJob),
+}
+
+impl Job {
+    fn n_ops(&self) -> usize {
+        match self {
+            Job::Write(job) => job.ops.len().max(1),
+            Job::Read(_) => 1,
+        }
+    }
+}
+
+/// A job's slot, kept aside so a panic cannot leave it unanswered.
+enum AnySlot {
+    Write(Arc<Slot<Result<Applied, Refused>>>),
+    Read(Arc<Slot<Result<Read, Refused>>>),
+}
+
+impl AnySlot {
+    fn of(job: &Job) -> AnySlot {
+        match job {
+            Job::Write(job) => AnySlot::Write(Arc::clone(&job.slot)),
+            Job::Read(job) => AnySlot::Read(Arc::clone(&job.slot)),
+        }
+    }
+
+    fn fill_error(&self, error: StoreError) {
+        match self {
+            AnySlot::Write(slot) => slot.fill(Err(error)),
+            AnySlot::Read(slot) => slot.fill(Err(error)),
+        }
+    }
+}
+
+/// One job's decision inside the group transaction.
+enum Decision {
+    Write(Result<Result<Applied, Refused>, StoreError>),
+    /// The outcome, and whether the read raised a mark.
+    Read(Result<Result<Read, Refused>, StoreError>, bool),
+}
+
+impl Decision {
+    /// Whether the job wrote anything (data, a mark, a record).
+    fn wrote(&self) -> bool {
+        match self {
+            Decision::Write(Ok(Ok(applied))) => !applied.replayed,
+            Decision::Read(_, raised_mark) => *raised_mark,
+            _ => false,
+        }
+    }
+}
+
+pub(crate) struct Committer {
+    pub(crate) db: sled::Db,
+    pub(crate) data: sled::Tree,
+    pub(crate) meta: sled::Tree,
+    pub(crate) durability: Durability,
+    pub(crate) idempotency_window: u64,
+    pub(crate) epochs: Arc<Epochs>,
+    pub(crate) stats: Arc<std::sync::Mutex<crate::FlushStats>>,
+}
+
+impl Committer {
+    pub(crate) fn run(self, jobs: Receiver<Job>) {
+        let mut group_number = 0u64;
+        let mut pending: Option<Job> = None;
+        loop {
+            // Block for the first job, then take what else is queued.
+            let first = match pending.take() {
+                Some(job) => job,
+                None => match jobs.recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                },
+            };
+            let mut n_ops = first.n_ops();
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP_JOBS && n_ops < MAX_GROUP_OPS {
+                match jobs.try_recv() {
+                    Ok(job) => {
+                        if n_ops + job.n_ops() > MAX_GROUP_OPS {
+                            pending = Some(job);
+                            break;
+                        }
+                        n_ops += job.n_ops();
+                        group.push(job);
+                    }
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
+            }
+            group_number += 1;
+            // A panic here would be a bug (in sled or in this module). Do
+            // not leave callers waiting forever: answer every job of the
+            // group that has no outcome yet, and fail-stop the store.
+            let slots: Vec<AnySlot> = group.iter().map(AnySlot::of).collect();
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.commit_group(group_number, group)
+            }));
+            if outcome.is_err() {
+                let message = "the store's committer failed unexpectedly".to_owned();
+                tracing::error!("{message}; the store refuses further requests");
+                self.epochs.fail(message.clone());
+                for slot in slots {
+                    slot.fill_error(StoreError::FlushFailed {
+                        message: message.clone(),
+                    });
+                }
+            }
+        }
+        self.epochs.close();
+        if let Err(error) = self.db.flush() {
+            tracing::error!(%error, "final flush failed while closing the store");
+        }
+    }
+
+    fn commit_group(&self, group_number: u64, group: Vec<Job>) {
+        if let Some(message) = self.epochs.failure() {
+            for job in group {
+                deliver_error(
+                    job,
+                    &StoreError::FlushFailed {
+                        message: message.clone(),
+                    },
+                );
+            }
+            return;
+        }
+
+        self.epochs.begin_group(group_number);
+        let result = (&self.data, &self.meta).transaction(|(data, meta)| {
+            let mut decisions = Vec::with_capacity(group.len());
+            for job in &group {
+                decisions.push(match job {
+                    Job::Write(job) => Decision::Write(self.apply_write(data, meta, job)?),
+                    Job::Read(job) => {
+                        let (outcome, raised_mark) = apply_read(data, meta, job)?;
+                        Decision::Read(outcome, raised_mark)
+                    }
+                });
+            }
+            Ok::<_, ConflictableTransactionError<()>>(decisions)
+        });
+        let decisions = match result {
+            Ok(decisions) => decisions,
+            Err(error) => {
+                let error = match error {
+                    TransactionError::Storage(error) => StoreError::Io(error),
+                    TransactionError::Abort(()) => StoreError::Corrupt {
+                        what: "a group transaction aborted".into(),
+                    },
+                };
+                tracing::error!(%error, "group transaction failed");
+                self.epochs.finish_group(group_number);
+                for job in group {
+                    deliver_error(job, &error);
+                }
+                return;
+            }
+        };
+
+        let wrote = decisions.iter().any(Decision::wrote);
+        if self.durability == Durability::Flushed && wrote {
+            if let Err(error) = self.db.flush() {
+                let message = error.to_string();
+                tracing::error!(%error, "flush failed; the store refuses further requests");
+                self.epochs.fail(message.clone());
+                for job in group {
+                    deliver_error(
+                        job,
+                        &StoreError::FlushFailed {
+                            message: message.clone(),
+                        },
+                    );
+                }
+                return;
+            }
+            let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+            stats.flushes += 1;
+            stats.tickets += group.len() as u64;
+        }
+        self.epochs.finish_group(group_number);
+
+        for (job, decision) in group.into_iter().zip(decisions) {
+            match (job, decision) {
+                (Job::Write(job), Decision::Write(outcome)) => {
+                    trace_write(&job, &outcome);
+                    job.slot.fill(outcome);
+                }
+                (Job::Read(job), Decision::Read(outcome, _)) => {
+                    trace_read(&job, &outcome);
+                    job.slot.fill(outcome);
+                }
+                (job, _) => deliver_error(
+                    job,
+                    &StoreError::Corrupt {
+                        what: "a decision did not match its job".into(),
+                    },
+                ),
+            }
+        }
+    }
+
+    fn apply_write(
+        &self,
+        data: &TransactionalTree,
+        meta: &TransactionalTree,
+        job: &WriteJob,
+    ) -> Result<Result<Result<Applied, Refused>, StoreError>, UnabortableTransactionError> {
+        let keys = &job.keys;
+        let Some(before) = read_state(meta, keys)? else {
+            return Ok(Err(corrupt_state(job.sequencer.lock())));
+        };
+
+        // A retry of a remembered request gets the original outcome.
+        if let (Some(request_id), Some(fingerprint)) = (&job.request_id, job.fingerprint) {
+            if let Some(raw) = meta.get(keys.request(request_id.as_str()))? {
+                let Some(record) = Record::decode(&raw) else {
+                    return Ok(Err(StoreError::Corrupt {
+                        what: format!(
+                            "the idempotency record `{request_id}` of lock `{}` does not decode",
+                            job.sequencer.lock()
+                        ),
+                    }));
+                };
+                if record.fingerprint != fingerprint {
+                    return Ok(Ok(Err(Refused::IdempotencyKeyReused {
+                        request_id: request_id.clone(),
+                    })));
+                }
+                return Ok(Ok(Ok(record.applied)));
+            }
+        }
+
+        let Some(marks) = before
+            .marks
+            .admit(job.sequencer.mode(), job.sequencer.generation())
+        else {
+            return Ok(Ok(Err(Refused::Stale {
+                lock: job.sequencer.lock().clone(),
+                mode: job.sequencer.mode(),
+                presented: job.sequencer.generation(),
+                marks: before.marks,
+            })));
+        };
+
+        // Evaluate every op against an overlay first: nothing is written
+        // unless all of them pass.
+        let mut overlay: HashMap<Vec<u8>, Option<IVec>> = HashMap::new();
+        let mut writes: Vec<(Vec<u8>, Option<IVec>)> = Vec::with_capacity(job.ops.len());
+        let mut results = Vec::with_capacity(job.ops.len());
+        for (op_index, op) in job.ops.iter().enumerate() {
+            let data_key = keys.data(op.key());
+            let current = match overlay.get(&data_key) {
+                Some(value) => value.clone(),
+                None => data.get(&data_key)?,
+            };
+            let (result, new_value) = match op {
+                Op::Put { value, .. } => (
+                    if current.is_some() {
+                        OpResult::Replaced
+                    } else {
+                        OpResult::Created
+                    },
+                    Some(value.clone()),
+                ),
+                Op::Delete { .. } => (
+                    if current.is_some() {
+                        OpResult::Deleted
+                    } else {
+                        OpResult::Absent
+                    },
+                    None,
+                ),
+                Op::Cas { expected, new, .. } => {
+                    if current.as_deref() != expected.as_deref() {
+                        return Ok(Ok(Err(Refused::CasMismatch { op_index, current })));
+                    }
+                    (OpResult::Swapped, new.clone())
+                }
+            };
+            results.push(result);
+            if job.ops.len() > 1 {
+                overlay.insert(data_key.clone(), new_value.clone());
+            }
+            writes.push((data_key, new_value));
+        }
+        for (data_key, value) in writes {
+            match value {
+                Some(value) => {
+                    data.insert(data_key, value)?;
+                }
+                None => {
+                    data.remove(data_key)?;
+                }
+            }
+        }
+
+        let mut after = LockState {
+            marks,
+            recorded: before.recorded,
+        };
+        let applied = Applied {
+            results,
+            marks,
+            replayed: false,
+        };
+        if let (Some(request_id), Some(fingerprint)) = (&job.request_id, job.fingerprint) {
+            let sequence = after.recorded;
+            after.recorded += 1;
+            let slot_key = keys.slot(sequence % self.idempotency_window);
+            if let Some(evicted) = meta.insert(slot_key, request_id.as_str().as_bytes())? {
+                if let Ok(evicted) = std::str::from_utf8(&evicted) {
+                    meta.remove(keys.request(evicted))?;
+                }
+            }
+            let record = Record {
+                fingerprint,
+                applied: Applied {
+                    replayed: true,
+                    ..applied.clone()
+                },
+            };
+            meta.insert(keys.request(request_id.as_str()), record.encode(sequence))?;
+        }
+        if after != before {
+            meta.insert(keys.state(), &after.encode())?;
+        }
+        Ok(Ok(Ok(applied)))
+    }
+}
+
+type ReadDecision = (Result<Result<Read, Refused>, StoreError>, bool);
+
+fn apply_read(
+    data: &TransactionalTree,
+    meta: &TransactionalTree,
+    job: &ReadJob,
+) -> Result<ReadDecision, UnabortableTransactionError> {
+    let Some(before) = read_state(meta, &job.keys)? else {
+        return Ok((Err(corrupt_state(job.sequencer.lock())), false));
+    };
+    let Some(marks) = before
+        .marks
+        .admit(job.sequencer.mode(), job.sequencer.generation())
+    else {
+        let refused = Refused::Stale {
+            lock: job.sequencer.lock().clone(),
+            mode: job.sequencer.mode(),
+            presented: job.sequencer.generation(),
+            marks: before.marks,
+        };
+        return Ok((Ok(Err(refused)), false));
+    };
+    let value = data.get(job.keys.data(&job.key))?;
+    let raised_mark = marks != before.marks;
+    if raised_mark {
+        let after = LockState { marks, ..before };
+        meta.insert(job.keys.state(), &after.encode())?;
+    }
+    Ok((Ok(Ok(Read { value, marks })), raised_mark))
+}
+
+/// The lock's state, or `None` if the stored record does not decode.
+fn read_state(
+    meta: &TransactionalTree,
+    keys: &LockKeys,
+) -> Result<Option<LockState>, UnabortableTransactionError> {
+    let raw = meta.get(keys.state())?;
+    Ok(LockState::decode(raw.as_deref()))
+}
+
+pub(crate) fn corrupt_state(lock: &LockName) -> StoreError {
+    StoreError::Corrupt {
+        what: format!("the state record of lock `{lock}` has the wrong length"),
+    }
+}
+
+fn clone_error(error: &StoreError) -> StoreError {
+    match error {
+        StoreError::Io(error) => StoreError::Io(error.clone()),
+        StoreError::FlushFailed { message } => StoreError::FlushFailed {
+            message: message.clone(),
+        },
+        StoreError::Corrupt { what } => StoreError::Corrupt { what: what.clone() },
+        other => StoreError::Corrupt {
+            what: other.to_string(),
+        },
+    }
+}
+
+fn deliver_error(job: Job, error: &StoreError) {
+    match job {
+        Job::Write(job) => job.slot.fill(Err(clone_error(error))),
+        Job::Read(job) => job.slot.fill(Err(clone_error(error))),
+    }
+}
+
+fn marks_fields(marks: Option<Marks>) -> (Option<u64>, Option<u64>) {
+    (marks.map(|m| m.exclusive), marks.map(|m| m.shared))
+}
+
+fn trace_write(job: &WriteJob, outcome: &Result<Result<Applied, Refused>, StoreError>) {
+    let sequencer = &job.sequencer;
+    match outcome {
+        Ok(Ok(applied)) => tracing::debug!(
+            target: "palisade_store::fence",
+            lock = %sequencer.lock(),
+            mode = %sequencer.mode(),
+            generation = sequencer.generation().get(),
+            h_excl = applied.marks.exclusive,
+            h_shared = applied.marks.shared,
+            n_ops = job.ops.len(),
+            replayed = applied.replayed,
+            "accepted write"
+        ),
+        Ok(Err(refused)) => trace_refusal(sequencer, refused),
+        Err(error) => tracing::error!(lock = %sequencer.lock(), %error, "write failed"),
+    }
+}
+
+fn trace_read(job: &ReadJob, outcome: &Result<Result<Read, Refused>, StoreError>) {
+    let sequencer = &job.sequencer;
+    match outcome {
+        Ok(Ok(read)) => tracing::debug!(
+            target: "palisade_store::fence",
+            lock = %sequencer.lock(),
+            mode = %sequencer.mode(),
+            generation = sequencer.generation().get(),
+            h_excl = read.marks.exclusive,
+            h_shared = read.marks.shared,
+            "accepted read"
+        ),
+        Ok(Err(refused)) => trace_refusal(sequencer, refused),
+        Err(error) => tracing::error!(lock = %sequencer.lock(), %error, "read failed"),
+    }
+}
+
+pub(crate) fn trace_refusal(sequencer: &Sequencer, refused: &Refused) {
+    let (h_excl, h_shared) = marks_fields(match refused {
+        Refused::Stale { marks, .. } => Some(*marks),
+        _ => None,
+    });
+    tracing::info!(
+        target: "palisade_store::fence",
+        lock = %sequencer.lock(),
+        mode = %sequencer.mode(),
+        generation = sequencer.generation().get(),
+        h_excl,
+        h_shared,
+        reason = refused.reason(),
+        "refused: {refused}"
+    );
+}

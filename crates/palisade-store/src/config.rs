@@ -1,0 +1,188 @@
+//! How a store is opened: durability mode, limits, idempotency window.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// What an acknowledged request means.
+///
+/// An acknowledgement is the return of [`Store::apply`](crate::Store::apply)
+/// (or the resolution of a [`Pending`](crate::Pending)); over HTTP, a 2xx.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Acknowledged ⇒ fsynced. The default.
+    ///
+    /// The store's committer thread applies every request queued since its
+    /// last flush in one sled transaction, then calls sled's `flush()`
+    /// (write the log, fsync) once, and only then answers them all: one
+    /// flush acknowledges every request committed before it started (group
+    /// commit). A response that reports state (a read, a refusal with marks)
+    /// also waits until what it saw is flushed. Survives `kill -9` and power
+    /// loss, as far as the disk honours fsync.
+    #[default]
+    Flushed,
+    /// Acknowledged ⇒ committed in sled's in-memory log buffers; sled writes
+    /// and fsyncs them in the background every `flush_every`.
+    ///
+    /// A `kill -9` or power loss within that window loses the writes *and
+    /// the mark updates* acknowledged in it, because sled keeps its log
+    /// buffers in this process's memory, not in the OS page cache. After such
+    /// a crash a stale holder whose generation lies in the lost window can be
+    /// accepted again. Use it where throughput matters more than that.
+    Buffered {
+        /// How often sled flushes in the background (sled's
+        /// `flush_every_ms`).
+        flush_every: Duration,
+    },
+}
+
+impl Durability {
+    /// The name used in flags and reports: `flushed` or `buffered`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Flushed => "flushed",
+            Durability::Buffered { .. } => "buffered",
+        }
+    }
+
+    /// `Buffered` with sled's default background flush period, 500 ms.
+    pub const fn buffered() -> Durability {
+        Durability::Buffered {
+            flush_every: Duration::from_millis(500),
+        }
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Durability::Flushed => f.write_str("flushed"),
+            Durability::Buffered { flush_every } => {
+                write!(f, "buffered (background flush every {flush_every:?})")
+            }
+        }
+    }
+}
+
+/// The text was not `flushed` or `buffered`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown durability `{found}`; expected `flushed` or `buffered`")]
+pub struct DurabilityParseError {
+    /// What was offered.
+    pub found: String,
+}
+
+impl FromStr for Durability {
+    type Err = DurabilityParseError;
+
+    /// `flushed`, or `buffered` (with the default 500 ms period).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "flushed" => Ok(Durability::Flushed),
+            "buffered" => Ok(Durability::buffered()),
+            other => Err(DurabilityParseError {
+                found: other.chars().take(64).collect(),
+            }),
+        }
+    }
+}
+
+/// Size limits, checked before any transaction starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest key, in bytes. Default 1 KiB.
+    pub max_key_bytes: usize,
+    /// The longest value, in bytes. Default 1 MiB.
+    pub max_value_bytes: usize,
+    /// The most ops in one batch. Default 1000.
+    pub max_batch_ops: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_key_bytes: 1024,
+            max_value_bytes: 1024 * 1024,
+            max_batch_ops: 1000,
+        }
+    }
+}
+
+/// Which limit a request exceeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LimitKind {
+    /// [`Limits::max_key_bytes`].
+    Key,
+    /// [`Limits::max_value_bytes`].
+    Value,
+    /// [`Limits::max_batch_ops`].
+    BatchOps,
+}
+
+impl LimitKind {
+    /// A short stable name: `key`, `value`, `batch_ops`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitKind::Key => "key",
+            LimitKind::Value => "value",
+            LimitKind::BatchOps => "batch_ops",
+        }
+    }
+}
+
+impl fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LimitKind::Key => "the key",
+            LimitKind::Value => "the value",
+            LimitKind::BatchOps => "the batch",
+        })
+    }
+}
+
+/// Everything [`Store::open`](crate::Store::open) needs besides the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// What an acknowledgement means. Default [`Durability::Flushed`].
+    pub durability: Durability,
+    /// Size limits.
+    pub limits: Limits,
+    /// How many idempotency keys each lock remembers (the last N writes that
+    /// carried one). Default 1024. See the crate docs for what happens after
+    /// a key is evicted.
+    pub idempotency_window: u32,
+    /// sled's page cache size in bytes. Default 256 MiB.
+    pub cache_capacity_bytes: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            durability: Durability::Flushed,
+            limits: Limits::default(),
+            idempotency_window: 1024,
+            cache_capacity_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Sets the durability mode.
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Sets the limits.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Sets the idempotency window (at least 1).
+    pub fn with_idempotency_window(mut self, window: u32) -> Self {
+        self.idempotency_window = window.max(1);
+        self
+    }
+}

@@ -1,0 +1,68 @@
+//! What can fail in the store (as opposed to what can be refused).
+
+use crate::LimitKind;
+
+/// A failure of the store itself, or a request it cannot even consider.
+///
+/// Fencing refusals are *not* here: they are the inner `Err` of the nested
+/// `Result` that [`Store::apply`](crate::Store::apply) returns, so `?` on a
+/// `StoreError` can never swallow a stale sequencer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// sled failed (I/O error, or a corrupted file sled itself detected).
+    #[error("storage failure: {0}")]
+    Io(#[from] sled::Error),
+    /// A flush (fsync) failed earlier. Writes committed in memory since the
+    /// last good flush may not be on disk, so the store stops acknowledging
+    /// anything (fail-stop) until it is reopened.
+    #[error("the store failed to flush and refuses further requests until restarted: {message}")]
+    FlushFailed {
+        /// The flush error, as text (the original is logged).
+        message: String,
+    },
+    /// A key, value or batch exceeds the configured limit.
+    #[error("{kind} is {actual} long; the limit is {max}")]
+    TooLarge {
+        /// Which limit.
+        kind: LimitKind,
+        /// The size offered (bytes, or ops for a batch).
+        actual: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// A key is empty. Every key has at least one byte.
+    #[error("keys must not be empty")]
+    EmptyKey,
+    /// An idempotency key that is empty, too long, or not visible ASCII.
+    #[error("invalid idempotency key: {reason}")]
+    InvalidRequestId {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Stored bytes that this version cannot decode: a damaged file, or a
+    /// data directory written by an incompatible version.
+    #[error("corrupt store: {what}")]
+    Corrupt {
+        /// What could not be decoded.
+        what: String,
+    },
+    /// The store is closing; the background flusher is gone.
+    #[error("the store is shut down")]
+    ShutDown,
+}
+
+impl StoreError {
+    /// Whether the failure is the store's (disk, corruption, fail-stop)
+    /// rather than the request's (limits, malformed keys). A resource server
+    /// answers the first kind with 503 and the second with 4xx.
+    pub fn is_storage_failure(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Io(_)
+                | StoreError::FlushFailed { .. }
+                | StoreError::Corrupt { .. }
+                | StoreError::ShutDown
+        )
+    }
+}

@@ -1,0 +1,245 @@
+//! Idempotency keys: how a retried write gets its original outcome instead
+//! of being applied twice.
+//!
+//! A write may carry a [`RequestId`]. Inside the write's transaction the
+//! store records, under the lock, the id, a fingerprint of the request and
+//! the outcome. The last [`StoreConfig::idempotency_window`] ids of each
+//! lock are kept, in a ring of slots numbered by a per-lock counter: the
+//! write that takes slot `n mod window` evicts the id that held it. All of
+//! this is in the same sled transaction as the data, so a remembered id is
+//! exactly as durable as the write it stands for.
+//!
+//! Only applied writes are remembered: a refused request changed nothing,
+//! so retrying it is the same as sending it for the first time.
+//!
+//! [`StoreConfig::idempotency_window`]: crate::StoreConfig::idempotency_window
+
+use std::fmt;
+
+use palisade_core::{Mode, Sequencer};
+
+use crate::{Applied, Marks, Op, OpResult, StoreError};
+
+/// A client-chosen idempotency key: 1 to 128 bytes of visible ASCII
+/// (`!` to `~`), scoped to one lock.
+///
+/// ```
+/// use palisade_store::RequestId;
+///
+/// assert!(RequestId::new("order-42-attempt").is_ok());
+/// assert!(RequestId::new("").is_err());
+/// assert!(RequestId::new("has space").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RequestId(String);
+
+impl RequestId {
+    /// The longest id, in bytes.
+    pub const MAX_LEN: usize = 128;
+
+    /// Validates and wraps `id`.
+    pub fn new(id: impl Into<String>) -> Result<RequestId, StoreError> {
+        let id = id.into();
+        if id.is_empty() {
+            return Err(StoreError::InvalidRequestId {
+                reason: "it is empty",
+            });
+        }
+        if id.len() > Self::MAX_LEN {
+            return Err(StoreError::InvalidRequestId {
+                reason: "it is longer than 128 bytes",
+            });
+        }
+        if !id.bytes().all(|b| (b'!'..=b'~').contains(&b)) {
+            return Err(StoreError::InvalidRequestId {
+                reason: "it contains a byte outside visible ASCII",
+            });
+        }
+        Ok(RequestId(id))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// FNV-1a, 64 bits: a stable hash (unlike `std`'s `DefaultHasher`, whose
+/// output may change between Rust releases) for request fingerprints that
+/// are persisted.
+struct Fnv64(u64);
+
+impl Fnv64 {
+    fn new() -> Self {
+        Fnv64(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    fn len_prefixed(&mut self, bytes: &[u8]) {
+        self.bytes(&(bytes.len() as u64).to_be_bytes());
+        self.bytes(bytes);
+    }
+
+    fn optional(&mut self, bytes: Option<&[u8]>) {
+        match bytes {
+            None => self.bytes(&[0]),
+            Some(bytes) => {
+                self.bytes(&[1]);
+                self.len_prefixed(bytes);
+            }
+        }
+    }
+}
+
+/// What identifies "the same request" for an idempotency key: the mode,
+/// the generation and every op. A retry sends exactly these again.
+pub(crate) fn fingerprint(sequencer: &Sequencer, ops: &[Op]) -> u64 {
+    let mut hash = Fnv64::new();
+    hash.bytes(&[match sequencer.mode() {
+        Mode::Exclusive => 1,
+        Mode::Shared => 2,
+    }]);
+    hash.bytes(&sequencer.generation().get().to_be_bytes());
+    hash.bytes(&(ops.len() as u64).to_be_bytes());
+    for op in ops {
+        match op {
+            Op::Put { key, value } => {
+                hash.bytes(b"P");
+                hash.len_prefixed(key);
+                hash.len_prefixed(value);
+            }
+            Op::Delete { key } => {
+                hash.bytes(b"D");
+                hash.len_prefixed(key);
+            }
+            Op::Cas { key, expected, new } => {
+                hash.bytes(b"C");
+                hash.len_prefixed(key);
+                hash.optional(expected.as_deref());
+                hash.optional(new.as_deref());
+            }
+        }
+    }
+    hash.0
+}
+
+/// A remembered outcome, as stored:
+/// `[slot sequence: u64 BE][fingerprint: u64 BE][H_excl: u64 BE][H_shared: u64 BE][one byte per op result]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) fingerprint: u64,
+    pub(crate) applied: Applied,
+}
+
+impl Record {
+    pub(crate) fn encode(&self, sequence: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.applied.results.len());
+        out.extend_from_slice(&sequence.to_be_bytes());
+        out.extend_from_slice(&self.fingerprint.to_be_bytes());
+        out.extend_from_slice(&self.applied.marks.exclusive.to_be_bytes());
+        out.extend_from_slice(&self.applied.marks.shared.to_be_bytes());
+        out.extend(self.applied.results.iter().map(|r| r.to_byte()));
+        out
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
+        let (header, results) = bytes.split_at_checked(32)?;
+        let word = |i: usize| u64::from_be_bytes(header[i * 8..i * 8 + 8].try_into().unwrap());
+        let results = results
+            .iter()
+            .map(|b| OpResult::from_byte(*b))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Record {
+            fingerprint: word(1),
+            applied: Applied {
+                results,
+                marks: Marks {
+                    exclusive: word(2),
+                    shared: word(3),
+                },
+                replayed: true,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use palisade_core::{Generation, LockName};
+
+    use super::*;
+
+    fn seq(mode: Mode, generation: u64) -> Sequencer {
+        Sequencer::new(
+            LockName::new("a").unwrap(),
+            mode,
+            Generation::new(generation).unwrap(),
+        )
+    }
+
+    #[test]
+    fn fingerprints_tell_requests_apart() {
+        let base = fingerprint(&seq(Mode::Exclusive, 3), &[Op::put("k", "v")]);
+        assert_eq!(
+            base,
+            fingerprint(&seq(Mode::Exclusive, 3), &[Op::put("k", "v")])
+        );
+        let others = [
+            fingerprint(&seq(Mode::Exclusive, 4), &[Op::put("k", "v")]),
+            fingerprint(&seq(Mode::Shared, 3), &[Op::put("k", "v")]),
+            fingerprint(&seq(Mode::Exclusive, 3), &[Op::put("k", "w")]),
+            fingerprint(&seq(Mode::Exclusive, 3), &[Op::put("kv", "")]),
+            fingerprint(&seq(Mode::Exclusive, 3), &[Op::delete("k")]),
+            fingerprint(&seq(Mode::Exclusive, 3), &[]),
+            fingerprint(
+                &seq(Mode::Exclusive, 3),
+                &[Op::cas("k", None, Some("v".into()))],
+            ),
+            fingerprint(
+                &seq(Mode::Exclusive, 3),
+                &[Op::cas("k", Some("v".into()), None)],
+            ),
+        ];
+        for other in others {
+            assert_ne!(base, other);
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_refuse_garbage() {
+        let record = Record {
+            fingerprint: 77,
+            applied: Applied {
+                results: vec![OpResult::Created, OpResult::Absent, OpResult::Swapped],
+                marks: Marks {
+                    exclusive: 9,
+                    shared: 4,
+                },
+                replayed: true,
+            },
+        };
+        assert_eq!(Record::decode(&record.encode(5)), Some(record));
+        assert_eq!(Record::decode(&[0; 31]), None);
+        assert_eq!(Record::decode(&[[0; 32].as_slice(), &[9]].concat()), None);
+    }
+
+    #[test]
+    fn request_ids_are_visible_ascii() {
+        assert!(RequestId::new("a".repeat(128)).is_ok());
+        assert!(RequestId::new("a".repeat(129)).is_err());
+        assert!(RequestId::new("tab\t").is_err());
+        assert!(RequestId::new("é").is_err());
+    }
+}

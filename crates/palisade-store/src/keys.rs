@@ -1,0 +1,142 @@
+//! How a lock's keyspace and metadata are laid out in sled.
+//!
+//! Two trees, touched together in every write transaction:
+//!
+//! - `data`: `<lock segment> "/" <user key>` → value.
+//! - `meta`: per lock, `<lock segment>` → [`LockState`]; the idempotency
+//!   records `<lock segment> "/r/" <request id>`; and the ring of recent
+//!   ids `<lock segment> "/s/" <slot: u64 BE>` → request id.
+//!
+//! The lock segment is [`LockName::key_segment`], which contains only
+//! `A-Z a-z 0-9 - . _ ~ %`, never `/`. So the first `/` of a stored key ends
+//! the segment, and lock `a` with key `b/c` (`a/b/c`) can never collide with
+//! lock `a/b` with key `c` (`a%2Fb/c`).
+//!
+//! One tree per lock was the alternative. It was not taken: sled
+//! transactions span a fixed set of trees, opening a tree per request costs
+//! a lookup in sled's tree registry, and thousands of locks would mean
+//! thousands of trees that are never dropped.
+
+use palisade_core::LockName;
+
+use crate::Marks;
+
+/// The key of sled's `meta` tree that records the on-disk format. It starts
+/// with a NUL byte, which no lock segment contains.
+pub(crate) const FORMAT_KEY: &[u8] = b"\0palisade-store-format";
+
+/// The format this version writes and reads.
+pub(crate) const FORMAT_VERSION: &[u8] = b"1";
+
+/// The stored prefix of one lock, computed once per request.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKeys {
+    segment: Vec<u8>,
+}
+
+impl LockKeys {
+    pub(crate) fn new(lock: &LockName) -> Self {
+        LockKeys {
+            segment: lock.key_segment().into_bytes(),
+        }
+    }
+
+    fn with_suffix(&self, infix: &[u8], suffix: &[u8]) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.segment.len() + infix.len() + suffix.len());
+        key.extend_from_slice(&self.segment);
+        key.extend_from_slice(infix);
+        key.extend_from_slice(suffix);
+        key
+    }
+
+    /// The `data` key of `user_key`.
+    pub(crate) fn data(&self, user_key: &[u8]) -> Vec<u8> {
+        self.with_suffix(b"/", user_key)
+    }
+
+    /// The `meta` key of the lock's state.
+    pub(crate) fn state(&self) -> &[u8] {
+        &self.segment
+    }
+
+    /// The `meta` key of an idempotency record.
+    pub(crate) fn request(&self, request_id: &str) -> Vec<u8> {
+        self.with_suffix(b"/r/", request_id.as_bytes())
+    }
+
+    /// The `meta` key of a ring slot.
+    pub(crate) fn slot(&self, slot: u64) -> Vec<u8> {
+        self.with_suffix(b"/s/", &slot.to_be_bytes())
+    }
+}
+
+/// What the store keeps per lock: `[H_excl][H_shared][ids recorded]`, three
+/// u64 big-endian. Absent = all zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LockState {
+    /// The high-water marks. They sit in the same `meta` record that every
+    /// write of this lock rewrites in its transaction, which is what makes
+    /// "check, mark update and write" one atomic step.
+    pub(crate) marks: Marks,
+    /// How many idempotency ids this lock has ever recorded: the next id
+    /// goes to ring slot `recorded mod window`.
+    pub(crate) recorded: u64,
+}
+
+impl LockState {
+    pub(crate) fn encode(&self) -> [u8; 24] {
+        let mut out = [0; 24];
+        out[..8].copy_from_slice(&self.marks.exclusive.to_be_bytes());
+        out[8..16].copy_from_slice(&self.marks.shared.to_be_bytes());
+        out[16..].copy_from_slice(&self.recorded.to_be_bytes());
+        out
+    }
+
+    pub(crate) fn decode(bytes: Option<&[u8]>) -> Option<LockState> {
+        let Some(bytes) = bytes else {
+            return Some(LockState::default());
+        };
+        let bytes: &[u8; 24] = bytes.try_into().ok()?;
+        let word = |i: usize| u64::from_be_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
+        Some(LockState {
+            marks: Marks {
+                exclusive: word(0),
+                shared: word(1),
+            },
+            recorded: word(2),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_and_key_never_collide_across_locks() {
+        let a = LockKeys::new(&LockName::new("a").unwrap());
+        let ab = LockKeys::new(&LockName::new("a/b").unwrap());
+        assert_ne!(a.data(b"b/c"), ab.data(b"c"));
+        assert_ne!(
+            a.data(b"/x"),
+            LockKeys::new(&LockName::new("a/").unwrap()).data(b"x")
+        );
+        // Metadata keys of one lock are never another lock's state key.
+        assert_ne!(a.request("x"), ab.state());
+        assert!(!FORMAT_KEY.starts_with(a.state()));
+    }
+
+    #[test]
+    fn state_round_trips_and_absent_is_zero() {
+        assert_eq!(LockState::decode(None), Some(LockState::default()));
+        let state = LockState {
+            marks: Marks {
+                exclusive: 3,
+                shared: u64::MAX,
+            },
+            recorded: 17,
+        };
+        assert_eq!(LockState::decode(Some(&state.encode())), Some(state));
+        assert_eq!(LockState::decode(Some(&[1, 2, 3])), None);
+    }
+}

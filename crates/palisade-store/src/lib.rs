@@ -1,0 +1,98 @@
+//! The fenced store of Palisade: sled, guarded by per-lock high-water marks.
+//!
+//! Every request names a lock (through its [`palisade_core::Sequencer`]) and
+//! touches only that lock's keyspace. For each lock the store keeps two
+//! high-water marks ([`Marks`]): `H_excl`, the highest exclusive generation
+//! honoured, and `H_shared`, the highest shared one. A request whose
+//! generation is below what the marks require is refused
+//! ([`Refused::Stale`]), which is how a lock holder that paused past its
+//! lease is kept from writing after a newer holder has.
+//!
+//! # The important guarantees
+//!
+//! - **Check, mark update, idempotency record and data write are one sled
+//!   transaction.** A crash at any point leaves all of them or none. A
+//!   refused request changes nothing: not the data, not the marks, not the
+//!   idempotency records. A batch ([`Store::apply`] with several ops) is all
+//!   or nothing: a failed compare-and-swap anywhere rolls back every op and
+//!   the mark.
+//! - **Marks never go down**, and a lock never seen has marks 0
+//!   ([`Store::marks`] is not an error for it).
+//! - **What "acknowledged" means** depends on [`Durability`]:
+//!   - [`Durability::Flushed`] (the default): the transaction is on disk
+//!     (sled `flush()`, which fsyncs) before the call returns or the
+//!     [`Pending`] resolves. Flushes are shared by group commit: one
+//!     committer thread applies every queued request in one transaction and
+//!     flushes once, so one flush acknowledges every request committed
+//!     before it started. Reads and refusals also wait until the state they
+//!     report is flushed, so no response ever reports something a crash
+//!     could take back.
+//!   - [`Durability::Buffered`]: the transaction is committed in sled's
+//!     in-memory log buffers and reaches disk within `flush_every`.
+//! - **What `kill -9` can lose**: under `Flushed`, nothing acknowledged
+//!   (un-acknowledged in-flight writes may or may not be there, each one
+//!   whole or not at all). Under `Buffered`, every write and every mark
+//!   update acknowledged since the last background flush (up to
+//!   `flush_every`, 500 ms by default): sled's log buffers live in process
+//!   memory, so the OS page cache does not save them. Power loss loses the
+//!   same under `Buffered`, and nothing acknowledged under `Flushed` on a
+//!   disk that honours fsync.
+//! - **Fail-stop on flush failure**: once a flush fails, every later call
+//!   returns [`StoreError::FlushFailed`] until the store is reopened, since
+//!   writes committed in memory may not be on disk.
+//! - **Retries are safe within the idempotency window**: a write with a
+//!   [`RequestId`] already recorded on its lock returns the original
+//!   outcome ([`Applied::replayed`]) and applies nothing. Each lock
+//!   remembers its last [`StoreConfig::idempotency_window`] ids (1024 by
+//!   default), persisted in the write's own transaction. A retry after its
+//!   id was evicted is treated as a new request: it is fenced like any
+//!   other (refused if a newer holder has written) and otherwise applied
+//!   again. Reusing an id for a different request is refused
+//!   ([`Refused::IdempotencyKeyReused`]).
+//!
+//! # How a write flows
+//!
+//! [`Store::submit`] checks limits, then queues the request to the
+//! committer thread and returns a [`Pending`]. The committer takes every
+//! queued request, applies them in order in one sled transaction (each
+//! request all or nothing on its own: see `committer.rs`), flushes once in
+//! `Flushed` mode, and fills each request's outcome. Why one thread: sled
+//! runs transactions one at a time process-wide and holds the same global
+//! lock while it flushes, so parallel callers would only queue on that lock,
+//! and async worker threads would block on it for the length of an fsync.
+//!
+//! # Where to start
+//!
+//! - [`Store`]: open, [`Store::apply`] / [`Store::submit`] for writes,
+//!   [`Store::get`] for reads, [`Store::marks`].
+//! - [`Marks::admit`]: the fencing rule, as a pure function.
+//! - [`Op`], [`Applied`], [`Read`], [`Refused`]: requests and outcomes.
+//! - [`Durability`], [`StoreConfig`], [`Limits`]: configuration.
+//!
+//! # Observability
+//!
+//! Every fencing decision is a `tracing` event with target
+//! `palisade_store::fence` and fields `lock`, `mode`, `generation`,
+//! `h_excl`, `h_shared`: accepted requests at `DEBUG`, refusals at `INFO`
+//! with a `reason` (`stale`, `shared_on_write`, `cas_mismatch`,
+//! `idempotency_key_reused`, `lock_mismatch`). Flush failures are logged at
+//! `ERROR`.
+
+mod committer;
+mod config;
+mod error;
+mod group_commit;
+mod idempotency;
+mod keys;
+mod marks;
+mod op;
+mod store;
+
+pub use config::{Durability, DurabilityParseError, LimitKind, Limits, StoreConfig};
+pub use error::StoreError;
+pub use group_commit::{FlushStats, Pending};
+pub use idempotency::RequestId;
+pub use marks::Marks;
+pub use op::{Applied, Op, OpResult, Read, Refused};
+pub use sled::IVec;
+pub use store::Store;

@@ -1,0 +1,225 @@
+//! What a request asks for, and what it gets back.
+
+use palisade_core::{Generation, LockName, Mode};
+use sled::IVec;
+
+use crate::{Marks, RequestId};
+
+/// One write operation in a lock's keyspace.
+///
+/// Keys and values are bytes. A [`Store::apply`](crate::Store::apply) call
+/// takes a slice of these and applies them in order, atomically: all of them
+/// or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Sets `key` to `value`.
+    Put {
+        /// The key.
+        key: IVec,
+        /// The new value.
+        value: IVec,
+    },
+    /// Removes `key` (absent is fine).
+    Delete {
+        /// The key.
+        key: IVec,
+    },
+    /// Sets `key` to `new` (or removes it when `new` is `None`) only if its
+    /// current value is `expected` (`None`: only if absent), like sled's
+    /// `compare_and_swap`. A mismatch refuses the whole request.
+    Cas {
+        /// The key.
+        key: IVec,
+        /// The value the key must have now; `None` = must be absent.
+        expected: Option<IVec>,
+        /// The value to set; `None` = remove.
+        new: Option<IVec>,
+    },
+}
+
+impl Op {
+    /// A [`Op::Put`].
+    pub fn put(key: impl Into<IVec>, value: impl Into<IVec>) -> Op {
+        Op::Put {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+
+    /// A [`Op::Delete`].
+    pub fn delete(key: impl Into<IVec>) -> Op {
+        Op::Delete { key: key.into() }
+    }
+
+    /// A [`Op::Cas`].
+    pub fn cas(key: impl Into<IVec>, expected: Option<IVec>, new: Option<IVec>) -> Op {
+        Op::Cas {
+            key: key.into(),
+            expected,
+            new,
+        }
+    }
+
+    /// The key this op touches.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Op::Put { key, .. } | Op::Delete { key } | Op::Cas { key, .. } => key,
+        }
+    }
+
+    /// A short name: `put`, `delete`, `cas`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Put { .. } => "put",
+            Op::Delete { .. } => "delete",
+            Op::Cas { .. } => "cas",
+        }
+    }
+}
+
+/// What one op did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpResult {
+    /// A put that created the key.
+    Created,
+    /// A put that replaced a value.
+    Replaced,
+    /// A delete that removed a value.
+    Deleted,
+    /// A delete of a key that was already absent.
+    Absent,
+    /// A compare-and-swap whose comparison held.
+    Swapped,
+}
+
+impl OpResult {
+    /// A short stable name: `created`, `replaced`, `deleted`, `absent`,
+    /// `swapped`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpResult::Created => "created",
+            OpResult::Replaced => "replaced",
+            OpResult::Deleted => "deleted",
+            OpResult::Absent => "absent",
+            OpResult::Swapped => "swapped",
+        }
+    }
+
+    pub(crate) fn to_byte(self) -> u8 {
+        match self {
+            OpResult::Created => 1,
+            OpResult::Replaced => 2,
+            OpResult::Deleted => 3,
+            OpResult::Absent => 4,
+            OpResult::Swapped => 5,
+        }
+    }
+
+    pub(crate) fn from_byte(byte: u8) -> Option<OpResult> {
+        Some(match byte {
+            1 => OpResult::Created,
+            2 => OpResult::Replaced,
+            3 => OpResult::Deleted,
+            4 => OpResult::Absent,
+            5 => OpResult::Swapped,
+            _ => return None,
+        })
+    }
+}
+
+/// A write request that was applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// One result per op, in order.
+    pub results: Vec<OpResult>,
+    /// The lock's marks right after the request.
+    pub marks: Marks,
+    /// `true` when this is the remembered outcome of an earlier request with
+    /// the same idempotency key: nothing was applied this time.
+    pub replayed: bool,
+}
+
+/// The result of a read that was not refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    /// The value, or `None` if the key is absent.
+    pub value: Option<IVec>,
+    /// The lock's marks after the read (a read with a sequencer may raise
+    /// them).
+    pub marks: Marks,
+}
+
+/// A request the store considered and refused. Nothing changed: no data, no
+/// mark, no idempotency record.
+///
+/// These are expected outcomes in a fenced system, not failures, which is
+/// why they live in the inner `Result`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refused {
+    /// The sequencer's generation is below what the marks require: a newer
+    /// holder has been honoured. Carries the current marks so the lock side
+    /// can raise its generation floor above them.
+    #[error(
+        "stale sequencer for lock `{lock}`: {mode} generation {presented} is below the required {required} ({marks})",
+        required = marks.required(*mode)
+    )]
+    Stale {
+        /// The lock.
+        lock: LockName,
+        /// The mode of the sequencer.
+        mode: Mode,
+        /// The generation offered.
+        presented: Generation,
+        /// The lock's current marks.
+        marks: Marks,
+    },
+    /// A write under a shared (reader) sequencer.
+    #[error("lock `{lock}`: writes need an exclusive sequencer; generation {presented} is shared")]
+    SharedOnWrite {
+        /// The lock.
+        lock: LockName,
+        /// The generation offered.
+        presented: Generation,
+    },
+    /// A compare-and-swap whose comparison failed. The whole request was
+    /// rolled back.
+    #[error(
+        "compare-and-swap failed at op {op_index}: the current value differs from the expected one"
+    )]
+    CasMismatch {
+        /// Which op of the request (0-based).
+        op_index: usize,
+        /// The key's current value (`None`: absent).
+        current: Option<IVec>,
+    },
+    /// The idempotency key was already used for a *different* request on
+    /// this lock (other ops, mode or generation).
+    #[error("idempotency key `{request_id}` was already used for a different request")]
+    IdempotencyKeyReused {
+        /// The key.
+        request_id: RequestId,
+    },
+    /// A read named one lock and presented a sequencer for another.
+    #[error("the request is for lock `{requested}` but the sequencer is for lock `{presented}`")]
+    LockMismatch {
+        /// The lock the request names.
+        requested: LockName,
+        /// The lock the sequencer is for.
+        presented: LockName,
+    },
+}
+
+impl Refused {
+    /// A short stable name: `stale`, `shared_on_write`, `cas_mismatch`,
+    /// `idempotency_key_reused`, `lock_mismatch`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refused::Stale { .. } => "stale",
+            Refused::SharedOnWrite { .. } => "shared_on_write",
+            Refused::CasMismatch { .. } => "cas_mismatch",
+            Refused::IdempotencyKeyReused { .. } => "idempotency_key_reused",
+            Refused::LockMismatch { .. } => "lock_mismatch",
+        }
+    }
+}

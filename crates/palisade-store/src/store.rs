@@ -1,0 +1,437 @@
+//! The fenced store: its public face. Writes (and reads with a sequencer)
+//! are queued to the committer thread (`committer.rs`), which applies them
+//! in groups, one sled transaction and one flush per group.
+
+use std::path::Path;
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use palisade_core::{LockName, Mode, Sequencer};
+use sled::IVec;
+
+use crate::committer::{self, Committer, Job, ReadJob, WriteJob};
+use crate::group_commit::{Epochs, FlushStats, Pending, Slot};
+use crate::idempotency;
+use crate::keys::{FORMAT_KEY, FORMAT_VERSION, LockKeys, LockState};
+use crate::{
+    Applied, Durability, LimitKind, Marks, Op, Read, Refused, RequestId, StoreConfig, StoreError,
+};
+
+/// The fenced store. Cheap to clone (an `Arc` inside); every clone is the
+/// same store.
+///
+/// Writes are applied by one background thread, the committer, in groups:
+/// one sled transaction and (in [`Durability::Flushed`] mode) one flush per
+/// group. The `submit*` methods queue a request and return a [`Pending`]
+/// to `.await` (they never block on sled's locks); [`Store::apply`],
+/// [`Store::get`] and [`Store::marks`] are blocking conveniences over them.
+///
+/// ```
+/// use palisade_core::{Generation, LockName, Mode, Sequencer};
+/// use palisade_store::{Marks, Op, Refused, Store, StoreConfig};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let store = Store::open(dir.path(), StoreConfig::default())?;
+/// let lock = LockName::new("orders/42")?;
+/// let holder = |generation| {
+///     Sequencer::new(lock.clone(), Mode::Exclusive, Generation::new(generation).unwrap())
+/// };
+///
+/// // Generation 34 writes: accepted, the mark moves to 34.
+/// let applied = store.apply(&holder(34), &[Op::put("stock", "7")], None)?.unwrap();
+/// assert_eq!(applied.marks, Marks { exclusive: 34, shared: 0 });
+///
+/// // A paused holder with generation 33 wakes up and writes: refused, and
+/// // the refusal is an outcome (inner `Err`), not a failure.
+/// match store.apply(&holder(33), &[Op::put("stock", "8")], None)? {
+///     Err(Refused::Stale { presented, marks, .. }) => {
+///         assert_eq!(presented.get(), 33);
+///         assert_eq!(marks.exclusive, 34);
+///     }
+///     other => panic!("expected a stale refusal, got {other:?}"),
+/// }
+/// let read = store.get(&lock, b"stock", None)?.unwrap();
+/// assert_eq!(read.value.as_deref(), Some(&b"7"[..]));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    db: sled::Db,
+    /// Key → value, keyed by lock segment + `/` + user key.
+    data: sled::Tree,
+    /// Per-lock state (the marks) and idempotency records.
+    meta: sled::Tree,
+    config: StoreConfig,
+    /// The committer's queue. Dropping it (with the last `Store`) ends the
+    /// committer, which flushes one last time.
+    jobs: Option<Sender<Job>>,
+    committer: Option<JoinHandle<()>>,
+    epochs: Arc<Epochs>,
+    stats: Arc<Mutex<FlushStats>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(committer) = self.committer.take() {
+            let _ = committer.join();
+        }
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store in directory `path`.
+    ///
+    /// sled locks the directory. When a store in this same process closed
+    /// it a moment ago, sled's IO threads may hold that lock for a few more
+    /// milliseconds after the last handle is dropped; `open` retries such a
+    /// lock error for up to two seconds before giving up.
+    pub fn open(path: impl AsRef<Path>, config: StoreConfig) -> Result<Store, StoreError> {
+        let sled_config = sled::Config::new()
+            .path(path.as_ref())
+            .cache_capacity(config.cache_capacity_bytes)
+            .flush_every_ms(match config.durability {
+                // The committer does every flush; sled's background one would
+                // only hold sled's lock against it.
+                Durability::Flushed => None,
+                Durability::Buffered { flush_every } => {
+                    Some((flush_every.as_millis() as u64).max(1))
+                }
+            });
+        let db = open_with_retry(&sled_config)?;
+        Store::from_db(db, config)
+    }
+
+    /// Wraps an already open sled database (trees `palisade-data` and
+    /// `palisade-meta` are used). sled's own `flush_every_ms` setting is left
+    /// as the caller configured it.
+    pub fn from_db(db: sled::Db, config: StoreConfig) -> Result<Store, StoreError> {
+        let data = db.open_tree("palisade-data")?;
+        let meta = db.open_tree("palisade-meta")?;
+        match meta.get(FORMAT_KEY)? {
+            None => {
+                meta.insert(FORMAT_KEY, FORMAT_VERSION)?;
+                db.flush()?;
+            }
+            Some(version) if version == FORMAT_VERSION => {}
+            Some(version) => {
+                return Err(StoreError::Corrupt {
+                    what: format!(
+                        "the data directory has format {:?}; this version reads format {:?}",
+                        String::from_utf8_lossy(&version),
+                        String::from_utf8_lossy(FORMAT_VERSION)
+                    ),
+                });
+            }
+        }
+        let config = StoreConfig {
+            idempotency_window: config.idempotency_window.max(1),
+            ..config
+        };
+        let epochs = Arc::new(Epochs::default());
+        let stats = Arc::new(Mutex::new(FlushStats::default()));
+        let (sender, receiver) = channel();
+        let committer = Committer {
+            db: db.clone(),
+            data: data.clone(),
+            meta: meta.clone(),
+            durability: config.durability,
+            idempotency_window: u64::from(config.idempotency_window),
+            epochs: Arc::clone(&epochs),
+            stats: Arc::clone(&stats),
+        };
+        let handle = std::thread::Builder::new()
+            .name("palisade-committer".into())
+            .spawn(move || committer.run(receiver))
+            .map_err(|e| StoreError::Io(sled::Error::Io(e)))?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                db,
+                data,
+                meta,
+                config,
+                jobs: Some(sender),
+                committer: Some(handle),
+                epochs,
+                stats,
+            }),
+        })
+    }
+
+    /// The configuration the store was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// The durability mode.
+    pub fn durability(&self) -> Durability {
+        self.inner.config.durability
+    }
+
+    /// Group-commit counters (zero in [`Durability::Buffered`] mode).
+    pub fn flush_stats(&self) -> FlushStats {
+        *self.inner.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `Ok` unless a flush has failed (then the store is fail-stopped).
+    pub fn check_health(&self) -> Result<(), StoreError> {
+        match self.inner.epochs.failure() {
+            Some(message) => Err(StoreError::FlushFailed { message }),
+            None => Ok(()),
+        }
+    }
+
+    /// Flushes everything to disk now (blocking), e.g. at shutdown.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.inner.db.flush()?;
+        Ok(())
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<(), StoreError> {
+        if key.is_empty() {
+            return Err(StoreError::EmptyKey);
+        }
+        let max = self.inner.config.limits.max_key_bytes;
+        if key.len() > max {
+            return Err(StoreError::TooLarge {
+                kind: LimitKind::Key,
+                actual: key.len(),
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_ops(&self, ops: &[Op]) -> Result<(), StoreError> {
+        let limits = self.inner.config.limits;
+        if ops.len() > limits.max_batch_ops {
+            return Err(StoreError::TooLarge {
+                kind: LimitKind::BatchOps,
+                actual: ops.len(),
+                max: limits.max_batch_ops,
+            });
+        }
+        for op in ops {
+            self.check_key(op.key())?;
+            let values: [Option<&IVec>; 2] = match op {
+                Op::Put { value, .. } => [Some(value), None],
+                Op::Delete { .. } => [None, None],
+                Op::Cas { expected, new, .. } => [expected.as_ref(), new.as_ref()],
+            };
+            for value in values.into_iter().flatten() {
+                if value.len() > limits.max_value_bytes {
+                    return Err(StoreError::TooLarge {
+                        kind: LimitKind::Value,
+                        actual: value.len(),
+                        max: limits.max_value_bytes,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn enqueue(&self, job: Job) -> Result<(), StoreError> {
+        match self.inner.jobs.as_ref() {
+            Some(sender) => sender.send(job).map_err(|_| StoreError::ShutDown),
+            None => Err(StoreError::ShutDown),
+        }
+    }
+
+    /// Wraps an outcome read outside the committer: it waits for the flush
+    /// of any group that may have committed before the read.
+    fn observed<T>(&self, outcome: T) -> Pending<T> {
+        let epoch = match self.inner.config.durability {
+            Durability::Flushed => self.inner.epochs.needed_by_reader(),
+            Durability::Buffered { .. } => None,
+        };
+        Pending::after_epoch(outcome, epoch, Arc::clone(&self.inner.epochs))
+    }
+
+    /// Applies `ops` under `sequencer`, blocking until the outcome is
+    /// acknowledged (see [`Durability`]). The lock is `sequencer.lock()`.
+    ///
+    /// In one sled transaction: if `request_id` was seen on this lock, the
+    /// remembered outcome is returned and nothing is applied; otherwise the
+    /// fencing rule is checked ([`Marks::admit`]), every op is applied in
+    /// order, the mark is raised and the request id is recorded. Any refusal
+    /// (stale generation, shared sequencer, failed compare-and-swap) leaves
+    /// everything as it was, the mark included.
+    ///
+    /// An empty `ops` is allowed: it only raises the mark, which fences
+    /// older holders without writing data.
+    pub fn apply(
+        &self,
+        sequencer: &Sequencer,
+        ops: &[Op],
+        request_id: Option<&RequestId>,
+    ) -> Result<Result<Applied, Refused>, StoreError> {
+        self.submit(sequencer, ops, request_id)?.wait()
+    }
+
+    /// Like [`Store::apply`], but returns at once with a [`Pending`] that
+    /// resolves when the outcome is acknowledged. This is the method for
+    /// async code: `store.submit(..)?.await`.
+    pub fn submit(
+        &self,
+        sequencer: &Sequencer,
+        ops: &[Op],
+        request_id: Option<&RequestId>,
+    ) -> Result<Pending<Result<Applied, Refused>>, StoreError> {
+        self.check_health()?;
+        self.check_ops(ops)?;
+        let slot = Slot::new();
+        if sequencer.mode() != Mode::Exclusive {
+            let refused = Refused::SharedOnWrite {
+                lock: sequencer.lock().clone(),
+                presented: sequencer.generation(),
+            };
+            committer::trace_refusal(sequencer, &refused);
+            slot.fill(Ok(Err(refused)));
+            return Ok(Pending::from_slot(slot));
+        }
+        self.enqueue(Job::Write(WriteJob {
+            sequencer: sequencer.clone(),
+            keys: LockKeys::new(sequencer.lock()),
+            ops: ops.to_vec(),
+            request_id: request_id.cloned(),
+            fingerprint: request_id.map(|_| idempotency::fingerprint(sequencer, ops)),
+            slot: Arc::clone(&slot),
+        }))?;
+        Ok(Pending::from_slot(slot))
+    }
+
+    /// Reads `key` in `lock`'s keyspace, blocking until acknowledged.
+    ///
+    /// Without a sequencer this is a plain read. With one (shared or
+    /// exclusive), the fencing rule is checked and the mark raised in the
+    /// same transaction as the read: a reader with a new generation fences
+    /// older writers. The sequencer must be for `lock`.
+    pub fn get(
+        &self,
+        lock: &LockName,
+        key: &[u8],
+        sequencer: Option<&Sequencer>,
+    ) -> Result<Result<Read, Refused>, StoreError> {
+        self.submit_get(lock, key, sequencer)?.wait()
+    }
+
+    /// Like [`Store::get`], returning a [`Pending`] to await.
+    pub fn submit_get(
+        &self,
+        lock: &LockName,
+        key: &[u8],
+        sequencer: Option<&Sequencer>,
+    ) -> Result<Pending<Result<Read, Refused>>, StoreError> {
+        self.check_health()?;
+        self.check_key(key)?;
+        let keys = LockKeys::new(lock);
+        let Some(sequencer) = sequencer else {
+            let value = self.inner.data.get(keys.data(key))?;
+            let marks = self.read_marks(lock, &keys)?;
+            return Ok(self.observed(Ok(Read { value, marks })));
+        };
+        if sequencer.lock() != lock {
+            let refused = Refused::LockMismatch {
+                requested: lock.clone(),
+                presented: sequencer.lock().clone(),
+            };
+            committer::trace_refusal(sequencer, &refused);
+            return Ok(self.observed(Err(refused)));
+        }
+        let slot = Slot::new();
+        self.enqueue(Job::Read(ReadJob {
+            sequencer: sequencer.clone(),
+            keys,
+            key: key.to_vec(),
+            slot: Arc::clone(&slot),
+        }))?;
+        Ok(Pending::from_slot(slot))
+    }
+
+    fn read_marks(&self, lock: &LockName, keys: &LockKeys) -> Result<Marks, StoreError> {
+        let raw = self.inner.meta.get(keys.state())?;
+        LockState::decode(raw.as_deref())
+            .map(|state| state.marks)
+            .ok_or_else(|| committer::corrupt_state(lock))
+    }
+
+    /// The current marks of `lock`, blocking until acknowledged. A lock
+    /// never seen has marks 0: that is not an error.
+    pub fn marks(&self, lock: &LockName) -> Result<Marks, StoreError> {
+        self.submit_marks(lock)?.wait()
+    }
+
+    /// Like [`Store::marks`], returning a [`Pending`] to await.
+    pub fn submit_marks(&self, lock: &LockName) -> Result<Pending<Marks>, StoreError> {
+        self.check_health()?;
+        let marks = self.read_marks(lock, &LockKeys::new(lock))?;
+        Ok(self.observed(marks))
+    }
+}
+
+/// Opens sled, retrying (bounded) while another handle in this process is
+/// still releasing the directory lock. There is no event to wait for: sled
+/// releases the lock when its IO threads drop their last file handle.
+fn open_with_retry(config: &sled::Config) -> Result<sled::Db, StoreError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        match config.open() {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(error))
+                if error.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use palisade_core::{Generation, LockName, Mode, Sequencer};
+
+    use super::*;
+
+    #[test]
+    fn after_a_failed_flush_every_call_fails_until_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        let lock = LockName::new("L").unwrap();
+        let sequencer = Sequencer::new(lock.clone(), Mode::Exclusive, Generation::MIN);
+        store
+            .apply(&sequencer, &[Op::put("k", "v")], None)
+            .unwrap()
+            .unwrap();
+
+        // What the committer records when sled's flush returns an error.
+        store.inner.epochs.fail("injected: fsync failed".into());
+
+        let failed = |result: Result<(), StoreError>| matches!(result, Err(StoreError::FlushFailed { message }) if message.contains("injected"));
+        assert!(failed(store.check_health()));
+        assert!(failed(
+            store
+                .apply(&sequencer, &[Op::put("k", "w")], None)
+                .map(|_| ())
+        ));
+        assert!(failed(store.get(&lock, b"k", None).map(|_| ())));
+        assert!(failed(store.get(&lock, b"k", Some(&sequencer)).map(|_| ())));
+        assert!(failed(store.marks(&lock).map(|_| ())));
+        drop(store);
+
+        // A restart recovers from sled's log: the acknowledged write is there.
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        let read = store.get(&lock, b"k", None).unwrap().unwrap();
+        assert_eq!(read.value.as_deref(), Some(&b"v"[..]));
+    }
+}
