@@ -121,7 +121,12 @@ pub(crate) async fn run(keepalive: KeepAlive) {
 async fn renew(keepalive: &KeepAlive, lease_id: i64, stream: &mut Option<Stream>) -> Renewal {
     let connection = &keepalive.connection;
     Counters::bump(&connection.counters.keepalives);
-    let within = connection.request_timeout();
+    // A renewal stuck on a dead member must not eat the lease's validity:
+    // give up after one keep-alive interval and retry on a new stream, which
+    // the client routes to a live member.
+    let within = connection
+        .request_timeout()
+        .min(keepalive.options.keepalive_interval());
     let Some(open) = stream else {
         // Opening the stream makes the first renewal; etcd-client checks its
         // TTL and fails with "lease not found" on 0. An unreachable member

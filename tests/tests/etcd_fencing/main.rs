@@ -45,6 +45,8 @@ async fn leader_kill_keeps_generations_ordered_and_writes_fenced() -> anyhow::Re
         .put(&sequencer_a, b"log", "A-before-kill", None)
         .await?
         .expect("first holder");
+    // B opens its session before the failure and queues behind A.
+    let first_session_b = EtcdLock::connect(config()?, options()).await?;
     let lock_b = lock.clone();
     let endpoints_b = endpoints.clone();
     let waiter_b = tokio::spawn(async move {
@@ -52,10 +54,15 @@ async fn leader_kill_keeps_generations_ordered_and_writes_fenced() -> anyhow::Re
         // new session and queues again, as an application would.
         let deadline = Instant::now() + RECOVERY_BOUND * 2;
         let mut failures = Vec::new();
+        let mut session = Some(first_session_b);
         loop {
             let attempt = async {
-                let session =
-                    EtcdLock::connect(EtcdConfig::new(endpoints_b.clone())?, options()).await?;
+                let session = match session.take() {
+                    Some(session) => session,
+                    None => {
+                        EtcdLock::connect(EtcdConfig::new(endpoints_b.clone())?, options()).await?
+                    }
+                };
                 let guard = session
                     .acquire_timeout(&lock_b, Mode::Exclusive, deadline - Instant::now())
                     .await?;

@@ -1,0 +1,106 @@
+//! `palisade serve`: the resource server, with an optional live check.
+
+use std::io::Write as _;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use palisade_core::SharedLiveCheck;
+use palisade_server::{ServerConfig, shutdown_signal};
+
+/// Which lock service the live check asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LiveCheckKind {
+    /// No live check: generations alone decide.
+    None,
+    /// Ask etcd whether the sequencer's holder key still exists.
+    Etcd,
+    /// Ask Redis whether the sequencer's hold is still there.
+    Redis,
+}
+
+/// The resource server's flags, plus the live check.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    server: ServerConfig,
+
+    /// Also ask the lock service, before applying a request, whether the
+    /// sequencer's holder still holds the lock (refused with 409 `not_held`
+    /// if not, 503 if the lock service cannot answer).
+    #[arg(long, env = "PALISADE_LIVE_CHECK", value_enum, default_value_t = LiveCheckKind::None)]
+    live_check: LiveCheckKind,
+
+    /// etcd endpoints for `--live-check etcd`, comma-separated.
+    #[arg(long, env = "PALISADE_ETCD_ENDPOINTS")]
+    etcd_endpoints: Option<String>,
+
+    /// Redis URL for `--live-check redis` (password and TLS in the URL).
+    #[arg(long, env = "PALISADE_REDIS_URL")]
+    redis_url: Option<String>,
+}
+
+pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let live_check = live_check(&args).await?;
+    let state = args.server.open_state(live_check)?;
+    let listener = args.server.bind().await?;
+    let address = listener.local_addr()?;
+    {
+        // One line scripts and tests can wait for (the port may be :0).
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "palisade-server listening on {address}")?;
+        stdout.flush()?;
+    }
+    palisade_server::run(listener, state, shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn live_check(args: &ServeArgs) -> anyhow::Result<Option<SharedLiveCheck>> {
+    match args.live_check {
+        LiveCheckKind::None => Ok(None),
+        LiveCheckKind::Etcd => {
+            let endpoints = args
+                .etcd_endpoints
+                .as_deref()
+                .context("--live-check etcd needs --etcd-endpoints (or PALISADE_ETCD_ENDPOINTS)")?;
+            etcd_live_check(endpoints).await.map(Some)
+        }
+        LiveCheckKind::Redis => {
+            let url = args
+                .redis_url
+                .as_deref()
+                .context("--live-check redis needs --redis-url (or PALISADE_REDIS_URL)")?;
+            redis_live_check(url).await.map(Some)
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+async fn etcd_live_check(endpoints: &str) -> anyhow::Result<SharedLiveCheck> {
+    use palisade_lock_etcd::{EtcdConfig, EtcdLiveCheck};
+    let config = EtcdConfig::from_endpoint_list(endpoints)?;
+    let live_check = EtcdLiveCheck::connect(config)
+        .await
+        .with_context(|| format!("cannot reach etcd at {endpoints} for the live check"))?;
+    tracing::info!(%endpoints, "live check: etcd");
+    Ok(live_check.into_shared())
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn etcd_live_check(_endpoints: &str) -> anyhow::Result<SharedLiveCheck> {
+    anyhow::bail!("this build of palisade has no etcd support (feature `etcd`)")
+}
+
+#[cfg(feature = "redis")]
+async fn redis_live_check(url: &str) -> anyhow::Result<SharedLiveCheck> {
+    use palisade_lock_redis::{RedisConfig, RedisLiveCheck};
+    let live_check = RedisLiveCheck::connect(RedisConfig::new(url))
+        .await
+        .with_context(|| format!("cannot reach Redis at {url} for the live check"))?;
+    tracing::info!(%url, "live check: redis");
+    Ok(std::sync::Arc::new(live_check))
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis_live_check(_url: &str) -> anyhow::Result<SharedLiveCheck> {
+    anyhow::bail!("this build of palisade has no Redis support (feature `redis`)")
+}

@@ -1,0 +1,177 @@
+//! `palisade serve --live-check etcd|redis` against real lock services: a
+//! holder whose lease ended is refused (409 `not_held`) before any newer
+//! generation has written, and a lock service that cannot answer makes the
+//! server refuse (503), never accept.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use palisade_client::{Client, ClientError, Refused};
+use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
+use palisade_lock_etcd::{EtcdConfig, EtcdLock};
+use palisade_lock_redis::RedisLock;
+use palisade_testkit::etcd::EtcdServer;
+use palisade_testkit::redis::{RedisOptions, RedisServer};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A `palisade serve` child process, killed on drop.
+struct Served {
+    _child: Child,
+    _data_dir: tempfile::TempDir,
+    client: Client,
+}
+
+async fn serve(live_check: &[&str]) -> Served {
+    let data_dir = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(data_dir.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .args(live_check)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("palisade binary");
+    let stdout = child.stdout.take().expect("stdout");
+    let line = tokio::time::timeout(Duration::from_secs(30), async {
+        BufReader::new(stdout).lines().next_line().await
+    })
+    .await
+    .expect("palisade serve starts within 30 s")
+    .expect("read stdout")
+    .expect("a line");
+    let address = line
+        .strip_prefix("palisade-server listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line `{line}`"))
+        .to_owned();
+    Served {
+        _child: child,
+        _data_dir: data_dir,
+        client: Client::new(&format!("http://{address}")).expect("url"),
+    }
+}
+
+fn options() -> SessionOptions {
+    SessionOptions::default()
+        .with_ttl(Duration::from_secs(2))
+        .with_keepalive_interval(Duration::from_millis(500))
+        .with_safety_margin(Duration::from_millis(500))
+}
+
+/// The writes every backend must see refused or accepted, in order.
+async fn check_live_check<G: LockGuard>(
+    served: &Served,
+    guard: &G,
+    end_lease: impl std::future::Future<Output = ()>,
+) -> palisade_core::Sequencer {
+    let sequencer = guard.sequencer().expect("fresh guard");
+    let lock = sequencer.lock().clone();
+    served
+        .client
+        .put(&sequencer, b"k", "while-held", None)
+        .await
+        .expect("server answers")
+        .expect("a live holder is accepted");
+
+    end_lease.await;
+
+    let refused = served
+        .client
+        .put(&sequencer, b"k", "after-lease-end", None)
+        .await
+        .expect("server answers")
+        .expect_err("the lock service says the holder is gone");
+    assert!(matches!(refused, Refused::NotHeld { .. }), "{refused:?}");
+    // Refused before anyone newer wrote: the mark is still the holder's.
+    let marks = served.client.marks(&lock).await.expect("marks");
+    assert_eq!(marks.exclusive, sequencer.generation().get());
+    let read = served
+        .client
+        .get(&lock, b"k", None)
+        .await
+        .expect("read")
+        .expect("plain read");
+    assert_eq!(read.value.as_deref(), Some(&b"while-held"[..]));
+    sequencer
+}
+
+fn assert_live_check_unavailable(error: &ClientError) {
+    assert_eq!(error.code(), Some("live_check_unavailable"), "{error:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_live_check_refuses_a_lapsed_holder() {
+    let Some(mut etcd) = EtcdServer::spawn() else {
+        return;
+    };
+    let endpoints = etcd.endpoints().join(",");
+    let served = serve(&["--live-check", "etcd", "--etcd-endpoints", &endpoints]).await;
+    let locks = EtcdLock::connect(EtcdConfig::new(etcd.endpoints()).unwrap(), options())
+        .await
+        .unwrap();
+    let guard = locks
+        .acquire(&LockName::new("live/etcd").unwrap(), Mode::Exclusive)
+        .await
+        .unwrap();
+    let sequencer = check_live_check(&served, &guard, async {
+        locks.simulate_crash().await.expect("revoke the lease");
+    })
+    .await;
+
+    // etcd gone: the server cannot ask, so it refuses.
+    etcd.kill().unwrap();
+    let error = served
+        .client
+        .put(&sequencer, b"k", "etcd-down", None)
+        .await
+        .expect_err("503 when the live check cannot answer");
+    assert_live_check_unavailable(&error);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_live_check_refuses_a_lapsed_holder() {
+    let Some(mut redis) = RedisServer::spawn(RedisOptions::default()) else {
+        return;
+    };
+    let url = redis.url();
+    let served = serve(&["--live-check", "redis", "--redis-url", &url]).await;
+    let locks = RedisLock::connect(&url, options()).await.unwrap();
+    let guard = locks
+        .acquire(&LockName::new("live/redis").unwrap(), Mode::Exclusive)
+        .await
+        .unwrap();
+    let sequencer = check_live_check(&served, &guard, async {
+        locks.expire_session().await.expect("expire the hold");
+    })
+    .await;
+
+    redis.kill().unwrap();
+    let error = served
+        .client
+        .put(&sequencer, b"k", "redis-down", None)
+        .await
+        .expect_err("503 when the live check cannot answer");
+    assert_live_check_unavailable(&error);
+}
+
+#[tokio::test]
+async fn live_check_without_its_endpoint_is_a_clear_error() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(data_dir.path())
+        .args(["--listen", "127.0.0.1:0", "--live-check", "etcd"])
+        .env_remove("PALISADE_ETCD_ENDPOINTS")
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--live-check etcd needs --etcd-endpoints"),
+        "{stderr}"
+    );
+}
