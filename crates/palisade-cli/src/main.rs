@@ -9,6 +9,7 @@
 //! palisade serve --data-dir /var/lib/palisade --live-check redis --redis-url redis://127.0.0.1:6379
 //! ```
 
+mod demo;
 mod serve;
 
 use std::io::IsTerminal as _;
@@ -29,6 +30,8 @@ struct Cli {
 enum Command {
     /// Run the resource server (a fenced key-value store over HTTP).
     Serve(serve::ServeArgs),
+    /// Run a demo: `gc-pause` or `flash-sale`.
+    Demo(demo::DemoArgs),
 }
 
 #[tokio::main]
@@ -43,6 +46,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args).await,
+        Command::Demo(args) => demo::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
