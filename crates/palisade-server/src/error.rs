@@ -55,9 +55,13 @@ impl ApiError {
     }
 
     pub(crate) fn too_large(limit: &str, max: usize, actual: Option<usize>) -> Self {
+        let (what, unit) = match limit {
+            "batch_ops" => ("batch", "ops"),
+            other => (other, "bytes"),
+        };
         let message = match actual {
-            Some(actual) => format!("the {limit} is {actual} long; the limit is {max}"),
-            None => format!("the {limit} is over the limit of {max}"),
+            Some(actual) => format!("the {what} is {actual} {unit}; the limit is {max} {unit}"),
+            None => format!("the {what} is over the limit of {max} {unit}"),
         };
         let error = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
             .with("limit", limit)

@@ -131,6 +131,16 @@ impl LimitKind {
     }
 }
 
+impl LimitKind {
+    /// What the limit counts: `bytes`, or `ops` for a batch.
+    pub fn unit(self) -> &'static str {
+        match self {
+            LimitKind::Key | LimitKind::Value => "bytes",
+            LimitKind::BatchOps => "ops",
+        }
+    }
+}
+
 impl fmt::Display for LimitKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

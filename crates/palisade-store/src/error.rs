@@ -22,7 +22,7 @@ pub enum StoreError {
         message: String,
     },
     /// A key, value or batch exceeds the configured limit.
-    #[error("{kind} is {actual} long; the limit is {max}")]
+    #[error("{kind} is {actual} {unit}; the limit is {max} {unit}", unit = kind.unit())]
     TooLarge {
         /// Which limit.
         kind: LimitKind,
