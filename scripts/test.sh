@@ -66,6 +66,8 @@ cargo test --workspace --locked --no-fail-fast
 if ((quick == 0)); then
   step "GC-pause demo (embedded backend)"
   cargo run --locked -q -p example-gc-pause
+  step "flash-sale demo (embedded backend)"
+  cargo run --locked -q -p example-flash-sale
 fi
 
 step "all green in $((SECONDS - started)) s"

@@ -10,6 +10,11 @@
 //!   lost in a restart without persistence.
 //! - `etcd_fencing`: a 3-member etcd cluster losing its leader while the
 //!   resource server keeps every write in generation order.
+//! - `demos`: the GC-pause and flash-sale demos on every backend, with
+//!   their verdicts asserted (`src/bin/demo-child.rs` hosts their client
+//!   processes).
+//! - `deploy`: the files under `deploy/` parsed and cross-checked against
+//!   the binaries' flags.
 
 use std::net::SocketAddr;
 use std::process::Stdio;

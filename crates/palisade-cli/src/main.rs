@@ -1,15 +1,35 @@
 //! `palisade`: the command-line entry point.
 //!
-//! The one place that picks a lock backend at runtime. Today it has one
-//! subcommand, `serve`: the resource server of `palisade-server`, plus an
-//! optional live check (Chubby's CheckSequencer) against etcd or Redis.
+//! The one place in Palisade that picks a lock backend at runtime
+//! (`backend.rs`, `AnyLock`). The subcommands:
 //!
 //! ```text
-//! palisade serve --data-dir /var/lib/palisade --live-check etcd --etcd-endpoints 127.0.0.1:2379
-//! palisade serve --data-dir /var/lib/palisade --live-check redis --redis-url redis://127.0.0.1:6379
+//! palisade lock orders/42 -- <command>      take a lock, run a command with its sequencer, release
+//! palisade put|get|del <lock> <key> ...     the resource server, with the sequencer from the environment
+//! palisade marks <lock>                     the lock's high-water marks on the resource server
+//! palisade serve --data-dir DIR             run the resource server (optionally with a live check)
+//! palisade demo gc-pause|flash-sale         the demos
 //! ```
+//!
+//! # Where to start
+//!
+//! - `lock.rs`: `palisade lock`: acquire with progress, run the command,
+//!   stop it when the lease is lost (SIGTERM, then SIGKILL); `child.rs`
+//!   spawns and signals the command.
+//! - `data.rs`: `put`, `get`, `del`, `marks` over `palisade-client`.
+//! - `backend.rs`: the backend flags and `AnyLock`.
+//! - `exit.rs`: the exit codes, which are part of the contract
+//!   (`docs/cli.md`).
+//! - `serve.rs`: the resource server with `--live-check etcd|redis`.
 
+mod backend;
+mod child;
+mod data;
+#[cfg(feature = "demo")]
 mod demo;
+mod duration;
+mod exit;
+mod lock;
 mod serve;
 
 use std::io::IsTerminal as _;
@@ -19,8 +39,13 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 /// Palisade: fencing-aware guarded storage.
+///
+/// Take a lock and run a command under it (`lock`), read and write the
+/// resource server with the lock's sequencer (`put`, `get`, `del`,
+/// `marks`), run the resource server (`serve`), or watch fencing at work
+/// (`demo`). Errors are one line on standard error, `palisade: ...`.
 #[derive(Debug, Parser)]
-#[command(name = "palisade", version)]
+#[command(name = "palisade", version, after_help = exit::HELP_TABLE)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -28,31 +53,65 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Take a lock, run a command with its sequencer, release the lock; stop
+    /// the command if the lease is lost.
+    Lock(lock::LockArgs),
+    /// Write a value under a lock's keyspace, with a sequencer.
+    Put(data::PutArgs),
+    /// Read a value (raw bytes to standard output).
+    Get(data::GetArgs),
+    /// Delete a key, with a sequencer.
+    Del(data::DelArgs),
+    /// Show a lock's high-water marks on the resource server.
+    Marks(data::MarksArgs),
     /// Run the resource server (a fenced key-value store over HTTP).
     Serve(serve::ServeArgs),
     /// Run a demo: `gc-pause` or `flash-sale`.
+    #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
+}
+
+impl Command {
+    /// The log level when `RUST_LOG` is not set. The server and the demos
+    /// narrate at `info`; the client commands stay quiet, because their
+    /// standard error is for progress and one-line errors only.
+    fn default_log_filter(&self) -> &'static str {
+        match self {
+            Command::Serve(_) => "info",
+            #[cfg(feature = "demo")]
+            Command::Demo(_) => "info",
+            _ => "error",
+        }
+    }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+            EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| EnvFilter::new(cli.command.default_log_filter())),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args).await,
-        Command::Demo(args) => demo::run(args).await,
+        Command::Lock(args) => lock::run(args).await,
+        Command::Put(args) => data::put(args).await.map(|()| exit::OK),
+        Command::Get(args) => data::get(args).await.map(|()| exit::OK),
+        Command::Del(args) => data::del(args).await.map(|()| exit::OK),
+        Command::Marks(args) => data::marks(args).await.map(|()| exit::OK),
+        Command::Serve(args) => serve::run(args).await.map(|()| exit::OK),
+        #[cfg(feature = "demo")]
+        Command::Demo(args) => demo::run(args).await.map(|()| exit::OK),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(error) => {
-            eprintln!("palisade: {error:#}");
-            ExitCode::FAILURE
+            let (code, line) = exit::describe(&error);
+            eprintln!("palisade: {line}");
+            ExitCode::from(code)
         }
     }
 }

@@ -35,7 +35,7 @@ pub(crate) struct ServeArgs {
     etcd_endpoints: Option<String>,
 
     /// Redis URL for `--live-check redis` (password and TLS in the URL).
-    #[arg(long, env = "PALISADE_REDIS_URL")]
+    #[arg(long, env = "PALISADE_REDIS_URL", hide_env_values = true)]
     redis_url: Option<String>,
 }
 

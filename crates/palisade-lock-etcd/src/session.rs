@@ -287,6 +287,18 @@ impl EtcdLock {
             .await
     }
 
+    /// Test and demo hook: stops renewing this session's lease, for good,
+    /// as a stop-the-world pause (GC, SIGSTOP) of the holder would. Nothing
+    /// is revoked or released: etcd expires the lease one TTL after the last
+    /// renewal, the holder keys go with it, and the guards' lease-lost
+    /// signal fires at their local validity deadline. The GC-pause and
+    /// flash-sale demos use it to pause a holder inside one process; in
+    /// production, close the session instead.
+    pub fn stop_keepalive(&self) {
+        self.session.stop_keepalive();
+        tracing::warn!(lease = %lease_hex(self.session.lease_id), "keep-alive stopped on purpose (test hook)");
+    }
+
     /// Ends the session on the server the way a crash would, for fault
     /// injection in tests and drills: the keep-alive stops, the lease is
     /// revoked without releasing anything, and the lock-delay of every hold

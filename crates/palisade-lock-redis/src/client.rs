@@ -172,14 +172,17 @@ impl RedisLockClient {
             .await?;
         let client_id = format!("{:016x}", rand::random::<u64>());
         let inbox = Inbox::start(
-            &config.urls,
+            &config.endpoints,
             inbox_channel(&config.key_prefix, &client_id),
             config.connect_timeout,
         )
         .await?;
         let issuer = match &config.issuer {
             Some(issuer) => issuer.clone(),
-            None => format!("redis@{}", crate::connection::host_port(&config.urls[0])?),
+            None => format!(
+                "redis@{}",
+                crate::connection::host_port(&config.endpoints[0])?
+            ),
         };
         tracing::debug!(backend = BACKEND, %client_id, %issuer, cluster = config.is_cluster(), "connected");
         let keeper = Arc::new(crate::keeper::KeeperShared::default());

@@ -4,6 +4,147 @@ use std::time::Duration;
 
 use crate::RedisLockError;
 
+/// The nodes to talk to and how to reach them: everything the command
+/// connection and the inbox's subscription need to open a socket.
+///
+/// It dereferences to the URLs, which is how most code reads it; the TLS
+/// material travels with them so that no connection can be opened with
+/// the URL but without the certificates.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Endpoints {
+    /// Node URLs, as given.
+    pub(crate) urls: Vec<String>,
+    /// Certificates for `rediss://` URLs beyond what a URL can say.
+    pub(crate) tls: TlsMaterial,
+}
+
+impl Endpoints {
+    /// Whether the URLs ask for TLS.
+    pub(crate) fn uses_tls(&self) -> bool {
+        self.urls.iter().any(|url| is_tls_url(url))
+    }
+}
+
+impl std::ops::Deref for Endpoints {
+    type Target = [String];
+
+    fn deref(&self) -> &[String] {
+        &self.urls
+    }
+}
+
+/// TLS settings a `rediss://` URL cannot carry.
+///
+/// Certificate verification is always on (unless the URL ends in
+/// `#insecure`); these only say *whom* to trust and *who we are*.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub(crate) struct TlsMaterial {
+    /// CA certificates (PEM) trusted instead of the system's trust store.
+    /// Redis deployments usually have certificates from a private CA, which
+    /// no system store holds; with this set, *only* these CAs are trusted.
+    pub(crate) root_certs_pem: Option<Vec<u8>>,
+    /// The client's certificate chain and private key (both PEM), presented
+    /// to servers that require mutual TLS (`tls-auth-clients yes`). The key
+    /// is a secret: it is never printed.
+    pub(crate) client_cert_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsMaterial")
+            .field(
+                "root_certs_pem",
+                &self
+                    .root_certs_pem
+                    .as_ref()
+                    .map(|pem| format!("<{} bytes>", pem.len())),
+            )
+            .field(
+                "client_cert_pem",
+                &self.client_cert_pem.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+impl TlsMaterial {
+    /// Whether nothing is set (the system's trust store, no client
+    /// certificate).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.root_certs_pem.is_none() && self.client_cert_pem.is_none()
+    }
+
+    /// The material in the `redis` crate's form, or `None` when nothing is
+    /// set (then the URL alone decides).
+    #[cfg(feature = "tls")]
+    pub(crate) fn certificates(&self) -> Option<redis::TlsCertificates> {
+        if self.is_empty() {
+            return None;
+        }
+        Some(redis::TlsCertificates {
+            client_tls: self.client_cert_pem.as_ref().map(|(cert_chain, key)| {
+                redis::ClientTlsConfig {
+                    client_cert: cert_chain.clone(),
+                    client_key: key.clone(),
+                }
+            }),
+            root_cert: self.root_certs_pem.clone(),
+        })
+    }
+
+    /// Parses every PEM, so that a wrong file fails at configuration time
+    /// with a message naming it, rather than as a handshake failure later.
+    /// (An empty or garbled root PEM would otherwise trust nobody.)
+    #[cfg(feature = "tls")]
+    fn check(&self) -> Result<(), String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+        let certificates = |what: &str, pem: &[u8]| {
+            let certificates = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|error| format!("the TLS {what} PEM cannot be read: {error}"))?;
+            if certificates.is_empty() {
+                return Err(format!(
+                    "the TLS {what} PEM holds no `BEGIN CERTIFICATE` block"
+                ));
+            }
+            Ok(certificates)
+        };
+        if let Some(pem) = &self.root_certs_pem {
+            let mut store = rustls::RootCertStore::empty();
+            for certificate in certificates("root certificate", pem)? {
+                store.add(certificate).map_err(|error| {
+                    format!("a TLS root certificate is not a usable CA certificate: {error}")
+                })?;
+            }
+        }
+        if let Some((cert_chain, key)) = &self.client_cert_pem {
+            certificates("client certificate", cert_chain)?;
+            PrivateKeyDer::from_pem_slice(key).map_err(|error| {
+                format!("the TLS client key PEM holds no usable private key: {error}")
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `url` asks for TLS: `rediss://` (or `valkeys://`), as the
+/// `redis` crate reads it.
+pub(crate) fn is_tls_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+    })
+}
+
+/// Whether `url` turns certificate verification off (`rediss://...#insecure`).
+pub(crate) fn is_insecure_url(url: &str) -> bool {
+    is_tls_url(url)
+        && url
+            .split_once('#')
+            .is_some_and(|(_, fragment)| fragment == "insecure")
+}
+
 /// How generations are minted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -40,9 +181,10 @@ pub enum GenerationScheme {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     /// Node URLs (`redis://[user:password@]host:port[/db]`, `rediss://` for
-    /// TLS). One URL means a single server; several, or
-    /// [`RedisConfig::with_cluster`], a Redis Cluster seeded from them.
-    pub(crate) urls: Vec<String>,
+    /// TLS) and the TLS certificates to use with them. One URL means a
+    /// single server; several, or [`RedisConfig::with_cluster`], a Redis
+    /// Cluster seeded from them.
+    pub(crate) endpoints: Endpoints,
     /// Talk the cluster protocol even with a single seed URL.
     pub(crate) cluster: bool,
     /// Prepended to every key and channel. Must not contain `{` or `}`,
@@ -73,7 +215,10 @@ impl RedisConfig {
     /// A configuration for one server (or one cluster seed) at `url`.
     pub fn new(url: impl Into<String>) -> Self {
         RedisConfig {
-            urls: vec![url.into()],
+            endpoints: Endpoints {
+                urls: vec![url.into()],
+                tls: TlsMaterial::default(),
+            },
             cluster: false,
             key_prefix: Self::DEFAULT_KEY_PREFIX.to_owned(),
             issuer: None,
@@ -91,7 +236,7 @@ impl RedisConfig {
         S: Into<String>,
     {
         let mut config = RedisConfig::new(String::new());
-        config.urls = urls.into_iter().map(Into::into).collect();
+        config.endpoints.urls = urls.into_iter().map(Into::into).collect();
         config.cluster = true;
         config
     }
@@ -99,6 +244,38 @@ impl RedisConfig {
     /// Talks the cluster protocol (`true`) or to one server (`false`).
     pub fn with_cluster(mut self, cluster: bool) -> Self {
         self.cluster = cluster;
+        self
+    }
+
+    /// Trusts the CA certificates in `pem` (one or more PEM `CERTIFICATE`
+    /// blocks) for `rediss://` servers, *instead of* the system's trust
+    /// store. The usual setting for a Redis whose certificate comes from a
+    /// private CA. Certificate and host name verification stay on.
+    ///
+    /// ```no_run
+    /// use palisade_lock_redis::RedisConfig;
+    ///
+    /// # fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = RedisConfig::new("rediss://:password@redis.internal:6380")
+    ///     .with_tls_root_cert_pem(std::fs::read("/etc/palisade/redis-ca.pem")?);
+    /// config.validate()?; // reads the PEM: a wrong file fails here
+    /// # Ok(()) }
+    /// ```
+    pub fn with_tls_root_cert_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.endpoints.tls.root_certs_pem = Some(pem.into());
+        self
+    }
+
+    /// Presents a client certificate to `rediss://` servers: mutual TLS,
+    /// for a Redis with `tls-auth-clients yes`. `cert_chain_pem` is the
+    /// certificate (then any intermediates), `key_pem` its private key
+    /// (PKCS#8, PKCS#1 or SEC1, unencrypted).
+    pub fn with_tls_client_cert_pem(
+        mut self,
+        cert_chain_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.endpoints.tls.client_cert_pem = Some((cert_chain_pem.into(), key_pem.into()));
         self
     }
 
@@ -140,12 +317,29 @@ impl RedisConfig {
 
     /// The node URLs.
     pub fn urls(&self) -> &[String] {
-        &self.urls
+        &self.endpoints
+    }
+
+    /// Whether the URLs ask for TLS (`rediss://`).
+    pub fn uses_tls(&self) -> bool {
+        self.endpoints.uses_tls()
+    }
+
+    /// The CA certificates trusted instead of the system's store, if set
+    /// (see [`RedisConfig::with_tls_root_cert_pem`]).
+    pub fn tls_root_cert_pem(&self) -> Option<&[u8]> {
+        self.endpoints.tls.root_certs_pem.as_deref()
+    }
+
+    /// Whether a client certificate is configured (see
+    /// [`RedisConfig::with_tls_client_cert_pem`]).
+    pub fn has_tls_client_cert(&self) -> bool {
+        self.endpoints.tls.client_cert_pem.is_some()
     }
 
     /// Whether the cluster protocol is used.
     pub fn is_cluster(&self) -> bool {
-        self.cluster || self.urls.len() > 1
+        self.cluster || self.endpoints.len() > 1
     }
 
     /// The key prefix.
@@ -177,7 +371,7 @@ impl RedisConfig {
     /// Checks what can be checked without connecting.
     pub fn validate(&self) -> Result<(), RedisLockError> {
         let invalid = |reason: String| Err(RedisLockError::InvalidConfig { reason });
-        if self.urls.is_empty() || self.urls.iter().any(|url| url.is_empty()) {
+        if self.endpoints.is_empty() || self.endpoints.iter().any(|url| url.is_empty()) {
             return invalid("at least one Redis URL is required".into());
         }
         if self.key_prefix.contains(['{', '}']) || self.key_prefix.contains(char::is_whitespace) {
@@ -199,6 +393,7 @@ impl RedisConfig {
                 "issuer {issuer:?} must be 1 to 128 bytes without control characters"
             ));
         }
+        self.validate_tls().or_else(invalid)?;
         if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
             return invalid("timeouts must be positive".into());
         }
@@ -208,6 +403,38 @@ impl RedisConfig {
         {
             return invalid("the waiter re-check interval must be positive".into());
         }
+        Ok(())
+    }
+}
+
+impl RedisConfig {
+    fn validate_tls(&self) -> Result<(), String> {
+        let n_tls = self.endpoints.iter().filter(|url| is_tls_url(url)).count();
+        if n_tls != 0 && n_tls != self.endpoints.len() {
+            return Err(
+                "some URLs are rediss:// and some redis://: use TLS for every node or for none"
+                    .into(),
+            );
+        }
+        if n_tls != 0 && cfg!(not(feature = "tls")) {
+            return Err(
+                "rediss:// URLs need the `tls` feature of palisade-lock-redis (on by default)"
+                    .into(),
+            );
+        }
+        if n_tls == 0 && !self.endpoints.tls.is_empty() {
+            return Err(
+                "TLS certificates are configured but the URLs are not rediss://, so they would not be used"
+                    .into(),
+            );
+        }
+        if self.endpoints.tls.root_certs_pem.is_some()
+            && self.endpoints.iter().any(|url| is_insecure_url(url))
+        {
+            return Err("a URL ends in #insecure, which turns certificate verification off, and a root certificate to verify with is configured: remove one of them".into());
+        }
+        #[cfg(feature = "tls")]
+        self.endpoints.tls.check()?;
         Ok(())
     }
 }
@@ -239,6 +466,29 @@ mod tests {
                 .is_err()
         );
         assert!(RedisConfig::cluster(["redis://a", "redis://b"]).is_cluster());
+    }
+
+    #[test]
+    fn tls_urls_are_recognised() {
+        assert!(is_tls_url("rediss://127.0.0.1:6380"));
+        assert!(is_tls_url("REDISS://host"));
+        assert!(is_tls_url("valkeys://host"));
+        assert!(!is_tls_url("redis://host"));
+        assert!(!is_tls_url("unix:///tmp/redis.sock"));
+        assert!(is_insecure_url("rediss://host:6380/#insecure"));
+        assert!(!is_insecure_url("rediss://host:6380/"));
+        assert!(!is_insecure_url("redis://host:6380/#insecure"));
+        assert!(RedisConfig::new("rediss://h").uses_tls());
+        assert!(!RedisConfig::new("redis://h").uses_tls());
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_urls_need_the_feature() {
+        let error = RedisConfig::new("rediss://127.0.0.1:6380")
+            .validate()
+            .unwrap_err();
+        assert!(error.to_string().contains("`tls` feature"), "{error}");
     }
 
     #[test]

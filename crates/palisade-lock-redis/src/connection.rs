@@ -1,5 +1,6 @@
 //! One connection to Redis, single server or cluster, and how scripts are
-//! called on it.
+//! called on it. Also how a URL (with its TLS material) becomes a client,
+//! for this connection and for the inbox's subscription alike.
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, RedisError, Value};
 
+use crate::config::{Endpoints, TlsMaterial};
 use crate::error::{BACKEND, from_redis};
 use crate::keys::LockKeys;
 use crate::scripts::{LuaScript, Scripts};
@@ -35,12 +37,148 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-/// The client for a URL, with the URL's password kept out of errors.
-pub(crate) fn open_client(url: &str) -> Result<redis::Client, RedisLockError> {
-    redis::Client::open(url).map_err(|source| RedisLockError::InvalidUrl {
+/// The client for a URL and its TLS material, with the URL's password kept
+/// out of errors.
+pub(crate) fn open_client(url: &str, tls: &TlsMaterial) -> Result<redis::Client, RedisLockError> {
+    let info = url
+        .into_connection_info()
+        .map_err(|source| RedisLockError::InvalidUrl {
+            url: redacted(url),
+            source,
+        })?;
+    #[cfg(feature = "tls")]
+    if let Some(certificates) = tls.certificates() {
+        return redis::Client::build_with_tls(info, certificates).map_err(|error| {
+            RedisLockError::InvalidConfig {
+                reason: format!("TLS certificates for `{}`: {error}", redacted(url)),
+            }
+        });
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = tls;
+    redis::Client::open(info).map_err(|source| RedisLockError::InvalidUrl {
         url: redacted(url),
         source,
     })
+}
+
+/// Maps a failed connect or subscribe to `url` (redacted) to a lock error,
+/// telling TLS refusals apart from other connection failures: retrying
+/// cannot fix a certificate, so the message says what to change.
+///
+/// - the server's certificate is not trusted (unknown CA, wrong host name,
+///   expired): `Unavailable`, since the trusted service cannot be reached;
+/// - the server refused this client's certificate, or its absence (mutual
+///   TLS): `PermissionDenied`, like a refused password;
+/// - anything else: as [`from_redis`] says.
+pub(crate) fn connect_error(
+    url: &str,
+    operation: &'static str,
+    timeout: Duration,
+    error: RedisError,
+) -> LockError {
+    #[cfg(feature = "tls")]
+    if let Some(tls_error) = tls::rustls_error(&error) {
+        return tls::refusal(url, tls_error.clone());
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = url;
+    from_redis(operation, timeout, error)
+}
+
+#[cfg(feature = "tls")]
+mod tls {
+    use std::sync::Arc;
+
+    use palisade_core::LockError;
+    use redis::RedisError;
+    use rustls::AlertDescription as Alert;
+
+    use crate::error::BACKEND;
+
+    /// A TLS handshake refused over a certificate.
+    #[derive(Debug, thiserror::Error)]
+    #[error("TLS handshake with `{url}` failed: {error} ({hint})")]
+    pub(super) struct TlsRefused {
+        /// The URL, with any password removed.
+        url: String,
+        /// What rustls said.
+        #[source]
+        error: rustls::Error,
+        /// What to check.
+        hint: &'static str,
+    }
+
+    /// The rustls error under a failed connect, if it was one. The `redis`
+    /// crate wraps it in an `io::Error`, behind an `Arc`.
+    pub(super) fn rustls_error(error: &RedisError) -> Option<&rustls::Error> {
+        let source = std::error::Error::source(error)?;
+        let inner: &(dyn std::error::Error + 'static) =
+            match source.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>() {
+                Some(shared) => &**shared,
+                None => source,
+            };
+        inner
+            .downcast_ref::<std::io::Error>()?
+            .get_ref()?
+            .downcast_ref::<rustls::Error>()
+    }
+
+    pub(super) fn refusal(url: &str, error: rustls::Error) -> LockError {
+        let refused = |hint| TlsRefused {
+            url: url.to_owned(),
+            error: error.clone(),
+            hint,
+        };
+        match &error {
+            rustls::Error::InvalidCertificate(_)
+            | rustls::Error::NoCertificatesPresented
+            | rustls::Error::UnsupportedNameType => LockError::Unavailable {
+                backend: BACKEND,
+                source: Box::new(refused(
+                    "the server's certificate is not trusted: check the host in the URL against the certificate, and trust the CA that signed it with RedisConfig::with_tls_root_cert_pem",
+                )),
+            },
+            rustls::Error::AlertReceived(
+                Alert::CertificateRequired
+                | Alert::NoCertificate
+                | Alert::BadCertificate
+                | Alert::UnsupportedCertificate
+                | Alert::CertificateRevoked
+                | Alert::CertificateExpired
+                | Alert::CertificateUnknown
+                | Alert::UnknownCA
+                | Alert::AccessDenied,
+            ) => LockError::PermissionDenied {
+                backend: BACKEND,
+                message: refused(
+                    "the server refused this client's certificate, or its absence: present one signed by a CA the server trusts with RedisConfig::with_tls_client_cert_pem",
+                )
+                .to_string(),
+            },
+            _ => LockError::Unavailable {
+                backend: BACKEND,
+                source: Box::new(refused("TLS could not be negotiated with the server")),
+            },
+        }
+    }
+}
+
+/// Makes sure rustls has a crypto provider before the first TLS handshake.
+///
+/// rustls 0.23 needs one process-wide provider and cannot pick one by
+/// itself when several are compiled in (an application may pull in
+/// `aws-lc-rs` through another crate). If the application installed one,
+/// it is used; otherwise `ring`'s is installed. Idempotent, and losing a
+/// race against another installer is fine: either way a provider is in
+/// place. Plain `redis://` endpoints leave the process untouched.
+pub(crate) fn ensure_crypto_provider(endpoints: &Endpoints) {
+    #[cfg(feature = "tls")]
+    if endpoints.uses_tls() && rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _already_installed = rustls::crypto::ring::default_provider().install_default();
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = endpoints;
 }
 
 /// `host:port` of a URL, for the default issuer id.
@@ -73,17 +211,43 @@ impl Connection {
     /// Connects as `config` says. Fails if no node answers.
     pub(crate) async fn connect(config: &RedisConfig) -> Result<Self, RedisLockError> {
         let unavailable = |error: RedisError| {
-            RedisLockError::Lock(from_redis("connect", config.connect_timeout, error))
+            let urls = config
+                .endpoints
+                .iter()
+                .map(|url| redacted(url))
+                .collect::<Vec<_>>();
+            RedisLockError::Lock(connect_error(
+                &urls.join(","),
+                "connect",
+                config.connect_timeout,
+                error,
+            ))
         };
+        ensure_crypto_provider(&config.endpoints);
+        for url in config.endpoints.iter() {
+            if crate::config::is_insecure_url(url) {
+                tracing::warn!(
+                    backend = BACKEND,
+                    url = %redacted(url),
+                    "TLS certificate verification is OFF (`#insecure` in the URL): anyone on the path can impersonate Redis; for tests only"
+                );
+            }
+        }
         if config.is_cluster() {
-            let client = ClusterClientBuilder::new(config.urls.clone())
+            let builder = ClusterClientBuilder::new(config.endpoints.urls.clone())
                 .connection_timeout(config.connect_timeout)
                 .response_timeout(config.response_timeout)
-                .retries(2)
+                .retries(2);
+            #[cfg(feature = "tls")]
+            let builder = match config.endpoints.tls.certificates() {
+                Some(certificates) => builder.certs(certificates),
+                None => builder,
+            };
+            let client = builder
                 .build()
                 .map_err(|source| RedisLockError::InvalidUrl {
                     url: config
-                        .urls
+                        .endpoints
                         .iter()
                         .map(|u| redacted(u))
                         .collect::<Vec<_>>()
@@ -103,7 +267,7 @@ impl Connection {
                     .map_err(unavailable)?;
             Ok(Connection::Cluster(connection))
         } else {
-            let client = open_client(&config.urls[0])?;
+            let client = open_client(&config.endpoints[0], &config.endpoints.tls)?;
             let manager_config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(config.connect_timeout))
                 .set_response_timeout(Some(config.response_timeout))
@@ -219,8 +383,30 @@ mod tests {
         );
         assert_eq!(redacted("redis://host:6379"), "redis://host:6379");
         assert_eq!(
+            redacted("rediss://:secret@host:6380/#insecure"),
+            "rediss://***@host:6380/#insecure"
+        );
+        assert_eq!(
             host_port("redis://127.0.0.1:7000/2").unwrap(),
             "127.0.0.1:7000"
         );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_urls_are_parsed_and_a_crypto_provider_is_installed() {
+        assert_eq!(
+            host_port("rediss://127.0.0.1:6380").unwrap(),
+            "127.0.0.1:6380"
+        );
+        let endpoints = Endpoints {
+            urls: vec!["rediss://127.0.0.1:6380".into()],
+            tls: TlsMaterial::default(),
+        };
+        // Nothing else in this test binary speaks TLS, so without this call
+        // there would be no process-wide provider.
+        ensure_crypto_provider(&endpoints);
+        ensure_crypto_provider(&endpoints);
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
     }
 }

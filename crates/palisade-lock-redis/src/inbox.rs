@@ -23,7 +23,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::RedisLockError;
-use crate::error::{BACKEND, from_redis};
+use crate::config::Endpoints;
+use crate::error::BACKEND;
 
 /// What the inbox tells a waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,14 +79,18 @@ impl Inbox {
     /// Subscribes to `channel` on the first reachable URL and keeps the
     /// subscription up in the background. Returns once the first
     /// subscription is confirmed, so no grant can be missed from the start.
+    ///
+    /// The subscription uses the same TLS settings as the command
+    /// connection: grants travel on it, and they name lease ids.
     pub(crate) async fn start(
-        urls: &[String],
+        endpoints: &Endpoints,
         channel: String,
         connect_timeout: Duration,
     ) -> Result<Self, RedisLockError> {
-        let clients = urls
+        crate::connection::ensure_crypto_provider(endpoints);
+        let clients = endpoints
             .iter()
-            .map(|url| crate::connection::open_client(url))
+            .map(|url| crate::connection::open_client(url, &endpoints.tls))
             .collect::<Result<Vec<_>, _>>()?;
         let routes: Routes = Arc::default();
         let (connected_tx, connected) = watch::channel(false);
@@ -106,7 +111,12 @@ impl Inbox {
             let error = last_error.unwrap_or_else(|| {
                 redis::RedisError::from(std::io::Error::other("no Redis URL to subscribe on"))
             });
-            return Err(RedisLockError::Lock(from_redis(
+            let urls = endpoints
+                .iter()
+                .map(|url| crate::connection::redacted(url))
+                .collect::<Vec<_>>();
+            return Err(RedisLockError::Lock(crate::connection::connect_error(
+                &urls.join(","),
                 "subscribe",
                 connect_timeout,
                 error,

@@ -40,6 +40,10 @@
 //! - [`RedisGuard`]: the hold, its sequencer and its lease watch.
 //! - [`RedisLiveCheck`]: the live check for resource servers.
 //! - [`RedisLockClient::raise_floor`]: recovery after Redis lost a counter.
+//! - Passwords and ACL users go in the URL (`redis://user:pass@host`);
+//!   `rediss://` turns on TLS, with [`RedisConfig::with_tls_root_cert_pem`]
+//!   for a private CA and [`RedisConfig::with_tls_client_cert_pem`] for
+//!   mutual TLS.
 //! - `docs/backends/redis.md`: key layout, scripts, the wake-up protocol,
 //!   failure behaviour and trade-offs.
 //!

@@ -13,6 +13,12 @@
 //! Every server runs in its own temporary directory on free ports and is
 //! killed (SIGKILL, by PID) when its handle is dropped.
 //!
+//! A spawned server can require a password ([`RedisOptions::with_password`])
+//! and can speak TLS only ([`RedisOptions::with_tls`]: `--port 0
+//! --tls-port <free>`, certificates written into its directory). The test
+//! kit's own commands ([`RedisServer::command`]) then go over a Unix socket
+//! in that directory, so no plaintext TCP port is ever open.
+//!
 //! `PALISADE_REDIS_URL` points [`RedisServer::start`] at an external server
 //! instead (started by compose or CI). Tests that kill or restart Redis use
 //! [`RedisServer::spawn`], which always starts a local one.
@@ -51,8 +57,14 @@ pub enum Persistence {
 pub struct RedisOptions {
     /// Persistence mode.
     pub persistence: Persistence,
-    /// Extra `redis-server` arguments (e.g. `["--requirepass", "x"]`).
+    /// Extra `redis-server` arguments (e.g. `["--maxmemory", "10mb"]`).
     pub extra_args: Vec<String>,
+    /// `--requirepass`: clients must authenticate as the default user.
+    /// [`RedisServer::url`] carries it and [`RedisServer::command`] sends
+    /// `AUTH` first, so the rest of a test does not need to know.
+    pub password: Option<String>,
+    /// Serve TLS only, with these certificates.
+    pub tls: Option<RedisTls>,
 }
 
 impl RedisOptions {
@@ -60,7 +72,96 @@ impl RedisOptions {
     pub fn persistence(persistence: Persistence) -> Self {
         RedisOptions {
             persistence,
-            extra_args: Vec::new(),
+            ..RedisOptions::default()
+        }
+    }
+
+    /// Requires `password` from every client (`--requirepass`).
+    pub fn with_password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Serves TLS only (see [`RedisTls`]).
+    pub fn with_tls(mut self, tls: RedisTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+}
+
+/// TLS for a spawned server: `--port 0 --tls-port <free>`, so the server
+/// has no plaintext TCP port at all, and its URL is `rediss://`.
+///
+/// The PEM texts are written into the server's temporary directory; the
+/// test makes them (e.g. with `rcgen`), so a test controls exactly which CA
+/// signed what. The server certificate must name `127.0.0.1` (an IP
+/// subject alternative name), the host in [`RedisServer::url`].
+#[derive(Clone)]
+pub struct RedisTls {
+    /// The server's certificate chain (`--tls-cert-file`).
+    pub server_cert_pem: String,
+    /// The server's private key (`--tls-key-file`).
+    pub server_key_pem: String,
+    /// The CA that client certificates must chain to
+    /// (`--tls-ca-cert-file`; Redis requires one even when clients do not
+    /// authenticate).
+    pub ca_cert_pem: String,
+    /// Whether clients must present a certificate (`--tls-auth-clients`).
+    pub client_auth: TlsClientAuth,
+}
+
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("server_key_pem", &"<redacted>")
+            .field("client_auth", &self.client_auth)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisTls {
+    /// TLS with the given server certificate and key, trusting `ca_cert_pem`
+    /// for client certificates, which clients need not present.
+    pub fn new(
+        server_cert_pem: impl Into<String>,
+        server_key_pem: impl Into<String>,
+        ca_cert_pem: impl Into<String>,
+    ) -> Self {
+        RedisTls {
+            server_cert_pem: server_cert_pem.into(),
+            server_key_pem: server_key_pem.into(),
+            ca_cert_pem: ca_cert_pem.into(),
+            client_auth: TlsClientAuth::No,
+        }
+    }
+
+    /// Sets whether clients must present a certificate.
+    pub fn with_client_auth(mut self, client_auth: TlsClientAuth) -> Self {
+        self.client_auth = client_auth;
+        self
+    }
+}
+
+/// Whether a TLS server asks clients for a certificate
+/// (`--tls-auth-clients`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsClientAuth {
+    /// `no`: clients are not asked for a certificate.
+    #[default]
+    No,
+    /// `optional`: a certificate is checked if presented.
+    Optional,
+    /// `yes`: mutual TLS; a client without a certificate signed by the CA is
+    /// refused during the handshake.
+    Required,
+}
+
+impl TlsClientAuth {
+    fn arg(self) -> &'static str {
+        match self {
+            TlsClientAuth::No => "no",
+            TlsClientAuth::Optional => "optional",
+            TlsClientAuth::Required => "yes",
         }
     }
 }
@@ -73,7 +174,7 @@ pub struct RedisServer {
 
 #[derive(Debug)]
 enum ServerKind {
-    Spawned(Spawned),
+    Spawned(Box<Spawned>),
     External { url: String },
 }
 
@@ -121,7 +222,7 @@ impl RedisServer {
             match spawned.launch() {
                 Ok(()) => {
                     return Some(RedisServer {
-                        inner: ServerKind::Spawned(spawned),
+                        inner: ServerKind::Spawned(Box::new(spawned)),
                     });
                 }
                 // Most likely the port was taken between choosing and binding.
@@ -134,11 +235,41 @@ impl RedisServer {
         );
     }
 
-    /// `redis://127.0.0.1:<port>` (or the external URL).
+    /// The URL clients use: `redis://127.0.0.1:<port>`, `rediss://` for a
+    /// TLS server, with `:<password>@` when a password is required (or the
+    /// external URL).
     pub fn url(&self) -> String {
         match &self.inner {
-            ServerKind::Spawned(spawned) => format!("redis://127.0.0.1:{}", spawned.port),
+            ServerKind::Spawned(spawned) => spawned.url(None, spawned.options.password.as_deref()),
             ServerKind::External { url } => url.clone(),
+        }
+    }
+
+    /// [`RedisServer::url`] without the password: a client with it is
+    /// refused by a server that requires one. The external URL unchanged.
+    pub fn url_without_password(&self) -> String {
+        match &self.inner {
+            ServerKind::Spawned(spawned) => spawned.url(None, None),
+            ServerKind::External { url } => url.clone(),
+        }
+    }
+
+    /// [`RedisServer::url`] with the given ACL user and password instead of
+    /// the default user's (for users made with `ACL SETUSER`). The external
+    /// URL unchanged.
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        match &self.inner {
+            ServerKind::Spawned(spawned) => spawned.url(Some(user), Some(password)),
+            ServerKind::External { url } => url.clone(),
+        }
+    }
+
+    /// Whether clients must speak TLS to this server (a spawned TLS server,
+    /// or an external `rediss://` URL).
+    pub fn is_tls(&self) -> bool {
+        match &self.inner {
+            ServerKind::Spawned(spawned) => spawned.options.tls.is_some(),
+            ServerKind::External { url } => url.starts_with("rediss://"),
         }
     }
 
@@ -148,7 +279,8 @@ impl RedisServer {
         matches!(self.inner, ServerKind::External { .. })
     }
 
-    /// The port of a spawned server.
+    /// The port clients connect to of a spawned server (the TLS port of a
+    /// TLS server, which has no other TCP port).
     pub fn port(&self) -> Option<u16> {
         match &self.inner {
             ServerKind::Spawned(spawned) => Some(spawned.port),
@@ -207,15 +339,21 @@ impl RedisServer {
     /// text (bulk strings and integers as-is, arrays one item per line,
     /// nil as an empty string; an error reply is an `Err`). Enough for
     /// `INFO`, `PTTL`, `LLEN` and the like in assertions.
+    ///
+    /// Authenticates first when the server requires a password. A spawned
+    /// TLS server is reached over its Unix socket, in plaintext.
     pub fn command(&self, args: &[&str]) -> io::Result<String> {
-        command_at(&self.url(), args)
+        match &self.inner {
+            ServerKind::Spawned(spawned) => spawned.admin_command(args),
+            ServerKind::External { url } => command_at(url, args),
+        }
     }
 
     fn child(&self, what: &str) -> io::Result<&ChildProcess> {
         match &self.inner {
-            ServerKind::Spawned(Spawned {
-                child: Some(child), ..
-            }) => Ok(child),
+            ServerKind::Spawned(spawned) if spawned.child.is_some() => {
+                Ok(spawned.child.as_ref().expect("checked"))
+            }
             _ => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!("cannot {what}: the server is external or not running"),
@@ -225,7 +363,7 @@ impl RedisServer {
 
     fn spawned_mut(&mut self, what: &str) -> io::Result<&mut Spawned> {
         match &mut self.inner {
-            ServerKind::Spawned(spawned) => Ok(spawned),
+            ServerKind::Spawned(spawned) => Ok(&mut **spawned),
             ServerKind::External { .. } => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!("cannot {what} an external Redis ({REDIS_URL_ENV})"),
@@ -235,12 +373,85 @@ impl RedisServer {
 }
 
 impl Spawned {
+    fn url(&self, user: Option<&str>, password: Option<&str>) -> String {
+        let scheme = if self.options.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        let credentials = match (user, password) {
+            (None, None) => String::new(),
+            (user, password) => format!(
+                "{}:{}@",
+                percent_encode(user.unwrap_or_default()),
+                percent_encode(password.unwrap_or_default())
+            ),
+        };
+        format!("{scheme}://{credentials}127.0.0.1:{}", self.port)
+    }
+
+    /// Where the test kit's own commands go: the TCP port, or for a TLS
+    /// server (which has no plaintext TCP port) its Unix socket.
+    fn admin_target(&self) -> AdminTarget {
+        if self.options.tls.is_some() {
+            AdminTarget::Unix(self.dir.path().join("redis.sock"))
+        } else {
+            AdminTarget::Tcp(SocketAddr::from(([127, 0, 0, 1], self.port)))
+        }
+    }
+
+    fn admin_command(&self, args: &[&str]) -> io::Result<String> {
+        let credentials = self
+            .options
+            .password
+            .as_deref()
+            .map(|password| (None, password));
+        run_command(&self.admin_target(), credentials, args)
+    }
+
+    /// Writes the TLS files into the server's directory and returns the
+    /// arguments naming them.
+    fn tls_args(&self, tls: &RedisTls) -> io::Result<Vec<String>> {
+        let write = |file: &str, contents: &str| -> io::Result<String> {
+            let path = self.dir.path().join(file);
+            std::fs::write(&path, contents)?;
+            Ok(path.display().to_string())
+        };
+        Ok(vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            self.port.to_string(),
+            "--tls-cert-file".into(),
+            write("server.crt", &tls.server_cert_pem)?,
+            "--tls-key-file".into(),
+            write("server.key", &tls.server_key_pem)?,
+            "--tls-ca-cert-file".into(),
+            write("ca.crt", &tls.ca_cert_pem)?,
+            "--tls-auth-clients".into(),
+            tls.client_auth.arg().into(),
+            "--unixsocket".into(),
+            self.dir.path().join("redis.sock").display().to_string(),
+            "--unixsocketperm".into(),
+            "700".into(),
+        ])
+    }
+
     fn launch(&mut self) -> io::Result<()> {
         let log = self.dir.path().join("redis.log");
         let mut command = Command::new(&self.binary);
+        match &self.options.tls {
+            Some(tls) => {
+                command.args(self.tls_args(tls)?);
+            }
+            None => {
+                command.arg("--port").arg(self.port.to_string());
+            }
+        }
+        if let Some(password) = &self.options.password {
+            command.arg("--requirepass").arg(password);
+        }
         command
-            .arg("--port")
-            .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
             .arg("--dir")
             .arg(self.dir.path())
@@ -260,8 +471,13 @@ impl Spawned {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let mut child = ChildProcess::spawn("redis-server", &mut command, Some(&log))?;
-        let url = format!("redis://127.0.0.1:{}", self.port);
-        if let Err(error) = wait_until_ready(&url, &mut child, Duration::from_secs(10)) {
+        let ready = wait_until_ready(
+            || self.admin_command(&["PING"]),
+            &self.url(None, None),
+            &mut child,
+            Duration::from_secs(10),
+        );
+        if let Err(error) = ready {
             let tail = child.log_tail(2000);
             return Err(io::Error::new(error.kind(), format!("{error}\n{tail}")));
         }
@@ -270,14 +486,19 @@ impl Spawned {
     }
 }
 
-/// Waits until `PING` answers `PONG` (not `LOADING`).
-fn wait_until_ready(url: &str, child: &mut ChildProcess, timeout: Duration) -> io::Result<()> {
+/// Waits until `ping` answers `PONG` (not `LOADING`).
+fn wait_until_ready(
+    ping: impl Fn() -> io::Result<String>,
+    url: &str,
+    child: &mut ChildProcess,
+    timeout: Duration,
+) -> io::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
         if !child.is_running() {
             return Err(io::Error::other("redis-server exited during startup"));
         }
-        match command_at(url, &["PING"]) {
+        match ping() {
             Ok(reply) if reply == "PONG" => return Ok(()),
             _ if Instant::now() >= deadline => {
                 return Err(io::Error::new(
@@ -436,7 +657,12 @@ fn start_cluster_node(binary: &Path, dir: &Path) -> io::Result<(ChildProcess, u1
         let _ = std::fs::remove_file(dir.join("nodes.conf"));
         let mut child = ChildProcess::spawn("redis-server (cluster)", &mut command, Some(&log))?;
         let url = format!("redis://127.0.0.1:{port}");
-        match wait_until_ready(&url, &mut child, Duration::from_secs(10)) {
+        match wait_until_ready(
+            || command_at(&url, &["PING"]),
+            &url,
+            &mut child,
+            Duration::from_secs(10),
+        ) {
             Ok(()) => return Ok((child, port)),
             Err(error) => {
                 last_error =
@@ -447,31 +673,123 @@ fn start_cluster_node(binary: &Path, dir: &Path) -> io::Result<(ChildProcess, u1
     Err(last_error)
 }
 
-/// Runs one command against `url` (`redis://host:port[/db]`, no TLS, no
-/// password) over a fresh connection; see [`RedisServer::command`].
+/// Runs one command against `url` (`redis://[[user]:password@]host:port[/db]`,
+/// no TLS; `AUTH` first when the URL has a password) over a fresh
+/// connection; see [`RedisServer::command`].
 pub fn command_at(url: &str, args: &[&str]) -> io::Result<String> {
-    let address = url
-        .trim_start_matches("redis://")
-        .split('/')
-        .next()
-        .unwrap_or_default();
-    let address = address.rsplit('@').next().unwrap_or(address);
+    let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidInput, what);
+    let rest = url.strip_prefix("redis://").ok_or_else(|| {
+        invalid(format!(
+            "`{url}`: only plaintext redis:// URLs are supported"
+        ))
+    })?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let (credentials, address) = match authority.rsplit_once('@') {
+        Some((credentials, address)) => (Some(credentials), address),
+        None => (None, authority),
+    };
     let socket: SocketAddr = address
         .parse()
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{address}: {e}")))?;
-    let stream = TcpStream::connect_timeout(&socket, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        .map_err(|e| invalid(format!("{address}: {e}")))?;
+    let credentials = credentials.map(|credentials| {
+        let (user, password) = credentials.split_once(':').unwrap_or(("", credentials));
+        (
+            Some(percent_decode(user)).filter(|user| !user.is_empty()),
+            percent_decode(password),
+        )
+    });
+    let credentials = credentials
+        .as_ref()
+        .map(|(user, password)| (user.as_deref(), password.as_str()));
+    run_command(&AdminTarget::Tcp(socket), credentials, args)
+}
+
+/// Where a plaintext command connection goes.
+enum AdminTarget {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// Sends `AUTH` (if `credentials`: user, password) and then `args` over a
+/// fresh plaintext connection, and reads the reply of `args`.
+fn run_command(
+    target: &AdminTarget,
+    credentials: Option<(Option<&str>, &str)>,
+    args: &[&str],
+) -> io::Result<String> {
+    let (reader, mut writer): (Box<dyn io::Read>, Box<dyn Write>) = match target {
+        AdminTarget::Tcp(socket) => {
+            let stream = TcpStream::connect_timeout(socket, Duration::from_secs(2))?;
+            stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+            (Box::new(stream.try_clone()?), Box::new(stream))
+        }
+        AdminTarget::Unix(path) => {
+            let stream = std::os::unix::net::UnixStream::connect(path)?;
+            stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+            (Box::new(stream.try_clone()?), Box::new(stream))
+        }
+    };
+    let mut reader = BufReader::new(reader);
+    if let Some((user, password)) = credentials {
+        let mut auth = vec!["AUTH"];
+        auth.extend(user);
+        auth.push(password);
+        writer.write_all(&encode_command(&auth))?;
+        read_reply(&mut reader, &mut Vec::new())?;
+    }
+    writer.write_all(&encode_command(args))?;
+    let mut lines = Vec::new();
+    read_reply(&mut reader, &mut lines)?;
+    Ok(lines.join("\n"))
+}
+
+fn encode_command(args: &[&str]) -> Vec<u8> {
     let mut request = format!("*{}\r\n", args.len()).into_bytes();
     for arg in args {
         request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
         request.extend_from_slice(arg.as_bytes());
         request.extend_from_slice(b"\r\n");
     }
-    (&stream).write_all(&request)?;
-    let mut reader = BufReader::new(stream);
-    let mut lines = Vec::new();
-    read_reply(&mut reader, &mut lines)?;
-    Ok(lines.join("\n"))
+    request
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters, for a
+/// user name or password in a URL.
+fn percent_encode(text: &str) -> String {
+    let mut encoded = String::new();
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+/// The inverse of [`percent_encode`] (and of any other valid encoding);
+/// invalid escapes are kept as they are.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let escaped = (bytes[index] == b'%')
+            .then(|| text.get(index + 1..index + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                decoded.push(byte);
+                index += 3;
+            }
+            None => {
+                decoded.push(bytes[index]);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
 }
 
 fn read_reply(reader: &mut impl BufRead, out: &mut Vec<String>) -> io::Result<()> {
@@ -527,6 +845,35 @@ mod tests {
         assert_eq!(commandstat_calls(info, "evalsha"), 12);
         assert_eq!(commandstat_calls(info, "eval"), 2);
         assert_eq!(commandstat_calls(info, "publish"), 0);
+    }
+
+    #[test]
+    fn credentials_survive_the_url() {
+        for text in ["plain", "p@ss:w/rd %41 ü", ""] {
+            assert_eq!(percent_decode(&percent_encode(text)), text);
+        }
+        assert_eq!(percent_encode("a b@c"), "a%20b%40c");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+
+    #[test]
+    fn password_server_refuses_commands_without_it() {
+        let password = "s3cret/with:odd@chars";
+        let Some(server) = RedisServer::spawn(RedisOptions::default().with_password(password))
+        else {
+            return;
+        };
+        assert!(server.url().contains('@'), "{}", server.url());
+        assert!(
+            !server.url().contains(password),
+            "the password is percent-encoded"
+        );
+        assert_eq!(server.command(&["SET", "k", "v"]).unwrap(), "OK");
+        assert_eq!(command_at(&server.url(), &["GET", "k"]).unwrap(), "v");
+        let refused = command_at(&server.url_without_password(), &["GET", "k"]).unwrap_err();
+        assert!(refused.to_string().contains("NOAUTH"), "{refused}");
+        let wrong = command_at(&server.url_as("default", "wrong"), &["GET", "k"]).unwrap_err();
+        assert!(wrong.to_string().contains("WRONGPASS"), "{wrong}");
     }
 
     #[test]

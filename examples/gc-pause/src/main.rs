@@ -5,7 +5,7 @@
 //! Client A takes a lock, reads a balance, and stops the world for longer
 //! than its lease. The lease expires, client B takes the lock with a newer
 //! generation and deposits. A wakes and writes the balance it computed
-//! before the pause. The story runs twice on the in-process lock backend (a fresh one per run):
+//! before the pause. The story runs twice:
 //!
 //! 1. against a plain store that trusts the lock: A's late write lands and
 //!    B's deposit is lost;
@@ -13,146 +13,72 @@
 //!    a free port with a temporary directory): A's late write is refused
 //!    with 409 stale, and A retries the right way.
 //!
-//! Exits non-zero if the fenced run ever accepts the stale write or ends
-//! with a wrong balance.
-
-mod storage;
-mod story;
-mod timeline;
+//! With no flags it runs on the in-process lock backend and needs no
+//! server. Other ways to run it:
+//!
+//! ```text
+//! cargo run -p example-gc-pause -- --backend etcd --etcd-endpoints 127.0.0.1:2379
+//! cargo run -p example-gc-pause -- --backend redis --redis-url redis://127.0.0.1:6379 --pause sigstop
+//! cargo run -p example-gc-pause -- --help
+//! ```
+//!
+//! It prints both timelines, writes them as an SVG picture (the path is
+//! printed), and exits 1 if the fenced run ever accepts the stale write or
+//! ends with a wrong balance (2 if it could not run).
 
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use clap::Parser;
-use palisade::client::Client;
-use palisade::embedded::EmbeddedLockService;
-use palisade::server::{ServerConfig, run};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-
-use crate::storage::Storage;
-use crate::story::{Report, Timing};
-use crate::timeline::Timeline;
+use palisade_demo::{ChildLauncher, GcPauseArgs, gc_pause};
+use tracing_subscriber::EnvFilter;
 
 /// The GC-pause demo: a paused lock holder's late write, without and with
 /// fencing.
 #[derive(Parser, Debug)]
 #[command(version, about)]
-struct Args {
-    /// Lease TTL of every client, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    ttl_ms: u64,
+struct Cli {
+    #[command(flatten)]
+    demo: GcPauseArgs,
 
-    /// How long client A is stopped, in milliseconds (must exceed the TTL).
-    #[arg(long, default_value_t = 3000)]
-    pause_ms: u64,
+    /// Internal: run as one of the demo's client processes.
+    #[arg(long, hide = true)]
+    demo_child: Option<String>,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
-    match demo(&args).await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    if let Some(spec) = cli.demo_child {
+        return match palisade_demo::run_child(&spec).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("gc-pause client process failed: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let launcher = match ChildLauncher::current_exe(["--demo-child"]) {
+        Ok(launcher) => launcher,
         Err(error) => {
-            eprintln!("gc-pause demo failed: {error:#}");
+            eprintln!("gc-pause demo failed: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match gc_pause::run(&cli.demo, &launcher).await {
+        Ok(report) => ExitCode::from(report.exit_code()),
+        Err(error) if error.is_usage() => {
+            eprintln!("error: {error}");
             ExitCode::from(2)
         }
-    }
-}
-
-/// Runs both stories; `Ok(true)` when the fenced one was safe.
-async fn demo(args: &Args) -> anyhow::Result<bool> {
-    let timing = Timing {
-        ttl: Duration::from_millis(args.ttl_ms),
-        pause: Duration::from_millis(args.pause_ms),
-    };
-    anyhow::ensure!(
-        timing.pause > timing.ttl,
-        "--pause-ms ({}) must exceed --ttl-ms ({}) for the lease to expire during the pause",
-        args.pause_ms,
-        args.ttl_ms
-    );
-    println!("Run 1: without fencing (the store applies whatever it is sent)");
-    let unfenced = story::run(
-        Storage::Unfenced(Arc::new(Mutex::new(0))),
-        EmbeddedLockService::new(),
-        timing,
-        Timeline::new(),
-    )
-    .await?;
-    let unfenced_verdict = verdict_unfenced(&unfenced);
-    println!("  verdict: {unfenced_verdict}\n");
-
-    println!("Run 2: with fencing (Palisade resource server checks every sequencer)");
-    let data_dir = tempfile::tempdir()?;
-    let state = ServerConfig::new(data_dir.path()).open_state(None)?;
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let base_url = format!("http://{}", listener.local_addr()?);
-    let (stop_server, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(run(listener, state, async {
-        let _ = stopped.await;
-    }));
-    println!(
-        "  (resource server on {base_url}, data in {})",
-        data_dir.path().display()
-    );
-    let fenced = story::run(
-        Storage::Fenced(Client::new(&base_url)?),
-        EmbeddedLockService::new(),
-        timing,
-        Timeline::new(),
-    )
-    .await?;
-    let fenced_safe = fenced.stale_write_refused
-        && !fenced.stale_write_accepted
-        && fenced.lease_lost_signalled
-        && fenced.is_correct();
-    println!(
-        "  verdict: {}",
-        if fenced_safe {
-            format!(
-                "SAFE: A's guard signalled lease lost, A's stale write was refused (409), final balance {} as expected",
-                fenced.final_balance
-            )
-        } else {
-            format!(
-                "FENCING FAILED: stale write refused = {}, accepted = {}, lease lost signalled = {}, final balance {} (expected {})",
-                fenced.stale_write_refused,
-                fenced.stale_write_accepted,
-                fenced.lease_lost_signalled,
-                fenced.final_balance,
-                fenced.expected_balance
-            )
+        Err(error) => {
+            eprintln!("gc-pause demo failed: {error}");
+            ExitCode::from(2)
         }
-    );
-    let _ = stop_server.send(());
-    server.await??;
-
-    println!();
-    println!("unfenced: {unfenced_verdict}");
-    println!(
-        "fenced:   {}",
-        if fenced_safe {
-            "safe"
-        } else {
-            "FENCING FAILED"
-        }
-    );
-    Ok(fenced_safe)
-}
-
-fn verdict_unfenced(report: &Report) -> String {
-    if report.stale_write_accepted && !report.is_correct() {
-        format!(
-            "LOST UPDATE: final balance {}, expected {}: B's deposit was overwritten by A's stale write",
-            report.final_balance, report.expected_balance
-        )
-    } else {
-        format!(
-            "anomaly not reproduced this time (final balance {}, expected {}); try a longer --pause-ms",
-            report.final_balance, report.expected_balance
-        )
     }
 }

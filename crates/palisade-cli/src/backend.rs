@@ -1,0 +1,526 @@
+//! Choosing a lock backend at runtime: the flags, and [`AnyLock`].
+//!
+//! This is the one place in Palisade that picks a backend while running
+//! (everywhere else is generic over `L: Lock`). The choice is an enum, not
+//! a `dyn Lock`: the trait's futures are `impl Future + Send`, which a trait
+//! object cannot name, and two variants are cheap to match.
+
+// A build without backends keeps the types (so the rest compiles) but can
+// never construct a session.
+#![cfg_attr(
+    not(any(feature = "etcd", feature = "redis")),
+    allow(unused_variables, dead_code)
+)]
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use palisade_core::{
+    Generation, LeaseWatch, Lock, LockError, LockGuard, LockName, Mode, Sequencer, SessionOptions,
+};
+
+use crate::duration;
+
+/// Which lock service to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum BackendKind {
+    /// etcd v3: generations are raft-committed revisions.
+    Etcd,
+    /// Redis (single server): generations minted in the lock script.
+    Redis,
+    /// The in-process backend. It cannot exclude another process, so the
+    /// command line refuses it; it exists for the demo and for tests.
+    Embedded,
+}
+
+impl BackendKind {
+    fn name(self) -> &'static str {
+        match self {
+            BackendKind::Etcd => "etcd",
+            BackendKind::Redis => "redis",
+            BackendKind::Embedded => "embedded",
+        }
+    }
+}
+
+/// Where the lock service is, and the session settings.
+///
+/// Every flag has an environment variable, so a shell profile or a unit
+/// file can set the backend once for every `palisade lock`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct BackendArgs {
+    /// The lock service. Without it: etcd if only etcd endpoints are set,
+    /// Redis if only a Redis URL is set.
+    #[arg(long, env = "PALISADE_BACKEND", value_enum)]
+    backend: Option<BackendKind>,
+
+    /// etcd endpoints, comma-separated (`host:port` or `http://host:port`).
+    #[arg(long, env = "PALISADE_ETCD_ENDPOINTS", value_name = "ENDPOINTS")]
+    etcd_endpoints: Option<String>,
+
+    /// Redis URL (`redis://[user:password@]host:port[/db]`).
+    #[arg(
+        long,
+        env = "PALISADE_REDIS_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    redis_url: Option<String>,
+
+    /// Lease TTL: how long the lock service keeps the lock after this
+    /// process stops renewing it (etcd rounds up to whole seconds, at least
+    /// 2 s).
+    #[arg(long, env = "PALISADE_LOCK_TTL", default_value = "10s", value_parser = duration::parse, value_name = "DURATION")]
+    ttl: Duration,
+
+    /// Chubby's lock-delay: after a lease is lost without a release, nobody
+    /// gets the lock for this long.
+    #[arg(long, env = "PALISADE_LOCK_DELAY", default_value = "0s", value_parser = duration::parse, value_name = "DURATION")]
+    lock_delay: Duration,
+
+    /// Key prefix in the lock service (default `/palisade/locks` for etcd,
+    /// `palisade:` for Redis). A live-checking server must use the same.
+    #[arg(long, env = "PALISADE_LOCK_PREFIX", value_name = "PREFIX")]
+    prefix: Option<String>,
+}
+
+impl BackendArgs {
+    /// The backend these flags select, or why none can be used.
+    fn kind(&self) -> anyhow::Result<BackendKind> {
+        let kind = match (self.backend, &self.etcd_endpoints, &self.redis_url) {
+            (Some(kind), _, _) => kind,
+            (None, Some(_), None) => BackendKind::Etcd,
+            (None, None, Some(_)) => BackendKind::Redis,
+            (None, Some(_), Some(_)) => anyhow::bail!(
+                "both etcd endpoints and a Redis URL are set; choose one with --backend etcd|redis (or PALISADE_BACKEND)"
+            ),
+            (None, None, None) => anyhow::bail!(
+                "no lock service configured: pass --backend etcd --etcd-endpoints HOST:PORT or --backend redis --redis-url redis://HOST:PORT (or set PALISADE_BACKEND and PALISADE_ETCD_ENDPOINTS / PALISADE_REDIS_URL)"
+            ),
+        };
+        if kind == BackendKind::Embedded {
+            anyhow::bail!(
+                "the embedded backend lives inside one process, so a lock taken here would exclude no other process; use --backend etcd or --backend redis"
+            );
+        }
+        Ok(kind)
+    }
+
+    /// The session settings.
+    fn options(&self) -> anyhow::Result<SessionOptions> {
+        let options = SessionOptions::default()
+            .with_ttl(self.ttl)
+            .with_lock_delay(self.lock_delay);
+        options
+            .validate()
+            .map_err(|reason| anyhow::anyhow!("--ttl {:?}: {reason}", self.ttl))?;
+        Ok(options)
+    }
+
+    /// Connects to the chosen lock service and opens one session.
+    pub(crate) async fn connect(&self) -> anyhow::Result<AnyLock> {
+        let kind = self.kind()?;
+        let options = self.options()?;
+        match kind {
+            BackendKind::Etcd => {
+                let endpoints = self.etcd_endpoints.as_deref().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--backend etcd needs --etcd-endpoints (or PALISADE_ETCD_ENDPOINTS)"
+                    )
+                })?;
+                connect_etcd(endpoints, self.prefix.as_deref(), options).await
+            }
+            BackendKind::Redis => {
+                let url = self.redis_url.as_deref().ok_or_else(|| {
+                    anyhow::anyhow!("--backend redis needs --redis-url (or PALISADE_REDIS_URL)")
+                })?;
+                connect_redis(url, self.prefix.as_deref(), options).await
+            }
+            BackendKind::Embedded => unreachable!("refused by kind()"),
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+async fn connect_etcd(
+    endpoints: &str,
+    prefix: Option<&str>,
+    options: SessionOptions,
+) -> anyhow::Result<AnyLock> {
+    use palisade_lock_etcd::{EtcdConfig, EtcdLock};
+    let mut config = EtcdConfig::from_endpoint_list(endpoints)?;
+    if let Some(prefix) = prefix {
+        config = config.with_prefix(prefix)?;
+    }
+    let lock = EtcdLock::connect(config, options).await.map_err(|error| {
+        anyhow::anyhow!(
+            "cannot open a session on etcd at {endpoints}: {}",
+            lock_error_text(&error)
+        )
+    })?;
+    Ok(AnyLock::Etcd(lock))
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn connect_etcd(
+    _endpoints: &str,
+    _prefix: Option<&str>,
+    _options: SessionOptions,
+) -> anyhow::Result<AnyLock> {
+    anyhow::bail!("this build of palisade has no etcd support (feature `etcd`)")
+}
+
+#[cfg(feature = "redis")]
+async fn connect_redis(
+    url: &str,
+    prefix: Option<&str>,
+    options: SessionOptions,
+) -> anyhow::Result<AnyLock> {
+    use palisade_lock_redis::{RedisConfig, RedisLockClient, RedisLockError};
+    let mut config = RedisConfig::new(url);
+    if let Some(prefix) = prefix {
+        config = config.with_key_prefix(prefix);
+    }
+    let client = RedisLockClient::connect(config).await.map_err(|error| {
+        let reason = match &error {
+            RedisLockError::Lock(error) => lock_error_text(error),
+            other => cause_chain(other),
+        };
+        anyhow::anyhow!("cannot connect to Redis at {}: {reason}", redact(url))
+    })?;
+    Ok(AnyLock::Redis(client.session(options)?))
+}
+
+#[cfg(not(feature = "redis"))]
+async fn connect_redis(
+    _url: &str,
+    _prefix: Option<&str>,
+    _options: SessionOptions,
+) -> anyhow::Result<AnyLock> {
+    anyhow::bail!("this build of palisade has no Redis support (feature `redis`)")
+}
+
+/// A lock error as one readable line.
+///
+/// Typed errors print as they are. For `Unavailable` and `Backend`, whose
+/// source is the client library's error (tonic's `Display` embeds a debug
+/// dump of its transport error), only the innermost cause is shown:
+/// "Connection refused (os error 111)".
+pub(crate) fn lock_error_text(error: &LockError) -> String {
+    match error {
+        LockError::Unavailable { backend, source } => {
+            format!(
+                "lock service {backend} is unavailable: {}",
+                root_cause(source.as_ref())
+            )
+        }
+        LockError::Backend { backend, source } => {
+            format!(
+                "lock service {backend} failed: {}",
+                root_cause(source.as_ref())
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The innermost cause of `error`.
+pub(crate) fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = error;
+    loop {
+        #[cfg(feature = "etcd")]
+        if let Some(text) = etcd_status_text(current) {
+            return text;
+        }
+        match current.source() {
+            Some(source) => current = source,
+            None => return current.to_string(),
+        }
+    }
+}
+
+/// etcd-client's gRPC error as `<status message>: <innermost cause>`,
+/// e.g. "tcp connect error: Connection refused (os error 111)". Its own
+/// `Display` prints the transport error with `{:?}`, and it does not expose
+/// the status as its `source`.
+#[cfg(feature = "etcd")]
+fn etcd_status_text(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let etcd_client::Error::GRpcStatus(status) = error.downcast_ref::<etcd_client::Error>()? else {
+        return None;
+    };
+    let message = status.message();
+    let message = if message.is_empty() {
+        format!("{:?}", status.code())
+    } else {
+        message.to_owned()
+    };
+    Some(match std::error::Error::source(status) {
+        Some(source) => {
+            let cause = root_cause(source);
+            if cause.contains(&message) {
+                cause
+            } else {
+                format!("{message}: {cause}")
+            }
+        }
+        None => message,
+    })
+}
+
+/// An error and its sources, joined by `: `, with repeats dropped (client
+/// libraries often repeat their source in their own message).
+pub(crate) fn cause_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut current = Some(error);
+    while let Some(error) = current {
+        let text = error.to_string();
+        if !parts.iter().any(|part| part.contains(&text)) {
+            parts.push(text);
+        }
+        current = error.source();
+    }
+    parts.join(": ")
+}
+
+/// A URL with any password replaced by `***`, for messages.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _password)) => {
+                    format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..])
+                }
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// How long an exiting `palisade lock` leaves the Redis backend to remove
+/// an abandoned queue entry (one round trip, normally about a millisecond).
+#[cfg(feature = "redis")]
+const REDIS_CLEANUP_GRACE: Duration = Duration::from_millis(200);
+
+/// A lock session on whichever backend the flags chose.
+#[derive(Debug)]
+pub(crate) enum AnyLock {
+    /// An etcd session (one lease).
+    #[cfg(feature = "etcd")]
+    Etcd(palisade_lock_etcd::EtcdLock),
+    /// A Redis session.
+    #[cfg(feature = "redis")]
+    Redis(palisade_lock_redis::RedisLock),
+    /// A build without any backend feature has no sessions.
+    #[cfg(not(any(feature = "etcd", feature = "redis")))]
+    Unsupported(std::convert::Infallible),
+}
+
+/// A hold on whichever backend granted it.
+#[derive(Debug)]
+pub(crate) enum AnyGuard {
+    /// Granted by etcd.
+    #[cfg(feature = "etcd")]
+    Etcd(palisade_lock_etcd::EtcdGuard),
+    /// Granted by Redis.
+    #[cfg(feature = "redis")]
+    Redis(palisade_lock_redis::RedisGuard),
+    /// A build without any backend feature has no holds.
+    #[cfg(not(any(feature = "etcd", feature = "redis")))]
+    Unsupported(std::convert::Infallible),
+}
+
+impl AnyLock {
+    /// `etcd` or `redis`.
+    pub(crate) fn backend_name(&self) -> &'static str {
+        match self {
+            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            AnyLock::Unsupported(never) => match *never {},
+            #[cfg(feature = "etcd")]
+            AnyLock::Etcd(_) => BackendKind::Etcd.name(),
+            #[cfg(feature = "redis")]
+            AnyLock::Redis(_) => BackendKind::Redis.name(),
+        }
+    }
+
+    /// Ends the session.
+    ///
+    /// For etcd this revokes the lease, which deletes any key the session
+    /// still has (a waiter's place in a queue included) at once instead of
+    /// one TTL later. A Redis session has nothing to end, but an abandoned
+    /// acquire (Ctrl-C, `--wait` over) removes its queue entry in a
+    /// background task: with `abandoned_attempt` this gives that task
+    /// `REDIS_CLEANUP_GRACE` to finish before the process exits. Without
+    /// it the entry would expire by itself, delaying the next waiter.
+    pub(crate) async fn close(self, abandoned_attempt: bool) -> Result<(), LockError> {
+        match self {
+            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            AnyLock::Unsupported(never) => match never {},
+            #[cfg(feature = "etcd")]
+            AnyLock::Etcd(lock) => {
+                let _ = abandoned_attempt;
+                lock.close().await
+            }
+            #[cfg(feature = "redis")]
+            AnyLock::Redis(_) => {
+                if abandoned_attempt {
+                    tokio::time::sleep(REDIS_CLEANUP_GRACE).await;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Lock for AnyLock {
+    type Guard = AnyGuard;
+
+    async fn acquire(&self, name: &LockName, mode: Mode) -> Result<AnyGuard, LockError> {
+        match self {
+            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            AnyLock::Unsupported(never) => match *never {},
+            #[cfg(feature = "etcd")]
+            AnyLock::Etcd(lock) => lock.acquire(name, mode).await.map(AnyGuard::Etcd),
+            #[cfg(feature = "redis")]
+            AnyLock::Redis(lock) => lock.acquire(name, mode).await.map(AnyGuard::Redis),
+        }
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        mode: Mode,
+    ) -> Result<Option<AnyGuard>, LockError> {
+        match self {
+            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            AnyLock::Unsupported(never) => match *never {},
+            #[cfg(feature = "etcd")]
+            AnyLock::Etcd(lock) => Ok(lock.try_acquire(name, mode).await?.map(AnyGuard::Etcd)),
+            #[cfg(feature = "redis")]
+            AnyLock::Redis(lock) => Ok(lock.try_acquire(name, mode).await?.map(AnyGuard::Redis)),
+        }
+    }
+
+    /// Delegates, so a backend that cleans up its queue entry before
+    /// returning `Timeout` (etcd) keeps doing so.
+    async fn acquire_timeout(
+        &self,
+        name: &LockName,
+        mode: Mode,
+        timeout: Duration,
+    ) -> Result<AnyGuard, LockError> {
+        match self {
+            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            AnyLock::Unsupported(never) => match *never {},
+            #[cfg(feature = "etcd")]
+            AnyLock::Etcd(lock) => lock
+                .acquire_timeout(name, mode, timeout)
+                .await
+                .map(AnyGuard::Etcd),
+            #[cfg(feature = "redis")]
+            AnyLock::Redis(lock) => lock
+                .acquire_timeout(name, mode, timeout)
+                .await
+                .map(AnyGuard::Redis),
+        }
+    }
+}
+
+impl LockGuard for AnyGuard {
+    fn issued(&self) -> &Sequencer {
+        match self {
+            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            AnyGuard::Unsupported(never) => match *never {},
+            #[cfg(feature = "etcd")]
+            AnyGuard::Etcd(guard) => guard.issued(),
+            #[cfg(feature = "redis")]
+            AnyGuard::Redis(guard) => guard.issued(),
+        }
+    }
+
+    fn lease(&self) -> LeaseWatch {
+        match self {
+            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            AnyGuard::Unsupported(never) => match *never {},
+            #[cfg(feature = "etcd")]
+            AnyGuard::Etcd(guard) => guard.lease(),
+            #[cfg(feature = "redis")]
+            AnyGuard::Redis(guard) => guard.lease(),
+        }
+    }
+
+    async fn release(self) -> Result<(), LockError> {
+        match self {
+            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            AnyGuard::Unsupported(never) => match never {},
+            #[cfg(feature = "etcd")]
+            AnyGuard::Etcd(guard) => guard.release().await,
+            #[cfg(feature = "redis")]
+            AnyGuard::Redis(guard) => guard.release().await,
+        }
+    }
+
+    fn generation(&self) -> Generation {
+        self.issued().generation()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Flags {
+        #[command(flatten)]
+        backend: BackendArgs,
+    }
+
+    fn flags(args: &[&str]) -> BackendArgs {
+        Flags::try_parse_from(std::iter::once("palisade").chain(args.iter().copied()))
+            .expect("flags parse")
+            .backend
+    }
+
+    #[test]
+    fn the_backend_follows_the_endpoint_given() {
+        // Environment variables would leak into these cases: they only use
+        // flags, and a test environment does not set PALISADE_BACKEND.
+        if std::env::var_os("PALISADE_BACKEND").is_some() {
+            return;
+        }
+        let etcd = flags(&["--etcd-endpoints", "127.0.0.1:2379"]);
+        if std::env::var_os("PALISADE_REDIS_URL").is_none() {
+            assert_eq!(etcd.kind().unwrap(), BackendKind::Etcd);
+        }
+        let redis = flags(&["--backend", "redis", "--redis-url", "redis://x"]);
+        assert_eq!(redis.kind().unwrap(), BackendKind::Redis);
+    }
+
+    #[test]
+    fn embedded_is_refused_with_the_reason() {
+        let error = flags(&["--backend", "embedded"]).kind().unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("inside one process"), "{text}");
+        assert!(text.contains("--backend etcd"), "{text}");
+    }
+
+    #[test]
+    fn a_ttl_below_the_safety_margin_is_refused() {
+        let error = flags(&["--backend", "redis", "--ttl", "400ms"])
+            .options()
+            .unwrap_err();
+        assert!(error.to_string().contains("--ttl"), "{error}");
+    }
+
+    #[test]
+    fn passwords_are_not_echoed() {
+        assert_eq!(
+            redact("redis://user:secret@host:6379/0"),
+            "redis://user:***@host:6379/0"
+        );
+        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+    }
+}

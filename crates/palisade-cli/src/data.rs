@@ -1,0 +1,485 @@
+//! `palisade put`, `get`, `del` and `marks`: the resource server from the
+//! shell.
+//!
+//! Writes carry the sequencer from `--sequencer` or `PALISADE_SEQUENCER`,
+//! which `palisade lock` sets for the command it runs, so
+//! `palisade lock orders/42 -- palisade put orders/42 stock 7` needs no
+//! plumbing. Refusals map to their own exit codes (see `exit.rs`): a stale
+//! sequencer is 4, the other refusals 5, a missing key 3.
+
+use std::ffi::OsString;
+use std::io::Write as _;
+use std::os::unix::ffi::OsStrExt as _;
+use std::time::Duration;
+
+use base64::Engine as _;
+use clap::Args;
+use palisade_client::{Client, ClientError, Marks, OpResult, Refused, Written};
+use palisade_core::{LockName, Sequencer};
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt as _;
+
+use crate::backend::{cause_chain, root_cause};
+use crate::duration;
+use crate::exit::{self, Failure};
+
+/// The default resource server address (`palisade serve`'s default).
+const DEFAULT_SERVER: &str = "http://127.0.0.1:7411";
+
+/// Where the resource server is.
+#[derive(Debug, Args)]
+pub(crate) struct ServerArgs {
+    /// The resource server's base URL.
+    #[arg(long, env = "PALISADE_SERVER", default_value = DEFAULT_SERVER, value_name = "URL")]
+    server: String,
+
+    /// How long to wait for the server's answer.
+    #[arg(long, default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
+    timeout: Duration,
+
+    /// Print the result as one JSON object on standard output.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ServerArgs {
+    fn client(&self) -> anyhow::Result<Client> {
+        Ok(Client::with_timeout(&self.server, self.timeout)?)
+    }
+}
+
+/// The sequencer flag of the commands that send one.
+#[derive(Debug, Args)]
+pub(crate) struct SequencerArg {
+    /// The sequencer to send (its `v1;...` text form). `palisade lock`
+    /// sets PALISADE_SEQUENCER for the command it runs.
+    #[arg(long, env = "PALISADE_SEQUENCER", value_name = "SEQUENCER")]
+    sequencer: Option<String>,
+}
+
+impl SequencerArg {
+    /// The sequencer, checked to be for `lock`; `None` if none was given.
+    fn for_lock(&self, lock: &LockName) -> anyhow::Result<Option<Sequencer>> {
+        let Some(text) = &self.sequencer else {
+            return Ok(None);
+        };
+        let sequencer: Sequencer = text.trim().parse().map_err(|error| {
+            anyhow::anyhow!("malformed sequencer (from --sequencer or PALISADE_SEQUENCER): {error}")
+        })?;
+        if sequencer.lock() != lock {
+            anyhow::bail!(
+                "the sequencer is for lock `{}`, not `{lock}` (from --sequencer or PALISADE_SEQUENCER)",
+                sequencer.lock()
+            );
+        }
+        Ok(Some(sequencer))
+    }
+
+    /// The sequencer a write needs.
+    fn required_for(&self, lock: &LockName) -> anyhow::Result<Sequencer> {
+        self.for_lock(lock)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "a write needs a sequencer: pass --sequencer, set PALISADE_SEQUENCER, or run under `palisade lock {lock} -- ...`"
+            )
+        })
+    }
+}
+
+/// Arguments of `palisade put`.
+#[derive(Debug, Args)]
+#[command(after_help = PUT_EXAMPLES)]
+pub(crate) struct PutArgs {
+    /// The lock whose keyspace holds the key.
+    lock: String,
+    /// The key (any bytes).
+    key: OsString,
+    /// The value (any bytes); `-` reads it from standard input.
+    #[arg(required_unless_present = "stdin", conflicts_with = "stdin")]
+    value: Option<OsString>,
+    /// Read the value from standard input.
+    #[arg(long)]
+    stdin: bool,
+    #[command(flatten)]
+    sequencer: SequencerArg,
+    /// Idempotency key: a retry with the same key is answered with the
+    /// first outcome instead of being applied twice.
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+const PUT_EXAMPLES: &str = "\
+Examples:
+  palisade lock orders/42 -- palisade put orders/42 stock 7
+  palisade put --sequencer 'v1;lock=orders/42;mode=exclusive;gen=33' orders/42 stock 7
+  tar c data | palisade put orders/42 backup.tar -
+
+Exit codes: 0 written; 4 refused, stale sequencer (a newer holder has written);
+5 refused otherwise (shared sequencer, live check says not held, idempotency
+key reused); 1 other errors (server unreachable, malformed sequencer).";
+
+/// Arguments of `palisade get`.
+#[derive(Debug, Args)]
+#[command(after_help = GET_EXAMPLES)]
+pub(crate) struct GetArgs {
+    /// The lock whose keyspace holds the key.
+    lock: String,
+    /// The key (any bytes).
+    key: OsString,
+    #[command(flatten)]
+    sequencer: SequencerArg,
+    /// Read without a sequencer even if PALISADE_SEQUENCER is set.
+    #[arg(long, conflicts_with = "sequencer")]
+    no_sequencer: bool,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+const GET_EXAMPLES: &str = "\
+The value is written to standard output as raw bytes, nothing added. With a
+sequencer (shared or exclusive) the read is fenced: it is checked against the
+marks and raises them, as a write would.
+
+Examples:
+  palisade get orders/42 stock
+  palisade lock --mode shared orders/42 -- palisade get orders/42 stock
+
+Exit codes: 0 found; 3 no such key; 4 refused, stale sequencer; 5 refused
+otherwise; 1 other errors.";
+
+/// Arguments of `palisade del`.
+#[derive(Debug, Args)]
+#[command(after_help = DEL_EXAMPLES)]
+pub(crate) struct DelArgs {
+    /// The lock whose keyspace holds the key.
+    lock: String,
+    /// The key (any bytes).
+    key: OsString,
+    #[command(flatten)]
+    sequencer: SequencerArg,
+    /// Idempotency key, as for `put`.
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+const DEL_EXAMPLES: &str = "\
+Deleting a key that does not exist succeeds (\"absent\"), so a retried delete
+does not fail.
+
+Example:
+  palisade lock orders/42 -- palisade del orders/42 stock
+
+Exit codes: 0 deleted or absent; 4 refused, stale sequencer; 5 refused
+otherwise; 1 other errors.";
+
+/// Arguments of `palisade marks`.
+#[derive(Debug, Args)]
+#[command(after_help = MARKS_EXAMPLES)]
+pub(crate) struct MarksArgs {
+    /// The lock.
+    lock: String,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+const MARKS_EXAMPLES: &str = "\
+The marks are the highest generations the server has honoured for the lock:
+an exclusive request needs a generation of at least max(exclusive, shared), a
+shared one at least exclusive. A lock never seen has marks 0 and 0.
+
+Example:
+  palisade marks orders/42
+  palisade marks --json orders/42";
+
+fn lock_name(text: &str) -> anyhow::Result<LockName> {
+    LockName::new(text).map_err(|error| anyhow::anyhow!("invalid lock name `{text}`: {error}"))
+}
+
+/// Runs `palisade put`.
+pub(crate) async fn put(args: PutArgs) -> anyhow::Result<()> {
+    let lock = lock_name(&args.lock)?;
+    let sequencer = args.sequencer.required_for(&lock)?;
+    let key = args.key.as_bytes();
+    let value = match &args.value {
+        Some(value) if value.as_bytes() != b"-" => value.as_bytes().to_vec(),
+        _ => {
+            let mut value = Vec::new();
+            tokio::io::stdin()
+                .read_to_end(&mut value)
+                .await
+                .map_err(|error| {
+                    anyhow::anyhow!("cannot read the value from standard input: {error}")
+                })?;
+            value
+        }
+    };
+    let client = args.server.client()?;
+    let outcome = client
+        .put(&sequencer, key, value, args.idempotency_key.as_deref())
+        .await
+        .map_err(|error| server_error(&error, &args.server.server))?;
+    let written = outcome.map_err(|refused| refusal(&refused, &lock))?;
+    report_written(&args.server, &lock, key, &written)
+}
+
+/// Runs `palisade del`.
+pub(crate) async fn del(args: DelArgs) -> anyhow::Result<()> {
+    let lock = lock_name(&args.lock)?;
+    let sequencer = args.sequencer.required_for(&lock)?;
+    let key = args.key.as_bytes();
+    let client = args.server.client()?;
+    let outcome = client
+        .delete(&sequencer, key, args.idempotency_key.as_deref())
+        .await
+        .map_err(|error| server_error(&error, &args.server.server))?;
+    let written = outcome.map_err(|refused| refusal(&refused, &lock))?;
+    report_written(&args.server, &lock, key, &written)
+}
+
+/// Runs `palisade get`.
+pub(crate) async fn get(args: GetArgs) -> anyhow::Result<()> {
+    let lock = lock_name(&args.lock)?;
+    let sequencer = if args.no_sequencer {
+        None
+    } else {
+        args.sequencer.for_lock(&lock)?
+    };
+    let key = args.key.as_bytes();
+    let client = args.server.client()?;
+    let read = client
+        .get(&lock, key, sequencer.as_ref())
+        .await
+        .map_err(|error| server_error(&error, &args.server.server))?
+        .map_err(|refused| refusal(&refused, &lock))?;
+    let Some(value) = read.value else {
+        return Err(Failure::new(
+            exit::NOT_FOUND,
+            format!(
+                "key `{}` not found under lock `{lock}` ({})",
+                key.escape_ascii(),
+                marks_text(read.marks)
+            ),
+        )
+        .into());
+    };
+    let mut stdout = std::io::stdout().lock();
+    if args.server.json {
+        let answer = json!({
+            "lock": lock.as_str(),
+            "key": json_bytes(key),
+            "value": json_bytes(&value),
+            "marks": marks_json(read.marks),
+        });
+        writeln!(stdout, "{answer}")?;
+    } else {
+        stdout.write_all(&value)?;
+    }
+    stdout.flush()?;
+    Ok(())
+}
+
+/// Runs `palisade marks`.
+pub(crate) async fn marks(args: MarksArgs) -> anyhow::Result<()> {
+    let lock = lock_name(&args.lock)?;
+    let client = args.server.client()?;
+    let marks = client
+        .marks(&lock)
+        .await
+        .map_err(|error| server_error(&error, &args.server.server))?;
+    let mut stdout = std::io::stdout().lock();
+    if args.server.json {
+        let answer = json!({"lock": lock.as_str(), "marks": marks_json(marks)});
+        writeln!(stdout, "{answer}")?;
+    } else {
+        writeln!(
+            stdout,
+            "lock `{lock}`: exclusive {}, shared {}",
+            marks.exclusive, marks.shared
+        )?;
+    }
+    Ok(())
+}
+
+fn report_written(
+    server: &ServerArgs,
+    lock: &LockName,
+    key: &[u8],
+    written: &Written,
+) -> anyhow::Result<()> {
+    let result = written.results.first().copied().map_or("done", result_name);
+    let mut stdout = std::io::stdout().lock();
+    if server.json {
+        let answer = json!({
+            "lock": lock.as_str(),
+            "key": json_bytes(key),
+            "result": result,
+            "marks": marks_json(written.marks),
+            "replayed": written.replayed,
+        });
+        writeln!(stdout, "{answer}")?;
+    } else {
+        let replayed = if written.replayed {
+            "; replayed: an earlier request with this idempotency key was applied"
+        } else {
+            ""
+        };
+        writeln!(
+            stdout,
+            "{result} `{}` under lock `{lock}` ({}){replayed}",
+            key.escape_ascii(),
+            marks_text(written.marks)
+        )?;
+    }
+    Ok(())
+}
+
+fn result_name(result: OpResult) -> &'static str {
+    match result {
+        OpResult::Created => "created",
+        OpResult::Replaced => "replaced",
+        OpResult::Deleted => "deleted",
+        OpResult::Absent => "absent",
+        OpResult::Swapped => "swapped",
+        _ => "done",
+    }
+}
+
+fn marks_text(marks: Marks) -> String {
+    format!(
+        "marks: exclusive {}, shared {}",
+        marks.exclusive, marks.shared
+    )
+}
+
+fn marks_json(marks: Marks) -> Value {
+    json!({"exclusive": marks.exclusive, "shared": marks.shared})
+}
+
+/// Bytes as the HTTP API writes them in JSON: a string when they are
+/// UTF-8, `{"base64": ...}` otherwise.
+fn json_bytes(bytes: &[u8]) -> Value {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Value::String(text.to_owned()),
+        Err(_) => json!({"base64": base64::engine::general_purpose::STANDARD.encode(bytes)}),
+    }
+}
+
+/// A refusal: one line with everything needed to understand it, and its
+/// exit code. Nothing was changed on the server.
+fn refusal(refused: &Refused, lock: &LockName) -> anyhow::Error {
+    let (code, message) = match refused {
+        Refused::Stale {
+            mode,
+            presented,
+            required,
+            marks,
+            ..
+        } => (
+            exit::STALE,
+            format!(
+                "refused (409 stale): the sequencer for lock `{lock}` is stale: {mode} generation {presented} is below the required {required} ({}); a newer holder has been honoured, nothing was changed",
+                marks_text(*marks)
+            ),
+        ),
+        Refused::NotHeld { presented, .. } => (
+            exit::REFUSED,
+            format!(
+                "refused (409 not_held): the lock service says generation {presented} no longer holds lock `{lock}`; nothing was changed"
+            ),
+        ),
+        Refused::SharedOnWrite { .. } => (
+            exit::REFUSED,
+            format!(
+                "refused (403 shared_on_write): writes under lock `{lock}` need an exclusive sequencer; nothing was changed"
+            ),
+        ),
+        Refused::CasMismatch { message, .. } => (
+            exit::REFUSED,
+            format!("refused (412 cas_mismatch): {message}; nothing was changed"),
+        ),
+        Refused::IdempotencyKeyReused { message } => (
+            exit::REFUSED,
+            format!("refused (422 idempotency_key_reused): {message}; nothing was changed"),
+        ),
+        other => (
+            exit::REFUSED,
+            format!("refused ({}): {other}", other.code()),
+        ),
+    };
+    tracing::debug!(lock = %lock, code = refused.code(), "request refused");
+    Failure::new(code, message).into()
+}
+
+/// A failure of the request itself, as one line.
+fn server_error(error: &ClientError, server: &str) -> anyhow::Error {
+    match error {
+        ClientError::Connect { .. } => anyhow::anyhow!(
+            "cannot connect to the resource server at {server}: {}",
+            root_cause(error)
+        ),
+        ClientError::Timeout { .. } => anyhow::anyhow!(
+            "the resource server at {server} did not answer in time (the request may or may not have been applied; retry with the same --idempotency-key)"
+        ),
+        other => anyhow::anyhow!("{}", cause_chain(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use palisade_core::Mode;
+
+    #[test]
+    fn bytes_in_json_follow_the_http_api() {
+        assert_eq!(json_bytes(b"hello"), json!("hello"));
+        assert_eq!(json_bytes(&[0xff, 0x00]), json!({"base64": "/wA="}));
+    }
+
+    #[test]
+    fn a_sequencer_for_another_lock_is_refused_before_sending() {
+        let arg = SequencerArg {
+            sequencer: Some("v1;lock=a;mode=exclusive;gen=3".to_owned()),
+        };
+        let error = arg.for_lock(&LockName::new("b").unwrap()).unwrap_err();
+        assert!(
+            error.to_string().contains("is for lock `a`, not `b`"),
+            "{error}"
+        );
+        let sequencer = arg.for_lock(&LockName::new("a").unwrap()).unwrap().unwrap();
+        assert_eq!(sequencer.generation().get(), 3);
+    }
+
+    #[test]
+    fn a_malformed_sequencer_says_why() {
+        let arg = SequencerArg {
+            sequencer: Some("v2;lock=a".to_owned()),
+        };
+        let error = arg.for_lock(&LockName::new("a").unwrap()).unwrap_err();
+        let text = error.to_string();
+        assert!(text.starts_with("malformed sequencer"), "{text}");
+        assert!(text.contains("v1"), "{text}");
+    }
+
+    #[test]
+    fn a_stale_refusal_gives_both_generations() {
+        let refused = Refused::Stale {
+            lock: LockName::new("a").unwrap(),
+            mode: Mode::Exclusive,
+            presented: palisade_core::Generation::new(33).unwrap(),
+            required: 34,
+            marks: Marks {
+                exclusive: 34,
+                shared: 0,
+            },
+            message: String::new(),
+        };
+        let error = refusal(&refused, &LockName::new("a").unwrap());
+        let (code, line) = exit::describe(&error);
+        assert_eq!(code, exit::STALE);
+        assert!(line.contains("generation 33"), "{line}");
+        assert!(line.contains("marks: exclusive 34, shared 0"), "{line}");
+    }
+}

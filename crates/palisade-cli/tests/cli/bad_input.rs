@@ -1,0 +1,169 @@
+//! Bad input and unreachable services: one readable line on standard
+//! error, `palisade: ...`, and the documented exit code. Plus `--help`.
+
+use crate::fixtures::{code, run};
+
+/// A port nothing listens on (free a moment ago).
+fn dead_address() -> String {
+    format!("127.0.0.1:{}", palisade_testkit::process::free_port())
+}
+
+const SEQUENCER: &str = "v1;lock=x;mode=exclusive;gen=3";
+
+#[tokio::test]
+async fn malformed_or_missing_sequencers() {
+    let malformed = run(["put", "--sequencer", "v2;lock=x", "x", "k", "v"]).await;
+    let line = malformed.one_line_error(code::ERROR);
+    assert!(line.contains("malformed sequencer"), "{line}");
+    assert!(
+        line.contains("unsupported sequencer version `v2`; expected `v1`"),
+        "{line}"
+    );
+
+    let missing = run(["put", "x", "k", "v"]).await;
+    let line = missing.one_line_error(code::ERROR);
+    assert!(line.contains("a write needs a sequencer"), "{line}");
+
+    let other_lock = run(["del", "--sequencer", SEQUENCER, "y", "k"]).await;
+    let line = other_lock.one_line_error(code::ERROR);
+    assert!(
+        line.contains("the sequencer is for lock `x`, not `y`"),
+        "{line}"
+    );
+
+    let bad_name = run(["marks", ""]).await;
+    let line = bad_name.one_line_error(code::ERROR);
+    assert!(line.contains("invalid lock name"), "{line}");
+}
+
+#[tokio::test]
+async fn backends_that_cannot_be_used() {
+    // clap refuses an unknown value: its usage error, code 2.
+    let unknown = run(["lock", "--backend", "zookeeper", "x", "--", "true"]).await;
+    unknown.assert_code(code::USAGE);
+    assert!(unknown.stderr.contains("zookeeper"), "{}", unknown.stderr);
+
+    let no_endpoint = run(["lock", "--backend", "etcd", "x", "--", "true"]).await;
+    let line = no_endpoint.one_line_error(code::ERROR);
+    assert_eq!(
+        line,
+        "palisade: --backend etcd needs --etcd-endpoints (or PALISADE_ETCD_ENDPOINTS)"
+    );
+
+    let nothing = run(["lock", "x", "--", "true"]).await;
+    let line = nothing.one_line_error(code::ERROR);
+    assert!(line.contains("no lock service configured"), "{line}");
+
+    let embedded = run(["lock", "--backend", "embedded", "x", "--", "true"]).await;
+    let line = embedded.one_line_error(code::ERROR);
+    assert!(line.contains("inside one process"), "{line}");
+    assert!(
+        line.contains("use --backend etcd or --backend redis"),
+        "{line}"
+    );
+
+    let bad_duration = run([
+        "lock",
+        "--backend",
+        "redis",
+        "--wait",
+        "10parsecs",
+        "x",
+        "--",
+        "true",
+    ])
+    .await;
+    bad_duration.assert_code(code::USAGE);
+}
+
+#[tokio::test]
+async fn unreachable_services() {
+    let server = format!("http://{}", dead_address());
+    let down = run([
+        "put",
+        "--server",
+        &server,
+        "--sequencer",
+        SEQUENCER,
+        "x",
+        "k",
+        "v",
+    ])
+    .await;
+    let line = down.one_line_error(code::ERROR);
+    assert!(
+        line.starts_with(&format!(
+            "palisade: cannot connect to the resource server at {server}: "
+        )),
+        "{line}"
+    );
+
+    let redis_url = format!("redis://{}", dead_address());
+    let redis_down = run([
+        "lock",
+        "--backend",
+        "redis",
+        "--redis-url",
+        &redis_url,
+        "x",
+        "--",
+        "true",
+    ])
+    .await;
+    let line = redis_down.one_line_error(code::ERROR);
+    assert!(
+        line.contains(&format!("cannot connect to Redis at {redis_url}")),
+        "{line}"
+    );
+
+    let etcd_endpoint = dead_address();
+    let etcd_down = run([
+        "lock",
+        "--backend",
+        "etcd",
+        "--etcd-endpoints",
+        &etcd_endpoint,
+        "x",
+        "--",
+        "true",
+    ])
+    .await;
+    let line = etcd_down.one_line_error(code::ERROR);
+    assert!(
+        line.contains(&format!("cannot open a session on etcd at {etcd_endpoint}")),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn every_command_has_help_with_an_example() {
+    let top = run(["--help"]).await;
+    top.assert_code(code::OK);
+    let text = top.stdout_text();
+    assert!(text.contains("Exit codes:"), "{text}");
+    assert!(text.contains("4    refused: stale sequencer"), "{text}");
+    for command in ["lock", "put", "get", "del", "marks"] {
+        let help = run([command, "--help"]).await;
+        help.assert_code(code::OK);
+        let text = help.stdout_text();
+        assert!(text.contains("Example"), "{command}: {text}");
+        assert!(
+            text.contains(&format!("palisade {command}")),
+            "{command}: {text}"
+        );
+    }
+    // Secrets in the environment stay out of `--help`.
+    let mut with_password = crate::fixtures::palisade(["lock", "--help"]);
+    with_password.env("PALISADE_REDIS_URL", "redis://user:hunter2@127.0.0.1:6379");
+    let lock_help = crate::fixtures::finish(with_password).await.stdout_text();
+    assert!(!lock_help.contains("hunter2"), "{lock_help}");
+    for needle in [
+        "PALISADE_SEQUENCER",
+        "--grace",
+        "--wait",
+        "PALISADE_BACKEND",
+        "PALISADE_REDIS_URL",
+    ] {
+        assert!(lock_help.contains(needle), "{needle}: {lock_help}");
+    }
+}

@@ -1,0 +1,305 @@
+//! What every CLI test needs: the built `palisade` binary with a clean
+//! environment, a resource server (`palisade serve` on a free port), real
+//! lock services from the testkit, and assertions on exit codes and on the
+//! one-line error.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use palisade_core::{LockName, Sequencer};
+use palisade_testkit::etcd::EtcdServer;
+use palisade_testkit::redis::RedisServer;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, Lines};
+use tokio::process::{Child, Command};
+
+/// The binary under test.
+pub(crate) const PALISADE: &str = env!("CARGO_BIN_EXE_palisade");
+
+/// The documented exit codes (docs/cli.md).
+pub(crate) mod code {
+    pub(crate) const OK: i32 = 0;
+    pub(crate) const ERROR: i32 = 1;
+    pub(crate) const USAGE: i32 = 2;
+    pub(crate) const NOT_FOUND: i32 = 3;
+    pub(crate) const STALE: i32 = 4;
+    pub(crate) const REFUSED: i32 = 5;
+    pub(crate) const LOCK_NOT_ACQUIRED: i32 = 6;
+    pub(crate) const LEASE_LOST: i32 = 7;
+    pub(crate) const COMMAND_NOT_FOUND: i32 = 127;
+}
+
+/// Every variable the binary reads: removed so the machine's environment
+/// (a CI job's external servers, say) cannot change what a test means.
+const PALISADE_ENV: [&str; 10] = [
+    "PALISADE_BACKEND",
+    "PALISADE_ETCD_ENDPOINTS",
+    "PALISADE_REDIS_URL",
+    "PALISADE_LOCK_TTL",
+    "PALISADE_LOCK_DELAY",
+    "PALISADE_LOCK_PREFIX",
+    "PALISADE_SEQUENCER",
+    "PALISADE_SERVER",
+    "PALISADE_LIVE_CHECK",
+    "RUST_LOG",
+];
+
+/// How long any one `palisade` run may take before the test gives up.
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+/// `palisade <args>` with a clean environment; `PALISADE_BIN` names the
+/// binary for `sh -c` scripts.
+pub(crate) fn palisade<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut command = Command::new(PALISADE);
+    for name in PALISADE_ENV {
+        command.env_remove(name);
+    }
+    command
+        .env("PALISADE_BIN", PALISADE)
+        .args(args)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// What a finished run left behind.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub(crate) status: ExitStatus,
+    pub(crate) stdout: Vec<u8>,
+    pub(crate) stderr: String,
+}
+
+impl Finished {
+    pub(crate) fn code(&self) -> i32 {
+        self.status.code().unwrap_or(-1)
+    }
+
+    pub(crate) fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Asserts the exit code, showing everything on failure.
+    #[track_caller]
+    pub(crate) fn assert_code(&self, expected: i32) -> &Self {
+        assert_eq!(
+            self.code(),
+            expected,
+            "exit code; stdout: {:?}; stderr: {}",
+            self.stdout_text(),
+            self.stderr
+        );
+        self
+    }
+
+    /// Asserts the exit code and that standard error is exactly one line,
+    /// `palisade: ...`, and returns that line.
+    #[track_caller]
+    pub(crate) fn one_line_error(&self, expected: i32) -> String {
+        self.assert_code(expected);
+        let lines: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|line| !line.is_empty())
+            .collect();
+        assert_eq!(lines.len(), 1, "one line on stderr: {:?}", self.stderr);
+        assert!(lines[0].starts_with("palisade: "), "{:?}", lines[0]);
+        lines[0].to_owned()
+    }
+}
+
+/// Runs `command` to the end, capturing its output.
+pub(crate) async fn finish(mut command: Command) -> Finished {
+    let output = tokio::time::timeout(
+        RUN_LIMIT,
+        command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output(),
+    )
+    .await
+    .expect("palisade finishes within a minute")
+    .expect("palisade binary runs");
+    Finished {
+        status: output.status,
+        stdout: output.stdout,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Shorthand: runs `palisade <args>` to the end.
+pub(crate) async fn run<I, S>(args: I) -> Finished
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    finish(palisade(args)).await
+}
+
+/// A `palisade serve` on a free port, killed on drop.
+pub(crate) struct Served {
+    _child: Child,
+    _data_dir: tempfile::TempDir,
+    pub(crate) url: String,
+}
+
+/// Starts `palisade serve --listen 127.0.0.1:0` and waits for its
+/// "listening on" line.
+pub(crate) async fn serve() -> Served {
+    let data_dir = tempfile::tempdir().expect("temp dir");
+    let mut child = palisade(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("palisade serve starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let line = next_line(&mut lines, Duration::from_secs(30)).await;
+    let address = line
+        .strip_prefix("palisade-server listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line `{line}`"))
+        .to_owned();
+    Served {
+        _child: child,
+        _data_dir: data_dir,
+        url: format!("http://{address}"),
+    }
+}
+
+/// The next line of a child's output, within `limit`.
+pub(crate) async fn next_line<R: AsyncRead + Unpin>(
+    lines: &mut Lines<BufReader<R>>,
+    limit: Duration,
+) -> String {
+    tokio::time::timeout(limit, lines.next_line())
+        .await
+        .unwrap_or_else(|_| panic!("no line within {limit:?}"))
+        .expect("read a line")
+        .expect("a line before the end of the output")
+}
+
+/// A real lock service for `palisade lock`.
+pub(crate) enum Backend {
+    Etcd(Box<EtcdServer>),
+    Redis(RedisServer),
+}
+
+impl Backend {
+    /// A single-member etcd from the testkit; `None` means "skipped".
+    pub(crate) fn etcd() -> Option<Backend> {
+        EtcdServer::start().map(|etcd| Backend::Etcd(Box::new(etcd)))
+    }
+
+    /// A Redis server from the testkit; `None` means "skipped".
+    pub(crate) fn redis() -> Option<Backend> {
+        RedisServer::start().map(Backend::Redis)
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Backend::Etcd(_) => "etcd",
+            Backend::Redis(_) => "redis",
+        }
+    }
+
+    /// The flags that select this service.
+    pub(crate) fn flags(&self) -> Vec<String> {
+        match self {
+            Backend::Etcd(etcd) => vec![
+                "--backend".into(),
+                "etcd".into(),
+                "--etcd-endpoints".into(),
+                etcd.endpoints().join(","),
+            ],
+            Backend::Redis(redis) => vec![
+                "--backend".into(),
+                "redis".into(),
+                "--redis-url".into(),
+                redis.url(),
+            ],
+        }
+    }
+
+    /// Ends the lease behind `sequencer` from outside, as a lock service
+    /// whose clock jumped or an operator would: for etcd, `etcdctl lease
+    /// revoke` on the sequencer's `lease` field; for Redis, `DEL` of the
+    /// lock key.
+    pub(crate) fn end_lease(&self, sequencer: &Sequencer) {
+        match self {
+            Backend::Etcd(etcd) => {
+                let etcdctl = palisade_testkit::process::require_binary("etcdctl")
+                    .expect("etcdctl is installed with etcd");
+                let lease = sequencer
+                    .lease()
+                    .expect("etcd sequencers carry the lease id");
+                let output = std::process::Command::new(etcdctl)
+                    .env("ETCDCTL_API", "3")
+                    .arg(format!("--endpoints={}", etcd.endpoints().join(",")))
+                    .args(["lease", "revoke", lease])
+                    .output()
+                    .expect("etcdctl runs");
+                assert!(
+                    output.status.success(),
+                    "etcdctl lease revoke {lease}: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            Backend::Redis(redis) => {
+                let keys = palisade_lock_redis::LockKeys::new(
+                    palisade_lock_redis::RedisConfig::DEFAULT_KEY_PREFIX,
+                    sequencer.lock(),
+                );
+                let deleted = redis
+                    .command(&["DEL", keys.lock()])
+                    .expect("DEL the lock key");
+                assert_eq!(deleted.trim(), "1", "the lock key existed");
+            }
+        }
+    }
+}
+
+/// A lock name unique to this run, so tests against a shared external
+/// lock service never meet.
+pub(crate) fn unique_name(backend: &str, test: &str) -> LockName {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let serial = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    LockName::new(format!(
+        "cli/{backend}/{test}/{}-{serial}",
+        std::process::id()
+    ))
+    .expect("valid name")
+}
+
+/// The sequencer `palisade lock` printed on standard error.
+#[track_caller]
+pub(crate) fn printed_sequencer(stderr: &str) -> Sequencer {
+    let line = stderr
+        .lines()
+        .find(|line| line.starts_with("palisade: acquired lock"))
+        .unwrap_or_else(|| panic!("no `acquired` line in {stderr:?}"));
+    let text = line
+        .rsplit_once("sequencer ")
+        .unwrap_or_else(|| panic!("no sequencer in {line:?}"))
+        .1;
+    text.parse()
+        .unwrap_or_else(|error| panic!("{text:?}: {error}"))
+}
+
+/// A temporary directory for files a command under test writes.
+pub(crate) fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// The contents of `dir/name`, if the file exists.
+pub(crate) fn read(dir: &Path, name: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(name)).ok()
+}
+
+/// `dir/name` as a string for scripts.
+pub(crate) fn path_in(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}

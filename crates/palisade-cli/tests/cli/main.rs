@@ -1,0 +1,22 @@
+//! The `palisade` command line, run as a binary against real etcd and
+//! Redis processes (from the testkit) and a real resource server
+//! (`palisade serve` on a free port).
+//!
+//! - `lock_write`: `palisade lock <name> -- palisade put ...` with the
+//!   sequencer from the environment, on etcd and on Redis; the command's
+//!   exit code passes through; a stale sequencer is refused with exit code
+//!   4 and changes nothing.
+//! - `lease_lost`: the lease ends from outside while the command runs: the
+//!   command gets SIGTERM at once, SIGKILL after the grace period, and
+//!   `palisade lock` exits 7.
+//! - `waiting`: `--wait`, progress lines, signal forwarding, release.
+//! - `data`: `put`/`get`/`del`/`marks` with hand-made sequencers: bytes,
+//!   stdin, JSON, idempotency, refusals, not found.
+//! - `bad_input`: one-line errors with the documented codes, `--help`.
+
+mod bad_input;
+mod data;
+mod fixtures;
+mod lease_lost;
+mod lock_write;
+mod waiting;

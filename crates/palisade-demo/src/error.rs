@@ -1,0 +1,112 @@
+//! [`DemoError`]: why a demo could not tell its story.
+//!
+//! A demo that ran to the end is never an error, whatever its verdict: a
+//! fenced run that accepted a stale write is a *result* (the report says so
+//! and the binary exits non-zero). Errors are the runs that could not be
+//! told at all: bad flags, a lock service that is not there, a client
+//! process that died.
+
+use palisade::client::ClientError;
+use palisade::redis::RedisLockError;
+use palisade::server::ServerError;
+use palisade::{LockError, LockNameError};
+
+/// Why a demo stopped before its verdict.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DemoError {
+    /// The flags ask for something the demo cannot do (for example the
+    /// SIGSTOP variant on the in-process backend). Binaries exit with the
+    /// usage status, 2.
+    #[error("{message}")]
+    Usage {
+        /// What is wrong and what to do instead.
+        message: String,
+    },
+    /// A lock operation failed (not a lost lease: those are part of the
+    /// story and reported as such).
+    #[error("lock service: {0}")]
+    Lock(#[from] LockError),
+    /// A lock name the demo built was refused.
+    #[error("lock name: {0}")]
+    LockName(#[from] LockNameError),
+    /// The etcd configuration is unusable.
+    #[error("etcd configuration: {0}")]
+    EtcdConfig(#[from] palisade::etcd::ConfigError),
+    /// Connecting to Redis, or opening a Redis session, failed.
+    #[error("redis: {0}")]
+    Redis(#[from] RedisLockError),
+    /// The Palisade resource server could not be reached or answered
+    /// something unexpected.
+    #[error("resource server: {0}")]
+    Client(#[from] ClientError),
+    /// The in-process resource server could not start or stopped badly.
+    #[error("resource server: {0}")]
+    Server(#[from] ServerError),
+    /// The resource server refused a request the story expected it to
+    /// accept (not a stale write: those are outcomes).
+    #[error("resource server refused {what}: {refused}")]
+    Refused {
+        /// Which request.
+        what: String,
+        /// The refusal.
+        refused: Box<palisade::client::Refused>,
+    },
+    /// The plain (unfenced) store could not be reached or answered badly.
+    #[error("plain store at {url}: {message}")]
+    PlainStore {
+        /// The request's URL.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A stored value is not the number the demo wrote.
+    #[error("stored value `{value}` under `{key}` is not a number")]
+    NotANumber {
+        /// The key read.
+        key: String,
+        /// What was there.
+        value: String,
+    },
+    /// A client process of the demo failed, died, or said something the
+    /// demo does not understand.
+    #[error("client process `{role}`: {message}")]
+    Child {
+        /// Which client (`client A`, `buyer 3`).
+        role: String,
+        /// What happened, with the end of its standard error if any.
+        message: String,
+    },
+    /// The story could not go on (for example client B never got the lock).
+    #[error("{message}")]
+    Story {
+        /// What happened.
+        message: String,
+    },
+    /// Local I/O (the SVG file, a temporary directory, a socket).
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// A client process's specification or message is not valid JSON.
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl DemoError {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        DemoError::Usage {
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn story(message: impl Into<String>) -> Self {
+        DemoError::Story {
+            message: message.into(),
+        }
+    }
+
+    /// Whether this is a usage error (exit status 2 without a backtrace of
+    /// causes).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, DemoError::Usage { .. })
+    }
+}

@@ -1,0 +1,844 @@
+//! The flash sale: a stock of N items, many buyers, random pauses in lock
+//! holders, and three runs side by side.
+//!
+//! Each buyer loops: take the lock, read the stock, (maybe pause), write
+//! the stock minus one and count a sale, release; until the stock is 0.
+//! The pauses come from a seeded generator (`--seed`): some are short, some
+//! outlast the lease, and buyer 0's first purchase always does, so every
+//! run has at least one holder that wakes up after someone else has sold.
+//!
+//! 1. **no lock**, plain store: buyers read and write freely; oversold.
+//! 2. **lock, no fencing**, plain store: a paused holder's lease expires,
+//!    another buyer sells, the paused one wakes and writes its stale stock
+//!    back: still oversold.
+//! 3. **lock + fencing**, Palisade's resource server: the stale write is
+//!    refused (409); the buyer takes the lock again and re-reads. Never
+//!    oversold.
+//!
+//! On the embedded backend the buyers are tasks of this process (its lock
+//! service lives in one process); on etcd and Redis each buyer is a
+//! separate process.
+
+use std::time::Duration;
+
+use clap::Args;
+use palisade::LockName;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::DemoError;
+use crate::backend::{
+    BackendArgs, BackendKind, BackendTarget, Locks, Renewal, invocation_tag, session_options,
+};
+use crate::child::{ChildCommand, ChildLauncher, ChildMessage, ChildSpec};
+use crate::client::LocalClient;
+use crate::plain_store::PlainStore;
+use crate::rng::DemoRng;
+use crate::storage::{ResourceServer, Storage, StorageTarget, WriteOutcome};
+
+/// The lock every buyer takes.
+const LOCK: &str = "flash-sale/sku-42";
+/// The key the stock is kept under.
+const STOCK_KEY: &str = "stock";
+/// How long a buyer waits for the lock before giving up (it queues behind
+/// every other buyer, each of which may pause).
+const ACQUIRE_WAIT: Duration = Duration::from_secs(120);
+/// How long the driver waits for a buyer process to say anything.
+const PROCESS_ANSWER_WAIT: Duration = Duration::from_secs(180);
+
+/// The flash-sale demo's flags.
+#[derive(Debug, Clone, Args)]
+pub struct FlashSaleArgs {
+    /// The lock service.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    /// Items in stock when the sale opens.
+    #[arg(long, default_value_t = 20)]
+    pub items: u64,
+
+    /// Buyers: tasks of this process on the embedded backend, separate
+    /// processes on etcd and Redis.
+    #[arg(long, default_value_t = 4)]
+    pub buyers: u32,
+
+    /// Lease TTL of every buyer, in milliseconds [default: 500 on the
+    /// embedded backend, 2000 on etcd and Redis].
+    #[arg(long)]
+    pub ttl_ms: Option<u64>,
+
+    /// Percentage of purchases in which the buyer pauses between reading
+    /// the stock and writing it back; half of those pauses outlast the
+    /// lease.
+    #[arg(long, default_value_t = 30)]
+    pub pause_percent: u64,
+
+    /// Seed of the pauses: the same seed gives the same pauses.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+impl FlashSaleArgs {
+    /// The defaults on `backend`.
+    pub fn new(backend: BackendArgs) -> Self {
+        FlashSaleArgs {
+            backend,
+            items: 20,
+            buyers: 4,
+            ttl_ms: None,
+            pause_percent: 30,
+            seed: 42,
+        }
+    }
+
+    /// The lease TTL in force.
+    pub fn ttl(&self) -> Duration {
+        match self.ttl_ms {
+            Some(ms) => Duration::from_millis(ms),
+            None => match self.backend.backend {
+                BackendKind::Embedded => Duration::from_millis(500),
+                BackendKind::Etcd | BackendKind::Redis => Duration::from_millis(2000),
+            },
+        }
+    }
+}
+
+/// Which of the three runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SaleKind {
+    /// No lock; the plain store.
+    NoLock,
+    /// A lock, but the plain store trusts it: no fencing.
+    LockWithoutFencing,
+    /// A lock and Palisade's resource server.
+    LockWithFencing,
+}
+
+impl SaleKind {
+    /// The three, in the order they run.
+    pub const ALL: [SaleKind; 3] = [
+        SaleKind::NoLock,
+        SaleKind::LockWithoutFencing,
+        SaleKind::LockWithFencing,
+    ];
+
+    /// The column title.
+    pub fn title(self) -> &'static str {
+        match self {
+            SaleKind::NoLock => "no lock",
+            SaleKind::LockWithoutFencing => "lock, no fencing",
+            SaleKind::LockWithFencing => "lock + fencing",
+        }
+    }
+
+    fn locked(self) -> bool {
+        self != SaleKind::NoLock
+    }
+
+    fn fenced(self) -> bool {
+        self == SaleKind::LockWithFencing
+    }
+}
+
+/// What one run ended with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaleRun {
+    /// Which run.
+    pub kind: SaleKind,
+    /// Items in stock at the start.
+    pub items: u64,
+    /// Sales the buyers made (each handed an item to a customer).
+    pub sold: u64,
+    /// The stock left in storage at the end.
+    pub stock_left: i64,
+    /// Writes applied although a newer generation had already written:
+    /// counted by the plain store in the unfenced lock run, and by the
+    /// buyers (a write whose mark came back higher than its generation) in
+    /// the fenced run. `None` without a lock.
+    pub stale_writes_accepted: Option<u64>,
+    /// Writes the resource server refused as stale (fenced run only).
+    pub stale_writes_refused: Option<u64>,
+    /// Pauses injected between a read and its write.
+    pub pauses: u64,
+    /// Of those, the ones longer than the lease TTL.
+    pub pauses_past_ttl: u64,
+    /// From the opening bell to the last buyer going home.
+    pub elapsed: Duration,
+}
+
+impl SaleRun {
+    /// Sales beyond the stock.
+    pub fn oversold(&self) -> u64 {
+        self.sold.saturating_sub(self.items)
+    }
+
+    /// No stale write accepted, nothing oversold, and the books balance
+    /// (every sale took exactly one item out of the stock).
+    pub fn is_safe(&self) -> bool {
+        self.stale_writes_accepted.unwrap_or(0) == 0
+            && self.oversold() == 0
+            && i128::from(self.sold) + i128::from(self.stock_left) == i128::from(self.items)
+    }
+
+    /// The verdict line.
+    pub fn verdict(&self) -> String {
+        let sold = format!("sold {} of {}", self.sold, self.items);
+        match self.kind {
+            SaleKind::LockWithFencing if self.is_safe() => format!(
+                "SAFE: {sold}, {} stale writes refused (409) and retried, none accepted",
+                self.stale_writes_refused.unwrap_or(0)
+            ),
+            SaleKind::LockWithFencing => format!(
+                "FENCING FAILED: {sold} ({} oversold), {} stale writes accepted, {} left in stock",
+                self.oversold(),
+                self.stale_writes_accepted.unwrap_or(0),
+                self.stock_left
+            ),
+            _ if self.oversold() > 0 => format!(
+                "OVERSOLD: {sold}, {} too many{}",
+                self.oversold(),
+                match self.stale_writes_accepted {
+                    Some(stale) => format!(
+                        "; {stale} stale writes from holders whose lease had expired were applied"
+                    ),
+                    None => "; nothing kept the buyers apart".to_owned(),
+                }
+            ),
+            SaleKind::NoLock => format!(
+                "anomaly NOT reproduced this time: {sold}; try more --buyers or another --seed"
+            ),
+            SaleKind::LockWithoutFencing => format!(
+                "anomaly NOT reproduced this time: {sold}, {} stale writes applied; try another --seed or a higher --pause-percent",
+                self.stale_writes_accepted.unwrap_or(0)
+            ),
+        }
+    }
+}
+
+/// The three runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlashSaleReport {
+    /// Which lock service.
+    pub backend: BackendKind,
+    /// Run 1.
+    pub no_lock: SaleRun,
+    /// Run 2.
+    pub lock_without_fencing: SaleRun,
+    /// Run 3.
+    pub lock_with_fencing: SaleRun,
+}
+
+impl FlashSaleReport {
+    /// The fenced run accepted no stale write and did not oversell.
+    pub fn fenced_safe(&self) -> bool {
+        self.lock_with_fencing.is_safe()
+    }
+
+    /// 0 when the fenced run was safe, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        if self.fenced_safe() { 0 } else { 1 }
+    }
+}
+
+/// One buyer's instructions; sent to buyer processes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct BuyerPlan {
+    pub(crate) buyer: u32,
+    pub(crate) seed: u64,
+    pub(crate) ttl_ms: u64,
+    pub(crate) pause_percent: u64,
+    /// Take the lock around each purchase.
+    pub(crate) locked: bool,
+    pub(crate) storage: StorageTarget,
+    pub(crate) lock: String,
+}
+
+/// Something a buyer did that the driver reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub(crate) enum BuyerEvent {
+    /// Paused between reading `stock_seen` and writing it back.
+    Paused {
+        buyer: u32,
+        millis: u64,
+        past_ttl: bool,
+        generation: Option<u64>,
+        stock_seen: i64,
+    },
+    /// Sold one item: wrote `stock_seen - 1`.
+    Sold {
+        buyer: u32,
+        generation: Option<u64>,
+        stock_seen: i64,
+    },
+    /// The resource server refused a stale sequencer; the buyer retries.
+    Refused {
+        buyer: u32,
+        presented: u64,
+        mark: u64,
+    },
+    /// The resource server accepted a write but its mark came back higher
+    /// than the write's generation: a stale write got through.
+    StaleAccepted {
+        buyer: u32,
+        presented: u64,
+        mark: u64,
+    },
+}
+
+/// One buyer's counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Tally {
+    pub(crate) sold: u64,
+    pub(crate) refused: u64,
+    pub(crate) stale_accepted: u64,
+    pub(crate) pauses: u64,
+    pub(crate) pauses_past_ttl: u64,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.sold += other.sold;
+        self.refused += other.refused;
+        self.stale_accepted += other.stale_accepted;
+        self.pauses += other.pauses;
+        self.pauses_past_ttl += other.pauses_past_ttl;
+    }
+}
+
+/// The pause before the `attempt`-th write of a buyer, if any: short ones
+/// (a tenth to a half of the TTL) and long ones (1.5 to 2 TTLs), and a
+/// first one of 2.5 TTLs for buyer 0. Every call draws the same numbers
+/// whatever the outcome, so a seed always gives the same schedule.
+fn next_pause(rng: &mut DemoRng, plan: &BuyerPlan, attempt: u64) -> Option<Duration> {
+    let ttl = plan.ttl_ms;
+    let roll = rng.below(100);
+    let long = rng.below(2) == 0;
+    let short_ms = rng.between(ttl / 10, ttl / 2);
+    let long_ms = rng.between(ttl * 3 / 2, ttl * 2);
+    if !plan.locked {
+        // Without a lock there is no lease to outlast: short pauses are
+        // enough for buyers to trip over each other.
+        return (roll < plan.pause_percent).then(|| Duration::from_millis(short_ms));
+    }
+    if plan.buyer == 0 && attempt == 0 {
+        // Always at least one pause past the lease, early, while other
+        // buyers are queued for the lock.
+        return Some(Duration::from_millis(ttl * 5 / 2));
+    }
+    if roll >= plan.pause_percent {
+        None
+    } else if long {
+        Some(Duration::from_millis(long_ms))
+    } else {
+        Some(Duration::from_millis(short_ms))
+    }
+}
+
+/// A buyer's whole shopping trip: buys until the stock is gone and returns
+/// its counts. `report` hears about pauses, sales and refusals.
+pub(crate) async fn buy_until_sold_out(
+    plan: &BuyerPlan,
+    locks: Locks,
+    storage: Storage,
+    report: &(dyn Fn(BuyerEvent) + Send + Sync),
+) -> Result<Tally, DemoError> {
+    let ttl = Duration::from_millis(plan.ttl_ms);
+    let lock = LockName::new(plan.lock.as_str())?;
+    let fenced = storage.is_fenced();
+    let mut client = LocalClient::new(locks, session_options(ttl), storage, lock, STOCK_KEY);
+    let mut rng = DemoRng::new(plan.seed, u64::from(plan.buyer));
+    let mut tally = Tally::default();
+    let buyer = plan.buyer;
+    for attempt in 0.. {
+        let pause = next_pause(&mut rng, plan, attempt);
+        let generation = if plan.locked {
+            client.set_renewal(match pause {
+                Some(_) => Renewal::Pausable,
+                None => Renewal::KeepAlive,
+            });
+            Some(client.acquire(ACQUIRE_WAIT).await?.generation().get())
+        } else {
+            None
+        };
+        let stock = match client.read().await? {
+            Ok(Some(stock)) => stock,
+            Ok(None) => return Err(DemoError::story("the stock was never written")),
+            Err(stale) => {
+                tally.refused += 1;
+                report(BuyerEvent::Refused {
+                    buyer,
+                    presented: stale.presented,
+                    mark: stale.mark,
+                });
+                let _ = client.release().await;
+                continue;
+            }
+        };
+        if stock <= 0 {
+            let _ = client.release().await;
+            break;
+        }
+        if let Some(pause) = pause {
+            client.stop_renewal();
+            tally.pauses += 1;
+            let past_ttl = plan.locked && pause > ttl;
+            if past_ttl {
+                tally.pauses_past_ttl += 1;
+            }
+            report(BuyerEvent::Paused {
+                buyer,
+                millis: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                past_ttl,
+                generation,
+                stock_seen: stock,
+            });
+            tokio::time::sleep(pause).await;
+        }
+        match client.write(stock - 1).await? {
+            WriteOutcome::Accepted { mark } => {
+                tally.sold += 1;
+                if let (true, Some(mark), Some(presented)) = (fenced, mark, generation)
+                    && mark != presented
+                {
+                    tally.stale_accepted += 1;
+                    report(BuyerEvent::StaleAccepted {
+                        buyer,
+                        presented,
+                        mark,
+                    });
+                }
+                report(BuyerEvent::Sold {
+                    buyer,
+                    generation,
+                    stock_seen: stock,
+                });
+            }
+            WriteOutcome::Refused { presented, mark } => {
+                tally.refused += 1;
+                report(BuyerEvent::Refused {
+                    buyer,
+                    presented,
+                    mark,
+                });
+            }
+        }
+        // After a pause the lease is gone and the release is refused:
+        // that is the point, not an error.
+        let _ = client.release().await;
+    }
+    Ok(tally)
+}
+
+/// Runs the three sales and prints them side by side.
+pub async fn run(
+    args: &FlashSaleArgs,
+    launcher: &ChildLauncher,
+) -> Result<FlashSaleReport, DemoError> {
+    if args.items == 0 {
+        return Err(DemoError::usage("--items must be at least 1"));
+    }
+    if args.buyers < 2 {
+        return Err(DemoError::usage(
+            "--buyers must be at least 2: one buyer alone can never oversell",
+        ));
+    }
+    if args.pause_percent > 100 {
+        return Err(DemoError::usage(
+            "--pause-percent is a percentage (0 to 100)",
+        ));
+    }
+    let ttl = args.ttl();
+    if ttl < Duration::from_millis(50) {
+        return Err(DemoError::usage("--ttl-ms must be at least 50"));
+    }
+    let tag = invocation_tag();
+    let kind = args.backend.backend;
+    println!(
+        "Flash sale: {} items, {} buyers ({}), lock service {}",
+        args.items,
+        args.buyers,
+        match kind {
+            BackendKind::Embedded =>
+                "tasks of this process: the embedded lock service lives in one process",
+            BackendKind::Etcd | BackendKind::Redis => "each in its own process",
+        },
+        args.backend.target(&tag).describe()
+    );
+    println!(
+        "Lease TTL {} ms. Each buyer loops: lock, read the stock, maybe pause, write stock - 1, release.",
+        ttl.as_millis()
+    );
+    println!(
+        "Pauses (seed {}): {}% of purchases; with a lock, half of them outlast the lease, and buyer 0's first purchase always does.",
+        args.seed, args.pause_percent
+    );
+
+    let mut runs = Vec::new();
+    for (index, sale) in SaleKind::ALL.into_iter().enumerate() {
+        println!("\nRun {}: {}", index + 1, describe_run(sale));
+        let target = args.backend.target(&format!("{tag}-{}", index + 1));
+        let run = run_sale(sale, args, ttl, &target, launcher).await?;
+        println!("  verdict: {}", run.verdict());
+        runs.push(run);
+    }
+    let mut runs = runs.into_iter();
+    let (Some(no_lock), Some(lock_without_fencing), Some(lock_with_fencing)) =
+        (runs.next(), runs.next(), runs.next())
+    else {
+        return Err(DemoError::story("three runs expected"));
+    };
+    let report = FlashSaleReport {
+        backend: kind,
+        no_lock,
+        lock_without_fencing,
+        lock_with_fencing,
+    };
+    print_table(&report);
+    Ok(report)
+}
+
+fn describe_run(sale: SaleKind) -> &'static str {
+    match sale {
+        SaleKind::NoLock => "no lock; a plain store that applies whatever it is sent",
+        SaleKind::LockWithoutFencing => {
+            "a lock around every purchase; the plain store trusts the lock (no fencing)"
+        }
+        SaleKind::LockWithFencing => {
+            "a lock around every purchase; Palisade's resource server checks every sequencer"
+        }
+    }
+}
+
+async fn run_sale(
+    sale: SaleKind,
+    args: &FlashSaleArgs,
+    ttl: Duration,
+    target: &BackendTarget,
+    launcher: &ChildLauncher,
+) -> Result<SaleRun, DemoError> {
+    let lock = LockName::new(LOCK)?;
+    let (storage_target, plain_store, resource_server) = if sale.fenced() {
+        let server = ResourceServer::start().await?;
+        println!(
+            "  (resource server on {}, data in {})",
+            server.url(),
+            server.data_dir().display()
+        );
+        (
+            StorageTarget::Fenced { url: server.url() },
+            None,
+            Some(server),
+        )
+    } else {
+        let store = PlainStore::start().await?;
+        println!("  (plain store on {})", store.url());
+        (StorageTarget::Plain { url: store.url() }, Some(store), None)
+    };
+    let storage = Storage::connect(&storage_target)?;
+    let locks = Locks::connect(target).await?;
+
+    // The opening stock, written under the lock like every later write.
+    let mut opener = LocalClient::new(
+        locks.clone(),
+        session_options(ttl),
+        storage.clone(),
+        lock.clone(),
+        STOCK_KEY,
+    );
+    let opening =
+        i64::try_from(args.items).map_err(|_| DemoError::usage("--items is too large"))?;
+    if sale.locked() {
+        opener.acquire(ACQUIRE_WAIT).await?;
+    }
+    opener.write(opening).await?;
+    opener.release().await?;
+
+    let plans: Vec<BuyerPlan> = (0..args.buyers)
+        .map(|buyer| BuyerPlan {
+            buyer,
+            seed: args.seed,
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+            pause_percent: args.pause_percent,
+            locked: sale.locked(),
+            storage: storage_target.clone(),
+            lock: LOCK.to_owned(),
+        })
+        .collect();
+
+    let (events, mut received) = mpsc::unbounded_channel::<BuyerEvent>();
+    let started;
+    let mut buyers = Vec::new();
+    match target {
+        BackendTarget::Embedded => {
+            started = Instant::now();
+            for plan in plans {
+                let locks = locks.clone();
+                let storage = storage.clone();
+                let events = events.clone();
+                buyers.push(tokio::spawn(async move {
+                    let report = move |event: BuyerEvent| {
+                        let _ = events.send(event);
+                    };
+                    buy_until_sold_out(&plan, locks, storage, &report).await
+                }));
+            }
+        }
+        BackendTarget::Etcd { .. } | BackendTarget::Redis { .. } => {
+            let mut processes = Vec::new();
+            for plan in plans {
+                let role = format!("buyer {}", plan.buyer);
+                let spec = ChildSpec::Buyer {
+                    backend: target.clone(),
+                    plan,
+                };
+                processes.push(launcher.spawn(&role, &spec).await?);
+            }
+            for process in &mut processes {
+                match process.receive(PROCESS_ANSWER_WAIT).await? {
+                    ChildMessage::Ready => {}
+                    other => return Err(process.unexpected(&other)),
+                }
+            }
+            started = Instant::now();
+            for process in &mut processes {
+                process.send(&ChildCommand::Go).await?;
+            }
+            for mut process in processes {
+                let events = events.clone();
+                buyers.push(tokio::spawn(async move {
+                    loop {
+                        match process.receive(PROCESS_ANSWER_WAIT).await? {
+                            ChildMessage::Buyer { event } => {
+                                let _ = events.send(event);
+                            }
+                            ChildMessage::Done { tally } => return Ok(tally),
+                            other => return Err(process.unexpected(&other)),
+                        }
+                    }
+                }));
+            }
+        }
+    }
+    drop(events);
+    while let Some(event) = received.recv().await {
+        print_event(started.elapsed(), ttl, &event);
+    }
+    let mut tally = Tally::default();
+    for buyer in buyers {
+        let buyer_tally = buyer
+            .await
+            .map_err(|join| DemoError::story(format!("a buyer task failed: {join}")))??;
+        tally.add(buyer_tally);
+    }
+    let elapsed = started.elapsed();
+
+    let stock_left = match storage.read(&lock, STOCK_KEY, None).await? {
+        Ok(Some(stock)) => stock,
+        Ok(None) => return Err(DemoError::story("the stock disappeared")),
+        Err(stale) => {
+            return Err(DemoError::story(format!(
+                "a plain read of the stock was refused (generation {} < {})",
+                stale.presented, stale.mark
+            )));
+        }
+    };
+    let stale_writes_accepted = match sale {
+        SaleKind::NoLock => None,
+        SaleKind::LockWithoutFencing => {
+            let stale = plain_store
+                .as_ref()
+                .map(PlainStore::stale_writes)
+                .unwrap_or_default();
+            for write in stale.iter().take(5) {
+                println!(
+                    "  plain store applied a stale write: stock = {} with generation {} after generation {} had written",
+                    write.value, write.presented, write.newest
+                );
+            }
+            if stale.len() > 5 {
+                println!("  ... and {} more", stale.len() - 5);
+            }
+            Some(stale.len() as u64)
+        }
+        SaleKind::LockWithFencing => Some(tally.stale_accepted),
+    };
+    if let Some(server) = resource_server {
+        server.stop().await?;
+    }
+    Ok(SaleRun {
+        kind: sale,
+        items: args.items,
+        sold: tally.sold,
+        stock_left,
+        stale_writes_accepted,
+        stale_writes_refused: sale.fenced().then_some(tally.refused),
+        pauses: tally.pauses,
+        pauses_past_ttl: tally.pauses_past_ttl,
+        elapsed,
+    })
+}
+
+fn print_event(at: Duration, ttl: Duration, event: &BuyerEvent) {
+    let at = at.as_millis();
+    match event {
+        BuyerEvent::Paused {
+            buyer,
+            millis,
+            past_ttl: true,
+            generation: Some(generation),
+            stock_seen,
+        } => println!(
+            "  {at:>6} ms  buyer {buyer}: holding generation {generation}, read stock {stock_seen}, pauses {millis} ms (past the {} ms TTL)",
+            ttl.as_millis()
+        ),
+        BuyerEvent::Paused { .. } | BuyerEvent::Sold { .. } => {}
+        BuyerEvent::Refused {
+            buyer,
+            presented,
+            mark,
+        } => println!(
+            "  {at:>6} ms  buyer {buyer}: write refused, 409 stale (generation {presented} < mark {mark}); takes the lock again and re-reads"
+        ),
+        BuyerEvent::StaleAccepted {
+            buyer,
+            presented,
+            mark,
+        } => println!(
+            "  {at:>6} ms  buyer {buyer}: STALE WRITE ACCEPTED: generation {presented}, mark after it {mark}"
+        ),
+    }
+}
+
+fn print_table(report: &FlashSaleReport) {
+    let runs = [
+        &report.no_lock,
+        &report.lock_without_fencing,
+        &report.lock_with_fencing,
+    ];
+    let row = |label: &str, cell: &dyn Fn(&SaleRun) -> String| {
+        let mut line = format!("  {label:<24}");
+        for run in runs {
+            line.push_str(&format!("{:>20}", cell(run)));
+        }
+        println!("{line}");
+    };
+    println!();
+    row("", &|run| run.kind.title().to_owned());
+    row("items in stock", &|run| run.items.to_string());
+    row("sold", &|run| run.sold.to_string());
+    row("oversold", &|run| run.oversold().to_string());
+    row("stock left", &|run| run.stock_left.to_string());
+    let optional = |value: Option<u64>| value.map_or("-".to_owned(), |value| value.to_string());
+    row("stale writes accepted", &|run| {
+        optional(run.stale_writes_accepted)
+    });
+    row("stale writes refused", &|run| {
+        optional(run.stale_writes_refused)
+    });
+    row("pauses (past the TTL)", &|run| {
+        format!("{} ({})", run.pauses, run.pauses_past_ttl)
+    });
+    row("elapsed", &|run| {
+        format!("{:.1} s", run.elapsed.as_secs_f64())
+    });
+    println!();
+    for run in runs {
+        println!("{:<18}{}", format!("{}:", run.kind.title()), run.verdict());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(buyer: u32) -> BuyerPlan {
+        BuyerPlan {
+            buyer,
+            seed: 42,
+            ttl_ms: 1000,
+            pause_percent: 30,
+            locked: true,
+            storage: StorageTarget::Plain {
+                url: "http://127.0.0.1:1".into(),
+            },
+            lock: LOCK.into(),
+        }
+    }
+
+    #[test]
+    fn buyer_zero_always_pauses_past_the_ttl_first() {
+        let plan = plan(0);
+        let mut rng = DemoRng::new(plan.seed, 0);
+        let first = next_pause(&mut rng, &plan, 0).expect("a pause");
+        assert!(first > Duration::from_millis(plan.ttl_ms), "{first:?}");
+    }
+
+    #[test]
+    fn schedules_repeat_for_a_seed_and_mix_short_and_long_pauses() {
+        let plan = plan(1);
+        let schedule = || {
+            let mut rng = DemoRng::new(plan.seed, 1);
+            (0..400)
+                .map(|attempt| next_pause(&mut rng, &plan, attempt))
+                .collect::<Vec<_>>()
+        };
+        let first = schedule();
+        assert_eq!(first, schedule());
+        let ttl = Duration::from_millis(plan.ttl_ms);
+        let long = first.iter().flatten().filter(|pause| **pause > ttl).count();
+        let short = first.iter().flatten().filter(|pause| **pause < ttl).count();
+        let none = first.iter().filter(|pause| pause.is_none()).count();
+        // 30 % pause, half of them long: wide bounds, the point is that all
+        // three kinds occur.
+        assert!((20..=100).contains(&long), "{long} long pauses");
+        assert!((20..=100).contains(&short), "{short} short pauses");
+        assert!(
+            (200..=360).contains(&none),
+            "{none} purchases without a pause"
+        );
+    }
+
+    #[test]
+    fn verdicts_name_the_outcome() {
+        let run = SaleRun {
+            kind: SaleKind::LockWithFencing,
+            items: 20,
+            sold: 20,
+            stock_left: 0,
+            stale_writes_accepted: Some(0),
+            stale_writes_refused: Some(3),
+            pauses: 5,
+            pauses_past_ttl: 2,
+            elapsed: Duration::from_secs(1),
+        };
+        assert!(run.is_safe());
+        assert!(run.verdict().starts_with("SAFE"), "{}", run.verdict());
+        let oversold = SaleRun {
+            sold: 22,
+            stale_writes_accepted: Some(2),
+            ..run.clone()
+        };
+        assert!(!oversold.is_safe());
+        assert!(oversold.verdict().starts_with("FENCING FAILED"));
+        let unfenced = SaleRun {
+            kind: SaleKind::LockWithoutFencing,
+            ..oversold.clone()
+        };
+        assert!(
+            unfenced.verdict().starts_with("OVERSOLD"),
+            "{}",
+            unfenced.verdict()
+        );
+        let quiet = SaleRun {
+            kind: SaleKind::NoLock,
+            ..run
+        };
+        assert!(
+            quiet.verdict().contains("NOT reproduced"),
+            "{}",
+            quiet.verdict()
+        );
+    }
+}

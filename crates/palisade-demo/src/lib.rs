@@ -1,0 +1,60 @@
+//! Palisade's demos as a library: the GC-pause story and the flash sale,
+//! on the embedded backend, etcd or Redis. The example binaries
+//! (`examples/gc-pause`, `examples/flash-sale`), `palisade demo` and the
+//! test suite all run these.
+//!
+//! Both demos run the same scenario without fencing and with it, print what
+//! happened, and end with one verdict line per run. The fenced run's safety
+//! decides the exit status ([`GcPauseReport::exit_code`],
+//! [`FlashSaleReport::exit_code`]); a demo that could not run at all is a
+//! [`DemoError`] (usage errors exit with 2).
+//!
+//! - The **unfenced** runs keep their numbers in a [`PlainStore`]: a tiny
+//!   HTTP key-value service that applies whatever it is sent, the storage a
+//!   plain lock relies on. It counts the stale writes it let through.
+//! - The **fenced** runs go through Palisade's resource server
+//!   (`palisade_server::run` on a free port with a temporary directory,
+//!   see [`ResourceServer`]) and `palisade_client`.
+//!
+//! # Where to start
+//!
+//! - [`gc_pause`]: the story of DESIGN.md, with client A paused in-process
+//!   or stopped with SIGSTOP in a process of its own; writes an SVG
+//!   timeline ([`svg`]).
+//! - [`flash_sale`]: N items, many buyers, random pauses, three runs side
+//!   by side.
+//! - [`child`]: how the demos re-run their own binary as client processes
+//!   ([`ChildLauncher`], [`run_child`]).
+//! - `backend.rs`: one session type over the three lock backends.
+//!
+//! ```no_run
+//! use palisade_demo::{BackendArgs, ChildLauncher, GcPauseArgs, gc_pause};
+//!
+//! # async fn demo() -> Result<(), palisade_demo::DemoError> {
+//! let args = GcPauseArgs::new(BackendArgs::embedded());
+//! let launcher = ChildLauncher::current_exe(["--demo-child"])?;
+//! let report = gc_pause::run(&args, &launcher).await?;
+//! assert!(report.fenced_safe());
+//! # Ok(()) }
+//! ```
+
+mod backend;
+mod client;
+mod error;
+mod rng;
+mod storage;
+
+pub mod child;
+pub mod flash_sale;
+pub mod gc_pause;
+pub mod plain_store;
+pub mod svg;
+pub mod timeline;
+
+pub use backend::{BackendArgs, BackendKind, DEFAULT_ETCD_ENDPOINTS, DEFAULT_REDIS_URL};
+pub use child::{ChildLauncher, run_child};
+pub use error::DemoError;
+pub use flash_sale::{FlashSaleArgs, FlashSaleReport, SaleKind, SaleRun};
+pub use gc_pause::{GcPauseArgs, GcPauseReport, GcRunReport, PauseVariant};
+pub use plain_store::PlainStore;
+pub use storage::ResourceServer;

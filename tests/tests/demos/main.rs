@@ -1,0 +1,316 @@
+//! The demos as checks: the GC-pause story and the flash sale of
+//! `palisade-demo`, on the embedded backend, real etcd and real Redis, with
+//! both pause variants where they apply.
+//!
+//! Every test asserts both halves of a demo's verdict:
+//!
+//! - **fenced**: no stale write accepted, nothing oversold, every deposit
+//!   and sale counted exactly once, and the stale write really reached the
+//!   resource server and was refused (otherwise fencing was not exercised);
+//! - **unfenced**: the anomaly (lost update, oversold stock) was reproduced.
+//!   The pauses are injected so that it always should be; when it is not,
+//!   the test fails and says so rather than passing quietly.
+//!
+//! Client processes (client A stopped with SIGSTOP, flash-sale buyers on
+//! etcd and Redis) are this crate's `demo-child` binary. Each test prints
+//! the demo's own output, which libtest shows when the test fails.
+
+use std::collections::BTreeMap;
+
+use palisade_demo::timeline::EventKind;
+use palisade_demo::{
+    BackendArgs, ChildLauncher, FlashSaleArgs, FlashSaleReport, GcPauseArgs, GcPauseReport,
+    PauseVariant, flash_sale, gc_pause,
+};
+use palisade_testkit::etcd::EtcdServer;
+use palisade_testkit::redis::RedisServer;
+
+/// Items on sale in the tests' flash sales: fewer than the demo's default,
+/// to keep the suite short; the injected pauses do not depend on it.
+const ITEMS: u64 = 10;
+/// Client A's pause on etcd and Redis, whose leases are 2 s: long enough
+/// for the lease to expire, and the story waits for B's write anyway.
+const SERVER_PAUSE_MS: u64 = 3000;
+
+fn launcher() -> ChildLauncher {
+    ChildLauncher::new(env!("CARGO_BIN_EXE_demo-child"), Vec::<String>::new())
+}
+
+/// Runs the GC-pause demo with `args`, writing its picture in a temporary
+/// directory, and checks its verdicts and its picture.
+async fn gc_pause_checked(mut args: GcPauseArgs) -> anyhow::Result<()> {
+    let picture_dir = tempfile::tempdir()?;
+    args.svg = Some(picture_dir.path().join("gc-pause.svg"));
+    let report = gc_pause::run(&args, &launcher()).await?;
+
+    let fenced = &report.fenced;
+    assert!(
+        !fenced.stale_write_accepted,
+        "the fenced run ACCEPTED A's stale write: {}",
+        fenced.verdict()
+    );
+    assert!(
+        fenced.stale_write_refused,
+        "A's stale write never reached the resource server as a refusal, so fencing was not exercised: {}",
+        fenced.verdict()
+    );
+    assert_eq!(
+        fenced.final_balance,
+        fenced.expected_balance,
+        "the fenced run lost a deposit: {}",
+        fenced.verdict()
+    );
+    assert!(
+        fenced.generation_b > fenced.generation_a,
+        "B's generation {} must exceed A's {}",
+        fenced.generation_b,
+        fenced.generation_a
+    );
+    assert!(
+        fenced.lease_lost_signalled,
+        "A's guard did not report its lease lost after the pause"
+    );
+    assert!(report.fenced_safe());
+    assert_eq!(report.exit_code(), 0);
+
+    let unfenced = &report.unfenced;
+    assert!(
+        report.anomaly_reproduced(),
+        "the unfenced run did NOT reproduce the lost update, so this run shows nothing fencing prevents: {}",
+        unfenced.verdict()
+    );
+    assert!(unfenced.generation_b > unfenced.generation_a);
+    assert_eq!(
+        unfenced.final_balance,
+        unfenced.expected_balance - 50,
+        "B's deposit of 50 is the one lost"
+    );
+
+    check_picture(&report)
+}
+
+/// The SVG is well-formed XML with the promised structure: two panels of
+/// four lanes, one marker per event, the refusal and the stale write
+/// marked where they happened.
+fn check_picture(report: &GcPauseReport) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&report.svg_path)?;
+    let document = roxmltree::Document::parse(&text)?;
+    let svg = document.root_element();
+    assert_eq!(svg.tag_name().name(), "svg");
+    assert_eq!(
+        svg.tag_name().namespace(),
+        Some("http://www.w3.org/2000/svg")
+    );
+    let panels = with_class(svg, "panel");
+    assert_eq!(panels.len(), 2, "one panel per run");
+    for (panel, run) in panels.iter().zip([&report.unfenced, &report.fenced]) {
+        let lanes: Vec<&str> = with_class(*panel, "lane")
+            .iter()
+            .filter_map(|lane| lane.attribute("data-lane"))
+            .collect();
+        assert_eq!(
+            lanes,
+            ["client-a", "client-b", "lock-service", "resource-server"]
+        );
+        let mut drawn: BTreeMap<String, usize> = BTreeMap::new();
+        for event in with_class(*panel, "event") {
+            let kind = event.attribute("data-kind").unwrap_or("?").to_owned();
+            assert!(
+                event.children().any(|child| child.has_tag_name("title")),
+                "every marker has its sentence as a tooltip"
+            );
+            *drawn.entry(kind).or_default() += 1;
+        }
+        let mut recorded: BTreeMap<String, usize> = BTreeMap::new();
+        for event in &run.events {
+            *recorded.entry(event.kind.id().to_owned()).or_default() += 1;
+        }
+        assert_eq!(drawn, recorded, "one marker per recorded event");
+    }
+    let count = |run: &palisade_demo::GcRunReport, kind: EventKind| {
+        run.events.iter().filter(|event| event.kind == kind).count()
+    };
+    assert_eq!(count(&report.unfenced, EventKind::StaleWriteAccepted), 1);
+    assert_eq!(count(&report.unfenced, EventKind::WriteRefused), 0);
+    assert_eq!(count(&report.fenced, EventKind::WriteRefused), 1);
+    assert_eq!(count(&report.fenced, EventKind::StaleWriteAccepted), 0);
+    let refused_title = svg
+        .descendants()
+        .find(|node| node.attribute("data-kind") == Some("write-refused"))
+        .and_then(|node| node.children().find(|child| child.has_tag_name("title")))
+        .and_then(|title| title.text())
+        .unwrap_or_default();
+    assert!(
+        refused_title.contains("409 stale, generation"),
+        "the refusal's tooltip reads `{refused_title}`"
+    );
+    Ok(())
+}
+
+/// The `<g>` elements of `class` under `node`.
+fn with_class<'a, 'input>(
+    node: roxmltree::Node<'a, 'input>,
+    class: &str,
+) -> Vec<roxmltree::Node<'a, 'input>> {
+    node.descendants()
+        .filter(|child| child.has_tag_name("g") && child.attribute("class") == Some(class))
+        .collect()
+}
+
+/// Runs the flash sale with `args` and checks the three verdicts.
+async fn flash_sale_checked(args: FlashSaleArgs) -> anyhow::Result<()> {
+    let report: FlashSaleReport = flash_sale::run(&args, &launcher()).await?;
+
+    let fenced = &report.lock_with_fencing;
+    assert_eq!(
+        fenced.stale_writes_accepted,
+        Some(0),
+        "the fenced run ACCEPTED stale writes: {}",
+        fenced.verdict()
+    );
+    assert_eq!(
+        fenced.oversold(),
+        0,
+        "the fenced run OVERSOLD: {}",
+        fenced.verdict()
+    );
+    assert_eq!(fenced.sold, args.items, "{}", fenced.verdict());
+    assert_eq!(fenced.stock_left, 0, "{}", fenced.verdict());
+    assert!(
+        fenced.stale_writes_refused.unwrap_or(0) >= 1,
+        "no stale write was refused: the injected pauses never let a stale write reach the resource server, so fencing was not exercised ({})",
+        fenced.verdict()
+    );
+    assert!(fenced.pauses_past_ttl >= 1);
+    assert!(report.fenced_safe());
+    assert_eq!(report.exit_code(), 0);
+
+    let no_lock = &report.no_lock;
+    assert!(
+        no_lock.oversold() > 0,
+        "the no-lock run did NOT reproduce overselling: {}",
+        no_lock.verdict()
+    );
+    let unfenced = &report.lock_without_fencing;
+    assert!(
+        unfenced.oversold() > 0,
+        "the lock-without-fencing run did NOT reproduce overselling: {}",
+        unfenced.verdict()
+    );
+    assert!(
+        unfenced.stale_writes_accepted.unwrap_or(0) > 0,
+        "the lock-without-fencing run applied no stale write: {}",
+        unfenced.verdict()
+    );
+    Ok(())
+}
+
+fn flash_sale_args(backend: BackendArgs) -> FlashSaleArgs {
+    FlashSaleArgs {
+        items: ITEMS,
+        ..FlashSaleArgs::new(backend)
+    }
+}
+
+fn server_pause(backend: BackendArgs, pause: PauseVariant) -> GcPauseArgs {
+    GcPauseArgs {
+        pause,
+        pause_ms: Some(SERVER_PAUSE_MS),
+        ..GcPauseArgs::new(backend)
+    }
+}
+
+#[tokio::test]
+async fn gc_pause_on_embedded_in_process() -> anyhow::Result<()> {
+    gc_pause_checked(GcPauseArgs::new(BackendArgs::embedded())).await
+}
+
+#[tokio::test]
+async fn gc_pause_sigstop_on_embedded_is_a_usage_error() -> anyhow::Result<()> {
+    let picture_dir = tempfile::tempdir()?;
+    let args = GcPauseArgs {
+        pause: PauseVariant::Sigstop,
+        svg: Some(picture_dir.path().join("never.svg")),
+        ..GcPauseArgs::new(BackendArgs::embedded())
+    };
+    let error = gc_pause::run(&args, &launcher())
+        .await
+        .expect_err("SIGSTOP needs a lock service shared across processes");
+    assert!(error.is_usage(), "{error}");
+    assert!(error.to_string().contains("--backend etcd"), "{error}");
+    assert!(!picture_dir.path().join("never.svg").exists());
+    Ok(())
+}
+
+#[tokio::test]
+async fn gc_pause_on_etcd_in_process() -> anyhow::Result<()> {
+    let Some(etcd) = EtcdServer::start() else {
+        return Ok(());
+    };
+    let backend = BackendArgs::etcd(etcd.endpoints().join(","));
+    gc_pause_checked(server_pause(backend, PauseVariant::InProcess)).await
+}
+
+#[tokio::test]
+async fn gc_pause_on_etcd_with_sigstop() -> anyhow::Result<()> {
+    let Some(etcd) = EtcdServer::start() else {
+        return Ok(());
+    };
+    let backend = BackendArgs::etcd(etcd.endpoints().join(","));
+    gc_pause_checked(server_pause(backend, PauseVariant::Sigstop)).await
+}
+
+#[tokio::test]
+async fn gc_pause_on_redis_in_process() -> anyhow::Result<()> {
+    let Some(redis) = RedisServer::start() else {
+        return Ok(());
+    };
+    let backend = BackendArgs::redis(redis.url());
+    gc_pause_checked(server_pause(backend, PauseVariant::InProcess)).await
+}
+
+#[tokio::test]
+async fn gc_pause_on_redis_with_sigstop() -> anyhow::Result<()> {
+    let Some(redis) = RedisServer::start() else {
+        return Ok(());
+    };
+    let backend = BackendArgs::redis(redis.url());
+    gc_pause_checked(server_pause(backend, PauseVariant::Sigstop)).await
+}
+
+#[tokio::test]
+async fn flash_sale_on_embedded_with_buyer_tasks() -> anyhow::Result<()> {
+    flash_sale_checked(flash_sale_args(BackendArgs::embedded())).await
+}
+
+#[tokio::test]
+async fn flash_sale_on_etcd_with_buyer_processes() -> anyhow::Result<()> {
+    let Some(etcd) = EtcdServer::start() else {
+        return Ok(());
+    };
+    flash_sale_checked(flash_sale_args(BackendArgs::etcd(
+        etcd.endpoints().join(","),
+    )))
+    .await
+}
+
+#[tokio::test]
+async fn flash_sale_on_redis_with_buyer_processes() -> anyhow::Result<()> {
+    let Some(redis) = RedisServer::start() else {
+        return Ok(());
+    };
+    flash_sale_checked(flash_sale_args(BackendArgs::redis(redis.url()))).await
+}
+
+#[tokio::test]
+async fn flash_sale_refuses_a_single_buyer() -> anyhow::Result<()> {
+    let args = FlashSaleArgs {
+        buyers: 1,
+        ..FlashSaleArgs::new(BackendArgs::embedded())
+    };
+    let error = flash_sale::run(&args, &launcher())
+        .await
+        .expect_err("one buyer cannot oversell");
+    assert!(error.is_usage(), "{error}");
+    Ok(())
+}
