@@ -29,8 +29,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use palisade_demo::{ChildLauncher, FlashSaleArgs, flash_sale};
-use tracing_subscriber::EnvFilter;
+use palisade_demo::{FlashSaleArgs, flash_sale};
 
 /// The flash-sale demo: oversold without fencing, never with it.
 #[derive(Parser, Debug)]
@@ -46,38 +45,11 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("error")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
-    if let Some(spec) = cli.demo_child {
-        return match palisade_demo::run_child(&spec).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("flash-sale client process failed: {error}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    let launcher = match ChildLauncher::current_exe(["--demo-child"]) {
-        Ok(launcher) => launcher,
-        Err(error) => {
-            eprintln!("flash-sale demo failed: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    match flash_sale::run(&cli.demo, &launcher).await {
-        Ok(report) => ExitCode::from(report.exit_code()),
-        Err(error) if error.is_usage() => {
-            eprintln!("error: {error}");
-            ExitCode::from(2)
-        }
-        Err(error) => {
-            eprintln!("flash-sale demo failed: {error}");
-            ExitCode::from(2)
-        }
-    }
+    palisade_demo::host_main("flash-sale", cli.demo_child, |launcher| async move {
+        flash_sale::run(&cli.demo, &launcher)
+            .await
+            .map(|report| report.exit_code())
+    })
+    .await
 }

@@ -29,8 +29,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use palisade_demo::{ChildLauncher, GcPauseArgs, gc_pause};
-use tracing_subscriber::EnvFilter;
+use palisade_demo::{GcPauseArgs, gc_pause};
 
 /// The GC-pause demo: a paused lock holder's late write, without and with
 /// fencing.
@@ -47,38 +46,11 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("error")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
-    if let Some(spec) = cli.demo_child {
-        return match palisade_demo::run_child(&spec).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("gc-pause client process failed: {error}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    let launcher = match ChildLauncher::current_exe(["--demo-child"]) {
-        Ok(launcher) => launcher,
-        Err(error) => {
-            eprintln!("gc-pause demo failed: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    match gc_pause::run(&cli.demo, &launcher).await {
-        Ok(report) => ExitCode::from(report.exit_code()),
-        Err(error) if error.is_usage() => {
-            eprintln!("error: {error}");
-            ExitCode::from(2)
-        }
-        Err(error) => {
-            eprintln!("gc-pause demo failed: {error}");
-            ExitCode::from(2)
-        }
-    }
+    palisade_demo::host_main("gc-pause", cli.demo_child, |launcher| async move {
+        gc_pause::run(&cli.demo, &launcher)
+            .await
+            .map(|report| report.exit_code())
+    })
+    .await
 }
