@@ -317,6 +317,7 @@ fn report_written(
             "key": json_bytes(key),
             "result": result,
             "marks": marks_json(written.marks),
+            "commit_seq": written.commit_seq,
             "replayed": written.replayed,
         });
         writeln!(stdout, "{answer}")?;

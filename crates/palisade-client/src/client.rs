@@ -611,6 +611,9 @@ fn decode_written(status: u16, bytes: &[u8]) -> Result<Written, ClientError> {
                 .as_u64()
                 .ok_or_else(|| unexpected("write answer without marks"))?,
         },
+        commit_seq: body["commit_seq"]
+            .as_u64()
+            .ok_or_else(|| unexpected("write answer without commit_seq"))?,
         replayed: body["replayed"].as_bool().unwrap_or_default(),
     })
 }

@@ -58,6 +58,9 @@ pub struct Written {
     pub results: Vec<OpResult>,
     /// The lock's marks right after the write.
     pub marks: Marks,
+    /// The server's commit sequence number of the write: strictly
+    /// increasing in commit order (see docs/http-api.md).
+    pub commit_seq: u64,
     /// The server answered from its idempotency record: this request was
     /// applied earlier and nothing was applied this time.
     pub replayed: bool,

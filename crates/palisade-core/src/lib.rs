@@ -19,6 +19,8 @@
 //! - [`LeaseTracker`] / [`LeaseWatch`]: the lease-lost signal backends drive
 //!   and users await.
 //! - [`LiveCheck`]: Chubby's CheckSequencer, for resource servers.
+//! - [`Signer`] / [`Verifier`]: HMAC-SHA256 signed sequencers, so only the
+//!   lock side can mint a generation a resource server will honour.
 //! - [`LockError`], [`SequencerError`]: what can go wrong, typed.
 
 mod encoding;
@@ -30,6 +32,7 @@ mod lock;
 mod mode;
 mod name;
 mod sequencer;
+mod signing;
 
 pub use error::{BoxError, LockError};
 pub use generation::Generation;
@@ -39,6 +42,7 @@ pub use lock::{Lock, LockGuard, SessionOptions};
 pub use mode::{Mode, ModeParseError};
 pub use name::{LockName, LockNameError};
 pub use sequencer::{Sequencer, SequencerError, Signature};
+pub use signing::{KeyError, KeyRing, SignatureError, Signer, SigningKey, Verifier};
 
 /// Clips text echoed back in an error to 64 bytes (on a char boundary), so a
 /// hostile 10 KB header does not come back in every log line.

@@ -110,6 +110,7 @@ pub(crate) struct WriteResponse {
     lock: String,
     results: Vec<&'static str>,
     marks: Value,
+    commit_seq: u64,
     replayed: bool,
 }
 
@@ -119,6 +120,7 @@ impl WriteResponse {
             lock: lock.as_str().to_owned(),
             results: applied.results.iter().map(|r| r.as_str()).collect(),
             marks: marks_json(applied.marks),
+            commit_seq: applied.commit_seq,
             replayed: applied.replayed,
         }
     }

@@ -214,7 +214,7 @@ async fn put_then_get_round_trips_with_marks_headers() {
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(
         answer.json(),
-        json!({"lock": "orders/42", "results": ["created"], "marks": {"exclusive": 33, "shared": 0}, "replayed": false})
+        json!({"lock": "orders/42", "results": ["created"], "marks": {"exclusive": 33, "shared": 0}, "commit_seq": 1, "replayed": false})
     );
     assert_eq!(answer.header("palisade-mark-exclusive"), Some("33"));
     assert_eq!(answer.header("palisade-mark-shared"), Some("0"));

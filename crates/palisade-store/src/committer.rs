@@ -373,6 +373,8 @@ impl Committer {
         let applied = Applied {
             results,
             marks,
+            // sled's ids start at 0; 0 stays free to mean "none".
+            commit_seq: meta.generate_id()? + 1,
             replayed: false,
         };
         if let (Some(request_id), Some(fingerprint)) = (&job.request_id, job.fingerprint) {

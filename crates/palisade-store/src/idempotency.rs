@@ -136,26 +136,30 @@ pub(crate) fn fingerprint(sequencer: &Sequencer, ops: &[Op]) -> u64 {
 }
 
 /// A remembered outcome, as stored:
-/// `[slot sequence: u64 BE][fingerprint: u64 BE][H_excl: u64 BE][H_shared: u64 BE][one byte per op result]`.
+/// `[slot sequence: u64 BE][fingerprint: u64 BE][H_excl: u64 BE][H_shared: u64 BE][commit seq: u64 BE][one byte per op result]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record {
     pub(crate) fingerprint: u64,
     pub(crate) applied: Applied,
 }
 
+/// The fixed part of a [`Record`]: five big-endian words.
+const HEADER_LEN: usize = 40;
+
 impl Record {
     pub(crate) fn encode(&self, sequence: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + self.applied.results.len());
+        let mut out = Vec::with_capacity(HEADER_LEN + self.applied.results.len());
         out.extend_from_slice(&sequence.to_be_bytes());
         out.extend_from_slice(&self.fingerprint.to_be_bytes());
         out.extend_from_slice(&self.applied.marks.exclusive.to_be_bytes());
         out.extend_from_slice(&self.applied.marks.shared.to_be_bytes());
+        out.extend_from_slice(&self.applied.commit_seq.to_be_bytes());
         out.extend(self.applied.results.iter().map(|r| r.to_byte()));
         out
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
-        let (header, results) = bytes.split_at_checked(32)?;
+        let (header, results) = bytes.split_at_checked(HEADER_LEN)?;
         let word = |i: usize| u64::from_be_bytes(header[i * 8..i * 8 + 8].try_into().unwrap());
         let results = results
             .iter()
@@ -169,6 +173,7 @@ impl Record {
                     exclusive: word(2),
                     shared: word(3),
                 },
+                commit_seq: word(4),
                 replayed: true,
             },
         })
@@ -227,12 +232,13 @@ mod tests {
                     exclusive: 9,
                     shared: 4,
                 },
+                commit_seq: 12,
                 replayed: true,
             },
         };
         assert_eq!(Record::decode(&record.encode(5)), Some(record));
-        assert_eq!(Record::decode(&[0; 31]), None);
-        assert_eq!(Record::decode(&[[0; 32].as_slice(), &[9]].concat()), None);
+        assert_eq!(Record::decode(&[0; 39]), None);
+        assert_eq!(Record::decode(&[[0; 40].as_slice(), &[9]].concat()), None);
     }
 
     #[test]

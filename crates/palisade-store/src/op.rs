@@ -134,6 +134,11 @@ pub struct Applied {
     pub results: Vec<OpResult>,
     /// The lock's marks right after the request.
     pub marks: Marks,
+    /// The store's commit sequence number of this write: strictly
+    /// increasing in commit order across every lock, and across restarts
+    /// (sled's monotonic id generator). Not contiguous. A replay carries
+    /// the original write's number. Fault tests order accepted writes by it.
+    pub commit_seq: u64,
     /// `true` when this is the remembered outcome of an earlier request with
     /// the same idempotency key: nothing was applied this time.
     pub replayed: bool,

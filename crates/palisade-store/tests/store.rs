@@ -294,6 +294,7 @@ fn an_idempotent_retry_gets_the_original_outcome() {
     assert!(retry.replayed);
     assert_eq!(retry.results, first.results);
     assert_eq!(retry.marks, first.marks);
+    assert_eq!(retry.commit_seq, first.commit_seq);
     assert_eq!(value(&store, "L", "k").as_deref(), Some(&b"second"[..]));
     // Even after a newer holder has written, the retry of an accepted
     // request is answered, not re-fenced.
@@ -386,6 +387,25 @@ fn the_idempotency_window_evicts_the_oldest_keys() {
         .unwrap();
     assert!(!again.replayed);
     assert_eq!(value(&store, "L", "k0").as_deref(), Some(&b"v"[..]));
+}
+
+#[test]
+fn commit_sequence_numbers_increase_in_commit_order_across_locks_and_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut last = 0;
+    for round in 0..3u64 {
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        for i in 0..20u64 {
+            let name = if i % 2 == 0 { "L" } else { "M" };
+            let applied = put(&store, &excl(name, round + 1), "k", "v").unwrap();
+            assert!(
+                applied.commit_seq > last,
+                "round {round}, write {i}: {} after {last}",
+                applied.commit_seq
+            );
+            last = applied.commit_seq;
+        }
+    }
 }
 
 #[test]

@@ -56,11 +56,13 @@ async fn bytes_in_and_out_with_json_and_deletes() {
     )
     .await;
     put.assert_code(code::OK);
-    let answer: Value = serde_json::from_slice(&put.stdout).expect("JSON");
+    let mut answer: Value = serde_json::from_slice(&put.stdout).expect("JSON");
+    let commit_seq = answer["commit_seq"].take();
+    assert!(commit_seq.as_u64().is_some_and(|n| n > 0), "{commit_seq}");
     assert_eq!(
         answer,
         json!({"lock": "data/bytes", "key": "blob", "result": "created",
-               "marks": {"exclusive": 5, "shared": 0}, "replayed": false})
+               "marks": {"exclusive": 5, "shared": 0}, "commit_seq": null, "replayed": false})
     );
 
     let get = run(["get", "--server", server, "data/bytes", "blob"]).await;
