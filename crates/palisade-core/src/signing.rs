@@ -410,7 +410,10 @@ fn validate_issuer(issuer: &str) -> Result<(), KeyError> {
         crate::Mode::Shared,
         crate::Generation::MIN,
     );
-    probe.with_issuer(issuer).map(drop).map_err(KeyError::BadIssuer)
+    probe
+        .with_issuer(issuer)
+        .map(drop)
+        .map_err(KeyError::BadIssuer)
 }
 
 fn decode_hex(text: &str) -> Option<Vec<u8>> {

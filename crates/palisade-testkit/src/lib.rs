@@ -6,6 +6,9 @@
 //! - [`etcd`], [`redis`]: spawners that start real `etcd` and `redis-server`
 //!   processes on free loopback ports in temporary directories and kill them
 //!   (by PID) on drop.
+//! - [`history`], [`checker`]: Jepsen-style operation histories recorded
+//!   by client processes, and the offline checker of the fault suite's
+//!   invariants (I-MONO, I-STALE, I-TOKEN, I-DUR, I-ONCE, I-LIVE).
 //! - [`process`]: the shared plumbing: free ports, child processes killed on
 //!   drop, SIGSTOP/SIGCONT, waiting for a port, skipping politely when a
 //!   binary is missing outside CI.
@@ -13,7 +16,9 @@
 //! **Architecture Invariant:** the testkit depends on `palisade-core` only.
 //! Backends depend on it as a dev-dependency, never the other way round.
 
+pub mod checker;
 pub mod etcd;
+pub mod history;
 pub mod lock_suite;
 pub mod process;
 pub mod redis;
