@@ -2,11 +2,16 @@
 # Runs Palisade's whole test suite on a fresh Debian machine.
 #
 # 1. Installs what the tests need, only if missing: redis-server and
-#    redis-cli, etcd and etcdctl, protoc (etcd-client builds its protobufs).
+#    redis-cli, etcd and etcdctl, protoc (etcd-client builds its protobufs),
+#    and the fault suite's tools: libfaketime (client clock jumps), libfiu
+#    (fsync failures), xfs_io (a disk that dies), mkfs.ext4 and losetup
+#    (loop-mounted data directories).
 # 2. Checks formatting and lints (cargo fmt, clippy -D warnings).
 # 3. Runs every test: unit tests, doctests, and the integration tests, which
 #    start real etcd and Redis processes on free loopback ports in temporary
-#    directories and kill them by PID when done.
+#    directories and kill them by PID when done, including the fault suite
+#    (scripts/faults.sh runs only that, and --soak its long form); prints the
+#    fault suite's table.
 # 4. Runs the demos as checks (they exit non-zero if fencing ever fails).
 #
 # Usage: scripts/test.sh            everything
@@ -27,6 +32,11 @@ command -v redis-cli    >/dev/null || missing+=(redis-tools)
 command -v etcd         >/dev/null || missing+=(etcd-server)
 command -v etcdctl      >/dev/null || missing+=(etcd-client)
 command -v protoc       >/dev/null || missing+=(protobuf-compiler)
+command -v faketime     >/dev/null || missing+=(faketime)
+command -v fiu-run      >/dev/null || missing+=(fiu-utils)
+command -v xfs_io       >/dev/null || missing+=(xfsprogs)
+command -v mkfs.ext4    >/dev/null || missing+=(e2fsprogs)
+command -v losetup      >/dev/null || missing+=(mount)
 if ((${#missing[@]})); then
   step "installing ${missing[*]}"
   sudo=""
@@ -59,8 +69,18 @@ if ((quick == 0)); then
 fi
 
 # --- 3. Tests -----------------------------------------------------------------
-step "cargo test (unit, doc, and integration tests against real etcd and Redis)"
-cargo test --workspace --locked --no-fail-fast
+step "cargo test (unit, doc, integration and fault-suite tests against real etcd, Redis and resource servers)"
+# The fault scenarios append one row each to this table (docs/SAFETY.md).
+fault_table="$(mktemp -t palisade-fault-table.XXXXXX)"
+export PALISADE_FAULT_TABLE="$fault_table"
+tests_status=0
+cargo test --workspace --locked --no-fail-fast || tests_status=$?
+step "fault suite table"
+echo "| scenario | backend | operations | faults injected | stale writes accepted | acknowledged writes lost | recovery | notes |"
+echo "|---|---|---:|---:|---:|---:|---:|---|"
+sort -t '|' -b -k2,2V "$fault_table"
+rm -f "$fault_table"
+((tests_status == 0)) || { echo "cargo test failed (exit $tests_status)" >&2; exit "$tests_status"; }
 
 # --- 4. Demos as checks -------------------------------------------------------
 if ((quick == 0)); then

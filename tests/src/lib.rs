@@ -15,6 +15,12 @@
 //!   processes).
 //! - `deploy`: the files under `deploy/` parsed and cross-checked against
 //!   the binaries' flags.
+//! - `faults`, `faults_net`, `faults_disk`: the fault suite (issue 6), on
+//!   the harness in [`fault`]: real processes, real faults, histories and
+//!   an offline checker. `scripts/faults.sh` runs all three and prints the
+//!   table.
+
+pub mod fault;
 
 use std::net::SocketAddr;
 use std::process::Stdio;

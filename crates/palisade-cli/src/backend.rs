@@ -17,9 +17,11 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use palisade_core::{
     Generation, LeaseWatch, Lock, LockError, LockGuard, LockName, Mode, Sequencer, SessionOptions,
+    Signer, SigningKey,
 };
 
 use crate::duration;
+use crate::signing::SigningArgs;
 
 /// Which lock service to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -82,6 +84,27 @@ pub(crate) struct BackendArgs {
     /// `palisade:` for Redis). A live-checking server must use the same.
     #[arg(long, env = "PALISADE_LOCK_PREFIX", value_name = "PREFIX")]
     prefix: Option<String>,
+
+    #[command(flatten)]
+    signing: SigningArgs,
+}
+
+/// What the lock side stamps on its sequencers: the issuer, and the key that
+/// signs them (none: unsigned).
+#[derive(Debug, Clone, Default)]
+struct Stamp {
+    /// `--issuer`, if given; otherwise the backend's own id.
+    issuer: Option<String>,
+    /// The key from `--sign-key-file` / `--sign-key-id`.
+    key: Option<SigningKey>,
+}
+
+impl Stamp {
+    /// A signer for `issuer` with `key`; an issuer a sequencer cannot carry
+    /// is reported against its flag.
+    fn signer(issuer: &str, key: SigningKey) -> anyhow::Result<Signer> {
+        Signer::new(issuer, key).map_err(|error| anyhow::anyhow!("--issuer {issuer:?}: {error}"))
+    }
 }
 
 impl BackendArgs {
@@ -117,10 +140,16 @@ impl BackendArgs {
         Ok(options)
     }
 
-    /// Connects to the chosen lock service and opens one session.
+    /// Connects to the chosen lock service and opens one session. A
+    /// signing key is read first, so a bad key file fails before anything
+    /// is asked of the lock service.
     pub(crate) async fn connect(&self) -> anyhow::Result<AnyLock> {
         let kind = self.kind()?;
         let options = self.options()?;
+        let stamp = Stamp {
+            issuer: self.signing.issuer.clone(),
+            key: self.signing.signing_key()?,
+        };
         match kind {
             BackendKind::Etcd => {
                 let endpoints = self.etcd_endpoints.as_deref().ok_or_else(|| {
@@ -128,13 +157,13 @@ impl BackendArgs {
                         "--backend etcd needs --etcd-endpoints (or PALISADE_ETCD_ENDPOINTS)"
                     )
                 })?;
-                connect_etcd(endpoints, self.prefix.as_deref(), options).await
+                connect_etcd(endpoints, self.prefix.as_deref(), options, stamp).await
             }
             BackendKind::Redis => {
                 let url = self.redis_url.as_deref().ok_or_else(|| {
                     anyhow::anyhow!("--backend redis needs --redis-url (or PALISADE_REDIS_URL)")
                 })?;
-                connect_redis(url, self.prefix.as_deref(), options).await
+                connect_redis(url, self.prefix.as_deref(), options, stamp).await
             }
             BackendKind::Embedded => unreachable!("refused by kind()"),
         }
@@ -146,18 +175,39 @@ async fn connect_etcd(
     endpoints: &str,
     prefix: Option<&str>,
     options: SessionOptions,
+    stamp: Stamp,
 ) -> anyhow::Result<AnyLock> {
-    use palisade_lock_etcd::{EtcdConfig, EtcdLock};
-    let mut config = EtcdConfig::from_endpoint_list(endpoints)?;
-    if let Some(prefix) = prefix {
-        config = config.with_prefix(prefix)?;
-    }
-    let lock = EtcdLock::connect(config, options).await.map_err(|error| {
+    use palisade_lock_etcd::{EtcdConfig, EtcdConnection, EtcdLock};
+    let unreachable = |error: LockError| {
         anyhow::anyhow!(
             "cannot open a session on etcd at {endpoints}: {}",
             lock_error_text(&error)
         )
-    })?;
+    };
+    let mut config = EtcdConfig::from_endpoint_list(endpoints)?;
+    if let Some(prefix) = prefix {
+        config = config.with_prefix(prefix)?;
+    }
+    if let Some(issuer) = &stamp.issuer {
+        config = config.with_issuer(issuer)?;
+    }
+    if let Some(key) = stamp.key {
+        // Without --issuer, sign as the cluster itself (`etcd-<cluster
+        // id>`), the id a live check derives too; learning it takes one
+        // short connection.
+        let issuer = match stamp.issuer {
+            Some(issuer) => issuer,
+            None => EtcdConnection::connect(config.clone())
+                .await
+                .map_err(unreachable)?
+                .issuer()
+                .to_owned(),
+        };
+        config = config.with_signer(Stamp::signer(&issuer, key)?);
+    }
+    let lock = EtcdLock::connect(config, options)
+        .await
+        .map_err(unreachable)?;
     Ok(AnyLock::Etcd(lock))
 }
 
@@ -166,6 +216,7 @@ async fn connect_etcd(
     _endpoints: &str,
     _prefix: Option<&str>,
     _options: SessionOptions,
+    _stamp: Stamp,
 ) -> anyhow::Result<AnyLock> {
     anyhow::bail!("this build of palisade has no etcd support (feature `etcd`)")
 }
@@ -175,19 +226,39 @@ async fn connect_redis(
     url: &str,
     prefix: Option<&str>,
     options: SessionOptions,
+    stamp: Stamp,
 ) -> anyhow::Result<AnyLock> {
     use palisade_lock_redis::{RedisConfig, RedisLockClient, RedisLockError};
-    let mut config = RedisConfig::new(url);
-    if let Some(prefix) = prefix {
-        config = config.with_key_prefix(prefix);
-    }
-    let client = RedisLockClient::connect(config).await.map_err(|error| {
+    let unreachable = |error: RedisLockError| {
         let reason = match &error {
             RedisLockError::Lock(error) => lock_error_text(error),
             other => cause_chain(other),
         };
         anyhow::anyhow!("cannot connect to Redis at {}: {reason}", redact(url))
-    })?;
+    };
+    let mut config = RedisConfig::new(url);
+    if let Some(prefix) = prefix {
+        config = config.with_key_prefix(prefix);
+    }
+    if let Some(issuer) = &stamp.issuer {
+        config = config.with_issuer(issuer);
+    }
+    if let Some(key) = stamp.key {
+        // Without --issuer, sign as the deployment itself
+        // (`redis@<host:port>`), the id a live check derives too.
+        let issuer = match stamp.issuer {
+            Some(issuer) => issuer,
+            None => RedisLockClient::connect(config.clone())
+                .await
+                .map_err(unreachable)?
+                .issuer()
+                .to_owned(),
+        };
+        config = config.with_signer(Stamp::signer(&issuer, key)?);
+    }
+    let client = RedisLockClient::connect(config)
+        .await
+        .map_err(unreachable)?;
     Ok(AnyLock::Redis(client.session(options)?))
 }
 
@@ -196,6 +267,7 @@ async fn connect_redis(
     _url: &str,
     _prefix: Option<&str>,
     _options: SessionOptions,
+    _stamp: Stamp,
 ) -> anyhow::Result<AnyLock> {
     anyhow::bail!("this build of palisade has no Redis support (feature `redis`)")
 }

@@ -10,6 +10,7 @@
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt as _;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -37,6 +38,21 @@ pub(crate) struct ServerArgs {
     #[arg(long, default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
     timeout: Duration,
 
+    /// Bearer token for a server that requires one (`--tokens-file`).
+    /// Prefer the environment variable: a flag shows in the process list.
+    #[arg(
+        long,
+        env = "PALISADE_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    token: Option<String>,
+
+    /// CA certificate (PEM) to trust for an `https://` server, instead of
+    /// the system's CA bundle.
+    #[arg(long, env = "PALISADE_CA_CERT", value_name = "PEM")]
+    ca_cert: Option<PathBuf>,
+
     /// Print the result as one JSON object on standard output.
     #[arg(long)]
     json: bool,
@@ -44,7 +60,14 @@ pub(crate) struct ServerArgs {
 
 impl ServerArgs {
     fn client(&self) -> anyhow::Result<Client> {
-        Ok(Client::with_timeout(&self.server, self.timeout)?)
+        let mut builder = Client::builder(&self.server).timeout(self.timeout);
+        if let Some(token) = &self.token {
+            builder = builder.bearer_token(token);
+        }
+        if let Some(ca_cert) = &self.ca_cert {
+            builder = builder.root_ca_file(ca_cert);
+        }
+        Ok(builder.build()?)
     }
 }
 
@@ -482,5 +505,32 @@ mod tests {
         assert_eq!(code, exit::STALE);
         assert!(line.contains("generation 33"), "{line}");
         assert!(line.contains("marks: exclusive 34, shared 0"), "{line}");
+    }
+
+    #[test]
+    fn the_token_and_ca_flags_reach_the_client() {
+        let args = |server: &str, token: Option<&str>, ca_cert: Option<&str>| ServerArgs {
+            server: server.to_owned(),
+            timeout: Duration::from_secs(1),
+            token: token.map(str::to_owned),
+            ca_cert: ca_cert.map(PathBuf::from),
+            json: false,
+        };
+        let token = "orders-token-0123456789";
+        let client = args("http://127.0.0.1:7411", Some(token), None)
+            .client()
+            .unwrap();
+        assert!(
+            !format!("{client:?}").contains(token),
+            "the token never shows"
+        );
+        let error = args("http://127.0.0.1:7411", Some("not a token"), None)
+            .client()
+            .unwrap_err();
+        assert!(error.to_string().contains("bearer token"), "{error}");
+        let error = args("https://127.0.0.1:7411", None, Some("/nonexistent/ca.pem"))
+            .client()
+            .unwrap_err();
+        assert!(error.to_string().contains("/nonexistent/ca.pem"), "{error}");
     }
 }

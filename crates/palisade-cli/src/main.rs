@@ -9,6 +9,7 @@
 //! palisade marks <lock>                     the lock's high-water marks on the resource server
 //! palisade serve --data-dir DIR             run the resource server (optionally with a live check)
 //! palisade demo gc-pause|flash-sale         the demos
+//! palisade keygen --key-id k2               a fresh signing key, as a key ring line
 //! ```
 //!
 //! # Where to start
@@ -21,6 +22,8 @@
 //! - `exit.rs`: the exit codes, which are part of the contract
 //!   (`docs/cli.md`).
 //! - `serve.rs`: the resource server with `--live-check etcd|redis`.
+//! - `signing.rs`: the lock side's `--sign-key-file`, `--sign-key-id` and
+//!   `--issuer` (flattened into the backend flags), and `keygen`.
 
 mod backend;
 mod child;
@@ -31,6 +34,7 @@ mod duration;
 mod exit;
 mod lock;
 mod serve;
+mod signing;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
@@ -69,6 +73,8 @@ enum Command {
     /// Run a demo: `gc-pause` or `flash-sale`.
     #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
+    /// Print a fresh signing key as a key ring line, `<key id> <hex secret>`.
+    Keygen(signing::KeygenArgs),
 }
 
 impl Command {
@@ -105,6 +111,7 @@ async fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args).await.map(|()| exit::OK),
         #[cfg(feature = "demo")]
         Command::Demo(args) => demo::run(args).await.map(|()| exit::OK),
+        Command::Keygen(args) => signing::keygen(args).map(|()| exit::OK),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -37,6 +37,28 @@ pub(crate) struct ServeArgs {
     /// Redis URL for `--live-check redis` (password and TLS in the URL).
     #[arg(long, env = "PALISADE_REDIS_URL", hide_env_values = true)]
     redis_url: Option<String>,
+
+    /// The key prefix the lock side uses (its `--prefix`), for the live
+    /// check to find the holders' keys.
+    #[arg(long, env = "PALISADE_LOCK_PREFIX", value_name = "PREFIX")]
+    prefix: Option<String>,
+
+    /// The issuer the lock side stamps on its sequencers (its `--issuer`);
+    /// the live check answers `not_held` for any other issuer. Default: the
+    /// only `--issuer` trusted by the server if exactly one is given,
+    /// otherwise the id the lock service derives for itself.
+    #[arg(long, env = "PALISADE_LIVE_CHECK_ISSUER", value_name = "ID")]
+    live_check_issuer: Option<String>,
+}
+
+impl ServeArgs {
+    /// The issuer the live check accepts, if not the lock service's own id.
+    fn live_check_issuer(&self) -> Option<&str> {
+        self.live_check_issuer.as_deref().or(match self.server.issuers.as_slice() {
+            [only] => Some(only.as_str()),
+            _ => None,
+        })
+    }
 }
 
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -62,22 +84,36 @@ async fn live_check(args: &ServeArgs) -> anyhow::Result<Option<SharedLiveCheck>>
                 .etcd_endpoints
                 .as_deref()
                 .context("--live-check etcd needs --etcd-endpoints (or PALISADE_ETCD_ENDPOINTS)")?;
-            etcd_live_check(endpoints).await.map(Some)
+            etcd_live_check(endpoints, args.prefix.as_deref(), args.live_check_issuer())
+                .await
+                .map(Some)
         }
         LiveCheckKind::Redis => {
             let url = args
                 .redis_url
                 .as_deref()
                 .context("--live-check redis needs --redis-url (or PALISADE_REDIS_URL)")?;
-            redis_live_check(url).await.map(Some)
+            redis_live_check(url, args.prefix.as_deref(), args.live_check_issuer())
+                .await
+                .map(Some)
         }
     }
 }
 
 #[cfg(feature = "etcd")]
-async fn etcd_live_check(endpoints: &str) -> anyhow::Result<SharedLiveCheck> {
+async fn etcd_live_check(
+    endpoints: &str,
+    prefix: Option<&str>,
+    issuer: Option<&str>,
+) -> anyhow::Result<SharedLiveCheck> {
     use palisade_lock_etcd::{EtcdConfig, EtcdLiveCheck};
-    let config = EtcdConfig::from_endpoint_list(endpoints)?;
+    let mut config = EtcdConfig::from_endpoint_list(endpoints)?;
+    if let Some(prefix) = prefix {
+        config = config.with_prefix(prefix)?;
+    }
+    if let Some(issuer) = issuer {
+        config = config.with_issuer(issuer)?;
+    }
     let live_check = EtcdLiveCheck::connect(config)
         .await
         .with_context(|| format!("cannot reach etcd at {endpoints} for the live check"))?;
@@ -86,14 +122,29 @@ async fn etcd_live_check(endpoints: &str) -> anyhow::Result<SharedLiveCheck> {
 }
 
 #[cfg(not(feature = "etcd"))]
-async fn etcd_live_check(_endpoints: &str) -> anyhow::Result<SharedLiveCheck> {
+async fn etcd_live_check(
+    _endpoints: &str,
+    _prefix: Option<&str>,
+    _issuer: Option<&str>,
+) -> anyhow::Result<SharedLiveCheck> {
     anyhow::bail!("this build of palisade has no etcd support (feature `etcd`)")
 }
 
 #[cfg(feature = "redis")]
-async fn redis_live_check(url: &str) -> anyhow::Result<SharedLiveCheck> {
+async fn redis_live_check(
+    url: &str,
+    prefix: Option<&str>,
+    issuer: Option<&str>,
+) -> anyhow::Result<SharedLiveCheck> {
     use palisade_lock_redis::{RedisConfig, RedisLiveCheck};
-    let live_check = RedisLiveCheck::connect(RedisConfig::new(url))
+    let mut config = RedisConfig::new(url);
+    if let Some(prefix) = prefix {
+        config = config.with_key_prefix(prefix);
+    }
+    if let Some(issuer) = issuer {
+        config = config.with_issuer(issuer);
+    }
+    let live_check = RedisLiveCheck::connect(config)
         .await
         .with_context(|| format!("cannot reach Redis at {url} for the live check"))?;
     tracing::info!(%url, "live check: redis");
@@ -101,6 +152,10 @@ async fn redis_live_check(url: &str) -> anyhow::Result<SharedLiveCheck> {
 }
 
 #[cfg(not(feature = "redis"))]
-async fn redis_live_check(_url: &str) -> anyhow::Result<SharedLiveCheck> {
+async fn redis_live_check(
+    _url: &str,
+    _prefix: Option<&str>,
+    _issuer: Option<&str>,
+) -> anyhow::Result<SharedLiveCheck> {
     anyhow::bail!("this build of palisade has no Redis support (feature `redis`)")
 }

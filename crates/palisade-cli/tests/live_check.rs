@@ -175,3 +175,54 @@ async fn live_check_without_its_endpoint_is_a_clear_error() {
         "{stderr}"
     );
 }
+
+/// A signing lock side with its own prefix and issuer: `serve` verifies the
+/// signatures, and its live check (told the prefix, and taking the issuer
+/// from the one trusted `--issuer`) still recognises the holder, then
+/// refuses it once its hold has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_live_check_follows_the_lock_sides_prefix_and_issuer() {
+    use palisade_core::{Signer, SigningKey};
+    use palisade_lock_redis::{RedisConfig, RedisLockClient};
+
+    let Some(redis) = RedisServer::spawn(RedisOptions::default()) else {
+        return;
+    };
+    let url = redis.url();
+    let secret = [7u8; 32];
+    let keys = tempfile::NamedTempFile::new().expect("temp file");
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(keys.path(), format!("k1 {hex}\n")).expect("write keys");
+    let keys_path = keys.path().to_str().expect("UTF-8 path");
+    let served = serve(&[
+        "--live-check",
+        "redis",
+        "--redis-url",
+        &url,
+        "--prefix",
+        "shop:",
+        "--verify-keys-file",
+        keys_path,
+        "--issuer",
+        "redis-shop",
+    ])
+    .await;
+    let signer = Signer::new("redis-shop", SigningKey::new("k1", secret).unwrap()).unwrap();
+    let client = RedisLockClient::connect(
+        RedisConfig::new(&url)
+            .with_key_prefix("shop:")
+            .with_signer(signer),
+    )
+    .await
+    .unwrap();
+    let locks = client.session(options()).unwrap();
+    let guard = locks
+        .acquire(&LockName::new("live/signed").unwrap(), Mode::Exclusive)
+        .await
+        .unwrap();
+    assert!(guard.issued().signature().is_some());
+    check_live_check(&served, &guard, async {
+        locks.expire_session().await.expect("expire the hold");
+    })
+    .await;
+}

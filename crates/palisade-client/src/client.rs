@@ -1,13 +1,16 @@
 //! The client itself.
 
+use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
 use palisade_core::{Generation, LockGuard, LockName, Mode, Sequencer};
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
+use crate::tls::TlsTransport;
 use crate::{BatchOp, ClientError, Health, Marks, OpResult, Read, Refused, Written};
 
 /// The header carrying `H_excl` on 2xx answers.
@@ -47,9 +50,192 @@ const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// ```
 #[derive(Debug, Clone)]
 pub struct Client {
-    http: reqwest::Client,
+    transport: Transport,
     /// The base URL without a trailing slash, e.g. `http://127.0.0.1:7411`.
     base: String,
+    /// `Bearer <token>`, sent on every request when the server requires
+    /// tokens. Marked sensitive, so `Debug` output shows no token.
+    authorization: Option<HeaderValue>,
+}
+
+/// How requests travel: reqwest for `http://`, our rustls transport for
+/// `https://` (see `tls.rs` for why not reqwest's).
+#[derive(Debug, Clone)]
+enum Transport {
+    Plain(reqwest::Client),
+    Tls {
+        /// Boxed: a pooled hyper client is much larger than reqwest's handle.
+        https: Box<TlsTransport>,
+        /// The whole exchange's time limit (reqwest has its own).
+        timeout: Duration,
+    },
+}
+
+/// Options for a [`Client`]: timeout, bearer token, trusted CA.
+///
+/// ```
+/// use std::time::Duration;
+/// use palisade_client::Client;
+///
+/// # fn main() -> Result<(), palisade_client::ClientError> {
+/// # let ca_pem = include_bytes!("../tests/data/example-ca.pem");
+/// let client = Client::builder("https://palisade.internal:7411")
+///     .timeout(Duration::from_secs(5))
+///     .bearer_token("Zs8AkP2v1nQxWm4rT7yB")
+///     .root_ca_pem(ca_pem)
+///     .build()?;
+/// assert!(!format!("{client:?}").contains("Zs8AkP2v"), "the token never shows");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "call build() to get a Client"]
+pub struct ClientBuilder {
+    base_url: String,
+    timeout: Duration,
+    bearer_token: Option<SecretText>,
+    root_ca_pem: Option<Vec<u8>>,
+    root_ca_error: Option<String>,
+}
+
+/// A token kept out of `Debug` output.
+#[derive(Clone)]
+struct SecretText(String);
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl ClientBuilder {
+    /// The time limit for one request (default 30 s); connecting gets at
+    /// most 5 s of it.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sends `authorization: Bearer <token>` on every request, for a
+    /// server started with `--tokens-file`. Use `https://` (or loopback):
+    /// over plain HTTP the token is readable on the network.
+    pub fn bearer_token(mut self, token: &str) -> Self {
+        self.bearer_token = Some(SecretText(token.trim().to_owned()));
+        self
+    }
+
+    /// Trusts the CA certificates in this PEM text (one or more
+    /// `CERTIFICATE` blocks) for `https://`, *instead of* the system's CA
+    /// bundle: a private CA is then the only one trusted. Without it,
+    /// `https://` trusts the system bundle (`SSL_CERT_FILE`, else the
+    /// usual paths such as `/etc/ssl/certs/ca-certificates.crt`).
+    pub fn root_ca_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.root_ca_pem = Some(pem.as_ref().to_vec());
+        self
+    }
+
+    /// [`ClientBuilder::root_ca_pem`] with the contents of `path`. A file
+    /// that cannot be read fails [`ClientBuilder::build`].
+    pub fn root_ca_file(mut self, path: impl AsRef<Path>) -> Self {
+        let path = path.as_ref();
+        match std::fs::read(path) {
+            Ok(pem) => self.root_ca_pem = Some(pem),
+            Err(error) => {
+                self.root_ca_error = Some(format!("cannot read {}: {error}", path.display()))
+            }
+        }
+        self
+    }
+
+    /// The client. Fails on a base URL that is not `http://` or
+    /// `https://`, a token that is not an RFC 6750 `b64token`, a CA that is
+    /// not PEM, or a CA given for an `http://` URL.
+    pub fn build(self) -> Result<Client, ClientError> {
+        let url = check_base_url(&self.base_url)?;
+        if let Some(reason) = self.root_ca_error {
+            return Err(ClientError::InvalidOption {
+                option: "root CA",
+                reason,
+            });
+        }
+        let authorization = self
+            .bearer_token
+            .map(|SecretText(token)| bearer_header(&token))
+            .transpose()?;
+        let connect_timeout = self.timeout.min(Duration::from_secs(5));
+        let transport = if url.scheme() == "https" {
+            let roots = match &self.root_ca_pem {
+                Some(pem) => crate::tls::roots_from_pem(pem)?,
+                None => crate::tls::system_roots()?,
+            };
+            Transport::Tls {
+                https: Box::new(TlsTransport::new(roots, connect_timeout)),
+                timeout: self.timeout,
+            }
+        } else {
+            if self.root_ca_pem.is_some() {
+                return Err(ClientError::InvalidOption {
+                    option: "root CA",
+                    reason: "a CA certificate only applies to https:// URLs".into(),
+                });
+            }
+            let http = reqwest::Client::builder()
+                .timeout(self.timeout)
+                .connect_timeout(connect_timeout)
+                .build()
+                .map_err(|source| ClientError::Transport {
+                    url: self.base_url.clone(),
+                    source,
+                })?;
+            Transport::Plain(http)
+        };
+        Ok(Client {
+            transport,
+            base: self.base_url.trim_end_matches('/').to_owned(),
+            authorization,
+        })
+    }
+}
+
+/// `Bearer <token>`, checked and marked sensitive.
+fn bearer_header(token: &str) -> Result<HeaderValue, ClientError> {
+    let body = token.trim_end_matches('=');
+    let valid = !body.is_empty()
+        && body
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b));
+    if !valid {
+        return Err(ClientError::InvalidOption {
+            option: "bearer token",
+            reason: "a token is letters, digits and -._~+/ (then = padding)".into(),
+        });
+    }
+    let mut value =
+        HeaderValue::from_str(&format!("Bearer {token}")).expect("checked to be visible ASCII");
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+fn check_base_url(base_url: &str) -> Result<reqwest::Url, ClientError> {
+    let invalid = |reason| ClientError::InvalidUrl {
+        url: base_url.to_owned(),
+        reason,
+    };
+    let url = reqwest::Url::parse(base_url).map_err(|_| invalid("not a URL"))?;
+    if url.scheme() != "http" && url.scheme() != "https" {
+        return Err(invalid("the scheme must be http or https"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid("a base URL has no query or fragment"));
+    }
+    Ok(url)
+}
+
+/// A 2xx answer, read in full.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
 }
 
 /// Percent-encodes bytes for one path segment: everything but `A-Z a-z 0-9
@@ -150,6 +336,14 @@ impl ErrorAnswer {
             (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused") => {
                 Refused::IdempotencyKeyReused { message }
             }
+            (StatusCode::CONFLICT, "raise_too_large") => Refused::RaiseTooLarge {
+                presented: self.u64_field("presented").unwrap_or_default(),
+                max_raise: self.u64_field("max_raise").unwrap_or_default(),
+                marks: self
+                    .marks()
+                    .ok_or_else(|| self.unexpected("raise_too_large answer without marks"))?,
+                message,
+            },
             _ => return Ok(None),
         }))
     }
@@ -164,6 +358,8 @@ impl ErrorAnswer {
                 message,
             },
             StatusCode::NOT_FOUND => ClientError::NotFound { code, message },
+            StatusCode::UNAUTHORIZED => ClientError::Unauthenticated { code, message },
+            StatusCode::FORBIDDEN => ClientError::Forbidden { code, message },
             StatusCode::PAYLOAD_TOO_LARGE => ClientError::TooLarge {
                 limit: self.body["limit"].as_str().unwrap_or_default().to_owned(),
                 max: self.body["max"].as_u64().unwrap_or_default(),
@@ -179,7 +375,7 @@ impl ErrorAnswer {
     }
 }
 
-fn header_u64(headers: &reqwest::header::HeaderMap, name: &str) -> Option<u64> {
+fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
     headers.get(name)?.to_str().ok()?.parse().ok()
 }
 
@@ -188,41 +384,45 @@ impl Client {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
     /// A client for the server at `base_url` (e.g. `http://127.0.0.1:7411`),
-    /// with a 30 s request timeout and a 5 s connect timeout.
+    /// with a 30 s request timeout and a 5 s connect timeout. `https://`
+    /// trusts the system's CA bundle; use [`Client::builder`] for a
+    /// private CA or a bearer token.
     pub fn new(base_url: &str) -> Result<Client, ClientError> {
-        Client::with_timeout(base_url, Client::DEFAULT_TIMEOUT)
+        Client::builder(base_url).build()
     }
 
     /// Like [`Client::new`] with another request timeout.
     pub fn with_timeout(base_url: &str, timeout: Duration) -> Result<Client, ClientError> {
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(5)))
-            .build()
-            .map_err(|source| ClientError::Transport {
-                url: base_url.to_owned(),
-                source,
-            })?;
-        Client::with_http_client(base_url, http)
+        Client::builder(base_url).timeout(timeout).build()
     }
 
-    /// A client using an existing `reqwest::Client` (its pool and settings).
+    /// Options beyond the base URL: timeout, bearer token, trusted CA.
+    pub fn builder(base_url: &str) -> ClientBuilder {
+        ClientBuilder {
+            base_url: base_url.to_owned(),
+            timeout: Client::DEFAULT_TIMEOUT,
+            bearer_token: None,
+            root_ca_pem: None,
+            root_ca_error: None,
+        }
+    }
+
+    /// A client using an existing `reqwest::Client` (its pool and settings)
+    /// for an `http://` server.
     pub fn with_http_client(base_url: &str, http: reqwest::Client) -> Result<Client, ClientError> {
-        let invalid = |reason| ClientError::InvalidUrl {
-            url: base_url.to_owned(),
-            reason,
-        };
-        let url = reqwest::Url::parse(base_url).map_err(|_| invalid("not a URL"))?;
-        if url.scheme() != "http" && url.scheme() != "https" {
-            return Err(invalid("the scheme must be http or https"));
-        }
-        if url.query().is_some() || url.fragment().is_some() {
-            return Err(invalid("a base URL has no query or fragment"));
-        }
+        check_base_url(base_url)?;
         Ok(Client {
-            http,
+            transport: Transport::Plain(http),
             base: base_url.trim_end_matches('/').to_owned(),
+            authorization: None,
         })
+    }
+
+    /// This client, sending `authorization: Bearer <token>` on every
+    /// request (see [`ClientBuilder::bearer_token`]).
+    pub fn with_bearer_token(mut self, token: &str) -> Result<Client, ClientError> {
+        self.authorization = Some(bearer_header(token.trim())?);
+        Ok(self)
     }
 
     /// The base URL.
@@ -238,7 +438,92 @@ impl Client {
         )
     }
 
-    /// Sends a request; returns the 2xx response, or the decoded error.
+    /// The request's headers: sequencer, idempotency key, token.
+    fn headers(
+        &self,
+        sequencer: Option<&Sequencer>,
+        idempotency_key: Option<&str>,
+    ) -> Result<HeaderMap, ClientError> {
+        let mut headers = HeaderMap::new();
+        if let Some(sequencer) = sequencer {
+            let value = HeaderValue::from_str(&sequencer.to_string()).map_err(|_| {
+                ClientError::InvalidOption {
+                    option: "sequencer",
+                    reason: "its text form is not a valid header value".into(),
+                }
+            })?;
+            headers.insert(Sequencer::HTTP_HEADER, value);
+        }
+        if let Some(key) = idempotency_key {
+            let value = HeaderValue::from_str(key).map_err(|_| ClientError::InvalidOption {
+                option: "idempotency key",
+                reason: "not a valid header value".into(),
+            })?;
+            headers.insert(IDEMPOTENCY_KEY_HEADER, value);
+        }
+        if let Some(authorization) = &self.authorization {
+            headers.insert(AUTHORIZATION, authorization.clone());
+        }
+        Ok(headers)
+    }
+
+    /// Sends a request and reads the answer in full.
+    async fn exchange(
+        &self,
+        method: Method,
+        url: &str,
+        headers: HeaderMap,
+        body: Option<Bytes>,
+    ) -> Result<Answer, ClientError> {
+        match &self.transport {
+            Transport::Plain(http) => {
+                let mut request = http.request(method, url).headers(headers);
+                if let Some(body) = body {
+                    request = request.body(body);
+                }
+                let response = request.send().await.map_err(|source| {
+                    if source.is_timeout() {
+                        ClientError::Timeout {
+                            url: url.to_owned(),
+                        }
+                    } else if source.is_connect() {
+                        ClientError::Connect {
+                            url: url.to_owned(),
+                            source,
+                        }
+                    } else {
+                        ClientError::Transport {
+                            url: url.to_owned(),
+                            source,
+                        }
+                    }
+                })?;
+                let status = response.status();
+                let headers = response.headers().clone();
+                let body = read_body(response, url).await?;
+                Ok(Answer {
+                    status,
+                    headers,
+                    body,
+                })
+            }
+            Transport::Tls { https, timeout } => {
+                let exchange = https.send(method, url, headers, body);
+                let (status, headers, body) = tokio::time::timeout(*timeout, exchange)
+                    .await
+                    .map_err(|_| ClientError::Timeout {
+                        url: url.to_owned(),
+                    })??;
+                Ok(Answer {
+                    status,
+                    headers,
+                    body,
+                })
+            }
+        }
+    }
+
+    /// Sends a request; returns the 2xx answer, or the decoded error.
     async fn send(
         &self,
         method: Method,
@@ -246,37 +531,14 @@ impl Client {
         sequencer: Option<&Sequencer>,
         idempotency_key: Option<&str>,
         body: Option<Bytes>,
-    ) -> Result<Result<reqwest::Response, ErrorAnswer>, ClientError> {
-        let mut request = self.http.request(method, &url);
-        if let Some(sequencer) = sequencer {
-            request = request.header(Sequencer::HTTP_HEADER, sequencer.to_string());
-        }
-        if let Some(key) = idempotency_key {
-            request = request.header(IDEMPOTENCY_KEY_HEADER, key);
-        }
-        if let Some(body) = body {
-            request = request.body(body);
-        }
-        let response = request.send().await.map_err(|source| {
-            if source.is_timeout() {
-                ClientError::Timeout { url: url.clone() }
-            } else if source.is_connect() {
-                ClientError::Connect {
-                    url: url.clone(),
-                    source,
-                }
-            } else {
-                ClientError::Transport {
-                    url: url.clone(),
-                    source,
-                }
-            }
-        })?;
-        let status = response.status();
+    ) -> Result<Result<Answer, ErrorAnswer>, ClientError> {
+        let headers = self.headers(sequencer, idempotency_key)?;
+        let answer = self.exchange(method, &url, headers, body).await?;
+        let status = answer.status;
         if status.is_success() {
-            return Ok(Ok(response));
+            return Ok(Ok(answer));
         }
-        let bytes = read_body(response, &url).await?;
+        let bytes = answer.body;
         let body: Value =
             serde_json::from_slice(&bytes).map_err(|_| ClientError::UnexpectedResponse {
                 status: status.as_u16(),
@@ -304,16 +566,11 @@ impl Client {
         idempotency_key: Option<&str>,
         body: Option<Bytes>,
     ) -> Result<Result<Written, Refused>, ClientError> {
-        let url_for_errors = url.clone();
         match self
             .send(method, url, Some(sequencer), idempotency_key, body)
             .await?
         {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                let bytes = read_body(response, &url_for_errors).await?;
-                decode_written(status, &bytes).map(Ok)
-            }
+            Ok(answer) => decode_written(answer.status.as_u16(), &answer.body).map(Ok),
             Err(answer) => match answer.refusal()? {
                 Some(refused) => {
                     tracing::debug!(
@@ -343,15 +600,14 @@ impl Client {
             .send(Method::GET, url.clone(), sequencer, None, None)
             .await?
         {
-            Ok(response) => {
+            Ok(answer) => {
                 let marks = Marks {
-                    exclusive: header_u64(response.headers(), MARK_EXCLUSIVE_HEADER)
+                    exclusive: header_u64(&answer.headers, MARK_EXCLUSIVE_HEADER)
                         .unwrap_or_default(),
-                    shared: header_u64(response.headers(), MARK_SHARED_HEADER).unwrap_or_default(),
+                    shared: header_u64(&answer.headers, MARK_SHARED_HEADER).unwrap_or_default(),
                 };
-                let value = read_body(response, &url).await?;
                 Ok(Ok(Read {
-                    value: Some(value),
+                    value: Some(answer.body),
                     marks,
                 }))
             }
@@ -464,9 +720,9 @@ impl Client {
             .send(Method::GET, url.clone(), None, None, None)
             .await?
         {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                let body: Value = decode_json(status, &read_body(response, &url).await?)?;
+            Ok(answer) => {
+                let status = answer.status.as_u16();
+                let body: Value = decode_json(status, &answer.body)?;
                 Ok(Marks {
                     exclusive: body["marks"]["exclusive"].as_u64().ok_or_else(|| {
                         ClientError::UnexpectedResponse {
@@ -493,9 +749,9 @@ impl Client {
             .send(Method::GET, url.clone(), None, None, None)
             .await?
         {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                let body: Value = decode_json(status, &read_body(response, &url).await?)?;
+            Ok(answer) => {
+                let status = answer.status.as_u16();
+                let body: Value = decode_json(status, &answer.body)?;
                 Ok(Health {
                     status: body["status"].as_str().unwrap_or_default().to_owned(),
                     durability: body["durability"].as_str().unwrap_or_default().to_owned(),

@@ -45,6 +45,57 @@ pub enum ClientError {
         #[source]
         source: reqwest::Error,
     },
+    /// An `https://` request failed below HTTP: the server could not be
+    /// reached, or the connection broke.
+    #[error("HTTPS request to {url} failed: {source}")]
+    Https {
+        /// The URL requested.
+        url: String,
+        /// The transport error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The TLS handshake failed: the server's certificate is not signed
+    /// by a trusted CA or not for this host name, or the server does not
+    /// speak TLS. Retrying will not help.
+    #[error("TLS with {url} failed: {source}")]
+    Tls {
+        /// The URL requested.
+        url: String,
+        /// What rustls said.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A client option is invalid (a token, a CA certificate...).
+    #[error("invalid {option}: {reason}")]
+    InvalidOption {
+        /// Which option.
+        option: &'static str,
+        /// What is wrong (never the secret itself).
+        reason: String,
+    },
+    /// 401: the server requires a bearer token and got none or an unknown
+    /// one (`unauthenticated`), or it verifies sequencer signatures and
+    /// this sequencer is unsigned (`unsigned`), signed with a key it does
+    /// not know (`unknown_key`) or badly signed (`bad_signature`). Nothing
+    /// changed on the server.
+    #[error("not authenticated ({code}): {message}")]
+    Unauthenticated {
+        /// The server's `code`.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+    /// 403: the token may not use this lock (`forbidden`), or the
+    /// sequencer comes from an issuer the server does not trust
+    /// (`wrong_issuer`). Nothing changed on the server.
+    #[error("forbidden ({code}): {message}")]
+    Forbidden {
+        /// The server's `code`.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
     /// 400 (or 422 `lock_mismatch`): the request is malformed.
     #[error("bad request ({status} {code}): {message}")]
     BadRequest {
@@ -113,6 +164,8 @@ impl ClientError {
         match self {
             ClientError::BadRequest { code, .. }
             | ClientError::NotFound { code, .. }
+            | ClientError::Unauthenticated { code, .. }
+            | ClientError::Forbidden { code, .. }
             | ClientError::Unavailable { code, .. }
             | ClientError::Server { code, .. } => Some(code),
             ClientError::TooLarge { .. } => Some("too_large"),
@@ -121,13 +174,15 @@ impl ClientError {
     }
 
     /// Whether retrying the same request later (with the same idempotency
-    /// key) may succeed: transport failures, timeouts and 503s.
+    /// key) may succeed: transport failures, timeouts and 503s (including
+    /// `overloaded`).
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
             ClientError::Connect { .. }
                 | ClientError::Timeout { .. }
                 | ClientError::Transport { .. }
+                | ClientError::Https { .. }
                 | ClientError::Unavailable { .. }
         )
     }

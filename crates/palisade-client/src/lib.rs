@@ -7,10 +7,20 @@
 //! request, server errors), the inner [`Refused`] for what a fenced system
 //! expects to happen (a stale generation, a failed compare-and-swap).
 //!
+//! `http://` goes through reqwest; `https://` through a small rustls
+//! transport of its own (the `ring` provider, no process-wide state), which
+//! trusts the system's CA bundle or a private CA given to
+//! [`ClientBuilder::root_ca_pem`]. A server started with `--tokens-file`
+//! needs [`ClientBuilder::bearer_token`]; its refusals are
+//! [`ClientError::Unauthenticated`] and [`ClientError::Forbidden`], as are
+//! a server's refusals of unsigned or badly signed sequencers.
+//!
 //! # Where to start
 //!
 //! - [`Client`]: `new(base_url)`, then `get`, `put`, `delete`, `cas`,
 //!   `batch`, `marks`, `health`.
+//! - [`ClientBuilder`] (`Client::builder(base_url)`): a bearer token for a
+//!   server that requires one, a private CA for `https://`, a timeout.
 //! - [`Client::put_with`] and friends: take any
 //!   [`LockGuard`](palisade_core::LockGuard) and use its sequencer, refusing
 //!   locally once the lease may have lapsed.
@@ -18,8 +28,9 @@
 
 mod client;
 mod error;
+mod tls;
 mod types;
 
-pub use client::Client;
+pub use client::{Client, ClientBuilder};
 pub use error::ClientError;
 pub use types::{BatchOp, Health, Marks, OpResult, Read, Refused, Written};

@@ -188,6 +188,21 @@ pub enum Refused {
         /// The server's message.
         message: String,
     },
+    /// 409 `raise_too_large`: the server caps how far one request may
+    /// raise a lock's mark (`--max-mark-raise`), and this generation is
+    /// further above the marks than that. A lock side minting such
+    /// generations has a bug; fix it rather than retry.
+    #[error("raise too large: {message}")]
+    RaiseTooLarge {
+        /// The generation presented.
+        presented: u64,
+        /// The server's cap.
+        max_raise: u64,
+        /// The lock's current marks.
+        marks: Marks,
+        /// The server's message.
+        message: String,
+    },
 }
 
 impl Refused {
@@ -199,6 +214,7 @@ impl Refused {
             Refused::SharedOnWrite { .. } => "shared_on_write",
             Refused::CasMismatch { .. } => "cas_mismatch",
             Refused::IdempotencyKeyReused { .. } => "idempotency_key_reused",
+            Refused::RaiseTooLarge { .. } => "raise_too_large",
         }
     }
 }

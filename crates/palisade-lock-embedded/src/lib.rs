@@ -43,7 +43,8 @@
 //! # Where to start
 //!
 //! - [`EmbeddedLockService`]: the in-process lock server, and its
-//!   [`LiveCheck`](palisade_core::LiveCheck) for resource servers.
+//!   [`LiveCheck`](palisade_core::LiveCheck) for resource servers;
+//!   [`EmbeddedLockService::with_signer`] signs every sequencer it mints.
 //! - [`EmbeddedLock`]: a session; its test hooks
 //!   [`EmbeddedLock::kill_lease`] and [`EmbeddedLock::stop_keepalive`] play a
 //!   crashed or paused client.

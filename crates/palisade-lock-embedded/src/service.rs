@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use palisade_core::{
     Generation, LiveCheck, Liveness, LockError, LockName, Mode, Sequencer, SessionOptions,
-    SharedLiveCheck,
+    SharedLiveCheck, Signer,
 };
 use tokio::time::Instant;
 
@@ -53,6 +53,9 @@ pub struct EmbeddedLockService {
 /// What the service's clones, sessions and tasks share.
 pub(crate) struct ServiceInner {
     issuer: String,
+    /// The signing key's id, when sequencers are signed (the signer itself
+    /// lives in the state, next to the code that mints sequencers).
+    key_id: Option<String>,
     /// All state, behind one `std` mutex. Critical sections are short and
     /// never span an `.await`.
     state: Mutex<ServiceState>,
@@ -70,7 +73,33 @@ impl ServiceInner {
 impl EmbeddedLockService {
     /// A service with a random issuer id, `embedded-<16 hex digits>`.
     pub fn new() -> Self {
-        Self::build(format!("embedded-{}", random_hex()))
+        Self::build(format!("embedded-{}", random_hex()), None)
+    }
+
+    /// A service whose sequencers are signed by `signer`: its issuer
+    /// becomes the service's issuer, and every sequencer a guard hands out
+    /// carries an HMAC over all of its fields, so a resource server holding
+    /// the key (a [`palisade_core::Verifier`]) refuses forgeries before they
+    /// can move a mark.
+    ///
+    /// ```
+    /// use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions, Signer, SigningKey, Verifier};
+    /// use palisade_lock_embedded::EmbeddedLockService;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let key = SigningKey::new("k1", [7u8; 32])?;
+    /// let service = EmbeddedLockService::with_signer(Signer::new("demo", key.clone())?);
+    /// let session = service.session(SessionOptions::default())?;
+    /// let guard = session.acquire(&LockName::new("stock/apples")?, Mode::Exclusive).await?;
+    ///
+    /// let verifier = Verifier::new().with_key(key)?.with_issuer("demo")?;
+    /// assert!(verifier.verify(&guard.sequencer()?).is_ok());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_signer(signer: Signer) -> Self {
+        Self::build(signer.issuer().to_owned(), Some(signer))
     }
 
     /// A service whose sequencers carry `issuer` (1 to
@@ -83,15 +112,17 @@ impl EmbeddedLockService {
             Generation::MIN,
         );
         match probe.with_issuer(&issuer) {
-            Ok(_) => Ok(Self::build(issuer)),
+            Ok(_) => Ok(Self::build(issuer, None)),
             Err(source) => Err(EmbeddedError::InvalidIssuer { issuer, source }),
         }
     }
 
-    fn build(issuer: String) -> Self {
+    fn build(issuer: String, signer: Option<Signer>) -> Self {
+        let key_id = signer.as_ref().map(|signer| signer.key_id().to_owned());
         let inner = Arc::new_cyclic(|me| ServiceInner {
             issuer: issuer.clone(),
-            state: Mutex::new(ServiceState::new(me.clone(), issuer)),
+            key_id,
+            state: Mutex::new(ServiceState::new(me.clone(), issuer, signer)),
         });
         EmbeddedLockService { inner }
     }
@@ -99,6 +130,12 @@ impl EmbeddedLockService {
     /// The issuer id put in every sequencer.
     pub fn issuer(&self) -> &str {
         &self.inner.issuer
+    }
+
+    /// The id of the key that signs this service's sequencers, if they are
+    /// signed (see [`EmbeddedLockService::with_signer`]).
+    pub fn signing_key_id(&self) -> Option<&str> {
+        self.inner.key_id.as_deref()
     }
 
     /// Opens a session: its own lease (armed while it holds anything) and
@@ -149,6 +186,7 @@ impl fmt::Debug for EmbeddedLockService {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EmbeddedLockService")
             .field("issuer", &self.inner.issuer)
+            .field("signing_key_id", &self.inner.key_id)
             .finish_non_exhaustive()
     }
 }

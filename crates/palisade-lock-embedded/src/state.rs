@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_core::{
     Generation, LeaseTracker, LeaseWatch, LockError, LockName, LostReason, Mode, Sequencer,
-    SessionOptions,
+    SessionOptions, Signer,
 };
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -85,6 +85,10 @@ pub(crate) struct ServiceState {
     /// Put in every sequencer: generations of different services are not
     /// comparable, and a live check refuses sequencers of other issuers.
     issuer: String,
+    /// Signs every sequencer when set (its issuer is `issuer`). The
+    /// signature is made once, when the hold is minted, so re-entrant
+    /// guards hand out the very same signed text.
+    signer: Option<Signer>,
     /// Per-name state. An entry is removed once nothing holds, waits for or
     /// delays its name (see `generation_floor`).
     locks: HashMap<LockName, LockEntry>,
@@ -231,10 +235,11 @@ impl Hold {
 }
 
 impl ServiceState {
-    pub(crate) fn new(service: Weak<ServiceInner>, issuer: String) -> Self {
+    pub(crate) fn new(service: Weak<ServiceInner>, issuer: String, signer: Option<Signer>) -> Self {
         ServiceState {
             service,
             issuer,
+            signer,
             locks: HashMap::new(),
             sessions: HashMap::new(),
             next_session: 1,
@@ -737,6 +742,7 @@ impl ServiceState {
         let ServiceState {
             service,
             issuer,
+            signer,
             locks,
             sessions,
             ..
@@ -764,6 +770,13 @@ impl ServiceState {
                 backend: BACKEND,
                 source: Box::new(error),
             })?;
+        let sequencer = match signer {
+            Some(signer) => {
+                tracing::debug!(lock = %name, generation = generation.get(), key_id = signer.key_id(), "sequencer signed");
+                signer.sign(sequencer)
+            }
+            None => sequencer,
+        };
         entry.last_generation = generation.get();
         if record.lease.is_none() {
             let keepalive = if record.keepalive_stopped {

@@ -488,7 +488,7 @@ impl Session {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
             .unwrap_or(0);
-        Sequencer::new(name.clone(), mode, generation)
+        let sequencer = Sequencer::new(name.clone(), mode, generation)
             .with_issuer(&self.connection.inner.issuer)
             .and_then(|sequencer| sequencer.with_holder(&self.holder))
             .and_then(|sequencer| sequencer.with_lease(&lease_hex(self.lease_id)))
@@ -496,7 +496,15 @@ impl Session {
             .map_err(|error| LockError::Backend {
                 backend: BACKEND,
                 source: Box::new(error),
-            })
+            })?;
+        // Signed once per hold: re-entrant guards share this very text.
+        Ok(match self.connection.inner.config.signer() {
+            Some(signer) => {
+                tracing::debug!(lock = %name, generation = generation.get(), key_id = signer.key_id(), "sequencer signed");
+                signer.sign(sequencer)
+            }
+            None => sequencer,
+        })
     }
 
     /// Re-entry: a guard on a hold this session already has.

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use palisade_core::{Generation, LockName, Mode, Sequencer, SequencerError};
+use palisade_core::{Generation, LockName, Mode, Sequencer, SequencerError, Signer};
 
 /// The default key prefix: every Palisade key in etcd lives under it.
 pub const DEFAULT_PREFIX: &str = "/palisade/locks";
@@ -56,6 +56,18 @@ pub enum ConfigError {
     BadSessionOptions {
         /// Why.
         reason: String,
+    },
+    /// An issuer was configured with [`EtcdConfig::with_issuer`] and a
+    /// signer with another issuer with [`EtcdConfig::with_signer`]: every
+    /// sequencer would carry the signer's, so the configured one would be
+    /// silently ignored (and a live check configured with it would refuse
+    /// every signed sequencer).
+    #[error("issuer `{configured}` is configured, but the signer signs as `{signer}`")]
+    IssuerConflict {
+        /// The issuer given to `with_issuer`.
+        configured: String,
+        /// The signer's issuer.
+        signer: String,
     },
 }
 
@@ -119,6 +131,12 @@ pub struct EtcdConfig {
     /// A human name for this process, put in front of the lease id in the
     /// sequencer's `holder` field and in the keys' values.
     holder_name: Option<String>,
+    /// Signs every sequencer handed out, when set: the signer's issuer
+    /// replaces the derived one, and an HMAC over every field lets a
+    /// resource server holding the key refuse forged sequencers (say
+    /// generation `u64::MAX`) before they can move a mark. The key id
+    /// travels in the signature, so keys can be rotated.
+    signer: Option<Signer>,
 }
 
 impl EtcdConfig {
@@ -149,6 +167,7 @@ impl EtcdConfig {
             tls: None,
             issuer: None,
             holder_name: None,
+            signer: None,
         })
     }
 
@@ -230,6 +249,28 @@ impl EtcdConfig {
         Ok(self)
     }
 
+    /// Signs every sequencer with `signer`. Its issuer becomes this
+    /// configuration's issuer (in place of the one derived from the cluster
+    /// id), so a live check built from the same configuration recognizes
+    /// the sequencers. Configuring another issuer with
+    /// [`EtcdConfig::with_issuer`] as well is refused on connect
+    /// ([`ConfigError::IssuerConflict`]).
+    ///
+    /// ```
+    /// use palisade_core::{Signer, SigningKey};
+    /// use palisade_lock_etcd::EtcdConfig;
+    ///
+    /// let key = SigningKey::from_hex("k1", "000102030405060708090a0b0c0d0e0f")?;
+    /// let config = EtcdConfig::from_endpoint_list("127.0.0.1:2379")?
+    ///     .with_signer(Signer::new("etcd-orders", key)?);
+    /// assert_eq!(config.issuer(), Some("etcd-orders"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_signer(mut self, signer: Signer) -> Self {
+        self.signer = Some(signer);
+        self
+    }
+
     /// Sets the human name of this process, shown in the sequencer's
     /// `holder` field as `<name>/<lease id>` and in the keys' values.
     pub fn with_holder_name(mut self, name: impl Into<String>) -> Result<Self, ConfigError> {
@@ -273,9 +314,17 @@ impl EtcdConfig {
         self.credentials.as_ref().map(|c| c.user.as_str())
     }
 
-    /// The configured issuer override, if any.
+    /// The configured issuer override, if any: the one given to
+    /// [`EtcdConfig::with_issuer`], else the signer's.
     pub fn issuer(&self) -> Option<&str> {
-        self.issuer.as_deref()
+        self.issuer
+            .as_deref()
+            .or_else(|| self.signer.as_ref().map(Signer::issuer))
+    }
+
+    /// The signer of this configuration's sequencers, if any.
+    pub fn signer(&self) -> Option<&Signer> {
+        self.signer.as_ref()
     }
 
     /// The holder name: as configured, or `pid<process id>`.
@@ -285,8 +334,17 @@ impl EtcdConfig {
             .unwrap_or_else(|| format!("pid{}", std::process::id()))
     }
 
-    /// Checks what the setters could not: the timeouts.
+    /// Checks what the setters could not: the timeouts, and an issuer that
+    /// disagrees with the signer's.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if let (Some(configured), Some(signer)) = (&self.issuer, &self.signer)
+            && configured != signer.issuer()
+        {
+            return Err(ConfigError::IssuerConflict {
+                configured: configured.clone(),
+                signer: signer.issuer().to_owned(),
+            });
+        }
         if self.request_timeout.is_zero() {
             return Err(ConfigError::ZeroTimeout {
                 field: "request timeout",
@@ -455,6 +513,30 @@ mod tests {
                 field: "request timeout"
             })
         );
+    }
+
+    #[test]
+    fn the_signer_names_the_issuer_and_a_different_one_is_refused() {
+        let key = palisade_core::SigningKey::new("k1", [1u8; 32]).unwrap();
+        let signer = Signer::new("etcd-a", key).unwrap();
+        let config = EtcdConfig::new(["127.0.0.1:2379"]).unwrap();
+        assert_eq!(config.issuer(), None);
+        let signed = config.clone().with_signer(signer.clone());
+        assert_eq!(signed.issuer(), Some("etcd-a"));
+        assert_eq!(signed.signer().map(Signer::key_id), Some("k1"));
+        assert_eq!(signed.validate(), Ok(()));
+        let same = signed.clone().with_issuer("etcd-a").unwrap();
+        assert_eq!(same.validate(), Ok(()));
+        let conflicting = signed.with_issuer("etcd-b").unwrap();
+        assert_eq!(
+            conflicting.validate(),
+            Err(ConfigError::IssuerConflict {
+                configured: "etcd-b".into(),
+                signer: "etcd-a".into(),
+            })
+        );
+        let printed = format!("{conflicting:?}");
+        assert!(!printed.contains("0101010101"), "{printed}");
     }
 
     #[test]

@@ -20,7 +20,8 @@
 //!
 //! # Where to start
 //!
-//! - [`EtcdConfig`]: endpoints, key prefix, timeouts, auth, TLS.
+//! - [`EtcdConfig`]: endpoints, key prefix, timeouts, auth, TLS, and the
+//!   optional [`Signer`](palisade_core::Signer) of every sequencer.
 //! - [`EtcdConnection`]: one gRPC connection; open sessions on it.
 //! - [`EtcdLock`]: a session, the `Lock` implementation.
 //! - `acquire.rs`: the algorithm (queue, wait for the one key ahead,

@@ -177,8 +177,8 @@ impl RedisLockClient {
             config.connect_timeout,
         )
         .await?;
-        let issuer = match &config.issuer {
-            Some(issuer) => issuer.clone(),
+        let issuer = match config.issuer() {
+            Some(issuer) => issuer.to_owned(),
             None => format!(
                 "redis@{}",
                 crate::connection::host_port(&config.endpoints[0])?

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use palisade_core::Signer;
+
 use crate::RedisLockError;
 
 /// The nodes to talk to and how to reach them: everything the command
@@ -206,7 +208,42 @@ pub struct RedisConfig {
     pub(crate) waiter_recheck: Option<Duration>,
     /// How generations are minted.
     pub(crate) generation_scheme: GenerationScheme,
+    /// Signs every sequencer handed out, when set: the signer's issuer is
+    /// stamped on it and an HMAC covers every field, so a resource server
+    /// holding the key refuses forged sequencers (say generation
+    /// `u64::MAX`) before they can move a mark. The key id travels in the
+    /// signature, so keys can be rotated.
+    pub(crate) signer: Option<ConfiguredSigner>,
 }
+
+/// A [`Signer`] inside a configuration that compares by value.
+///
+/// `Signer` has no `PartialEq` (its key is secret); two signers are taken
+/// as equal when they have the same issuer and key id and sign the same
+/// probe sequencer identically, which only the same secret does.
+#[derive(Debug, Clone)]
+pub(crate) struct ConfiguredSigner(pub(crate) Signer);
+
+impl ConfiguredSigner {
+    fn probe_signature(&self) -> String {
+        let probe = palisade_core::Sequencer::new(
+            palisade_core::LockName::new("signer-probe").expect("a constant, valid lock name"),
+            palisade_core::Mode::Exclusive,
+            palisade_core::Generation::MIN,
+        );
+        self.0.sign(probe).to_string()
+    }
+}
+
+impl PartialEq for ConfiguredSigner {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.issuer() == other.0.issuer()
+            && self.0.key_id() == other.0.key_id()
+            && self.probe_signature() == other.probe_signature()
+    }
+}
+
+impl Eq for ConfiguredSigner {}
 
 impl RedisConfig {
     /// The key prefix used unless set: `palisade:`.
@@ -226,6 +263,7 @@ impl RedisConfig {
             connect_timeout: Duration::from_secs(2),
             waiter_recheck: None,
             generation_scheme: GenerationScheme::default(),
+            signer: None,
         }
     }
 
@@ -291,6 +329,29 @@ impl RedisConfig {
         self
     }
 
+    /// Signs every sequencer with `signer`. Its issuer becomes this
+    /// configuration's issuer (in place of `redis@<host:port>`), so a live
+    /// check built from the same configuration recognizes the sequencers;
+    /// another issuer set with [`RedisConfig::with_issuer`] as well is an
+    /// invalid configuration.
+    ///
+    /// ```
+    /// use palisade_core::{Signer, SigningKey};
+    /// use palisade_lock_redis::RedisConfig;
+    ///
+    /// let key = SigningKey::from_hex("k1", "000102030405060708090a0b0c0d0e0f")?;
+    /// let config = RedisConfig::new("redis://127.0.0.1:6379")
+    ///     .with_signer(Signer::new("redis-orders", key)?);
+    /// assert_eq!(config.issuer(), Some("redis-orders"));
+    /// assert!(config.validate().is_ok());
+    /// assert!(config.with_issuer("redis-other").validate().is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_signer(mut self, signer: Signer) -> Self {
+        self.signer = Some(ConfiguredSigner(signer));
+        self
+    }
+
     /// Sets the per-request response timeout.
     pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
@@ -347,9 +408,18 @@ impl RedisConfig {
         &self.key_prefix
     }
 
-    /// The configured issuer id, if any (see [`RedisConfig::with_issuer`]).
+    /// The configured issuer id, if any: the one given to
+    /// [`RedisConfig::with_issuer`], else the signer's.
     pub fn issuer(&self) -> Option<&str> {
-        self.issuer.as_deref()
+        self.issuer
+            .as_deref()
+            .or_else(|| self.signer().map(Signer::issuer))
+    }
+
+    /// The signer of this configuration's sequencers, if any (see
+    /// [`RedisConfig::with_signer`]).
+    pub fn signer(&self) -> Option<&Signer> {
+        self.signer.as_ref().map(|configured| &configured.0)
     }
 
     /// The per-request response timeout.
@@ -392,6 +462,14 @@ impl RedisConfig {
             return invalid(format!(
                 "issuer {issuer:?} must be 1 to 128 bytes without control characters"
             ));
+        }
+        if let (Some(configured), Some(signer)) = (&self.issuer, self.signer()) {
+            if configured != signer.issuer() {
+                return invalid(format!(
+                    "issuer {configured:?} is configured, but the signer signs as {:?}",
+                    signer.issuer()
+                ));
+            }
         }
         self.validate_tls().or_else(invalid)?;
         if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
@@ -442,6 +520,33 @@ impl RedisConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signers_compare_by_issuer_key_id_and_secret() {
+        let signer = |issuer: &str, key_id: &str, fill: u8| {
+            Signer::new(
+                issuer,
+                palisade_core::SigningKey::new(key_id, [fill; 32]).unwrap(),
+            )
+            .unwrap()
+        };
+        let config = RedisConfig::new("redis://x").with_signer(signer("r", "k1", 1));
+        assert_eq!(config.issuer(), Some("r"));
+        assert_eq!(
+            config,
+            RedisConfig::new("redis://x").with_signer(signer("r", "k1", 1))
+        );
+        for other in [
+            signer("q", "k1", 1),
+            signer("r", "k2", 1),
+            signer("r", "k1", 2),
+        ] {
+            assert_ne!(config, RedisConfig::new("redis://x").with_signer(other));
+        }
+        assert_ne!(config, RedisConfig::new("redis://x"));
+        assert!(config.clone().with_issuer("r").validate().is_ok());
+        assert!(config.with_issuer("q").validate().is_err());
+    }
 
     #[test]
     fn validation() {

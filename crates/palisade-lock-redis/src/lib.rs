@@ -37,7 +37,8 @@
 //! - [`RedisLockClient::connect`] with a [`RedisConfig`], then
 //!   [`RedisLockClient::session`]: a [`RedisLock`] implements
 //!   [`palisade_core::Lock`]. [`RedisLock::connect`] does both.
-//! - [`RedisGuard`]: the hold, its sequencer and its lease watch.
+//! - [`RedisGuard`]: the hold, its sequencer and its lease watch;
+//!   [`RedisConfig::with_signer`] signs every sequencer handed out.
 //! - [`RedisLiveCheck`]: the live check for resource servers.
 //! - [`RedisLockClient::raise_floor`]: recovery after Redis lost a counter.
 //! - Passwords and ACL users go in the URL (`redis://user:pass@host`);

@@ -529,6 +529,14 @@ impl SessionInner {
                 }
             })?
             .with_expiry_hint(server_ms + attempt.ttl.as_millis() as u64);
+        // Signed once per hold: re-entrant guards share this very text.
+        let sequencer = match client.config().signer() {
+            Some(signer) => {
+                tracing::debug!(backend = BACKEND, lock = %name, generation = checked.get(), key_id = signer.key_id(), "sequencer signed");
+                signer.sign(sequencer)
+            }
+            None => sequencer,
+        };
         let hold = Arc::new(Hold {
             name: name.clone(),
             keys: attempt.keys.clone(),

@@ -1,10 +1,13 @@
 //! The server's configuration: flags and environment variables.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use palisade_core::{KeyRing, Verifier};
 use palisade_store::{Durability, Limits, StoreConfig};
+
+use crate::{ServerError, ServerLimits, TlsConfig, TokenTable};
 
 /// The `--durability` flag: see [`Durability`] for what each one means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -75,6 +78,141 @@ pub struct ServerConfig {
     /// sled's page cache size, in bytes.
     #[arg(long, env = "PALISADE_CACHE_CAPACITY_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub cache_capacity_bytes: u64,
+
+    /// Key ring of the sequencer signing keys this server accepts: one
+    /// `<key id> <hex secret>` per line. With it, sequencers are verified
+    /// before the store sees them.
+    #[arg(
+        long,
+        env = "PALISADE_VERIFY_KEYS_FILE",
+        value_name = "PATH",
+        help_heading = "Security"
+    )]
+    pub verify_keys_file: Option<PathBuf>,
+
+    /// A trusted issuer (repeat the flag, or comma-separate in the
+    /// environment). Without any, every issuer whose sequencer verifies
+    /// under a known key is trusted. Needs --verify-keys-file.
+    #[arg(
+        long = "issuer",
+        env = "PALISADE_ISSUERS",
+        value_delimiter = ',',
+        value_name = "ID",
+        help_heading = "Security"
+    )]
+    pub issuers: Vec<String>,
+
+    /// Refuse unsigned sequencers (401 `unsigned`). Default: true when
+    /// --verify-keys-file is given. `--require-signatures=false` with a
+    /// key ring verifies signed sequencers and lets unsigned ones pass
+    /// (for a rollout).
+    #[arg(
+        long,
+        env = "PALISADE_REQUIRE_SIGNATURES",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_name = "BOOL",
+        help_heading = "Security"
+    )]
+    pub require_signatures: Option<bool>,
+
+    /// Refuse (409 `raise_too_large`) a sequencer more than N above its
+    /// lock's highest mark. Off by default.
+    #[arg(
+        long,
+        env = "PALISADE_MAX_MARK_RAISE",
+        value_name = "N",
+        help_heading = "Security"
+    )]
+    pub max_mark_raise: Option<u64>,
+
+    /// Bearer tokens: one `<token> <prefix>,<prefix>...` (or `<token> *`)
+    /// per line. With it, every /v1/locks request needs
+    /// `authorization: Bearer <token>` for a lock under its prefixes.
+    #[arg(
+        long,
+        env = "PALISADE_TOKENS_FILE",
+        value_name = "PATH",
+        help_heading = "Security"
+    )]
+    pub tokens_file: Option<PathBuf>,
+
+    /// TLS certificate chain, PEM (server certificate first). Needs
+    /// --tls-key.
+    #[arg(
+        long,
+        env = "PALISADE_TLS_CERT",
+        requires = "tls_key",
+        value_name = "PEM",
+        help_heading = "Security"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// TLS private key, PEM. Needs --tls-cert.
+    #[arg(
+        long,
+        env = "PALISADE_TLS_KEY",
+        requires = "tls_cert",
+        value_name = "PEM",
+        help_heading = "Security"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// Time a client has to send a request's headers (and the TLS
+    /// handshake); also the keep-alive idle timeout.
+    #[arg(
+        long,
+        env = "PALISADE_HEADER_READ_TIMEOUT_MS",
+        default_value_t = 10_000,
+        value_name = "MS",
+        help_heading = "Limits"
+    )]
+    pub header_read_timeout_ms: u64,
+
+    /// Time a request's body has to arrive (else 408 `body_timeout`).
+    #[arg(
+        long,
+        env = "PALISADE_BODY_READ_TIMEOUT_MS",
+        default_value_t = 30_000,
+        value_name = "MS",
+        help_heading = "Limits"
+    )]
+    pub body_read_timeout_ms: u64,
+
+    /// Most connections served at once; more wait to be accepted.
+    #[arg(
+        long,
+        env = "PALISADE_MAX_CONNECTIONS",
+        default_value_t = 1024,
+        value_name = "N",
+        help_heading = "Limits"
+    )]
+    pub max_connections: usize,
+
+    /// Most lock requests handled at once; more get 503 `overloaded`.
+    #[arg(
+        long,
+        env = "PALISADE_MAX_IN_FLIGHT",
+        default_value_t = 256,
+        value_name = "N",
+        help_heading = "Limits"
+    )]
+    pub max_in_flight: usize,
+
+    /// Largest request line plus headers, in bytes (else 431).
+    #[arg(long, env = "PALISADE_MAX_HEADER_BYTES", default_value_t = 16 * 1024, value_name = "BYTES", help_heading = "Limits")]
+    pub max_header_bytes: usize,
+
+    /// Most header fields in one request (else 431).
+    #[arg(
+        long,
+        env = "PALISADE_MAX_HEADERS",
+        default_value_t = 100,
+        value_name = "N",
+        help_heading = "Limits"
+    )]
+    pub max_headers: usize,
 }
 
 impl ServerConfig {
@@ -91,6 +229,121 @@ impl ServerConfig {
             max_body_bytes: 8 * 1024 * 1024,
             idempotency_window: 1024,
             cache_capacity_bytes: 256 * 1024 * 1024,
+            verify_keys_file: None,
+            issuers: Vec::new(),
+            require_signatures: None,
+            max_mark_raise: None,
+            tokens_file: None,
+            tls_cert: None,
+            tls_key: None,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            max_connections: 1024,
+            max_in_flight: 256,
+            max_header_bytes: 16 * 1024,
+            max_headers: 100,
+        }
+    }
+
+    /// The connection and request limits, checked.
+    pub fn limits(&self) -> Result<ServerLimits, ServerError> {
+        let limits = ServerLimits {
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
+            max_connections: self.max_connections,
+            max_in_flight: self.max_in_flight,
+            max_header_bytes: self.max_header_bytes,
+            max_headers: self.max_headers,
+        };
+        limits.validate()?;
+        Ok(limits)
+    }
+
+    /// The signature verifier from `--verify-keys-file` and `--issuer`,
+    /// and whether signatures are required; `None` without a key ring.
+    pub fn verifier(&self) -> Result<Option<(Verifier, bool)>, ServerError> {
+        let Some(path) = &self.verify_keys_file else {
+            if !self.issuers.is_empty() {
+                return Err(ServerError::Config(
+                    "--issuer needs --verify-keys-file: an issuer is only known through a signature".into(),
+                ));
+            }
+            if self.require_signatures == Some(true) {
+                return Err(ServerError::Config(
+                    "--require-signatures needs --verify-keys-file (without keys every sequencer would be refused)".into(),
+                ));
+            }
+            return Ok(None);
+        };
+        let text = read_file("--verify-keys-file", path)?;
+        let text = String::from_utf8(text).map_err(|_| {
+            ServerError::Config(format!(
+                "--verify-keys-file {} is not UTF-8 text",
+                path.display()
+            ))
+        })?;
+        let ring: KeyRing = text.parse().map_err(|source| ServerError::KeyRing {
+            path: path.clone(),
+            source,
+        })?;
+        if ring.is_empty() {
+            return Err(ServerError::Config(format!(
+                "--verify-keys-file {} holds no key",
+                path.display()
+            )));
+        }
+        let mut verifier = Verifier::from_keys(ring);
+        for issuer in &self.issuers {
+            verifier = verifier
+                .with_issuer(issuer)
+                .map_err(|source| ServerError::Issuer {
+                    issuer: issuer.clone(),
+                    source,
+                })?;
+        }
+        Ok(Some((verifier, self.require_signatures.unwrap_or(true))))
+    }
+
+    /// The bearer tokens of `--tokens-file`, if given.
+    pub fn tokens(&self) -> Result<Option<TokenTable>, ServerError> {
+        let Some(path) = &self.tokens_file else {
+            return Ok(None);
+        };
+        let text = read_file("--tokens-file", path)?;
+        let text = String::from_utf8(text).map_err(|_| {
+            ServerError::Config(format!(
+                "--tokens-file {} is not UTF-8 text",
+                path.display()
+            ))
+        })?;
+        let tokens: TokenTable = text.parse()?;
+        if tokens.is_empty() {
+            return Err(ServerError::Config(format!(
+                "--tokens-file {} holds no token (nobody could use the server)",
+                path.display()
+            )));
+        }
+        Ok(Some(tokens))
+    }
+
+    /// The TLS configuration of `--tls-cert` and `--tls-key`, if given.
+    pub fn tls(&self) -> Result<Option<TlsConfig>, ServerError> {
+        match (&self.tls_cert, &self.tls_key) {
+            (None, None) => Ok(None),
+            (Some(cert), Some(key)) => TlsConfig::from_pem_files(cert, key).map(Some),
+            _ => Err(ServerError::Config(
+                "--tls-cert and --tls-key go together".into(),
+            )),
+        }
+    }
+
+    /// `--max-mark-raise`, checked.
+    pub fn max_mark_raise(&self) -> Result<Option<u64>, ServerError> {
+        match self.max_mark_raise {
+            Some(0) => Err(ServerError::Config(
+                "--max-mark-raise must be positive (0 would stop every new holder)".into(),
+            )),
+            other => Ok(other),
         }
     }
 
@@ -117,4 +370,13 @@ impl ServerConfig {
             cache_capacity_bytes: self.cache_capacity_bytes,
         }
     }
+}
+
+/// Reads a file named by the configuration.
+pub(crate) fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, ServerError> {
+    std::fs::read(path).map_err(|source| ServerError::ReadFile {
+        what,
+        path: path.to_owned(),
+        source,
+    })
 }

@@ -2,9 +2,12 @@
 //! status and a JSON body with a stable `code`, and the errors of running
 //! the server.
 
-use axum::http::StatusCode;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use palisade_core::{LockName, Sequencer};
+use palisade_core::{KeyError, LockName, Sequencer};
 use palisade_store::{Marks, Refused, StoreError};
 use serde_json::{Map, Value, json};
 
@@ -19,6 +22,10 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     extra: Map<String, Value>,
+    /// Response headers the refusal needs: `www-authenticate` on a 401,
+    /// `retry-after` on `overloaded`, `connection: close` on a body
+    /// timeout.
+    headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl ApiError {
@@ -28,12 +35,43 @@ impl ApiError {
             code,
             message: message.into(),
             extra: Map::new(),
+            headers: Vec::new(),
         }
     }
 
     pub(crate) fn with(mut self, field: &str, value: impl Into<Value>) -> Self {
         self.extra.insert(field.to_owned(), value.into());
         self
+    }
+
+    pub(crate) fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    /// 503 `overloaded`: `max_in_flight` requests are being handled.
+    pub(crate) fn overloaded(max_in_flight: usize) -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            format!("the server is handling its limit of {max_in_flight} requests; retry shortly"),
+        )
+        .with("max_in_flight", max_in_flight)
+        .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"))
+    }
+
+    /// 408 `body_timeout`: the body did not arrive in time.
+    pub(crate) fn body_timeout(limit: Duration) -> Self {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!("the request body did not arrive within {limit:?}"),
+        )
+        .with(
+            "timeout_ms",
+            u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+        )
+        .with_header(header::CONNECTION, HeaderValue::from_static("close"))
     }
 
     /// The HTTP status.
@@ -175,7 +213,11 @@ impl IntoResponse for ApiError {
         body.insert("code".into(), self.code.into());
         body.insert("message".into(), self.message.into());
         body.extend(self.extra);
-        (self.status, axum::Json(Value::Object(body))).into_response()
+        let mut response = (self.status, axum::Json(Value::Object(body))).into_response();
+        for (name, value) in self.headers {
+            response.headers_mut().append(name, value);
+        }
+        response
     }
 }
 
@@ -192,4 +234,49 @@ pub enum ServerError {
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A file named by the configuration could not be read.
+    #[error("cannot read {what} file {}: {source}", path.display())]
+    ReadFile {
+        /// Which setting names the file (`--tokens-file`, ...).
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The key ring of `--verify-keys-file` is invalid (the secrets are
+    /// never part of the message).
+    #[error("invalid key ring {}: {source}", path.display())]
+    KeyRing {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: KeyError,
+    },
+    /// A trusted issuer (`--issuer`) is not a valid issuer id.
+    #[error("invalid --issuer `{issuer}`: {source}")]
+    Issuer {
+        /// The issuer given.
+        issuer: String,
+        /// What is wrong.
+        #[source]
+        source: KeyError,
+    },
+    /// A line of the tokens file is invalid (the token is never part of
+    /// the message). `line` is 0 for a token added in code.
+    #[error("tokens file line {line}: {reason}")]
+    Tokens {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The TLS certificate or key is unusable.
+    #[error("TLS: {reason}")]
+    Tls {
+        /// What is wrong.
+        reason: String,
+    },
 }

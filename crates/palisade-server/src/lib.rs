@@ -8,6 +8,15 @@
 //! `409` with a JSON body giving the presented generation and the current
 //! marks. `docs/http-api.md` is the full contract.
 //!
+//! The server can also demand more of a request before the store sees it
+//! (docs/SECURITY.md): a bearer token allowed the lock's name (401/403), a
+//! sequencer signed by a known key from a trusted issuer (401/403), a
+//! generation not too far above the marks (409 `raise_too_large`). A
+//! refused request changes nothing. Its own accept loop bounds
+//! connections, requests in flight, header time and size, and body time
+//! and size, so a slow or huge client cannot starve the others; TLS is
+//! rustls.
+//!
 //! **Architecture Invariant:** the server depends on `palisade-core` and
 //! `palisade-store` only, never on a lock backend. The optional live check
 //! reaches a backend through [`palisade_core::SharedLiveCheck`].
@@ -18,7 +27,10 @@
 //! - [`run`]: serve a listener until a shutdown future resolves, then flush.
 //! - [`ServerConfig`] and [`serve`]: flags/environment, and the whole
 //!   start-up the `palisade-server` binary does.
-//! - [`AppState`]: the store, the live check, limits, metrics.
+//! - [`AppState`]: the store, the live check, the security settings,
+//!   limits, metrics.
+//! - [`TokenTable`], [`TlsConfig`], [`ServerLimits`]: bearer tokens, TLS,
+//!   and the limits against slow or greedy clients.
 //! - [`ApiError`]: the one place refusals and failures become statuses and
 //!   `code`s.
 //!
@@ -35,15 +47,22 @@ mod config;
 mod dto;
 mod encoding;
 mod error;
+mod limits;
 mod metrics;
 mod routes;
+mod sequencer_policy;
 mod serve;
 mod state;
+mod tls;
+mod tokens;
 
 pub use config::{DurabilityMode, ServerConfig};
 pub use error::{ApiError, ServerError};
+pub use limits::ServerLimits;
 pub use routes::{
     IDEMPOTENCY_KEY_HEADER, MARK_EXCLUSIVE_HEADER, MARK_SHARED_HEADER, REPLAYED_HEADER, app,
 };
 pub use serve::{run, serve, shutdown_signal};
 pub use state::AppState;
+pub use tls::TlsConfig;
+pub use tokens::TokenTable;

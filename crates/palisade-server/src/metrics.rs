@@ -4,6 +4,7 @@
 //! each series is one atomic in an array and a scrape renders them as text.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -47,7 +48,16 @@ impl OpKind {
 }
 
 /// Every error `code` the server answers with (docs/http-api.md).
-pub(crate) const CODES: [&str; 19] = [
+pub(crate) const CODES: [&str; 28] = [
+    "unauthenticated",
+    "forbidden",
+    "unsigned",
+    "unknown_key",
+    "bad_signature",
+    "wrong_issuer",
+    "raise_too_large",
+    "overloaded",
+    "body_timeout",
     "missing_sequencer",
     "malformed_sequencer",
     "bad_lock_name",
@@ -83,15 +93,91 @@ struct Histogram {
     count: AtomicU64,
 }
 
+/// How a connection ended, for `palisade_connections_closed_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConnectionEnd {
+    /// The client or the server closed it between requests (or on
+    /// shutdown), or the client vanished mid-request.
+    Closed,
+    /// The header time limit (slowloris, or an idle keep-alive).
+    HeaderTimeout,
+    /// A request line or header too large or too many headers (431).
+    HeaderTooLarge,
+    /// Not HTTP/1.1 (400 from hyper).
+    BadRequest,
+    /// The TLS handshake failed or timed out (a plain-HTTP client on the
+    /// TLS port, a client that does not trust the certificate).
+    TlsHandshakeFailed,
+    /// Any other I/O error.
+    IoError,
+}
+
+impl ConnectionEnd {
+    const ALL: [ConnectionEnd; 6] = [
+        ConnectionEnd::Closed,
+        ConnectionEnd::HeaderTimeout,
+        ConnectionEnd::HeaderTooLarge,
+        ConnectionEnd::BadRequest,
+        ConnectionEnd::TlsHandshakeFailed,
+        ConnectionEnd::IoError,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ConnectionEnd::Closed => "closed",
+            ConnectionEnd::HeaderTimeout => "header_timeout",
+            ConnectionEnd::HeaderTooLarge => "header_too_large",
+            ConnectionEnd::BadRequest => "bad_request",
+            ConnectionEnd::TlsHandshakeFailed => "tls_handshake_failed",
+            ConnectionEnd::IoError => "io_error",
+        }
+    }
+}
+
+/// A gauge that goes up when something opens and down when its
+/// [`OpenGauge`] guard drops, so no early return can leak a count.
+#[derive(Debug, Default)]
+pub(crate) struct Gauge(Arc<AtomicU64>);
+
+/// Holds one unit of a [`Gauge`] until dropped.
+#[derive(Debug)]
+pub(crate) struct OpenGauge(Arc<AtomicU64>);
+
+impl Gauge {
+    pub(crate) fn open(&self) -> OpenGauge {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        OpenGauge(Arc::clone(&self.0))
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for OpenGauge {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The server's counters.
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
     accepted: [AtomicU64; OpKind::ALL.len()],
     rejected: [AtomicU64; CODES.len()],
     latency: [Histogram; OpKind::ALL.len()],
+    /// Connections being served (accepted and not yet closed).
+    pub(crate) open_connections: Gauge,
+    /// `/v1/locks/...` requests being handled.
+    pub(crate) in_flight: Gauge,
+    connections_closed: [AtomicU64; ConnectionEnd::ALL.len()],
 }
 
 impl Metrics {
+    pub(crate) fn connection_closed(&self, end: ConnectionEnd) {
+        self.connections_closed[end as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn accepted(&self, op: OpKind) {
         self.accepted[op.index()].fetch_add(1, Ordering::Relaxed);
     }
@@ -182,6 +268,31 @@ impl Metrics {
             );
         }
 
+        out.push_str("# HELP palisade_open_connections Connections being served.\n");
+        out.push_str("# TYPE palisade_open_connections gauge\n");
+        let _ = writeln!(
+            out,
+            "palisade_open_connections {}",
+            self.open_connections.get()
+        );
+        out.push_str(
+            "# HELP palisade_requests_in_flight Lock requests being handled (bounded by --max-in-flight).\n",
+        );
+        out.push_str("# TYPE palisade_requests_in_flight gauge\n");
+        let _ = writeln!(out, "palisade_requests_in_flight {}", self.in_flight.get());
+        out.push_str(
+            "# HELP palisade_connections_closed_total Connections closed, by how they ended.\n",
+        );
+        out.push_str("# TYPE palisade_connections_closed_total counter\n");
+        for end in ConnectionEnd::ALL {
+            let _ = writeln!(
+                out,
+                "palisade_connections_closed_total{{reason=\"{}\"}} {}",
+                end.as_str(),
+                load(&self.connections_closed[end as usize])
+            );
+        }
+
         out.push_str("# HELP palisade_store_flushes_total Group-commit flushes completed.\n");
         out.push_str("# TYPE palisade_store_flushes_total counter\n");
         let _ = writeln!(out, "palisade_store_flushes_total {}", flush.flushes);
@@ -223,5 +334,32 @@ mod tests {
             text.contains("palisade_request_duration_seconds_bucket{op=\"put\",le=\"+Inf\"} 2\n")
         );
         assert!(text.contains("palisade_request_duration_seconds_count{op=\"put\"} 2\n"));
+    }
+
+    #[test]
+    fn gauges_follow_their_guards_and_connection_ends_are_counted() {
+        let metrics = Metrics::default();
+        let first = metrics.in_flight.open();
+        let second = metrics.in_flight.open();
+        let connection = metrics.open_connections.open();
+        metrics.connection_closed(ConnectionEnd::HeaderTimeout);
+        let text = metrics.render(FlushStats::default());
+        assert!(text.contains("palisade_requests_in_flight 2\n"), "{text}");
+        assert!(text.contains("palisade_open_connections 1\n"));
+        assert!(text.contains("palisade_connections_closed_total{reason=\"header_timeout\"} 1\n"));
+        assert!(text.contains("palisade_connections_closed_total{reason=\"closed\"} 0\n"));
+        drop((first, second, connection));
+        let text = metrics.render(FlushStats::default());
+        assert!(text.contains("palisade_requests_in_flight 0\n"));
+        assert!(text.contains("palisade_open_connections 0\n"));
+        for code in [
+            "unauthenticated",
+            "forbidden",
+            "unsigned",
+            "raise_too_large",
+            "overloaded",
+        ] {
+            assert!(text.contains(&format!("reason=\"{code}\"}} 0\n")), "{code}");
+        }
     }
 }

@@ -2,12 +2,12 @@
 //! route, header, status and `code` there is implemented here.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::{Body, Bytes, HttpBody as _};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -20,7 +20,9 @@ use crate::dto::{BatchBody, CasBody, WriteResponse};
 use crate::encoding::percent_decode;
 use crate::error::{ApiError, marks_json};
 use crate::metrics::OpKind;
+use crate::sequencer_policy::check_raise;
 use crate::state::AppState;
+use crate::tokens::forbidden;
 
 /// The header carrying `H_excl` on every 2xx of a lock route.
 pub const MARK_EXCLUSIVE_HEADER: &str = "palisade-mark-exclusive";
@@ -49,11 +51,13 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(state.max_body_bytes))
         .with_state(state)
 }
 
-/// Runs one request's work in a span, and counts and times it.
+/// Runs one request's work in a span, and counts and times it: the
+/// common frame of every `/v1/locks/...` route. The request first needs a
+/// place among those in flight; without one it is refused at once (503
+/// `overloaded`) before anything is parsed.
 async fn handle(
     state: &AppState,
     op: OpKind,
@@ -61,6 +65,11 @@ async fn handle(
     work: impl Future<Output = Result<Response, ApiError>>,
 ) -> Response {
     let started = Instant::now();
+    let Some(_in_flight) = state.admit_request() else {
+        state.metrics.rejected("overloaded");
+        tracing::debug!(op = op.as_str(), "refused: overloaded");
+        return ApiError::overloaded(state.limits.max_in_flight).into_response();
+    };
     let span = tracing::info_span!("request", op = op.as_str(), path = %uri.path());
     let response = match work.instrument(span).await {
         Ok(response) => {
@@ -82,6 +91,28 @@ async fn handle(
 /// matched the shape, so the positions are known.
 fn raw_segment(uri: &Uri, index: usize) -> &str {
     uri.path().split('/').nth(index).unwrap_or_default()
+}
+
+/// The path's lock, once the request's bearer token (when the server
+/// requires one) is known and allowed that lock. The token is checked
+/// before the path is even decoded: an unauthenticated client learns
+/// nothing, not even whether its lock name is valid.
+fn authorized_lock(state: &AppState, uri: &Uri, headers: &HeaderMap) -> Result<LockName, ApiError> {
+    let Some(tokens) = &state.tokens else {
+        return path_lock(uri);
+    };
+    let grant = tokens.authenticate(headers).inspect_err(|error| {
+        tracing::info!(
+            target: "palisade_server::auth",
+            reason = error.code(),
+            "refused: no valid bearer token"
+        );
+    })?;
+    let lock = path_lock(uri)?;
+    if !grant.allows(&lock) {
+        return Err(forbidden(grant, &lock));
+    }
+    Ok(lock)
 }
 
 fn path_lock(uri: &Uri) -> Result<LockName, ApiError> {
@@ -106,8 +137,13 @@ fn path_key(uri: &Uri, state: &AppState) -> Result<Vec<u8>, ApiError> {
     Ok(key)
 }
 
-/// The `palisade-sequencer` header, parsed, and checked to be for `lock`.
-fn sequencer_header(headers: &HeaderMap, lock: &LockName) -> Result<Option<Sequencer>, ApiError> {
+/// The `palisade-sequencer` header, parsed, checked to be for `lock`, and
+/// verified (signature and issuer) when the server has keys.
+fn sequencer_header(
+    state: &AppState,
+    headers: &HeaderMap,
+    lock: &LockName,
+) -> Result<Option<Sequencer>, ApiError> {
     let mut values = headers.get_all(Sequencer::HTTP_HEADER).iter();
     let Some(value) = values.next() else {
         return Ok(None);
@@ -126,12 +162,17 @@ fn sequencer_header(headers: &HeaderMap, lock: &LockName) -> Result<Option<Seque
     if sequencer.lock() != lock {
         return Err(ApiError::lock_mismatch(lock, &sequencer));
     }
+    state.policy.verify(&sequencer)?;
     Ok(Some(sequencer))
 }
 
-/// The sequencer of a write: present, for `lock`, exclusive.
-fn write_sequencer(headers: &HeaderMap, lock: &LockName) -> Result<Sequencer, ApiError> {
-    let sequencer = sequencer_header(headers, lock)?.ok_or_else(|| {
+/// The sequencer of a write: present, for `lock`, verified, exclusive.
+fn write_sequencer(
+    state: &AppState,
+    headers: &HeaderMap,
+    lock: &LockName,
+) -> Result<Sequencer, ApiError> {
+    let sequencer = sequencer_header(state, headers, lock)?.ok_or_else(|| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "missing_sequencer",
@@ -172,13 +213,54 @@ fn request_id(headers: &HeaderMap) -> Result<Option<RequestId>, ApiError> {
         .map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
-fn body_bytes(body: Result<Bytes, BytesRejection>, state: &AppState) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large("body", state.max_body_bytes, None)
-        } else {
-            ApiError::bad_request(rejection.body_text())
+/// Reads the whole body, within the body size limit and the body time
+/// limit. A declared `content-length` over the limit is refused before a
+/// byte is read.
+async fn read_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    let max = state.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok()?.parse::<usize>().ok());
+    if let Some(declared) = declared.filter(|declared| *declared > max) {
+        return Err(ApiError::too_large("body", max, Some(declared)));
+    }
+    let timeout = state.limits.body_read_timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut body = body;
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut received = 0usize;
+    loop {
+        let next = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
+        let frame = match tokio::time::timeout_at(deadline, next).await {
+            Err(_elapsed) => {
+                tracing::info!(
+                    received,
+                    ?timeout,
+                    "refused: the body did not arrive in time"
+                );
+                return Err(ApiError::body_timeout(timeout));
+            }
+            Ok(None) => break,
+            Ok(Some(Err(error))) => {
+                return Err(ApiError::bad_request(format!(
+                    "reading the request body failed: {error}"
+                )));
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        received += data.len();
+        if received > max {
+            return Err(ApiError::too_large("body", max, None));
         }
+        chunks.push(data);
+    }
+    Ok(match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().expect("one chunk"),
+        _ => Bytes::from(chunks.concat()),
     })
 }
 
@@ -255,7 +337,7 @@ fn write_response(lock: &LockName, applied: &Applied) -> Response {
     response
 }
 
-/// The common path of every write: checks, live check, store.
+/// The common path of every write: raise cap, live check, store.
 async fn apply_write(
     state: &AppState,
     lock: &LockName,
@@ -263,6 +345,7 @@ async fn apply_write(
     request_id: Option<&RequestId>,
     ops: &[Op],
 ) -> Result<Response, ApiError> {
+    check_raise(state, sequencer).await?;
     live_check(state, sequencer).await?;
     let applied = state.store.submit(sequencer, ops, request_id)?.await??;
     Ok(write_response(lock, &applied))
@@ -270,10 +353,11 @@ async fn apply_write(
 
 async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     handle(&state, OpKind::Get, &uri, async {
-        let lock = path_lock(&uri)?;
+        let lock = authorized_lock(&state, &uri, &headers)?;
         let key = path_key(&uri, &state)?;
-        let sequencer = sequencer_header(&headers, &lock)?;
+        let sequencer = sequencer_header(&state, &headers, &lock)?;
         if let Some(sequencer) = &sequencer {
+            check_raise(&state, sequencer).await?;
             live_check(&state, sequencer).await?;
         }
         let read = state
@@ -298,14 +382,14 @@ async fn put_key(
     State(state): State<AppState>,
     uri: Uri,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     handle(&state, OpKind::Put, &uri, async {
-        let lock = path_lock(&uri)?;
+        let lock = authorized_lock(&state, &uri, &headers)?;
         let key = path_key(&uri, &state)?;
-        let sequencer = write_sequencer(&headers, &lock)?;
+        let sequencer = write_sequencer(&state, &headers, &lock)?;
         let request_id = request_id(&headers)?;
-        let value = body_bytes(body, &state)?;
+        let value = read_body(&state, &headers, body).await?;
         let ops = [Op::put(key, IVec::from(&value[..]))];
         apply_write(&state, &lock, &sequencer, request_id.as_ref(), &ops).await
     })
@@ -314,9 +398,9 @@ async fn put_key(
 
 async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     handle(&state, OpKind::Delete, &uri, async {
-        let lock = path_lock(&uri)?;
+        let lock = authorized_lock(&state, &uri, &headers)?;
         let key = path_key(&uri, &state)?;
-        let sequencer = write_sequencer(&headers, &lock)?;
+        let sequencer = write_sequencer(&state, &headers, &lock)?;
         let request_id = request_id(&headers)?;
         let ops = [Op::delete(key)];
         apply_write(&state, &lock, &sequencer, request_id.as_ref(), &ops).await
@@ -328,14 +412,14 @@ async fn cas_key(
     State(state): State<AppState>,
     uri: Uri,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     handle(&state, OpKind::Cas, &uri, async {
-        let lock = path_lock(&uri)?;
+        let lock = authorized_lock(&state, &uri, &headers)?;
         let key = path_key(&uri, &state)?;
-        let sequencer = write_sequencer(&headers, &lock)?;
+        let sequencer = write_sequencer(&state, &headers, &lock)?;
         let request_id = request_id(&headers)?;
-        let body = body_bytes(body, &state)?;
+        let body = read_body(&state, &headers, body).await?;
         let op = json_body::<CasBody>(&body)?.into_op(key)?;
         apply_write(&state, &lock, &sequencer, request_id.as_ref(), &[op]).await
     })
@@ -346,13 +430,13 @@ async fn batch(
     State(state): State<AppState>,
     uri: Uri,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     handle(&state, OpKind::Batch, &uri, async {
-        let lock = path_lock(&uri)?;
-        let sequencer = write_sequencer(&headers, &lock)?;
+        let lock = authorized_lock(&state, &uri, &headers)?;
+        let sequencer = write_sequencer(&state, &headers, &lock)?;
         let request_id = request_id(&headers)?;
-        let body = body_bytes(body, &state)?;
+        let body = read_body(&state, &headers, body).await?;
         let batch = json_body::<BatchBody>(&body)?;
         let max_ops = state.store.config().limits.max_batch_ops;
         if batch.len() > max_ops {
@@ -364,9 +448,9 @@ async fn batch(
     .await
 }
 
-async fn marks(State(state): State<AppState>, uri: Uri) -> Response {
+async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     handle(&state, OpKind::Marks, &uri, async {
-        let lock = path_lock(&uri)?;
+        let lock = authorized_lock(&state, &uri, &headers)?;
         let marks = state.store.submit_marks(&lock)?.await?;
         let mut response =
             axum::Json(json!({"lock": lock.as_str(), "marks": marks_json(marks)})).into_response();

@@ -1,30 +1,116 @@
-//! Running the server: bind, serve until shutdown, flush.
+//! Running the server: bind, accept within the limits, serve until
+//! shutdown, flush.
+//!
+//! The accept loop is our own rather than `axum::serve`, for the limits
+//! `axum::serve` does not offer: a bound on connections, a time limit on
+//! headers (and on the TLS handshake), bounds on header size and count,
+//! and TLS.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use palisade_core::SharedLiveCheck;
 use palisade_store::Store;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
+use crate::metrics::{ConnectionEnd, Metrics};
+use crate::tls::TlsConfig;
 use crate::{AppState, ServerConfig, ServerError, app};
+
+/// hyper's own bound on header fields, kept on the stack.
+const HYPER_DEFAULT_MAX_HEADERS: usize = 100;
 
 /// Serves `state` on `listener` until `shutdown` resolves, then stops
 /// accepting, lets the requests in flight finish, and flushes the store.
 ///
 /// This is the mini-redis shape: the caller owns the listener (tests bind
 /// `127.0.0.1:0`) and the shutdown signal (`main` passes Ctrl-C/SIGTERM).
+/// TLS and the connection limits come from `state`
+/// ([`AppState::with_tls`], [`AppState::with_limits`]).
+///
+/// At most `max_connections` connections are served at once: at the bound
+/// the loop stops accepting until one closes (new connections wait in the
+/// kernel's accept queue), so connections already open are not disturbed.
 pub async fn run(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let store = state.store().clone();
+    let limits = *state.limits();
+    let tls = state.tls.clone();
+    let metrics = Arc::clone(&state.metrics);
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, durability = %store.durability(), "palisade-server listening");
+        tracing::info!(
+            %addr,
+            durability = %store.durability(),
+            tls = tls.is_some(),
+            max_connections = limits.max_connections,
+            max_in_flight = limits.max_in_flight,
+            "palisade-server listening"
+        );
     }
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let service = TowerToHyperService::new(app(state));
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_header_size(limits.max_header_bytes)
+        .max_buf_size(limits.read_buffer_bytes());
+    if limits.max_headers != HYPER_DEFAULT_MAX_HEADERS {
+        // Any other count moves hyper's header array from the stack to the
+        // heap, one allocation per request: only pay for it when asked.
+        http.max_headers(limits.max_headers);
+    }
+    let connection = Arc::new(Connection {
+        http,
+        service,
+        tls,
+        handshake_timeout: limits.header_read_timeout,
+        metrics,
+    });
+
+    // Each connection holds a permit; at shutdown, taking them all back
+    // is how we know every connection has finished.
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let (stop_connections, stopping) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            permit = Arc::clone(&permits).acquire_owned() => permit.expect("the semaphore is never closed"),
+        };
+        let (stream, peer) = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, or a connection reset while
+                    // queued: not fatal. Back off a little so an EMFILE
+                    // storm does not spin.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        tracing::trace!(%peer, "connection accepted");
+        tokio::spawn(Arc::clone(&connection).serve(stream, permit, stopping.clone()));
+    }
+
+    drop(listener);
+    tracing::info!("shutting down: finishing the requests in flight");
+    let _ = stop_connections.send(true);
+    let total = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let _all_closed = permits.acquire_many(total).await;
     tracing::info!("shutting down: flushing the store");
     tokio::task::spawn_blocking(move || store.flush())
         .await
@@ -32,17 +118,139 @@ pub async fn run(
     Ok(())
 }
 
+/// What every connection task shares.
+struct Connection {
+    http: http1::Builder,
+    service: TowerToHyperService<axum::Router>,
+    tls: Option<TlsConfig>,
+    /// The TLS handshake gets the header time limit: a client trickling
+    /// its handshake is a slowloris too.
+    handshake_timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl Connection {
+    async fn serve(
+        self: Arc<Self>,
+        stream: TcpStream,
+        permit: OwnedSemaphorePermit,
+        mut stopping: watch::Receiver<bool>,
+    ) {
+        let _open = self.metrics.open_connections.open();
+        let end = match &self.tls {
+            None => self.drive(stream, stopping).await,
+            Some(tls) => {
+                let handshake =
+                    tokio::time::timeout(self.handshake_timeout, tls.acceptor().accept(stream));
+                let accepted = tokio::select! {
+                    accepted = handshake => accepted,
+                    () = stop_requested(&mut stopping) => return,
+                };
+                match accepted {
+                    Ok(Ok(tls_stream)) => self.drive(tls_stream, stopping).await,
+                    Ok(Err(error)) => {
+                        tracing::debug!(%error, "TLS handshake failed");
+                        ConnectionEnd::TlsHandshakeFailed
+                    }
+                    Err(_elapsed) => {
+                        tracing::debug!("TLS handshake timed out");
+                        ConnectionEnd::TlsHandshakeFailed
+                    }
+                }
+            }
+        };
+        self.metrics.connection_closed(end);
+        drop(permit);
+    }
+
+    /// Serves HTTP/1.1 on `io` until the connection ends; on shutdown,
+    /// finishes the request in progress and closes.
+    async fn drive<I>(&self, io: I, mut stopping: watch::Receiver<bool>) -> ConnectionEnd
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let connection = self
+            .http
+            .serve_connection(TokioIo::new(io), self.service.clone());
+        tokio::pin!(connection);
+        let result = tokio::select! {
+            result = connection.as_mut() => result,
+            () = stop_requested(&mut stopping) => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        match result {
+            Ok(()) => ConnectionEnd::Closed,
+            Err(error) => {
+                let end = if error.is_timeout() {
+                    ConnectionEnd::HeaderTimeout
+                } else if error.is_parse_too_large() {
+                    ConnectionEnd::HeaderTooLarge
+                } else if error.is_parse() || error.is_parse_status() {
+                    ConnectionEnd::BadRequest
+                } else if error.is_incomplete_message() || error.is_canceled() {
+                    ConnectionEnd::Closed
+                } else {
+                    ConnectionEnd::IoError
+                };
+                tracing::debug!(%error, end = end.as_str(), "connection ended with an error");
+                end
+            }
+        }
+    }
+}
+
+/// Resolves once shutdown has begun. (The watch's borrow guard must not be
+/// held across an await, so it is dropped here.)
+async fn stop_requested(stopping: &mut watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stop| *stop).await;
+}
+
 impl ServerConfig {
-    /// Opens the store and builds the state, with `live_check` if given.
-    /// Blocks while sled opens (recovery can take a moment on a big store).
+    /// Opens the store and builds the state, with `live_check` if given,
+    /// and every security setting and limit of the configuration. Blocks
+    /// while sled opens (recovery can take a moment on a big store). The
+    /// key ring, tokens and certificate are read and checked before the
+    /// store is opened.
     pub fn open_state(&self, live_check: Option<SharedLiveCheck>) -> Result<AppState, ServerError> {
         if self.max_body_bytes == 0 {
             return Err(ServerError::Config(
                 "--max-body-bytes must be positive".into(),
             ));
         }
+        let limits = self.limits()?;
+        let verifier = self.verifier()?;
+        let max_mark_raise = self.max_mark_raise()?;
+        let tokens = self.tokens()?;
+        let tls = self.tls()?;
+
         let store = Store::open(&self.data_dir, self.store_config())?;
-        let state = AppState::new(store).with_max_body_bytes(self.max_body_bytes);
+        let mut state = AppState::new(store)
+            .with_max_body_bytes(self.max_body_bytes)
+            .with_limits(limits)
+            .with_max_mark_raise(max_mark_raise);
+        match verifier {
+            Some((verifier, required)) => {
+                tracing::info!(
+                    key_ids = ?verifier.keys().key_ids().collect::<Vec<_>>(),
+                    issuers = ?verifier.issuers().collect::<Vec<_>>(),
+                    signatures_required = required,
+                    "verifying sequencer signatures"
+                );
+                state = state.with_verifier(verifier, required);
+            }
+            None => tracing::warn!(
+                "no --verify-keys-file: sequencers are not verified, and anyone who can reach this server can raise a mark"
+            ),
+        }
+        if let Some(tokens) = tokens {
+            tracing::info!(tokens = tokens.len(), "bearer tokens required");
+            state = state.with_tokens(tokens);
+        }
+        if let Some(tls) = tls {
+            state = state.with_tls(tls);
+        }
         Ok(match live_check {
             Some(live_check) => state.with_live_check(live_check),
             None => state,

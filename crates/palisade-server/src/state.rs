@@ -2,22 +2,32 @@
 
 use std::sync::Arc;
 
-use palisade_core::SharedLiveCheck;
+use palisade_core::{SharedLiveCheck, Verifier};
 use palisade_store::Store;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::metrics::Metrics;
+use crate::limits::ServerLimits;
+use crate::metrics::{Metrics, OpenGauge};
+use crate::sequencer_policy::SequencerPolicy;
+use crate::tls::TlsConfig;
+use crate::tokens::TokenTable;
 
-/// The server's state: the store, the optional live check, limits and
-/// metrics. Cheap to clone.
+/// The server's state: the store, the optional live check, the security
+/// settings (tokens, signature keys, raise cap, TLS), limits and metrics.
+/// Cheap to clone.
 ///
 /// ```
-/// use palisade_server::AppState;
+/// use palisade_server::{AppState, ServerLimits, TokenTable};
 /// use palisade_store::{Store, StoreConfig};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let dir = tempfile::tempdir()?;
+/// let tokens: TokenTable = "Zs8AkP2v1nQxWm4rT7yB orders/".parse()?;
 /// let state = AppState::new(Store::open(dir.path(), StoreConfig::default())?)
-///     .with_max_body_bytes(64 * 1024);
+///     .with_max_body_bytes(64 * 1024)
+///     .with_tokens(tokens)
+///     .with_max_mark_raise(Some(1_000_000))
+///     .with_limits(ServerLimits::default());
 /// let router = palisade_server::app(state);
 /// # drop(router);
 /// # Ok(())
@@ -31,16 +41,44 @@ pub struct AppState {
     /// (the binary's default) means the generation check alone decides.
     pub(crate) live_check: Option<SharedLiveCheck>,
     pub(crate) max_body_bytes: usize,
+    /// Signature verification and the raise cap: checked after the
+    /// sequencer is parsed and before the store sees it.
+    pub(crate) policy: Arc<SequencerPolicy>,
+    /// The bearer tokens, when the server requires them: checked first,
+    /// before the sequencer is even parsed. `None`: no authentication.
+    pub(crate) tokens: Option<Arc<TokenTable>>,
+    /// Served by `run`'s accept loop; `None` is plain HTTP.
+    pub(crate) tls: Option<TlsConfig>,
+    pub(crate) limits: ServerLimits,
+    /// One permit per `/v1/locks/...` request being handled, out of
+    /// `limits.max_in_flight`. `try_acquire`, never `acquire`: a request
+    /// over the bound is refused at once instead of queueing.
+    pub(crate) in_flight: Arc<Semaphore>,
     pub(crate) metrics: Arc<Metrics>,
 }
 
+/// A request's place among those in flight: returns the permit and lowers
+/// the gauge when dropped.
+pub(crate) struct InFlight {
+    _permit: OwnedSemaphorePermit,
+    _gauge: OpenGauge,
+}
+
 impl AppState {
-    /// State over `store`, with no live check and an 8 MiB body limit.
+    /// State over `store`, with no live check, no authentication, no
+    /// signature keys, an 8 MiB body limit and the default
+    /// [`ServerLimits`].
     pub fn new(store: Store) -> Self {
+        let limits = ServerLimits::default();
         AppState {
             store,
             live_check: None,
             max_body_bytes: 8 * 1024 * 1024,
+            policy: Arc::new(SequencerPolicy::default()),
+            tokens: None,
+            tls: None,
+            limits,
+            in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
             metrics: Arc::new(Metrics::default()),
         }
     }
@@ -59,9 +97,62 @@ impl AppState {
         self
     }
 
+    /// Verifies the signature of every sequencer with `verifier` (its keys
+    /// and trusted issuers) before the store sees it. With
+    /// `require_signatures`, an unsigned sequencer is refused (401
+    /// `unsigned`); without, unsigned sequencers pass and only signed ones
+    /// are verified (the rollout mode).
+    pub fn with_verifier(mut self, verifier: Verifier, require_signatures: bool) -> Self {
+        Arc::make_mut(&mut self.policy).set_verifier(verifier, require_signatures);
+        self
+    }
+
+    /// Refuses (409 `raise_too_large`) a request whose generation is more
+    /// than `max_raise` above its lock's highest mark. `None` (the
+    /// default) is no cap. A lock never fenced (both marks 0) is not
+    /// capped.
+    pub fn with_max_mark_raise(mut self, max_raise: Option<u64>) -> Self {
+        Arc::make_mut(&mut self.policy).set_max_mark_raise(max_raise);
+        self
+    }
+
+    /// Requires a bearer token from `tokens` on every `/v1/locks/...`
+    /// request, used only within its lock-name prefixes.
+    pub fn with_tokens(mut self, tokens: TokenTable) -> Self {
+        self.tokens = Some(Arc::new(tokens));
+        self
+    }
+
+    /// Serves TLS (through [`run`](crate::run)) with this certificate.
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Sets the connection and request limits.
+    pub fn with_limits(mut self, limits: ServerLimits) -> Self {
+        self.limits = limits;
+        self.in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
+        self
+    }
+
     /// The store.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The connection and request limits.
+    pub fn limits(&self) -> &ServerLimits {
+        &self.limits
+    }
+
+    /// A place among the requests in flight, or `None` when all are taken.
+    pub(crate) fn admit_request(&self) -> Option<InFlight> {
+        let permit = Arc::clone(&self.in_flight).try_acquire_owned().ok()?;
+        Some(InFlight {
+            _permit: permit,
+            _gauge: self.metrics.in_flight.open(),
+        })
     }
 }
 
@@ -71,6 +162,18 @@ impl std::fmt::Debug for AppState {
             .field("store", &self.store)
             .field("live_check", &self.live_check.is_some())
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("signatures_required", &self.policy.signatures_required())
+            .field(
+                "verify_key_ids",
+                &self
+                    .policy
+                    .verifier()
+                    .map(|v| v.keys().key_ids().collect::<Vec<_>>()),
+            )
+            .field("max_mark_raise", &self.policy.max_mark_raise())
+            .field("tokens", &self.tokens.as_ref().map(|t| t.len()))
+            .field("tls", &self.tls.is_some())
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }

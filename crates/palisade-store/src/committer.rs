@@ -26,10 +26,31 @@
 //! transaction: its ops are first evaluated against an overlay (its own
 //! earlier writes over the transaction's view), and written only if every
 //! check passes. A refused job writes nothing, not even its mark.
+//!
+//! # Why sled's flush is not enough
+//!
+//! On Linux, sled 0.34's `flush()` writes its log with `pwrite` and then
+//! calls `sync_file_range`, never `fsync` (sled issues #1452 and #1351).
+//! `sync_file_range` starts and waits for the write-back of the data pages
+//! only: it does not commit the file's metadata (the new length of a log
+//! that grew, the blocks allocated for it) and does not flush the disk's
+//! volatile write cache. Large values go to `blobs/` files that sled
+//! writes without any sync at all. The fault suite's "disk died" scenario
+//! (ext4 shut down without flushing its journal, the nearest thing to a
+//! power cut these machines can make) lost every acknowledged write and
+//! every mark that way. So after every sled flush the committer syncs
+//! sled's files itself ([`DurableFiles`]): `fdatasync` of the log file,
+//! `fsync` of every new blob and of the directories that name new files.
+//! Only then is the group acknowledged, and a failed sync fail-stops the
+//! store exactly like a failed flush.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::{Arc, Mutex};
 
 use palisade_core::{LockName, Sequencer};
 use sled::IVec;
@@ -121,6 +142,154 @@ impl Decision {
     }
 }
 
+/// sled's files, synced after every sled flush so that "flushed" means
+/// what [`Durability::Flushed`] promises (see the module docs for why
+/// sled's own flush falls short on Linux).
+///
+/// Shared by the committer (after every group) and
+/// [`Store::flush`](crate::Store::flush), behind a mutex: the two never
+/// sync at the same time, and the record of which blobs are already synced
+/// stays whole.
+#[derive(Debug)]
+pub(crate) struct DurableFiles {
+    /// sled's log file, `<dir>/db`: everything sled writes goes here except
+    /// large values. Kept open so every sync is one `fdatasync`, which
+    /// commits the pages *and* the metadata needed to read them back (the
+    /// file's length) and flushes the disk's write cache.
+    log: File,
+    /// `<dir>/blobs`: one file per large value, written by sled with no
+    /// sync at all. Every new one is fsynced, and then the directory, so
+    /// that both its contents and its name survive.
+    blobs_dir: PathBuf,
+    /// The blobs already synced, with the length they had then. sled writes
+    /// a blob once and never appends to it, but a blob still being written
+    /// while the directory was listed would have a different length the
+    /// next time, and is synced again.
+    synced_blobs: HashMap<OsString, u64>,
+    /// Test only: the next sync fails with this error, as a dying disk's
+    /// would.
+    #[cfg(test)]
+    pub(crate) fail_next: Option<io::ErrorKind>,
+}
+
+impl DurableFiles {
+    /// Opens sled's files in `dir` (after sled has opened the database
+    /// there) and makes what sled created durable: the configuration, the
+    /// log, the blob directory, and the entries naming them in `dir` and in
+    /// `dir`'s parent.
+    pub(crate) fn open(dir: &Path) -> io::Result<DurableFiles> {
+        // fsync and fdatasync work on a descriptor opened for reading (on
+        // Linux and every other Unix sled runs on): the log is never
+        // written through this handle.
+        let log = File::open(dir.join("db"))?;
+        log.sync_all()?;
+        match File::open(dir.join("conf")) {
+            Ok(conf) => conf.sync_all()?,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
+        let mut files = DurableFiles {
+            log,
+            blobs_dir: dir.join("blobs"),
+            synced_blobs: HashMap::new(),
+            #[cfg(test)]
+            fail_next: None,
+        };
+        files.sync_new_blobs()?;
+        sync_directory(&files.blobs_dir).or_else(ignore_missing)?;
+        sync_directory(dir)?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            // The entry naming `dir` itself, for a directory sled just
+            // created. The parent may belong to someone else (a read-only
+            // mount point's parent, say): that is worth a warning, not a
+            // refusal to start.
+            if let Err(error) = sync_directory(parent) {
+                tracing::warn!(%error, parent = %parent.display(), "cannot fsync the data directory's parent");
+            }
+        }
+        Ok(files)
+    }
+
+    /// Makes everything sled has written so far durable: `fdatasync` of the
+    /// log, then every blob not synced yet and the blob directory.
+    pub(crate) fn sync(&mut self) -> io::Result<()> {
+        #[cfg(test)]
+        if let Some(kind) = self.fail_next.take() {
+            return Err(io::Error::new(kind, "injected sync failure"));
+        }
+        self.log.sync_data()?;
+        self.sync_new_blobs()
+    }
+
+    fn sync_new_blobs(&mut self) -> io::Result<()> {
+        let entries = match std::fs::read_dir(&self.blobs_dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(error),
+        };
+        let mut present = HashMap::with_capacity(self.synced_blobs.len());
+        let mut synced_any = false;
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name();
+            // sled removes blobs it no longer needs at any time: a blob gone
+            // between the listing and the open needs no sync.
+            let file = match File::open(entry.path()) {
+                Ok(file) => file,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+                Err(error) => return Err(error),
+            };
+            let length = file.metadata()?.len();
+            if self.synced_blobs.get(&name) != Some(&length) {
+                file.sync_all()?;
+                synced_any = true;
+            }
+            present.insert(name, length);
+        }
+        if synced_any {
+            sync_directory(&self.blobs_dir)?;
+        }
+        self.synced_blobs = present;
+        Ok(())
+    }
+
+    /// How many blob files have been synced and still exist (for tests).
+    #[cfg(test)]
+    pub(crate) fn synced_blob_count(&self) -> usize {
+        self.synced_blobs.len()
+    }
+}
+
+/// fsync of a directory: makes the names of the files in it durable.
+fn sync_directory(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn ignore_missing(error: io::Error) -> io::Result<()> {
+    if error.kind() == io::ErrorKind::NotFound {
+        Ok(())
+    } else {
+        Err(error)
+    }
+}
+
+/// Flushes sled (its log write and `sync_file_range`) and then, when the
+/// store knows sled's files, syncs them ([`DurableFiles`]). The error is the
+/// text a fail-stopped store reports.
+pub(crate) fn flush_durably(
+    db: &sled::Db,
+    files: Option<&Mutex<DurableFiles>>,
+) -> Result<(), String> {
+    db.flush().map_err(|error| error.to_string())?;
+    if let Some(files) = files {
+        let mut files = files.lock().unwrap_or_else(|e| e.into_inner());
+        files
+            .sync()
+            .map_err(|error| format!("syncing the data files failed: {error}"))?;
+    }
+    Ok(())
+}
+
 pub(crate) struct Committer {
     pub(crate) db: sled::Db,
     pub(crate) data: sled::Tree,
@@ -128,7 +297,12 @@ pub(crate) struct Committer {
     pub(crate) durability: Durability,
     pub(crate) idempotency_window: u64,
     pub(crate) epochs: Arc<Epochs>,
-    pub(crate) stats: Arc<std::sync::Mutex<crate::FlushStats>>,
+    pub(crate) stats: Arc<Mutex<crate::FlushStats>>,
+    /// sled's files, when the store opened them by path: synced after every
+    /// flush. `None` for a store wrapped around a database the caller opened
+    /// ([`Store::from_db`](crate::Store::from_db)), where sled's own flush
+    /// is all there is.
+    pub(crate) files: Option<Arc<Mutex<DurableFiles>>>,
 }
 
 impl Committer {
@@ -179,8 +353,10 @@ impl Committer {
             }
         }
         self.epochs.close();
-        if let Err(error) = self.db.flush() {
-            tracing::error!(%error, "final flush failed while closing the store");
+        if self.epochs.failure().is_none() {
+            if let Err(error) = flush_durably(&self.db, self.files.as_deref()) {
+                tracing::error!(%error, "final flush failed while closing the store");
+            }
         }
     }
 
@@ -221,6 +397,15 @@ impl Committer {
                     },
                 };
                 tracing::error!(%error, "group transaction failed");
+                if let StoreError::Io(sled_error) = &error {
+                    // sled hit an I/O error in the middle of a transaction
+                    // (a full disk while writing a large value, say): its
+                    // memory may now hold what its log never got, and only
+                    // a restart, recovering from the log, is trustworthy
+                    // again. Fail-stop, as after a failed flush.
+                    self.epochs
+                        .fail(format!("sled failed in a transaction: {sled_error}"));
+                }
                 self.epochs.finish_group(group_number);
                 for job in group {
                     deliver_error(job, &error);
@@ -231,9 +416,8 @@ impl Committer {
 
         let wrote = decisions.iter().any(Decision::wrote);
         if self.durability == Durability::Flushed && wrote {
-            if let Err(error) = self.db.flush() {
-                let message = error.to_string();
-                tracing::error!(%error, "flush failed; the store refuses further requests");
+            if let Err(message) = flush_durably(&self.db, self.files.as_deref()) {
+                tracing::error!(error = %message, "flush failed; the store refuses further requests");
                 self.epochs.fail(message.clone());
                 for job in group {
                     deliver_error(

@@ -14,7 +14,8 @@ pub enum Durability {
     ///
     /// The store's committer thread applies every request queued since its
     /// last flush in one sled transaction, then calls sled's `flush()`
-    /// (write the log, fsync) once, and only then answers them all: one
+    /// (write the log) and `fsync`s sled's files once (sled 0.34's flush
+    /// alone does not reach the disk), and only then answers them all: one
     /// flush acknowledges every request committed before it started (group
     /// commit). A response that reports state (a read, a refusal with marks)
     /// also waits until what it saw is flushed. Survives `kill -9` and power

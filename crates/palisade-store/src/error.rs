@@ -13,9 +13,10 @@ pub enum StoreError {
     /// sled failed (I/O error, or a corrupted file sled itself detected).
     #[error("storage failure: {0}")]
     Io(#[from] sled::Error),
-    /// A flush (fsync) failed earlier. Writes committed in memory since the
+    /// A flush (fsync) failed earlier, or sled failed with an I/O error in
+    /// the middle of a transaction. Writes committed in memory since the
     /// last good flush may not be on disk, so the store stops acknowledging
-    /// anything (fail-stop) until it is reopened.
+    /// anything, reads included (fail-stop), until it is reopened.
     #[error("the store failed to flush and refuses further requests until restarted: {message}")]
     FlushFailed {
         /// The flush error, as text (the original is logged).

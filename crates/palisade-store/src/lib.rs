@@ -20,7 +20,9 @@
 //!   ([`Store::marks`] is not an error for it).
 //! - **What "acknowledged" means** depends on [`Durability`]:
 //!   - [`Durability::Flushed`] (the default): the transaction is on disk
-//!     (sled `flush()`, which fsyncs) before the call returns or the
+//!     (sled's `flush()` writes its log; sled 0.34 only calls
+//!     `sync_file_range` on Linux, so the store then `fsync`s sled's files
+//!     and directory itself) before the call returns or the
 //!     [`Pending`] resolves. Flushes are shared by group commit: one
 //!     committer thread applies every queued request in one transaction and
 //!     flushes once, so one flush acknowledges every request committed
@@ -37,7 +39,8 @@
 //!   memory, so the OS page cache does not save them. Power loss loses the
 //!   same under `Buffered`, and nothing acknowledged under `Flushed` on a
 //!   disk that honours fsync.
-//! - **Fail-stop on flush failure**: once a flush fails, every later call
+//! - **Fail-stop on flush failure**: once a flush or a sync fails (or sled
+//!   reports an I/O error inside a transaction), every later call
 //!   returns [`StoreError::FlushFailed`] until the store is reopened, since
 //!   writes committed in memory may not be on disk.
 //! - **Retries are safe within the idempotency window**: a write with a

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use palisade_core::{LockName, Mode, Sequencer};
 use sled::IVec;
 
-use crate::committer::{self, Committer, Job, ReadJob, WriteJob};
+use crate::committer::{self, Committer, DurableFiles, Job, ReadJob, WriteJob};
 use crate::group_commit::{Epochs, FlushStats, Pending, Slot};
 use crate::idempotency;
 use crate::keys::{FORMAT_KEY, FORMAT_VERSION, LockKeys, LockState};
@@ -76,6 +76,10 @@ struct Inner {
     committer: Option<JoinHandle<()>>,
     epochs: Arc<Epochs>,
     stats: Arc<Mutex<FlushStats>>,
+    /// sled's files, synced after every flush (see `committer.rs` for why
+    /// sled's own flush is not durable on Linux). `None` after
+    /// [`Store::from_db`], which does not know the directory.
+    files: Option<Arc<Mutex<DurableFiles>>>,
 }
 
 impl Drop for Inner {
@@ -107,19 +111,44 @@ impl Store {
                 }
             });
         let db = open_with_retry(&sled_config)?;
-        Store::from_db(db, config)
+        let files = match config.durability {
+            // In `Buffered` mode sled's background flusher fsyncs the log
+            // itself after each of its flushes.
+            Durability::Buffered { .. } => None,
+            Durability::Flushed => {
+                Some(DurableFiles::open(path.as_ref()).map_err(sled::Error::Io)?)
+            }
+        };
+        Store::from_parts(db, config, files)
     }
 
     /// Wraps an already open sled database (trees `palisade-data` and
     /// `palisade-meta` are used). sled's own `flush_every_ms` setting is left
     /// as the caller configured it.
+    ///
+    /// The store does not know where such a database keeps its files, so in
+    /// [`Durability::Flushed`] mode an acknowledgement means sled's own
+    /// `flush()` returned: on Linux that is `sync_file_range`, which neither
+    /// commits the log's metadata nor flushes the disk's write cache, and
+    /// does not survive a power cut. [`Store::open`] also syncs sled's files
+    /// and keeps the full guarantee.
     pub fn from_db(db: sled::Db, config: StoreConfig) -> Result<Store, StoreError> {
+        Store::from_parts(db, config, None)
+    }
+
+    fn from_parts(
+        db: sled::Db,
+        config: StoreConfig,
+        files: Option<DurableFiles>,
+    ) -> Result<Store, StoreError> {
         let data = db.open_tree("palisade-data")?;
         let meta = db.open_tree("palisade-meta")?;
+        let files = files.map(|files| Arc::new(Mutex::new(files)));
         match meta.get(FORMAT_KEY)? {
             None => {
                 meta.insert(FORMAT_KEY, FORMAT_VERSION)?;
-                db.flush()?;
+                committer::flush_durably(&db, files.as_deref())
+                    .map_err(|message| StoreError::FlushFailed { message })?;
             }
             Some(version) if version == FORMAT_VERSION => {}
             Some(version) => {
@@ -147,6 +176,7 @@ impl Store {
             idempotency_window: u64::from(config.idempotency_window),
             epochs: Arc::clone(&epochs),
             stats: Arc::clone(&stats),
+            files: files.clone(),
         };
         let handle = std::thread::Builder::new()
             .name("palisade-committer".into())
@@ -162,6 +192,7 @@ impl Store {
                 committer: Some(handle),
                 epochs,
                 stats,
+                files,
             }),
         })
     }
@@ -189,10 +220,21 @@ impl Store {
         }
     }
 
-    /// Flushes everything to disk now (blocking), e.g. at shutdown.
+    /// Flushes everything to disk now (blocking), e.g. at shutdown: sled's
+    /// flush, then (for a store opened with [`Store::open`]) a sync of
+    /// sled's files.
+    ///
+    /// A failure here fail-stops the store like a failed flush of the
+    /// committer, and a fail-stopped store refuses to flush: after a failed
+    /// fsync the kernel may have dropped the pages it could not write, so a
+    /// later flush that succeeds proves nothing about them.
     pub fn flush(&self) -> Result<(), StoreError> {
-        self.inner.db.flush()?;
-        Ok(())
+        self.check_health()?;
+        committer::flush_durably(&self.inner.db, self.inner.files.as_deref()).map_err(|message| {
+            tracing::error!(error = %message, "flush failed; the store refuses further requests");
+            self.inner.epochs.fail(message.clone());
+            StoreError::FlushFailed { message }
+        })
     }
 
     fn check_key(&self, key: &[u8]) -> Result<(), StoreError> {
@@ -357,6 +399,55 @@ impl Store {
         Ok(Pending::from_slot(slot))
     }
 
+    /// Checks `sequencer` against its lock's marks and raises them, touching
+    /// no data: the fencing step alone, for a service that keeps its data
+    /// elsewhere and uses this store only for its marks.
+    ///
+    /// Exclusive and shared sequencers are both accepted (an exclusive one
+    /// is an empty write, a shared one a read of nothing), so the rules and
+    /// the durability are exactly those of [`Store::submit`] and
+    /// [`Store::submit_get`]: the returned future resolves once the new
+    /// mark is acknowledged, and a refusal changes nothing. The request is
+    /// queued when this method is called, not when the future is first
+    /// polled, so calls made one after another are decided in that order.
+    ///
+    /// The outcome is the lock's marks after the request, or the refusal
+    /// ([`Refused::Stale`] with the current marks).
+    pub fn submit_admit(
+        &self,
+        sequencer: &Sequencer,
+    ) -> Result<
+        impl std::future::Future<Output = Result<Result<Marks, Refused>, StoreError>> + Send + 'static,
+        StoreError,
+    > {
+        self.check_health()?;
+        enum Queued {
+            Write(Pending<Result<Applied, Refused>>),
+            Read(Pending<Result<Read, Refused>>),
+        }
+        let queued = match sequencer.mode() {
+            Mode::Exclusive => Queued::Write(self.submit(sequencer, &[], None)?),
+            Mode::Shared => {
+                let slot = Slot::new();
+                self.enqueue(Job::Read(ReadJob {
+                    sequencer: sequencer.clone(),
+                    keys: LockKeys::new(sequencer.lock()),
+                    // The data key of the empty user key is `<segment>/`,
+                    // which never holds a value: user keys are never empty.
+                    key: Vec::new(),
+                    slot: Arc::clone(&slot),
+                }))?;
+                Queued::Read(Pending::from_slot(slot))
+            }
+        };
+        Ok(async move {
+            Ok(match queued {
+                Queued::Write(pending) => pending.await?.map(|applied| applied.marks),
+                Queued::Read(pending) => pending.await?.map(|read| read.marks),
+            })
+        })
+    }
+
     fn read_marks(&self, lock: &LockName, keys: &LockKeys) -> Result<Marks, StoreError> {
         let raw = self.inner.meta.get(keys.state())?;
         LockState::decode(raw.as_deref())
@@ -404,6 +495,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn submit_admit_raises_marks_without_touching_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        let lock = LockName::new("L").unwrap();
+        let seq = |mode, generation| {
+            Sequencer::new(lock.clone(), mode, Generation::new(generation).unwrap())
+        };
+        let admit = |sequencer: Sequencer| {
+            let future = store.submit_admit(&sequencer).unwrap();
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(future)
+                .unwrap()
+        };
+        let marks = |exclusive, shared| Marks { exclusive, shared };
+        assert_eq!(admit(seq(Mode::Exclusive, 5)), Ok(marks(5, 0)));
+        assert_eq!(admit(seq(Mode::Shared, 7)), Ok(marks(5, 7)));
+        assert_eq!(admit(seq(Mode::Shared, 6)), Ok(marks(5, 7)));
+        assert!(matches!(
+            admit(seq(Mode::Exclusive, 6)),
+            Err(Refused::Stale { marks: m, .. }) if m == marks(5, 7)
+        ));
+        assert!(matches!(
+            admit(seq(Mode::Shared, 4)),
+            Err(Refused::Stale { .. })
+        ));
+        assert_eq!(store.marks(&lock).unwrap(), marks(5, 7));
+        assert_eq!(store.inner.data.len(), 0, "no data was written");
+        drop(store);
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        assert_eq!(store.marks(&lock).unwrap(), marks(5, 7));
+    }
+
+    #[test]
     fn after_a_failed_flush_every_call_fails_until_reopened() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
@@ -433,5 +559,121 @@ mod tests {
         let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
         let read = store.get(&lock, b"k", None).unwrap().unwrap();
         assert_eq!(read.value.as_deref(), Some(&b"v"[..]));
+    }
+
+    /// Makes the next sync of sled's files fail, as a dying disk would.
+    fn fail_next_sync(store: &Store, kind: std::io::ErrorKind) {
+        let files = store.inner.files.as_ref().expect("opened by path");
+        files.lock().unwrap().fail_next = Some(kind);
+    }
+
+    #[test]
+    fn a_failed_sync_of_the_data_files_is_never_acknowledged_and_fail_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        let lock = LockName::new("L").unwrap();
+        let holder = |generation| {
+            Sequencer::new(
+                lock.clone(),
+                Mode::Exclusive,
+                Generation::new(generation).unwrap(),
+            )
+        };
+        store
+            .apply(&holder(5), &[Op::put("k", "acknowledged")], None)
+            .unwrap()
+            .unwrap();
+
+        // sled's flush succeeds, the fsync after it does not: the write is
+        // answered with a failure, never with `Applied`.
+        fail_next_sync(&store, std::io::ErrorKind::StorageFull);
+        let outcome = store.apply(&holder(6), &[Op::put("k", "unsynced")], None);
+        assert!(
+            matches!(&outcome, Err(StoreError::FlushFailed { message }) if message.contains("syncing the data files failed")),
+            "{outcome:?}"
+        );
+        // Fail-stop: nothing is answered any more, not even a read or the
+        // marks that the unsynced write may have raised in memory, and a
+        // later flush does not pretend to fix it.
+        assert!(store.check_health().is_err());
+        assert!(matches!(
+            store.apply(&holder(6), &[Op::put("k2", "v")], None),
+            Err(StoreError::FlushFailed { .. })
+        ));
+        assert!(matches!(
+            store.marks(&lock),
+            Err(StoreError::FlushFailed { .. })
+        ));
+        assert!(matches!(
+            store.get(&lock, b"k", None),
+            Err(StoreError::FlushFailed { .. })
+        ));
+        assert!(matches!(store.flush(), Err(StoreError::FlushFailed { .. })));
+        drop(store);
+
+        // After a restart the acknowledged state is there; the unsynced
+        // write's outcome was unknown (it reached sled's log, so here it
+        // survives), and the mark is the acknowledged one or the unknown
+        // write's, never lower.
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        let read = store.get(&lock, b"k", None).unwrap().unwrap();
+        let value = read.value.as_deref().unwrap();
+        assert!(
+            value == b"acknowledged" || value == b"unsynced",
+            "{value:?}"
+        );
+        assert!(read.marks.exclusive == 5 || read.marks.exclusive == 6);
+        assert!(matches!(
+            store
+                .apply(&holder(4), &[Op::put("k", "stale")], None)
+                .unwrap(),
+            Err(Refused::Stale { .. })
+        ));
+    }
+
+    #[test]
+    fn a_failed_explicit_flush_fail_stops_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        fail_next_sync(&store, std::io::ErrorKind::Other);
+        assert!(matches!(store.flush(), Err(StoreError::FlushFailed { .. })));
+        assert!(store.check_health().is_err());
+    }
+
+    #[test]
+    fn large_values_in_sled_blob_files_are_synced_before_the_acknowledgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        let lock = LockName::new("L").unwrap();
+        let sequencer = Sequencer::new(lock.clone(), Mode::Exclusive, Generation::MIN);
+        // sled keeps a page bigger than a quarter of its 512 KiB segment in
+        // a blob file of its own, and writes blob files without any sync.
+        let big = vec![7u8; 300 * 1024];
+        store
+            .apply(&sequencer, &[Op::put("big", big.clone())], None)
+            .unwrap()
+            .unwrap();
+        let blobs = std::fs::read_dir(dir.path().join("blobs")).unwrap().count();
+        assert!(
+            blobs > 0,
+            "sled wrote the value inline; the test needs a blob"
+        );
+        let files = store.inner.files.as_ref().unwrap().lock().unwrap();
+        assert!(
+            files.synced_blob_count() > 0,
+            "the blob holding an acknowledged value was not synced"
+        );
+        drop(files);
+        let read = store.get(&lock, b"big", None).unwrap().unwrap();
+        assert_eq!(read.value.as_deref(), Some(&big[..]));
+    }
+
+    #[test]
+    fn a_store_in_buffered_mode_leaves_syncing_to_sleds_flusher() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig::default().with_durability(Durability::buffered());
+        let store = Store::open(dir.path(), config).unwrap();
+        assert!(store.inner.files.is_none());
+        store.flush().unwrap();
     }
 }

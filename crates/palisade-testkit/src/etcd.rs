@@ -12,6 +12,12 @@
 //! on it. [`EtcdCluster`] always spawns its own members, because its tests
 //! kill and restart them.
 //!
+//! [`EtcdCluster::start_with_peer_proxies`] puts a [`FaultProxy`] in front
+//! of every member's peer port, so a test can cut a member off from its
+//! peers ([`EtcdCluster::isolate`]) or make the links between members slow
+//! or lossy, while clients keep reaching every member directly (or through
+//! proxies of their own, to pin a client to one member).
+//!
 //! Both return `None` when the `etcd` binary is missing and missing servers
 //! are allowed (see [`process::require_binary`]), so a test can say
 //! "skipped: no etcd" and return instead of passing quietly.
@@ -34,6 +40,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::process::{self, ChildProcess};
+use crate::proxy::{Fault, FaultProxy};
 
 /// Environment variable naming an external etcd to use instead of spawning
 /// one: comma-separated endpoints, e.g. `http://127.0.0.1:2379`.
@@ -65,7 +72,12 @@ enum ClusterState {
 struct MemberSpec {
     name: String,
     client_port: u16,
+    /// The port the member listens on for its peers.
     peer_port: u16,
+    /// The port its peers are told to reach it on, when that is a proxy's
+    /// (the member's peer URL in the cluster's membership); `None` when
+    /// peers connect straight to `peer_port`.
+    advertised_peer_port: Option<u16>,
     data_dir: PathBuf,
     log: PathBuf,
 }
@@ -76,9 +88,22 @@ impl MemberSpec {
             name: name.to_owned(),
             client_port: process::free_port(),
             peer_port: process::free_port(),
+            advertised_peer_port: None,
             data_dir: dir.join(format!("{name}.etcd")),
             log: dir.join(format!("{name}.log")),
         }
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.peer_port))
+    }
+
+    /// The peer URL the cluster knows this member by.
+    fn advertised_peer_url(&self) -> String {
+        format!(
+            "http://127.0.0.1:{}",
+            self.advertised_peer_port.unwrap_or(self.peer_port)
+        )
     }
 
     fn client_url(&self) -> String {
@@ -113,7 +138,7 @@ impl MemberSpec {
             .arg("--listen-peer-urls")
             .arg(self.peer_url())
             .arg("--initial-advertise-peer-urls")
-            .arg(self.peer_url())
+            .arg(self.advertised_peer_url())
             .arg("--initial-cluster")
             .arg(initial_cluster)
             .arg("--initial-cluster-token")
@@ -175,7 +200,7 @@ fn cluster_token() -> String {
 fn initial_cluster(specs: &[&MemberSpec]) -> String {
     specs
         .iter()
-        .map(|spec| format!("{}={}", spec.name, spec.peer_url()))
+        .map(|spec| format!("{}={}", spec.name, spec.advertised_peer_url()))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -367,6 +392,11 @@ pub struct EtcdCluster {
     members: Vec<Member>,
     binary: PathBuf,
     token: String,
+    /// One proxy per member in front of its peer port (its advertised peer
+    /// URL points here), when started with
+    /// [`EtcdCluster::start_with_peer_proxies`]; empty otherwise. Declared
+    /// after `members`, so the processes die before their links do.
+    peer_proxies: Vec<FaultProxy>,
     /// Declared last so the processes are killed before it is removed.
     _dir: TempDir,
 }
@@ -383,6 +413,24 @@ impl EtcdCluster {
     ///
     /// If etcd is installed but the cluster cannot be started.
     pub fn start() -> Option<EtcdCluster> {
+        EtcdCluster::start_inner(false)
+    }
+
+    /// Starts a 3-member cluster whose members reach each other only
+    /// through one [`FaultProxy`] per member: member `i` listens for peers
+    /// on its own port and advertises its proxy's, so every connection *to*
+    /// member `i` from a peer crosses [`EtcdCluster::peer_proxy`]`(i)`.
+    /// Clients still reach every member directly. `None` means "skip the
+    /// test".
+    ///
+    /// # Panics
+    ///
+    /// As [`EtcdCluster::start`].
+    pub fn start_with_peer_proxies() -> Option<EtcdCluster> {
+        EtcdCluster::start_inner(true)
+    }
+
+    fn start_inner(proxied: bool) -> Option<EtcdCluster> {
         let binary = process::require_binary("etcd")?;
         let mut last_error = String::new();
         for _attempt in 0..SPAWN_ATTEMPTS {
@@ -390,9 +438,19 @@ impl EtcdCluster {
                 .prefix("palisade-etcd-cluster-")
                 .tempdir()
                 .expect("creating a temporary directory must work on a test machine");
-            let specs: Vec<MemberSpec> = (1..=Self::SIZE)
+            let mut specs: Vec<MemberSpec> = (1..=Self::SIZE)
                 .map(|i| MemberSpec::new(dir.path(), &format!("m{i}")))
                 .collect();
+            let mut peer_proxies = Vec::new();
+            if proxied {
+                for spec in &mut specs {
+                    let proxy =
+                        FaultProxy::start(&format!("etcd {} peer", spec.name), spec.peer_addr())
+                            .unwrap_or_else(|e| panic!("cannot start a peer proxy: {e}"));
+                    spec.advertised_peer_port = Some(proxy.address().port());
+                    peer_proxies.push(proxy);
+                }
+            }
             let cluster = initial_cluster(&specs.iter().collect::<Vec<_>>());
             let token = cluster_token();
             let mut members = Vec::with_capacity(Self::SIZE);
@@ -411,6 +469,7 @@ impl EtcdCluster {
                         members,
                         binary,
                         token,
+                        peer_proxies,
                         _dir: dir,
                     });
                 }
@@ -437,6 +496,60 @@ impl EtcdCluster {
     /// Member `index`'s client endpoint.
     pub fn endpoint(&self, index: usize) -> String {
         self.members[index].spec.client_url()
+    }
+
+    /// Member `index`'s client address (`127.0.0.1:<port>`), e.g. the
+    /// upstream of a proxy that pins a client to that member.
+    pub fn client_addr(&self, index: usize) -> SocketAddr {
+        self.members[index].spec.client_addr()
+    }
+
+    /// The process id of member `index`, while it runs.
+    pub fn pid(&self, index: usize) -> Option<u32> {
+        self.members[index].process.as_ref().map(ChildProcess::pid)
+    }
+
+    /// The proxy in front of member `index`'s peer port (every connection a
+    /// peer opens to it crosses it), if the cluster was started with
+    /// [`EtcdCluster::start_with_peer_proxies`].
+    pub fn peer_proxy(&self, index: usize) -> Option<&FaultProxy> {
+        self.peer_proxies.get(index)
+    }
+
+    /// Cuts member `index` off from its peers, both ways, until
+    /// [`EtcdCluster::heal_peers`]: its own peer proxy holds everything the
+    /// others send it, and every other member's peer proxy holds the
+    /// connections member `index`'s process opened to them. The member
+    /// keeps running and keeps answering its clients from its own state,
+    /// as a member on the wrong side of a real partition does. Needs the
+    /// peer proxies ([`EtcdCluster::start_with_peer_proxies`]) and a
+    /// running member.
+    pub fn isolate(&self, index: usize) -> io::Result<()> {
+        if self.peer_proxies.is_empty() {
+            return Err(io::Error::other(
+                "isolate needs a cluster started with peer proxies",
+            ));
+        }
+        let pid = self
+            .pid(index)
+            .ok_or_else(|| io::Error::other(format!("member {index} is not running")))?;
+        tracing::info!(member = %self.members[index].spec.name, pid, "isolating etcd member from its peers");
+        self.peer_proxies[index].partition();
+        for (other, proxy) in self.peer_proxies.iter().enumerate() {
+            if other != index {
+                proxy.set_for_process(pid, Fault::Partition);
+            }
+        }
+        Ok(())
+    }
+
+    /// Heals every peer link: all peer proxies forward again (delivering
+    /// what they held) and forget their per-process rules.
+    pub fn heal_peers(&self) {
+        for proxy in &self.peer_proxies {
+            proxy.clear_process_rules();
+            proxy.pass();
+        }
     }
 
     /// Whether member `index` is running.
@@ -642,6 +755,101 @@ mod tests {
         assert_eq!(json_u64_string(body, "leader"), Some(1366));
         assert_eq!(json_u64_string(body, "cluster_id"), Some(151));
         assert_eq!(json_u64_string(body, "missing"), None);
+    }
+
+    /// `key` and the values below, base64-encoded for the JSON gateway.
+    const KEY_B64: &str = "aXNvbGF0aW9u"; // "isolation"
+    const BEFORE_B64: &str = "YmVmb3Jl"; // "before"
+    const AFTER_B64: &str = "YWZ0ZXI="; // "after"
+
+    fn put(addr: SocketAddr, value_b64: &str) -> io::Result<String> {
+        http(
+            addr,
+            "POST",
+            "/v3/kv/put",
+            &format!(r#"{{"key":"{KEY_B64}","value":"{value_b64}"}}"#),
+        )
+    }
+
+    fn range(addr: SocketAddr, serializable: bool) -> io::Result<String> {
+        http(
+            addr,
+            "POST",
+            "/v3/kv/range",
+            &format!(r#"{{"key":"{KEY_B64}","serializable":{serializable}}}"#),
+        )
+    }
+
+    /// Retries `attempt` until it returns `true` or `timeout` passes.
+    fn eventually(timeout: Duration, mut attempt: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if attempt() {
+                return true;
+            }
+            // Elections and catch-up have no event an outsider can wait
+            // on: poll with a short, bounded period.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    #[test]
+    fn an_isolated_member_serves_only_stale_serializable_reads_until_healed() {
+        let Some(mut cluster) = EtcdCluster::start_with_peer_proxies() else {
+            return;
+        };
+        let leader = cluster.wait_for_leader(Duration::from_secs(20)).unwrap();
+        let isolated = cluster.client_addr(leader);
+        put(isolated, BEFORE_B64).unwrap();
+        // Every member has it before the cut.
+        for index in 0..EtcdCluster::SIZE {
+            let addr = cluster.client_addr(index);
+            assert!(
+                eventually(Duration::from_secs(10), || range(addr, true)
+                    .is_ok_and(|body| body.contains(BEFORE_B64))),
+                "member {index} never saw the first write"
+            );
+        }
+
+        cluster.isolate(leader).unwrap();
+        // The majority elects a leader of its own and accepts a write.
+        let majority = cluster.client_addr((leader + 1) % EtcdCluster::SIZE);
+        assert!(
+            eventually(Duration::from_secs(30), || put(majority, AFTER_B64).is_ok()),
+            "the majority never accepted a write\n{}",
+            cluster.log_tail((leader + 1) % EtcdCluster::SIZE)
+        );
+        // The isolated member: a linearizable read cannot complete, and a
+        // serializable one answers from its stale state. This is why
+        // Palisade never decides ownership from a serializable read.
+        assert!(range(isolated, false).is_err());
+        let stale = range(isolated, true).unwrap();
+        assert!(
+            stale.contains(BEFORE_B64) && !stale.contains(AFTER_B64),
+            "{stale}"
+        );
+        let held = cluster.peer_proxy(leader).unwrap().stats();
+        assert!(held.faults_applied >= 1);
+
+        cluster.heal_peers();
+        assert!(
+            eventually(Duration::from_secs(30), || range(isolated, false)
+                .is_ok_and(|body| body.contains(AFTER_B64))),
+            "the healed member never caught up\n{}",
+            cluster.log_tail(leader)
+        );
+        assert_eq!(cluster.peer_proxy(leader).unwrap().fault(), Fault::Pass);
+    }
+
+    #[test]
+    fn isolate_needs_peer_proxies() {
+        let Some(cluster) = EtcdCluster::start() else {
+            return;
+        };
+        assert!(cluster.peer_proxy(0).is_none());
+        assert!(cluster.isolate(0).is_err());
+        assert!(cluster.pid(0).is_some());
     }
 
     #[test]

@@ -9,6 +9,9 @@
 //! - [`history`], [`checker`]: Jepsen-style operation histories recorded
 //!   by client processes, and the offline checker of the fault suite's
 //!   invariants (I-MONO, I-STALE, I-TOKEN, I-DUR, I-ONCE, I-LIVE).
+//! - [`proxy`]: a fault-injecting TCP proxy on loopback (partition,
+//!   one-way drop, delay, loss, resets), for the network faults of the
+//!   fault suite.
 //! - [`process`]: the shared plumbing: free ports, child processes killed on
 //!   drop, SIGSTOP/SIGCONT, waiting for a port, skipping politely when a
 //!   binary is missing outside CI.
@@ -21,4 +24,5 @@ pub mod etcd;
 pub mod history;
 pub mod lock_suite;
 pub mod process;
+pub mod proxy;
 pub mod redis;

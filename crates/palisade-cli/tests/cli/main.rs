@@ -13,10 +13,13 @@
 //! - `data`: `put`/`get`/`del`/`marks` with hand-made sequencers: bytes,
 //!   stdin, JSON, idempotency, refusals, not found.
 //! - `bad_input`: one-line errors with the documented codes, `--help`.
+//! - `signing`: signed sequencers from `--sign-key-file` on both backends,
+//!   bad key files, `keygen`.
 
 mod bad_input;
 mod data;
 mod fixtures;
 mod lease_lost;
 mod lock_write;
+mod signing;
 mod waiting;

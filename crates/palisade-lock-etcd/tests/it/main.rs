@@ -10,3 +10,4 @@ mod lease;
 mod live_check;
 mod mutex;
 mod pause;
+mod signing;

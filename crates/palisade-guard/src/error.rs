@@ -1,0 +1,388 @@
+//! Refusals and failures, and the one place they become HTTP answers.
+//!
+//! Every answer has the Palisade resource server's error shape: a JSON
+//! object with a stable machine-readable `code`, a human `message`, and the
+//! extra fields of that code (docs/http-api.md). A client that understands
+//! the server's `409 stale` understands the guard's.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use palisade_core::{Generation, LockName, LockNameError, Mode, SequencerError, SignatureError};
+use palisade_store::{Marks, Refused, StoreError};
+use serde_json::{Map, Value, json};
+
+/// Why a mark store could not decide. A stale sequencer is *not* here: it
+/// is an outcome ([`Admission::Stale`](crate::Admission::Stale)), so `?` on
+/// this error can never swallow a fencing refusal.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MarkStoreError {
+    /// The fenced store failed (I/O, a failed flush, shutting down).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The store refused the check for a reason a mark check cannot cause
+    /// (a bug, never a fencing decision).
+    #[error(
+        "the mark store refused lock `{lock}` with `{reason}`, which a mark check never causes"
+    )]
+    Unexpected {
+        /// The lock.
+        lock: LockName,
+        /// The store's reason code.
+        reason: &'static str,
+    },
+}
+
+/// Why the guard refused a request, or could not decide about it.
+///
+/// [`GuardError::status`] and [`GuardError::code`] give the HTTP status and
+/// the stable code; the `IntoResponse` impl renders the JSON body. The mark
+/// never moves for any of these.
+///
+/// | status | code | variant |
+/// |---|---|---|
+/// | 400 | `missing_sequencer` | [`GuardError::MissingSequencer`] |
+/// | 400 | `malformed_sequencer` | [`GuardError::MalformedSequencer`], [`GuardError::BadHeader`] |
+/// | 400 | `bad_lock_name` | [`GuardError::NoLockParam`], [`GuardError::BadLockName`], [`GuardError::LockNotResolved`] |
+/// | 401 | `unsigned`, `unknown_key`, `bad_signature` | [`GuardError::Signature`] |
+/// | 403 | `wrong_issuer` | [`GuardError::Signature`] |
+/// | 403 | `shared_on_write` | [`GuardError::SharedOnWrite`] |
+/// | 409 | `stale` | [`GuardError::Stale`] |
+/// | 409 | `raise_too_large` | [`GuardError::RaiseTooLarge`] |
+/// | 422 | `lock_mismatch` | [`GuardError::LockMismatch`] |
+/// | 503 | `storage_unavailable` | [`GuardError::MarkStore`], [`GuardError::Storage`] |
+/// | 500 | `internal` | [`GuardError::NotConfigured`] |
+///
+/// A handler that writes through [`palisade_store::Store`] can return
+/// this type too: `From<Refused>` and `From<StoreError>` give the server's
+/// codes (`stale`, `cas_mismatch`, `too_large`, ...).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GuardError {
+    /// The request needs a sequencer and has none.
+    #[error("this request needs a palisade-sequencer header with {needed} sequencer")]
+    MissingSequencer {
+        /// `"an exclusive"` for writes, `"a"` for reads that require one.
+        needed: &'static str,
+    },
+    /// The header is not a valid `v1` sequencer.
+    #[error("malformed sequencer: {0}")]
+    MalformedSequencer(#[source] SequencerError),
+    /// The header appears twice or is not visible ASCII.
+    #[error("malformed sequencer: the palisade-sequencer header {reason}")]
+    BadHeader {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The route has no path parameter of the configured name.
+    #[error("the route has no `{{{param}}}` path parameter to name the lock")]
+    NoLockParam {
+        /// The parameter the guard was configured to read.
+        param: String,
+    },
+    /// The route's lock name is not a valid lock name.
+    #[error("the route does not name a valid lock: {0}")]
+    BadLockName(#[source] LockNameError),
+    /// A custom lock resolver could not name the lock.
+    #[error("the route does not name a lock: {reason}")]
+    LockNotResolved {
+        /// The resolver's explanation.
+        reason: String,
+    },
+    /// Signatures are required and this one does not verify. 401 when the
+    /// presenter proved nothing (unsigned, unknown key, bad MAC), 403 when it
+    /// proved an issuer this service does not trust.
+    #[error("sequencer for lock `{lock}` refused: {source}")]
+    Signature {
+        /// The lock the sequencer claims.
+        lock: LockName,
+        /// The generation it claims.
+        presented: Generation,
+        /// The id of the key it is signed with, if signed.
+        key_id: Option<String>,
+        /// The issuer it names, if any.
+        issuer: Option<String>,
+        /// Why it does not verify.
+        #[source]
+        source: SignatureError,
+    },
+    /// The sequencer is for another lock than the route's.
+    #[error("the route names lock `{route_lock}` but the sequencer is for lock `{sequencer_lock}`")]
+    LockMismatch {
+        /// The lock the route names.
+        route_lock: LockName,
+        /// The lock the sequencer is for.
+        sequencer_lock: LockName,
+    },
+    /// A write under a shared (reader) sequencer.
+    #[error("lock `{lock}`: writes need an exclusive sequencer; generation {presented} is shared")]
+    SharedOnWrite {
+        /// The lock.
+        lock: LockName,
+        /// The generation offered.
+        presented: Generation,
+    },
+    /// The generation is below what the marks require: a newer holder has
+    /// been honoured. Carries the marks so the lock side can raise its
+    /// generation floor above them.
+    #[error(
+        "stale sequencer for lock `{lock}`: {mode} generation {presented} is below the required {required} ({marks})",
+        required = marks.required(*mode)
+    )]
+    Stale {
+        /// The lock.
+        lock: LockName,
+        /// The sequencer's mode.
+        mode: Mode,
+        /// The generation offered.
+        presented: Generation,
+        /// The lock's marks at the time of the check.
+        marks: Marks,
+    },
+    /// The generation is more than the configured cap above the lock's
+    /// highest mark (a buggy issuer, or a forgery with a valid key). Same
+    /// status as `stale`, as in the Palisade server; clients tell them apart
+    /// by the code, and a lock side must not answer this one by raising its
+    /// generation floor.
+    #[error(
+        "lock `{lock}`: {mode} generation {presented} is more than {max_raise} above the highest mark ({marks})"
+    )]
+    RaiseTooLarge {
+        /// The lock.
+        lock: LockName,
+        /// The sequencer's mode.
+        mode: Mode,
+        /// The generation offered.
+        presented: Generation,
+        /// The lock's marks at the time of the check.
+        marks: Marks,
+        /// The configured cap.
+        max_raise: u64,
+    },
+    /// The mark store failed; nothing was decided (safety first: refused).
+    #[error("the mark store failed: {0}")]
+    MarkStore(#[from] MarkStoreError),
+    /// A handler's own write through the fenced store failed.
+    #[error(transparent)]
+    Storage(#[from] StoreError),
+    /// A handler's own write through the fenced store was refused for a
+    /// reason other than fencing (a failed compare-and-swap, a reused
+    /// idempotency key).
+    #[error(transparent)]
+    StoreRefused(Refused),
+    /// The [`Fenced`](crate::Fenced) extractor found neither a
+    /// [`GuardLayer`](crate::GuardLayer) verdict nor a
+    /// [`Guard`](crate::Guard) extension: a wiring mistake.
+    #[error(
+        "no guard is configured for this route: add `GuardLayer` or an `Extension(Guard)` before extracting `Fenced`"
+    )]
+    NotConfigured,
+}
+
+impl GuardError {
+    /// The HTTP status of the answer.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            GuardError::MissingSequencer { .. }
+            | GuardError::MalformedSequencer(_)
+            | GuardError::BadHeader { .. }
+            | GuardError::NoLockParam { .. }
+            | GuardError::BadLockName(_)
+            | GuardError::LockNotResolved { .. } => StatusCode::BAD_REQUEST,
+            GuardError::Signature { source, .. } if source.is_unauthenticated() => {
+                StatusCode::UNAUTHORIZED
+            }
+            GuardError::Signature { .. } | GuardError::SharedOnWrite { .. } => {
+                StatusCode::FORBIDDEN
+            }
+            GuardError::Stale { .. } | GuardError::RaiseTooLarge { .. } => StatusCode::CONFLICT,
+            GuardError::LockMismatch { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            GuardError::MarkStore(MarkStoreError::Store(_)) => StatusCode::SERVICE_UNAVAILABLE,
+            GuardError::Storage(error) => storage_status(error),
+            GuardError::StoreRefused(refused) => match refused {
+                Refused::CasMismatch { .. } => StatusCode::PRECONDITION_FAILED,
+                Refused::IdempotencyKeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+                _ => StatusCode::CONFLICT,
+            },
+            GuardError::MarkStore(_) | GuardError::NotConfigured => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        }
+    }
+
+    /// The stable machine-readable code (the JSON body's `code`, and the
+    /// label of [`MetricsSnapshot::refused`](crate::MetricsSnapshot::refused)).
+    pub fn code(&self) -> &'static str {
+        match self {
+            GuardError::MissingSequencer { .. } => "missing_sequencer",
+            GuardError::MalformedSequencer(_) | GuardError::BadHeader { .. } => {
+                "malformed_sequencer"
+            }
+            GuardError::NoLockParam { .. }
+            | GuardError::BadLockName(_)
+            | GuardError::LockNotResolved { .. } => "bad_lock_name",
+            GuardError::Signature { source, .. } => source.code(),
+            GuardError::LockMismatch { .. } => "lock_mismatch",
+            GuardError::SharedOnWrite { .. } => "shared_on_write",
+            GuardError::Stale { .. } => "stale",
+            GuardError::RaiseTooLarge { .. } => "raise_too_large",
+            GuardError::MarkStore(MarkStoreError::Store(_)) => "storage_unavailable",
+            GuardError::Storage(error) => match error {
+                StoreError::TooLarge { .. } => "too_large",
+                StoreError::EmptyKey => "bad_key",
+                StoreError::InvalidRequestId { .. } => "bad_request",
+                error if error.is_storage_failure() => "storage_unavailable",
+                _ => "internal",
+            },
+            GuardError::StoreRefused(refused) => refused.reason(),
+            GuardError::MarkStore(_) | GuardError::NotConfigured => "internal",
+        }
+    }
+
+    /// The code-specific fields of the JSON body (docs/http-api.md).
+    fn extra_fields(&self) -> Map<String, Value> {
+        let mut extra = Map::new();
+        let mut put = |field: &str, value: Value| {
+            extra.insert(field.to_owned(), value);
+        };
+        match self {
+            GuardError::Signature {
+                lock,
+                presented,
+                key_id,
+                issuer,
+                source: _,
+            } => {
+                put("lock", lock.as_str().into());
+                put("presented", presented.get().into());
+                if let Some(key_id) = key_id {
+                    put("key_id", key_id.as_str().into());
+                }
+                if let Some(issuer) = issuer {
+                    put("issuer", issuer.as_str().into());
+                }
+            }
+            GuardError::LockMismatch {
+                route_lock,
+                sequencer_lock,
+            } => {
+                put("path_lock", route_lock.as_str().into());
+                put("sequencer_lock", sequencer_lock.as_str().into());
+            }
+            GuardError::SharedOnWrite { lock, presented } => {
+                put("lock", lock.as_str().into());
+                put("presented", presented.get().into());
+            }
+            GuardError::Stale {
+                lock,
+                mode,
+                presented,
+                marks,
+            } => {
+                put("lock", lock.as_str().into());
+                put("mode", mode.as_str().into());
+                put("presented", presented.get().into());
+                put("required", marks.required(*mode).into());
+                put("marks", marks_json(*marks));
+            }
+            GuardError::RaiseTooLarge {
+                lock,
+                mode,
+                presented,
+                marks,
+                max_raise,
+            } => {
+                put("lock", lock.as_str().into());
+                put("mode", mode.as_str().into());
+                put("presented", presented.get().into());
+                put("max_raise", (*max_raise).into());
+                let highest = marks.exclusive.max(marks.shared);
+                put("allowed_up_to", highest.saturating_add(*max_raise).into());
+                put("marks", marks_json(*marks));
+            }
+            GuardError::Storage(StoreError::TooLarge { kind, actual, max }) => {
+                put("limit", kind.as_str().into());
+                put("max", (*max).into());
+                put("actual", (*actual).into());
+            }
+            GuardError::StoreRefused(Refused::CasMismatch { op_index, current }) => {
+                put("op_index", (*op_index).into());
+                put("current_exists", current.is_some().into());
+            }
+            GuardError::StoreRefused(Refused::IdempotencyKeyReused { request_id }) => {
+                put("idempotency_key", request_id.as_str().into());
+            }
+            _ => {}
+        }
+        extra
+    }
+}
+
+fn storage_status(error: &StoreError) -> StatusCode {
+    match error {
+        StoreError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        StoreError::EmptyKey | StoreError::InvalidRequestId { .. } => StatusCode::BAD_REQUEST,
+        error if error.is_storage_failure() => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The marks as the server writes them: `{"exclusive": .., "shared": ..}`.
+pub(crate) fn marks_json(marks: Marks) -> Value {
+    json!({"exclusive": marks.exclusive, "shared": marks.shared})
+}
+
+impl From<Refused> for GuardError {
+    /// Maps a store refusal to the guard's variant of the same meaning, so a
+    /// handler writing through the store in transaction mode answers exactly
+    /// like the guard (and the server) would.
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::Stale {
+                lock,
+                mode,
+                presented,
+                marks,
+            } => GuardError::Stale {
+                lock,
+                mode,
+                presented,
+                marks,
+            },
+            Refused::SharedOnWrite { lock, presented } => {
+                GuardError::SharedOnWrite { lock, presented }
+            }
+            Refused::LockMismatch {
+                requested,
+                presented,
+            } => GuardError::LockMismatch {
+                route_lock: requested,
+                sequencer_lock: presented,
+            },
+            other => GuardError::StoreRefused(other),
+        }
+    }
+}
+
+impl IntoResponse for GuardError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            // The only answers logged at ERROR: the service's own failures.
+            tracing::error!(target: "palisade_guard::fence", code = self.code(), error = %self, "guard failure");
+        }
+        let mut body = Map::new();
+        body.insert("code".into(), self.code().into());
+        body.insert("message".into(), self.to_string().into());
+        body.extend(self.extra_fields());
+        let mut response = (status, axum::Json(Value::Object(body))).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            // As the Palisade server does: say which credential is missing.
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Palisade-Sequencer realm=\"palisade\""),
+            );
+        }
+        response
+    }
+}

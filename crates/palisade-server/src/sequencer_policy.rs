@@ -1,0 +1,149 @@
+//! What the server demands of a sequencer before the store sees it:
+//! a valid signature from a trusted issuer, and a bounded raise of the
+//! mark. Both checks run before the store is touched, so a refused
+//! request changes nothing.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use palisade_core::{Sequencer, SignatureError, Verifier};
+use palisade_store::Marks;
+
+use crate::error::{ApiError, marks_json};
+use crate::state::AppState;
+
+/// The server's sequencer rules beyond the fencing rule itself.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SequencerPolicy {
+    /// The signing keys accepted and the issuers trusted. `None`: the
+    /// server has no keys and checks no signature (the fencing rule alone
+    /// decides, and anyone who can reach the server can raise a mark).
+    verifier: Option<Verifier>,
+    /// Whether a sequencer without a signature is refused. `false` with a
+    /// verifier is the rollout mode: signed sequencers are verified (a bad
+    /// one is refused), unsigned ones still pass, so lock sides can start
+    /// signing one by one before the servers insist.
+    require_signatures: bool,
+    /// How far one request may raise a lock's highest mark. `None`: no cap.
+    /// Guards against a buggy issuer minting a generation far above the
+    /// rest, which would lock out every correct holder after it.
+    max_mark_raise: Option<u64>,
+}
+
+impl SequencerPolicy {
+    pub(crate) fn set_verifier(&mut self, verifier: Verifier, require_signatures: bool) {
+        self.verifier = Some(verifier);
+        self.require_signatures = require_signatures;
+    }
+
+    pub(crate) fn set_max_mark_raise(&mut self, max_mark_raise: Option<u64>) {
+        self.max_mark_raise = max_mark_raise;
+    }
+
+    pub(crate) fn signatures_required(&self) -> bool {
+        self.verifier.is_some() && self.require_signatures
+    }
+
+    pub(crate) fn verifier(&self) -> Option<&Verifier> {
+        self.verifier.as_ref()
+    }
+
+    pub(crate) fn max_mark_raise(&self) -> Option<u64> {
+        self.max_mark_raise
+    }
+
+    /// Checks the signature and the issuer. 401 for a sequencer that
+    /// proves nothing (unsigned, unknown key, bad MAC), 403 for a proven
+    /// sequencer from an issuer this server does not trust.
+    pub(crate) fn verify(&self, sequencer: &Sequencer) -> Result<(), ApiError> {
+        let Some(verifier) = &self.verifier else {
+            return Ok(());
+        };
+        if sequencer.signature().is_none() && !self.require_signatures {
+            return Ok(());
+        }
+        verifier
+            .verify(sequencer)
+            .map_err(|error| signature_refusal(sequencer, &error))
+    }
+}
+
+fn signature_refusal(sequencer: &Sequencer, error: &SignatureError) -> ApiError {
+    let lock = sequencer.lock();
+    let generation = sequencer.generation().get();
+    tracing::info!(
+        target: "palisade_server::fence",
+        lock = %lock,
+        generation,
+        key_id = sequencer.signature().map(|s| s.key_id()),
+        issuer = sequencer.issuer(),
+        reason = error.code(),
+        "refused: the sequencer's signature does not hold"
+    );
+    let status = if error.is_unauthenticated() {
+        StatusCode::UNAUTHORIZED
+    } else {
+        StatusCode::FORBIDDEN
+    };
+    let mut refusal = ApiError::new(status, error.code(), error.to_string())
+        .with("lock", lock.as_str())
+        .with("presented", generation);
+    if let Some(signature) = sequencer.signature() {
+        refusal = refusal.with("key_id", signature.key_id());
+    }
+    if let Some(issuer) = sequencer.issuer() {
+        refusal = refusal.with("issuer", issuer);
+    }
+    if status == StatusCode::UNAUTHORIZED {
+        refusal = refusal.with_header(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Palisade-Sequencer realm=\"palisade\""),
+        );
+    }
+    refusal
+}
+
+/// Refuses a request whose generation is more than `max_mark_raise` above
+/// the highest mark of its lock (409 `raise_too_large`).
+///
+/// The marks are read before the request is queued, not in its
+/// transaction. That is enough: marks only rise, so by the time the
+/// request commits, the raise is at most what was checked here. A lock
+/// whose marks are both 0 has no reference point and is not capped: its
+/// first generation may be anything (an etcd revision is global, so a
+/// lock's first generation is often large).
+pub(crate) async fn check_raise(state: &AppState, sequencer: &Sequencer) -> Result<(), ApiError> {
+    let Some(max_raise) = state.policy.max_mark_raise() else {
+        return Ok(());
+    };
+    let lock = sequencer.lock();
+    let marks: Marks = state.store.submit_marks(lock)?.await?;
+    let highest = marks.exclusive.max(marks.shared);
+    let presented = sequencer.generation().get();
+    let allowed_up_to = highest.saturating_add(max_raise);
+    if highest == 0 || presented <= allowed_up_to {
+        return Ok(());
+    }
+    tracing::warn!(
+        target: "palisade_server::fence",
+        lock = %lock,
+        generation = presented,
+        highest_mark = highest,
+        max_raise,
+        issuer = sequencer.issuer(),
+        reason = "raise_too_large",
+        "refused: the generation is too far above the marks (a buggy issuer?)"
+    );
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "raise_too_large",
+        format!(
+            "generation {presented} of lock `{lock}` would raise its mark by {} (from {highest}); this server allows at most {max_raise}",
+            presented - highest
+        ),
+    )
+    .with("lock", lock.as_str())
+    .with("mode", sequencer.mode().as_str())
+    .with("presented", presented)
+    .with("max_raise", max_raise)
+    .with("allowed_up_to", allowed_up_to)
+    .with("marks", marks_json(marks)))
+}

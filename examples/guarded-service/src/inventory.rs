@@ -1,0 +1,141 @@
+//! The service's own data: stock levels and a ledger of every change, in
+//! sled. Nothing here knows about fencing; the guard in front of the
+//! routes decides who may call it.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sled::Transactional as _;
+use sled::transaction::ConflictableTransactionError;
+
+use crate::ServiceError;
+
+/// One item: how many are in stock, and which lock generation last changed
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Item {
+    /// Units in stock.
+    pub stock: i64,
+    /// The generation of the sequencer that made the last change.
+    pub generation: u64,
+}
+
+/// One ledger line: a change to an item, in the order it was applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    /// The generation of the sequencer that made the change.
+    pub generation: u64,
+    /// What was done: `set` or `adjust`.
+    pub change: String,
+    /// The value set, or the delta applied.
+    pub amount: i64,
+    /// The stock right after the change.
+    pub stock_after: i64,
+}
+
+/// The inventory: items and their ledger, two sled trees of the service's
+/// own database.
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    db: sled::Db,
+    /// SKU → [`Item`] (JSON).
+    items: sled::Tree,
+    /// SKU, `/`, a sequence number (u64 big-endian) → [`LedgerEntry`] (JSON).
+    /// SKUs never contain `/` ([`valid_sku`](crate::valid_sku)), so one
+    /// SKU's lines are exactly the keys under `<sku>/`.
+    ledger: sled::Tree,
+}
+
+impl Inventory {
+    /// The inventory kept in `db`.
+    pub fn new(db: sled::Db) -> Result<Self, ServiceError> {
+        Ok(Inventory {
+            items: db.open_tree("inventory-items")?,
+            ledger: db.open_tree("inventory-ledger")?,
+            db,
+        })
+    }
+
+    /// Opens the sled database in `path` the way the service needs it: no
+    /// background flusher, since every write is flushed before it is
+    /// acknowledged.
+    pub fn open_db(path: &Path) -> Result<sled::Db, ServiceError> {
+        Ok(sled::Config::new().path(path).flush_every_ms(None).open()?)
+    }
+
+    /// The item with `sku`, if any.
+    pub fn item(&self, sku: &str) -> Result<Option<Item>, ServiceError> {
+        self.items.get(sku)?.map(|bytes| decode(&bytes)).transpose()
+    }
+
+    /// Every ledger line of `sku`, oldest first.
+    pub fn ledger(&self, sku: &str) -> Result<Vec<LedgerEntry>, ServiceError> {
+        let mut prefix = sku.as_bytes().to_vec();
+        prefix.push(b'/');
+        self.ledger
+            .scan_prefix(prefix)
+            .map(|entry| decode(&entry?.1))
+            .collect()
+    }
+
+    /// Applies `change` to the item's stock (read, compute, write item and
+    /// ledger line in one sled transaction), then flushes before returning,
+    /// so an acknowledged change survives a crash.
+    ///
+    /// `change` gets the current stock (0 for a new item) and returns the
+    /// new stock, or refuses.
+    pub async fn change(
+        &self,
+        sku: &str,
+        generation: u64,
+        what: &str,
+        amount: i64,
+        change: impl Fn(i64) -> Result<i64, ServiceError>,
+    ) -> Result<Item, ServiceError> {
+        let sequence = self.db.generate_id()?;
+        let mut ledger_key = sku.as_bytes().to_vec();
+        ledger_key.push(b'/');
+        ledger_key.extend_from_slice(&sequence.to_be_bytes());
+        let outcome = (&self.items, &self.ledger).transaction(|(items, ledger)| {
+            let current = match items.get(sku)? {
+                Some(bytes) => decode(&bytes).map_err(ConflictableTransactionError::Abort)?,
+                None => Item {
+                    stock: 0,
+                    generation: 0,
+                },
+            };
+            let stock = change(current.stock).map_err(ConflictableTransactionError::Abort)?;
+            let item = Item { stock, generation };
+            let line = LedgerEntry {
+                generation,
+                change: what.to_owned(),
+                amount,
+                stock_after: stock,
+            };
+            items.insert(sku.as_bytes(), encode(&item))?;
+            ledger.insert(ledger_key.as_slice(), encode(&line))?;
+            Ok(item)
+        });
+        let item = match outcome {
+            Ok(item) => item,
+            Err(sled::transaction::TransactionError::Abort(error)) => return Err(error),
+            Err(sled::transaction::TransactionError::Storage(error)) => return Err(error.into()),
+        };
+        // sled's `flush()` blocks: keep it off the async worker threads.
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || db.flush())
+            .await
+            .map_err(|_| ServiceError::Internal("the flush task panicked".into()))??;
+        Ok(item)
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("plain structs always serialise")
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ServiceError> {
+    serde_json::from_slice(bytes).map_err(|error| {
+        ServiceError::Internal(format!("a stored record does not decode: {error}"))
+    })
+}

@@ -1,0 +1,99 @@
+//! The mutation check: the checker must be able to fail. With fencing
+//! switched off in the resource server (`resource-server --unfenced`, test
+//! only), scenarios 1 and 2 run again and the checker has to report the
+//! late writes as violations of I-MONO and I-STALE.
+//!
+//! Scenario 7 (a client partitioned from the resource server) belongs to
+//! the network binary (`tests/tests/faults_net`), which runs its own
+//! unfenced variant with the same server option.
+
+use palisade_testkit::etcd::EtcdServer;
+use palisade_testkit::redis::RedisServer;
+use palisade_tests::fault::{
+    ClientConfig, FaultRun, Invariant, Report, ResourceServerOptions, ResourceServerProcess,
+    Scenario,
+};
+
+use crate::TTL;
+use crate::story::paused_holder;
+
+/// Runs the paused-holder story against an unfenced server and returns the
+/// checker's report and how many late writes were accepted.
+async fn unfenced_story(
+    name: &str,
+    scenario: Scenario,
+    config: impl FnOnce(&str) -> ClientConfig,
+) -> anyhow::Result<(Report, usize)> {
+    let binaries = palisade_tests::fault_binaries!();
+    let mut run = FaultRun::new(name)?;
+    let server =
+        ResourceServerProcess::start(&binaries, &run, ResourceServerOptions::default().unfenced())?;
+    let base = config(&server.base_url()).ttl(TTL);
+    let late = paused_holder(&mut run, &binaries, &base, 1, 1).await?;
+    assert_eq!(late.fenced, 0, "nothing is fenced with fencing off");
+    let report = run
+        .verdict(&server.base_url(), &Default::default(), &scenario)
+        .await?;
+    Ok((report, late.accepted))
+}
+
+fn assert_violation_reported(report: &Report, accepted: usize) {
+    assert_eq!(accepted, 1, "the late write was accepted");
+    assert!(
+        report.count(Invariant::Mono) > 0 && report.count(Invariant::Stale) > 0,
+        "with fencing off the checker must report the late write: {report}"
+    );
+    assert!(report.stale_accepted() >= 2, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfenced_redis_story_is_caught_by_the_checker() -> anyhow::Result<()> {
+    let Some(redis) = RedisServer::start() else {
+        return Ok(());
+    };
+    let (report, accepted) = unfenced_story(
+        "m01",
+        Scenario::new("mutation: 1 with fencing off", "redis").note("mutation check: must be > 0"),
+        |server| ClientConfig::redis(&redis.url(), server).lock("faults/m01"),
+    )
+    .await?;
+    assert_violation_reported(&report, accepted);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfenced_etcd_story_is_caught_by_the_checker() -> anyhow::Result<()> {
+    let Some(etcd) = EtcdServer::start() else {
+        return Ok(());
+    };
+    let (report, accepted) = unfenced_story(
+        "m02",
+        Scenario::new("mutation: 2 with fencing off", "etcd").note("mutation check: must be > 0"),
+        |server| ClientConfig::etcd(&etcd.endpoints(), server).lock("faults/m02"),
+    )
+    .await?;
+    assert_violation_reported(&report, accepted);
+    Ok(())
+}
+
+/// Fencing cannot be switched off by the flag alone: the server also wants
+/// `PALISADE_TEST_UNFENCED=1`, and refuses to start without it.
+#[test]
+fn unfenced_flag_alone_does_not_start_a_server() -> anyhow::Result<()> {
+    let binaries = palisade_tests::fault_binaries!();
+    let data_dir = tempfile::tempdir()?;
+    let output = std::process::Command::new(&binaries.resource_server)
+        .arg("--data-dir")
+        .arg(data_dir.path())
+        .args(["--listen", "127.0.0.1:0", "--unfenced"])
+        .env_remove("PALISADE_TEST_UNFENCED")
+        .output()?;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("PALISADE_TEST_UNFENCED=1"), "{stderr}");
+    assert!(
+        output.stdout.is_empty(),
+        "it must not have started listening"
+    );
+    Ok(())
+}
