@@ -54,10 +54,12 @@ pub(crate) struct ServeArgs {
 impl ServeArgs {
     /// The issuer the live check accepts, if not the lock service's own id.
     fn live_check_issuer(&self) -> Option<&str> {
-        self.live_check_issuer.as_deref().or(match self.server.issuers.as_slice() {
-            [only] => Some(only.as_str()),
-            _ => None,
-        })
+        self.live_check_issuer
+            .as_deref()
+            .or(match self.server.issuers.as_slice() {
+                [only] => Some(only.as_str()),
+                _ => None,
+            })
     }
 }
 
