@@ -69,6 +69,11 @@ pub(crate) struct BackendArgs {
     )]
     redis_url: Option<String>,
 
+    /// CA certificate (PEM) to trust for a `rediss://` server, instead of
+    /// the system's trust store.
+    #[arg(long, env = "PALISADE_REDIS_CA_CERT", value_name = "PEM")]
+    redis_ca_cert: Option<std::path::PathBuf>,
+
     /// Lease TTL: how long the lock service keeps the lock after this
     /// process stops renewing it (etcd rounds up to whole seconds, at least
     /// 2 s).
@@ -163,7 +168,8 @@ impl BackendArgs {
                 let url = self.redis_url.as_deref().ok_or_else(|| {
                     anyhow::anyhow!("--backend redis needs --redis-url (or PALISADE_REDIS_URL)")
                 })?;
-                connect_redis(url, self.prefix.as_deref(), options, stamp).await
+                let ca_pem = read_redis_ca(self.redis_ca_cert.as_deref())?;
+                connect_redis(url, self.prefix.as_deref(), ca_pem, options, stamp).await
             }
             BackendKind::Embedded => unreachable!("refused by kind()"),
         }
@@ -221,10 +227,22 @@ async fn connect_etcd(
     anyhow::bail!("this build of palisade has no etcd support (feature `etcd`)")
 }
 
+/// The PEM text of `--redis-ca-cert`, read before anything is asked of
+/// Redis so a wrong path fails with one clear line.
+pub(crate) fn read_redis_ca(path: Option<&std::path::Path>) -> anyhow::Result<Option<Vec<u8>>> {
+    path.map(|path| {
+        std::fs::read(path).map_err(|error| {
+            anyhow::anyhow!("cannot read --redis-ca-cert {}: {error}", path.display())
+        })
+    })
+    .transpose()
+}
+
 #[cfg(feature = "redis")]
 async fn connect_redis(
     url: &str,
     prefix: Option<&str>,
+    ca_pem: Option<Vec<u8>>,
     options: SessionOptions,
     stamp: Stamp,
 ) -> anyhow::Result<AnyLock> {
@@ -239,6 +257,9 @@ async fn connect_redis(
     let mut config = RedisConfig::new(url);
     if let Some(prefix) = prefix {
         config = config.with_key_prefix(prefix);
+    }
+    if let Some(pem) = ca_pem {
+        config = config.with_tls_root_cert_pem(pem);
     }
     if let Some(issuer) = &stamp.issuer {
         config = config.with_issuer(issuer);
@@ -266,6 +287,7 @@ async fn connect_redis(
 async fn connect_redis(
     _url: &str,
     _prefix: Option<&str>,
+    _ca_pem: Option<Vec<u8>>,
     _options: SessionOptions,
     _stamp: Stamp,
 ) -> anyhow::Result<AnyLock> {

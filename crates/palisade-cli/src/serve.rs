@@ -38,6 +38,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "PALISADE_REDIS_URL", hide_env_values = true)]
     redis_url: Option<String>,
 
+    /// CA certificate (PEM) to trust for a `rediss://` live check, instead
+    /// of the system's trust store.
+    #[arg(long, env = "PALISADE_REDIS_CA_CERT", value_name = "PEM")]
+    redis_ca_cert: Option<std::path::PathBuf>,
+
     /// The key prefix the lock side uses (its `--prefix`), for the live
     /// check to find the holders' keys.
     #[arg(long, env = "PALISADE_LOCK_PREFIX", value_name = "PREFIX")]
@@ -95,9 +100,15 @@ async fn live_check(args: &ServeArgs) -> anyhow::Result<Option<SharedLiveCheck>>
                 .redis_url
                 .as_deref()
                 .context("--live-check redis needs --redis-url (or PALISADE_REDIS_URL)")?;
-            redis_live_check(url, args.prefix.as_deref(), args.live_check_issuer())
-                .await
-                .map(Some)
+            let ca_pem = crate::backend::read_redis_ca(args.redis_ca_cert.as_deref())?;
+            redis_live_check(
+                url,
+                args.prefix.as_deref(),
+                ca_pem,
+                args.live_check_issuer(),
+            )
+            .await
+            .map(Some)
         }
     }
 }
@@ -136,12 +147,16 @@ async fn etcd_live_check(
 async fn redis_live_check(
     url: &str,
     prefix: Option<&str>,
+    ca_pem: Option<Vec<u8>>,
     issuer: Option<&str>,
 ) -> anyhow::Result<SharedLiveCheck> {
     use palisade_lock_redis::{RedisConfig, RedisLiveCheck};
     let mut config = RedisConfig::new(url);
     if let Some(prefix) = prefix {
         config = config.with_key_prefix(prefix);
+    }
+    if let Some(pem) = ca_pem {
+        config = config.with_tls_root_cert_pem(pem);
     }
     if let Some(issuer) = issuer {
         config = config.with_issuer(issuer);
@@ -157,6 +172,7 @@ async fn redis_live_check(
 async fn redis_live_check(
     _url: &str,
     _prefix: Option<&str>,
+    _ca_pem: Option<Vec<u8>>,
     _issuer: Option<&str>,
 ) -> anyhow::Result<SharedLiveCheck> {
     anyhow::bail!("this build of palisade has no Redis support (feature `redis`)")

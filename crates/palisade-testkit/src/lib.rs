@@ -26,3 +26,4 @@ pub mod lock_suite;
 pub mod process;
 pub mod proxy;
 pub mod redis;
+pub mod tls;

@@ -56,6 +56,7 @@ const ACCEPTED_VARIABLES: &[(&str, &str)] = &[
     ("PALISADE_VERIFY_KEYS_FILE", SERVER_CONFIG),
     ("PALISADE_LIVE_CHECK_ISSUER", CLI_SERVE),
     ("PALISADE_LOCK_PREFIX", CLI_SERVE),
+    ("PALISADE_REDIS_CA_CERT", CLI_SERVE),
 ];
 
 /// The `palisade-server` flags (flattened into `palisade serve` too).

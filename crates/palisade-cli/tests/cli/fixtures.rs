@@ -31,7 +31,7 @@ pub(crate) mod code {
 
 /// Every variable the binary reads: removed so the machine's environment
 /// (a CI job's external servers, say) cannot change what a test means.
-const PALISADE_ENV: [&str; 10] = [
+const PALISADE_ENV: [&str; 17] = [
     "PALISADE_BACKEND",
     "PALISADE_ETCD_ENDPOINTS",
     "PALISADE_REDIS_URL",
@@ -41,6 +41,13 @@ const PALISADE_ENV: [&str; 10] = [
     "PALISADE_SEQUENCER",
     "PALISADE_SERVER",
     "PALISADE_LIVE_CHECK",
+    "PALISADE_LIVE_CHECK_ISSUER",
+    "PALISADE_REDIS_CA_CERT",
+    "PALISADE_ISSUER",
+    "PALISADE_SIGN_KEY_FILE",
+    "PALISADE_SIGN_KEY_ID",
+    "PALISADE_TOKEN",
+    "PALISADE_CA_CERT",
     "RUST_LOG",
 ];
 

@@ -21,5 +21,6 @@ mod data;
 mod fixtures;
 mod lease_lost;
 mod lock_write;
+mod redis_tls;
 mod signing;
 mod waiting;
