@@ -4,11 +4,47 @@
 //! contender takes the lock and writes; the holder resumes and its write,
 //! now late, goes out.
 
+use std::time::Duration;
+
 use palisade_tests::fault::{
-    ClientConfig, ClientLine, ClientProcess, FaultBinaries, FaultRun, stop_clients,
+    ClientConfig, ClientLine, ClientProcess, FaultBinaries, FaultRun, Invariant,
+    ResourceServerOptions, ResourceServerProcess, Scenario, scaled, stop_clients,
 };
 
-use crate::{EXIT, STEP};
+use crate::{EXIT, STEP, TTL, live_within};
+
+/// Scenarios 1 and 2, on the lock service `client` connects to (given the
+/// resource server's URL): several paused-holder rounds, then the checker.
+/// Asserts I-MONO, I-STALE, I-DUR, I-ONCE, I-TOKEN, and I-LIVE within
+/// TTL + 20 s, and that every late write was fenced or unanswered.
+pub(crate) async fn paused_holder_is_fenced(
+    tag: &str,
+    scenario: Scenario,
+    client: impl FnOnce(&str) -> ClientConfig,
+) -> anyhow::Result<()> {
+    let binaries = palisade_tests::fault_binaries!();
+    let mut run = FaultRun::new(tag)?;
+    let server = ResourceServerProcess::start(&binaries, &run, ResourceServerOptions::default())?;
+    let base = client(&server.base_url())
+        .lock(format!("faults/{tag}"))
+        .ttl(TTL);
+    let rounds = scaled(2, 8);
+    let late = paused_holder(&mut run, &binaries, &base, scaled(2, 4), rounds).await?;
+
+    let report = run
+        .verdict(
+            &server.base_url(),
+            &live_within(TTL + Duration::from_secs(20)),
+            &scenario,
+        )
+        .await?;
+    report.assert_safe();
+    report.assert_holds(&[Invariant::Token, Invariant::Live]);
+    late.assert_fenced(rounds);
+    assert!(report.fenced_writes >= late.fenced, "{report}");
+    assert_eq!(report.faults, rounds);
+    Ok(())
+}
 
 /// What happened to the late writes of the paused holder.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
