@@ -5,67 +5,17 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, Method, Request, StatusCode};
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
 use palisade_core::{LiveCheck, Liveness, LockError, Sequencer};
-use palisade_server::{AppState, app};
+use palisade_server::AppState;
 use palisade_store::{Durability, Limits, Store, StoreConfig};
 use serde_json::{Value, json};
-use tempfile::TempDir;
 use tower::ServiceExt as _;
 
-struct Server {
-    _dir: TempDir,
-    router: Router,
-}
+mod common;
 
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
-    }
-
-    fn code(&self) -> String {
-        self.json()["code"].as_str().unwrap_or_default().to_owned()
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(|v| v.to_str().unwrap())
-    }
-
-    /// Asserts an error answer: status and code, and a message.
-    fn assert_error(&self, status: StatusCode, code: &str) -> Value {
-        let body = self.json();
-        assert_eq!(
-            (self.status, self.code().as_str()),
-            (status, code),
-            "body: {body}"
-        );
-        assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()));
-        assert_eq!(
-            self.header("content-type"),
-            Some("application/json"),
-            "errors are JSON"
-        );
-        body
-    }
-}
-
-fn server_with(config: StoreConfig, adjust: impl FnOnce(AppState) -> AppState) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), config).unwrap();
-    Server {
-        _dir: dir,
-        router: app(adjust(AppState::new(store))),
-    }
-}
+use common::{Answer, Server, server_with};
 
 fn server() -> Server {
     server_with(StoreConfig::default(), |state| state)
@@ -112,35 +62,6 @@ fn key_path(lock: &str, key: &[u8]) -> String {
 }
 
 impl Server {
-    async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: impl Into<Body>,
-    ) -> Answer {
-        let mut request = Request::builder().method(method).uri(path);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let response = self
-            .router
-            .clone()
-            .oneshot(request.body(body.into()).unwrap())
-            .await
-            .unwrap();
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        Answer {
-            status,
-            headers,
-            body,
-        }
-    }
-
     async fn put(&self, lock: &str, key: &str, sequencer: &str, value: &str) -> Answer {
         self.send(
             Method::PUT,
@@ -759,10 +680,7 @@ async fn a_storage_failure_is_503() {
         .insert(b"L", b"short".to_vec())
         .unwrap();
     let store = Store::from_db(db, StoreConfig::default()).unwrap();
-    let server = Server {
-        _dir: dir,
-        router: app(AppState::new(store)),
-    };
+    let server = Server::over(dir, AppState::new(store));
     server
         .put("L", "k", &excl("L", 1), "v")
         .await

@@ -8,16 +8,18 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, Method, Request, StatusCode};
+use axum::http::{Method, Request, StatusCode};
 use palisade_core::{Generation, LockName, Mode, Sequencer, Signer, SigningKey, Verifier};
-use palisade_server::{AppState, ServerConfig, ServerError, ServerLimits, TokenTable, app};
-use palisade_store::{Store, StoreConfig};
-use serde_json::{Value, json};
-use tempfile::TempDir;
+use palisade_server::{ServerConfig, ServerError, ServerLimits, TokenTable};
+use palisade_store::StoreConfig;
+use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use tower::ServiceExt as _;
+
+mod common;
+
+use common::{Answer, Server, server_with};
 
 const ISSUER: &str = "etcd-prod";
 const TOKEN_ORDERS: &str = "orders-token-0123456789";
@@ -51,54 +53,9 @@ fn unsigned(lock: &str, generation: u64) -> String {
     sequencer(lock, Mode::Exclusive, generation).to_string()
 }
 
-struct Server {
-    _dir: TempDir,
-    state: AppState,
-    router: Router,
-}
-
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
-    }
-
-    fn assert_error(&self, status: StatusCode, code: &str) -> Value {
-        let body = self.json();
-        assert_eq!(
-            (self.status, body["code"].as_str().unwrap_or_default()),
-            (status, code),
-            "body: {body}"
-        );
-        assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()));
-        body
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(|v| v.to_str().unwrap())
-    }
-}
-
-fn server_with(adjust: impl FnOnce(AppState) -> AppState) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
-    let state = adjust(AppState::new(store));
-    Server {
-        _dir: dir,
-        router: app(state.clone()),
-        state,
-    }
-}
-
 /// A server that verifies with key `k1` (secret 1) and trusts `etcd-prod`.
 fn verifying_server() -> Server {
-    server_with(|state| {
+    server_with(StoreConfig::default(), |state| {
         let verifier = Verifier::new()
             .with_key(key("k1", 1))
             .unwrap()
@@ -109,35 +66,6 @@ fn verifying_server() -> Server {
 }
 
 impl Server {
-    async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: impl Into<Body>,
-    ) -> Answer {
-        let mut request = Request::builder().method(method).uri(path);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let response = self
-            .router
-            .clone()
-            .oneshot(request.body(body.into()).unwrap())
-            .await
-            .unwrap();
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        Answer {
-            status,
-            headers,
-            body,
-        }
-    }
-
     async fn put_as(
         &self,
         token: Option<&str>,
@@ -320,7 +248,9 @@ async fn rotation_accepts_both_keys_until_the_old_one_is_dropped() {
             .parse()
             .unwrap(),
     );
-    let server = server_with(|state| state.with_verifier(both, true));
+    let server = server_with(StoreConfig::default(), |state| {
+        state.with_verifier(both, true)
+    });
     let old_key = |generation| signed("R", generation, "k1", 1, ISSUER);
     let new_key = |generation| signed("R", generation, "k2", 2, ISSUER);
     assert_eq!(
@@ -339,11 +269,10 @@ async fn rotation_accepts_both_keys_until_the_old_one_is_dropped() {
     // The same store, now verified with k2 only (the restart after the
     // rotation's last step).
     let only_new = Verifier::from_keys(format!("k2 {}", "02".repeat(32)).parse().unwrap());
-    let rotated = Server {
-        router: app(server.state.clone().with_verifier(only_new, true)),
-        state: server.state.clone(),
-        _dir: tempfile::tempdir().unwrap(),
-    };
+    let rotated = Server::over(
+        tempfile::tempdir().unwrap(),
+        server.state.clone().with_verifier(only_new, true),
+    );
     let body = rotated
         .put("R", &old_key(4), "d")
         .await
@@ -361,7 +290,7 @@ async fn rotation_accepts_both_keys_until_the_old_one_is_dropped() {
 
 #[tokio::test]
 async fn the_rollout_mode_verifies_signed_sequencers_and_lets_unsigned_ones_pass() {
-    let server = server_with(|state| {
+    let server = server_with(StoreConfig::default(), |state| {
         state.with_verifier(Verifier::new().with_key(key("k1", 1)).unwrap(), false)
     });
     assert_eq!(
@@ -385,7 +314,7 @@ async fn the_rollout_mode_verifies_signed_sequencers_and_lets_unsigned_ones_pass
 #[tokio::test]
 async fn the_raise_cap_refuses_a_runaway_generation_and_changes_nothing() {
     // Off by default: any raise passes.
-    let uncapped = server_with(|state| state);
+    let uncapped = server_with(StoreConfig::default(), |state| state);
     assert_eq!(
         uncapped.put("C", &unsigned("C", 1), "a").await.status,
         StatusCode::OK
@@ -398,7 +327,9 @@ async fn the_raise_cap_refuses_a_runaway_generation_and_changes_nothing() {
         StatusCode::OK
     );
 
-    let server = server_with(|state| state.with_max_mark_raise(Some(100)));
+    let server = server_with(StoreConfig::default(), |state| {
+        state.with_max_mark_raise(Some(100))
+    });
     // A lock never fenced has no reference point: its first generation
     // may be anything (etcd revisions are global).
     assert_eq!(
@@ -438,7 +369,7 @@ async fn the_raise_cap_refuses_a_runaway_generation_and_changes_nothing() {
 }
 
 fn token_server() -> Server {
-    server_with(|state| {
+    server_with(StoreConfig::default(), |state| {
         let tokens: TokenTable = format!("{TOKEN_ORDERS} orders/\n{TOKEN_ALL} *\n")
             .parse()
             .unwrap();
@@ -546,7 +477,7 @@ async fn tokens_gate_every_lock_route_and_only_within_their_prefixes() {
 
 #[tokio::test]
 async fn tokens_and_signatures_together_check_the_token_first() {
-    let server = server_with(|state| {
+    let server = server_with(StoreConfig::default(), |state| {
         let tokens: TokenTable = format!("{TOKEN_ORDERS} orders/").parse().unwrap();
         let verifier = Verifier::new().with_key(key("k1", 1)).unwrap();
         state.with_tokens(tokens).with_verifier(verifier, true)
@@ -598,7 +529,7 @@ impl futures::Stream for SignallingBody {
 async fn over_the_in_flight_bound_a_request_is_refused_at_once() {
     let mut limits = ServerLimits::default();
     limits.max_in_flight = 1;
-    let server = server_with(|state| state.with_limits(limits));
+    let server = server_with(StoreConfig::default(), |state| state.with_limits(limits));
 
     // Request 1 holds the only place while its body is still arriving.
     let (started_tx, started) = oneshot::channel();
@@ -708,11 +639,7 @@ async fn the_configuration_loads_keys_and_tokens_and_refuses_bad_combinations() 
         !shown.contains(TOKEN_ORDERS) && !shown.contains(&"01".repeat(32)),
         "{shown}"
     );
-    let server = Server {
-        router: app(state.clone()),
-        state,
-        _dir: tempfile::tempdir().unwrap(),
-    };
+    let server = Server::over(tempfile::tempdir().unwrap(), state);
     server
         .put_as(
             Some(TOKEN_ORDERS),
