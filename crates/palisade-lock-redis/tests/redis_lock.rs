@@ -54,9 +54,7 @@ fn number(server: &RedisServer, args: &[&str]) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mutual_exclusion_three_connections_eight_tasks() {
     common::trace();
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let prefix = unique_prefix("mutex");
     let lock_name = name("contended");
     let inside = Arc::new(AtomicUsize::new(0));
@@ -123,9 +121,7 @@ async fn mutual_exclusion_three_connections_eight_tasks() {
 /// the client that took over; the new holder keeps its lock.
 #[tokio::test]
 async fn a_lapsed_holder_cannot_release_or_extend_the_new_holders_lock() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let prefix = unique_prefix("owner");
     let config = RedisConfig::new(server.url()).with_key_prefix(prefix);
     let (client_a, client_b) = (client_with(config.clone()).await, client_with(config).await);
@@ -204,9 +200,7 @@ async fn a_killed_holder_process_leaves_a_lock_that_expires() {
         tokio::time::sleep(Duration::from_secs(60)).await;
         return;
     }
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let prefix = unique_prefix("crash");
     let lock_name = name("crash");
     let set_before = calls(&server, "set");
@@ -271,9 +265,7 @@ async fn a_killed_holder_process_leaves_a_lock_that_expires() {
 /// `sequencer()` refuses, and the next holder gets a higher generation.
 #[tokio::test]
 async fn without_the_watchdog_a_holder_outliving_its_ttl_is_signalled_lease_lost() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let client = client(&server.url(), "nowatchdog").await;
     let lock_name = name("slow");
     let session = client
@@ -322,9 +314,7 @@ async fn without_the_watchdog_a_holder_outliving_its_ttl_is_signalled_lease_lost
 /// else gets it, the lease stays valid, the generation does not change.
 #[tokio::test]
 async fn with_the_watchdog_a_holder_working_three_ttls_keeps_the_lock() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let client = client(&server.url(), "watchdog").await;
     let lock_name = name("long-job");
     let ttl = Duration::from_secs(1);
@@ -360,9 +350,7 @@ async fn with_the_watchdog_a_holder_working_three_ttls_keeps_the_lock() {
 /// long before the local deadline.
 #[tokio::test]
 async fn a_refused_extension_signals_lease_lost_at_once() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let client = client(&server.url(), "refused").await;
     let lock_name = name("vanishing");
     let session = client
@@ -395,9 +383,7 @@ async fn a_refused_extension_signals_lease_lost_at_once() {
 /// token, so the lock is free long before its 30 s TTL.
 #[tokio::test]
 async fn an_ambiguous_acquire_is_cleaned_up_by_owner_token() {
-    let Some(server) = RedisServer::spawn(RedisOptions::default()) else {
-        return;
-    };
+    let server = RedisServer::spawn(RedisOptions::default());
     let prefix = unique_prefix("ambiguous");
     let config = RedisConfig::new(server.url())
         .with_key_prefix(prefix)
@@ -436,9 +422,7 @@ async fn an_ambiguous_acquire_is_cleaned_up_by_owner_token() {
 /// and publishes) and one PUBLISH, and the waiter makes no call at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_by_the_release_without_polling() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let prefix = unique_prefix("wakeup");
     // Re-checks every 30 s at most: any polling would show in the counts.
     let config = RedisConfig::new(server.url())
@@ -512,9 +496,7 @@ async fn a_waiter_is_woken_by_the_release_without_polling() {
 /// waiters, and frees a place when a waiter gives up.
 #[tokio::test]
 async fn the_waiter_bound_fails_fast_with_busy() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let client = client(&server.url(), "busy").await;
     let lock_name = name("popular");
     let bounded = options(Duration::from_secs(5)).with_max_waiters(2);
@@ -574,9 +556,7 @@ async fn the_waiter_bound_fails_fast_with_busy() {
 /// grant back, so the lock never sits with a waiter that is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_waiter_leaves_no_entry_and_no_grant_behind() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let client = client(&server.url(), "cancel").await;
     let lock_name = name("cancelled");
     let keys = client.keys(&lock_name);
@@ -655,9 +635,7 @@ async fn a_cancelled_waiter_leaves_no_entry_and_no_grant_behind() {
 /// generation, one release on Redis after the last guard.
 #[tokio::test]
 async fn reentry_is_local_and_keeps_one_hold() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let client = client(&server.url(), "reentry").await;
     let lock_name = name("nested");
     let session = client.session(options(Duration::from_secs(5))).unwrap();
@@ -700,9 +678,7 @@ async fn reentry_is_local_and_keeps_one_hold() {
 /// lock-delay keeps the writer out for that delay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_holders_have_their_own_generations_and_delay_writers() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let client = client(&server.url(), "shared").await;
     let lock_name = name("catalog");
     let ttl = Duration::from_secs(1);
@@ -753,9 +729,7 @@ async fn shared_holders_have_their_own_generations_and_delay_writers() {
 /// shadow key keeps the next client out for the delay.
 #[tokio::test]
 async fn lock_delay_applies_after_a_natural_expiry() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let prefix = unique_prefix("delay");
     let config = RedisConfig::new(server.url()).with_key_prefix(prefix);
     let (lost_client, next_client) = (client_with(config.clone()).await, client_with(config).await);
@@ -803,9 +777,7 @@ async fn grant_generations(session: &RedisLock, lock_name: &LockName, count: usi
 /// issued before, for the old client and for a fresh one.
 #[tokio::test]
 async fn after_a_restart_without_persistence_generations_keep_increasing() {
-    let Some(mut server) = RedisServer::spawn(RedisOptions::persistence(Persistence::None)) else {
-        return;
-    };
+    let mut server = RedisServer::spawn(RedisOptions::persistence(Persistence::None));
     let prefix = unique_prefix("restart");
     let config = RedisConfig::new(server.url()).with_key_prefix(prefix);
     let old_client = client_with(config.clone()).await;
@@ -865,9 +837,7 @@ async fn after_a_restart_without_persistence_generations_keep_increasing() {
 /// recovery path is `raise_floor` with the resource server's mark.
 #[tokio::test]
 async fn a_counter_lost_with_redis_is_refused_and_recovered_with_raise_floor() {
-    let Some(mut server) = RedisServer::spawn(RedisOptions::persistence(Persistence::None)) else {
-        return;
-    };
+    let mut server = RedisServer::spawn(RedisOptions::persistence(Persistence::None));
     let prefix = unique_prefix("counter");
     let config = RedisConfig::new(server.url())
         .with_key_prefix(prefix)
@@ -939,10 +909,7 @@ async fn a_counter_lost_with_redis_is_refused_and_recovered_with_raise_floor() {
 /// With AOF `appendfsync always` the counter survives `kill -9`.
 #[tokio::test]
 async fn with_aof_always_the_counter_survives_kill_9() {
-    let Some(mut server) = RedisServer::spawn(RedisOptions::persistence(Persistence::AofAlways))
-    else {
-        return;
-    };
+    let mut server = RedisServer::spawn(RedisOptions::persistence(Persistence::AofAlways));
     let prefix = unique_prefix("aof");
     let config = RedisConfig::new(server.url())
         .with_key_prefix(prefix)
@@ -970,9 +937,7 @@ async fn with_aof_always_the_counter_survives_kill_9() {
 /// The live check says `Held` exactly for the current hold.
 #[tokio::test]
 async fn the_live_check_recognises_exactly_the_current_hold() {
-    let Some(mut server) = RedisServer::spawn(RedisOptions::default()) else {
-        return;
-    };
+    let mut server = RedisServer::spawn(RedisOptions::default());
     let client = client(&server.url(), "live").await;
     let check = client.live_check();
     let lock_name = name("checked");
@@ -1019,9 +984,7 @@ async fn the_live_check_recognises_exactly_the_current_hold() {
 /// per script, not a failure.
 #[tokio::test]
 async fn an_empty_script_cache_falls_back_to_eval() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let client = client(&server.url(), "noscript").await;
     let lock_name = name("flushed");
     let session = client.session(options(Duration::from_secs(5))).unwrap();
@@ -1072,9 +1035,7 @@ async fn bad_configuration_and_unreachable_redis_are_typed_errors() {
         RedisLockClient::connect(RedisConfig::new("not a url")).await,
         Err(palisade_lock_redis::RedisLockError::InvalidUrl { .. })
     ));
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let client = client(&server.url(), "config").await;
     assert!(matches!(
         client.session(
@@ -1091,9 +1052,7 @@ async fn bad_configuration_and_unreachable_redis_are_typed_errors() {
 /// generation regression.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_batch_of_shared_grants_to_one_client_is_not_a_regression() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let client = client(&server.url(), "batch").await;
     let lock_name = name("batch");
     let writer = client.session(options(Duration::from_secs(5))).unwrap();

@@ -56,9 +56,7 @@ fn signed_config(server: &RedisServer, prefix: &str, key: SigningKey) -> RedisCo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_sequencer_a_guard_hands_out_is_signed() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let prefix = unique_prefix("signing");
     let client = client_with(signed_config(&server, &prefix, key("k1", 1))).await;
     assert_eq!(client.issuer(), ISSUER);
@@ -116,9 +114,7 @@ async fn every_sequencer_a_guard_hands_out_is_signed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verifier_without_the_key_refuses() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let prefix = unique_prefix("signing-wrong-key");
     let client = client_with(signed_config(&server, &prefix, key("k1", 1))).await;
     let guard = client
@@ -160,9 +156,7 @@ async fn a_verifier_without_the_key_refuses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_a_ring_with_old_and_new_keys_accepts_both() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let prefix = unique_prefix("signing-rotation");
     let ring: KeyRing = format!("k1 {}\nk2 {}\n", "01".repeat(32), "02".repeat(32))
         .parse()
@@ -212,9 +206,7 @@ async fn rotation_a_ring_with_old_and_new_keys_accepts_both() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_signer_nothing_is_signed_and_a_conflicting_issuer_is_refused() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
+    let server = RedisServer::start();
     let prefix = unique_prefix("signing-off");
     let client = client_with(RedisConfig::new(server.url()).with_key_prefix(prefix.clone())).await;
     assert!(client.issuer().starts_with("redis@"), "{}", client.issuer());

@@ -60,9 +60,7 @@ async fn acquire_and_release(client: &RedisLockClient, lock: &str) {
 async fn password_in_the_url_is_required_and_used() {
     common::trace();
     let password = "correct horse/battery:staple";
-    let Some(server) = RedisServer::spawn(RedisOptions::default().with_password(password)) else {
-        return;
-    };
+    let server = RedisServer::spawn(RedisOptions::default().with_password(password));
     let prefix = unique_prefix("password");
 
     let client =
@@ -105,9 +103,7 @@ async fn password_in_the_url_is_required_and_used() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_users_in_the_url() {
     common::trace();
-    let Some(server) = RedisServer::spawn(RedisOptions::default().with_password("admin-pw")) else {
-        return;
-    };
+    let server = RedisServer::spawn(RedisOptions::default().with_password("admin-pw"));
     let prefix = unique_prefix("acl");
     let key_pattern = format!("~{prefix}*");
     let channel_pattern = format!("&{prefix}*");
@@ -178,7 +174,7 @@ mod over_tls {
         authority: &Authority,
         client_auth: TlsClientAuth,
         password: Option<&str>,
-    ) -> Option<RedisServer> {
+    ) -> RedisServer {
         let server_cert = authority.server();
         let tls = RedisTls::new(
             server_cert.cert_pem,
@@ -190,7 +186,7 @@ mod over_tls {
         if let Some(password) = password {
             options = options.with_password(password);
         }
-        let server = RedisServer::spawn(options)?;
+        let server = RedisServer::spawn(options);
         assert!(server.is_tls());
         let url = server.url();
         assert!(url.starts_with("rediss://"), "{url}");
@@ -202,7 +198,7 @@ mod over_tls {
                 .expect("CONFIG GET"),
             "port\n0"
         );
-        Some(server)
+        server
     }
 
     /// Asserts that connecting failed because the client refused the
@@ -238,10 +234,7 @@ mod over_tls {
     async fn acquire_release_and_hand_off_over_tls() {
         common::trace();
         let authority = Authority::new("Palisade test CA");
-        let Some(server) = tls_server(&authority, TlsClientAuth::No, Some("tls-and-password"))
-        else {
-            return;
-        };
+        let server = tls_server(&authority, TlsClientAuth::No, Some("tls-and-password"));
         let prefix = unique_prefix("tls-handoff");
         let config = || {
             RedisConfig::new(server.url())
@@ -328,9 +321,7 @@ mod over_tls {
     async fn untrusted_server_certificate_is_refused() {
         common::trace();
         let authority = Authority::new("Palisade test CA");
-        let Some(server) = tls_server(&authority, TlsClientAuth::No, None) else {
-            return;
-        };
+        let server = tls_server(&authority, TlsClientAuth::No, None);
         let prefix = unique_prefix("tls-untrusted");
 
         let other_authority = Authority::new("Some other CA");
@@ -372,9 +363,7 @@ mod over_tls {
             wrong_host.key_pem,
             authority.cert_pem.clone(),
         );
-        let Some(server) = RedisServer::spawn(RedisOptions::default().with_tls(tls)) else {
-            return;
-        };
+        let server = RedisServer::spawn(RedisOptions::default().with_tls(tls));
         let result = try_connect(
             RedisConfig::new(server.url())
                 .with_tls_root_cert_pem(authority.cert_pem.clone())
@@ -391,9 +380,7 @@ mod over_tls {
     async fn mutual_tls() {
         common::trace();
         let authority = Authority::new("Palisade test CA");
-        let Some(server) = tls_server(&authority, TlsClientAuth::Required, None) else {
-            return;
-        };
+        let server = tls_server(&authority, TlsClientAuth::Required, None);
         let prefix = unique_prefix("mtls");
         let base = || {
             RedisConfig::new(server.url())
@@ -445,9 +432,7 @@ mod over_tls {
     async fn insecure_url_skips_verification() {
         common::trace();
         let authority = Authority::new("Palisade test CA");
-        let Some(server) = tls_server(&authority, TlsClientAuth::No, None) else {
-            return;
-        };
+        let server = tls_server(&authority, TlsClientAuth::No, None);
         let client = RedisLockClient::connect(
             RedisConfig::new(format!("{}/#insecure", server.url()))
                 .with_key_prefix(unique_prefix("tls-insecure")),
@@ -462,9 +447,7 @@ mod over_tls {
     async fn plaintext_client_on_the_tls_port_fails() {
         common::trace();
         let authority = Authority::new("Palisade test CA");
-        let Some(server) = tls_server(&authority, TlsClientAuth::No, None) else {
-            return;
-        };
+        let server = tls_server(&authority, TlsClientAuth::No, None);
         let plain_url = server.url().replacen("rediss://", "redis://", 1);
         let result = try_connect(
             RedisConfig::new(plain_url)

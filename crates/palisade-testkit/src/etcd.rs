@@ -18,14 +18,14 @@
 //! or lossy, while clients keep reaching every member directly (or through
 //! proxies of their own, to pin a client to one member).
 //!
-//! Both return `None` when the `etcd` binary is missing and missing servers
-//! are allowed (see [`process::require_binary`]), so a test can say
-//! "skipped: no etcd" and return instead of passing quietly.
+//! Both fail the test with an install hint when the `etcd` binary is
+//! missing (see [`process::require_binary`]): a test never passes by
+//! skipping.
 //!
 //! ```no_run
 //! use palisade_testkit::etcd::EtcdServer;
 //!
-//! let Some(etcd) = EtcdServer::start() else { return };
+//! let etcd = EtcdServer::start();
 //! let endpoints: Vec<String> = etcd.endpoints();
 //! // connect a client to `endpoints`; the server dies with `etcd`.
 //! # drop(endpoints);
@@ -221,22 +221,25 @@ pub struct EtcdServer {
 
 impl EtcdServer {
     /// The etcd named by [`ENDPOINTS_ENV`] if set, otherwise a fresh member
-    /// spawned on free loopback ports. `None` means "skip the test" (no
-    /// binary, outside CI).
+    /// spawned on free loopback ports.
+    ///
+    /// # Panics
+    ///
+    /// If the `etcd` binary is missing (with an install hint).
     ///
     /// # Panics
     ///
     /// If etcd is installed but cannot be started: that is a broken test
     /// machine, and the panic message carries the end of etcd's log.
-    pub fn start() -> Option<EtcdServer> {
+    pub fn start() -> EtcdServer {
         if let Some(endpoints) = external_endpoints() {
-            return Some(EtcdServer {
+            return EtcdServer {
                 endpoints,
                 member: None,
                 binary: None,
                 token: String::new(),
                 _dir: None,
-            });
+            };
         }
         EtcdServer::spawn()
     }
@@ -247,8 +250,8 @@ impl EtcdServer {
     /// # Panics
     ///
     /// As [`EtcdServer::start`].
-    pub fn spawn() -> Option<EtcdServer> {
-        let binary = process::require_binary("etcd")?;
+    pub fn spawn() -> EtcdServer {
+        let binary = process::require_binary("etcd");
         let mut last_error = String::new();
         for _attempt in 0..SPAWN_ATTEMPTS {
             let dir = tempfile::Builder::new()
@@ -272,13 +275,13 @@ impl EtcdServer {
             match wait_healthy(std::slice::from_mut(&mut member), START_TIMEOUT) {
                 Ok(()) => {
                     tracing::debug!(endpoint = %member.spec.client_url(), "etcd started");
-                    return Some(EtcdServer {
+                    return EtcdServer {
                         endpoints: vec![member.spec.client_url()],
                         member: Some(member),
                         binary: Some(binary),
                         token,
                         _dir: Some(dir),
-                    });
+                    };
                 }
                 Err(e) => last_error = format!("{e}\n{}", member.log_tail()),
             }
@@ -406,13 +409,13 @@ impl EtcdCluster {
     pub const SIZE: usize = 3;
 
     /// Starts a 3-member cluster and waits until every member is healthy
-    /// (which in etcd means a leader has been elected). `None` means "skip
-    /// the test" (no binary, outside CI).
+    /// (which in etcd means a leader has been elected).
     ///
     /// # Panics
     ///
-    /// If etcd is installed but the cluster cannot be started.
-    pub fn start() -> Option<EtcdCluster> {
+    /// If the `etcd` binary is missing (with an install hint), or the
+    /// cluster cannot be started.
+    pub fn start() -> EtcdCluster {
         EtcdCluster::start_inner(false)
     }
 
@@ -420,18 +423,17 @@ impl EtcdCluster {
     /// through one [`FaultProxy`] per member: member `i` listens for peers
     /// on its own port and advertises its proxy's, so every connection *to*
     /// member `i` from a peer crosses [`EtcdCluster::peer_proxy`]`(i)`.
-    /// Clients still reach every member directly. `None` means "skip the
-    /// test".
+    /// Clients still reach every member directly.
     ///
     /// # Panics
     ///
     /// As [`EtcdCluster::start`].
-    pub fn start_with_peer_proxies() -> Option<EtcdCluster> {
+    pub fn start_with_peer_proxies() -> EtcdCluster {
         EtcdCluster::start_inner(true)
     }
 
-    fn start_inner(proxied: bool) -> Option<EtcdCluster> {
-        let binary = process::require_binary("etcd")?;
+    fn start_inner(proxied: bool) -> EtcdCluster {
+        let binary = process::require_binary("etcd");
         let mut last_error = String::new();
         for _attempt in 0..SPAWN_ATTEMPTS {
             let dir = tempfile::Builder::new()
@@ -465,13 +467,13 @@ impl EtcdCluster {
             }
             match wait_healthy(&mut members, START_TIMEOUT) {
                 Ok(()) => {
-                    return Some(EtcdCluster {
+                    return EtcdCluster {
                         members,
                         binary,
                         token,
                         peer_proxies,
                         _dir: dir,
-                    });
+                    };
                 }
                 Err(e) => {
                     last_error = format!("{e}");
@@ -796,9 +798,7 @@ mod tests {
 
     #[test]
     fn an_isolated_member_serves_only_stale_serializable_reads_until_healed() {
-        let Some(mut cluster) = EtcdCluster::start_with_peer_proxies() else {
-            return;
-        };
+        let mut cluster = EtcdCluster::start_with_peer_proxies();
         let leader = cluster.wait_for_leader(Duration::from_secs(20)).unwrap();
         let isolated = cluster.client_addr(leader);
         put(isolated, BEFORE_B64).unwrap();
@@ -844,9 +844,7 @@ mod tests {
 
     #[test]
     fn isolate_needs_peer_proxies() {
-        let Some(cluster) = EtcdCluster::start() else {
-            return;
-        };
+        let cluster = EtcdCluster::start();
         assert!(cluster.peer_proxy(0).is_none());
         assert!(cluster.isolate(0).is_err());
         assert!(cluster.pid(0).is_some());
@@ -854,9 +852,7 @@ mod tests {
 
     #[test]
     fn a_spawned_server_is_healthy_and_dies_with_its_handle() {
-        let Some(mut etcd) = EtcdServer::spawn() else {
-            return;
-        };
+        let mut etcd = EtcdServer::spawn();
         let pid = etcd.pid().expect("spawned");
         let addr: SocketAddr = etcd
             .endpoint()

@@ -28,31 +28,59 @@ pub fn find_binary(binary: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// Whether a missing server is a failure rather than a skip: under CI (`CI`
-/// set) and under the README's test command (`PALISADE_REQUIRE_SERVERS` set).
-pub fn in_ci() -> bool {
-    std::env::var_os("CI").is_some() || std::env::var_os("PALISADE_REQUIRE_SERVERS").is_some()
+/// The Debian package that provides `binary`, for install hints.
+fn debian_package(binary: &str) -> &str {
+    match binary {
+        "etcd" => "etcd-server",
+        "etcdctl" => "etcd-client",
+        "redis-server" => "redis-server",
+        "redis-cli" => "redis-tools",
+        "faketime" => "faketime",
+        "fiu-run" | "fiu-ctrl" => "fiu-utils",
+        "xfs_io" | "mkfs.xfs" => "xfsprogs",
+        "mkfs.ext4" => "e2fsprogs",
+        "mount" | "umount" | "losetup" => "mount",
+        other => other,
+    }
 }
 
-/// Finds `binary` for a test, or explains why the test is skipped.
+/// The message a test fails with when `what` is missing.
+pub fn install_hint(what: &str, package: &str) -> String {
+    format!(
+        "{what} is not installed: run the README's test command (scripts/test.sh), \
+         which installs everything the tests need, or `apt-get install {package}`"
+    )
+}
+
+/// Finds `binary` for a test, or fails the test saying how to install it.
 ///
-/// Under CI or the README's test command (see [`in_ci`]) a missing binary panics: the test command installs
-/// everything, so a missing server there is a broken setup. Locally it
-/// prints `skipped: no <binary>` and returns `None`, so the caller returns
-/// early instead of passing quietly.
-pub fn require_binary(binary: &str) -> Option<PathBuf> {
-    match find_binary(binary) {
-        Some(path) => Some(path),
-        None if in_ci() => {
-            panic!("`{binary}` is not installed but CI is set; run the README's test command")
-        }
-        None => {
-            eprintln!(
-                "skipped: no {binary} on PATH (install it, or run the README's test command)"
-            );
-            None
-        }
-    }
+/// A test that cannot run must not report success, so there is no skip: a
+/// missing server fails with an install hint (the README's test command
+/// installs every binary the tests use).
+///
+/// # Panics
+///
+/// When `binary` is not on `PATH`.
+pub fn require_binary(binary: &str) -> PathBuf {
+    find_binary(binary).unwrap_or_else(|| {
+        panic!(
+            "{}",
+            install_hint(&format!("`{binary}`"), debian_package(binary))
+        )
+    })
+}
+
+/// Fails the test unless it runs as root, saying why it needs to.
+///
+/// # Panics
+///
+/// When the effective user is not root.
+pub fn require_root(why: &str) {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "{why} needs root: run the README's test command (scripts/test.sh) as root, \
+         as CI does"
+    );
 }
 
 /// Waits until something accepts TCP connections on `addr`.
@@ -168,4 +196,37 @@ impl Drop for ChildProcess {
 pub fn send_signal(pid: u32, signal: Signal) -> io::Result<()> {
     let pid = i32::try_from(pid).map_err(|_| io::Error::other("pid out of range"))?;
     nix::sys::signal::kill(Pid::from_raw(pid), signal).map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A missing server fails the test that needs it, saying how to
+    /// install it; it never returns a value a test could skip on.
+    #[test]
+    #[should_panic(expected = "is not installed: run the README's test command")]
+    fn a_missing_binary_fails_the_test_with_an_install_hint() {
+        require_binary("palisade-no-such-server");
+    }
+
+    #[test]
+    fn the_hint_names_the_debian_package() {
+        let hint = std::panic::catch_unwind(|| require_binary("palisade-no-such-server"))
+            .expect_err("a missing binary must panic");
+        let message = hint
+            .downcast_ref::<String>()
+            .expect("the panic carries a formatted message");
+        assert!(
+            message.contains("apt-get install palisade-no-such-server"),
+            "{message}"
+        );
+        assert_eq!(debian_package("etcd"), "etcd-server");
+        assert_eq!(debian_package("redis-cli"), "redis-tools");
+    }
+
+    #[test]
+    fn an_installed_binary_is_found() {
+        assert!(require_binary("sh").is_file());
+    }
 }

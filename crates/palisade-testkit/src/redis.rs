@@ -5,7 +5,7 @@
 //! ```no_run
 //! use palisade_testkit::redis::RedisServer;
 //!
-//! let Some(redis) = RedisServer::start() else { return }; // "skipped: no redis-server"
+//! let redis = RedisServer::start(); // fails the test, with an install hint, without redis-server
 //! let url = redis.url();
 //! # drop(url);
 //! ```
@@ -189,24 +189,26 @@ struct Spawned {
 
 impl RedisServer {
     /// A server without persistence: the external one named by
-    /// `PALISADE_REDIS_URL` if set, else a new local one. `None` (after
-    /// printing "skipped: ...") when `redis-server` is not installed and
-    /// `CI` is not set.
-    pub fn start() -> Option<RedisServer> {
+    /// `PALISADE_REDIS_URL` if set, else a new local one.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` is not installed (with an install hint) or
+    /// cannot start.
+    pub fn start() -> RedisServer {
         if let Some(url) = std::env::var_os(REDIS_URL_ENV) {
             let url = url.to_string_lossy().into_owned();
-            return Some(RedisServer {
+            return RedisServer {
                 inner: ServerKind::External { url },
-            });
+            };
         }
         RedisServer::spawn(RedisOptions::default())
     }
 
     /// Always spawns a local server (for tests that kill or restart it).
-    /// `None` as for [`RedisServer::start`]; panics if the server cannot
-    /// start, with its log.
-    pub fn spawn(options: RedisOptions) -> Option<RedisServer> {
-        let binary = process::require_binary("redis-server")?;
+    /// Panics as [`RedisServer::start`], with the server's log.
+    pub fn spawn(options: RedisOptions) -> RedisServer {
+        let binary = process::require_binary("redis-server");
         let mut last_error = None;
         for _ in 0..5 {
             let mut spawned = Spawned {
@@ -221,9 +223,9 @@ impl RedisServer {
             };
             match spawned.launch() {
                 Ok(()) => {
-                    return Some(RedisServer {
+                    return RedisServer {
                         inner: ServerKind::Spawned(Box::new(spawned)),
-                    });
+                    };
                 }
                 // Most likely the port was taken between choosing and binding.
                 Err(error) => last_error = Some(error),
@@ -524,9 +526,13 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     /// Starts the cluster and waits until every node reports
-    /// `cluster_state:ok`. `None` (after printing "skipped: ...") when
-    /// `redis-server` or `redis-cli` is missing outside CI.
-    pub fn start() -> Option<RedisCluster> {
+    /// `cluster_state:ok`.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` or `redis-cli` is missing (with an install hint)
+    /// or the cluster cannot be formed.
+    pub fn start() -> RedisCluster {
         if let Some(urls) = std::env::var_os(REDIS_CLUSTER_URLS_ENV) {
             let urls = urls
                 .to_string_lossy()
@@ -534,14 +540,14 @@ impl RedisCluster {
                 .map(|url| url.trim().to_owned())
                 .filter(|url| !url.is_empty())
                 .collect();
-            return Some(RedisCluster {
+            return RedisCluster {
                 urls,
                 nodes: Vec::new(),
                 _dir: None,
-            });
+            };
         }
-        let server = process::require_binary("redis-server")?;
-        let cli = process::require_binary("redis-cli")?;
+        let server = process::require_binary("redis-server");
+        let cli = process::require_binary("redis-cli");
         let dir = tempfile::Builder::new()
             .prefix("palisade-redis-cluster-")
             .tempdir()
@@ -580,7 +586,7 @@ impl RedisCluster {
             _dir: Some(dir),
         };
         cluster.wait_until_ok(Duration::from_secs(20));
-        Some(cluster)
+        cluster
     }
 
     /// The node URLs.
@@ -859,10 +865,7 @@ mod tests {
     #[test]
     fn password_server_refuses_commands_without_it() {
         let password = "s3cret/with:odd@chars";
-        let Some(server) = RedisServer::spawn(RedisOptions::default().with_password(password))
-        else {
-            return;
-        };
+        let server = RedisServer::spawn(RedisOptions::default().with_password(password));
         assert!(server.url().contains('@'), "{}", server.url());
         assert!(
             !server.url().contains(password),
@@ -878,11 +881,7 @@ mod tests {
 
     #[test]
     fn spawned_server_restarts_on_the_same_port() {
-        let Some(mut server) =
-            RedisServer::spawn(RedisOptions::persistence(Persistence::AofAlways))
-        else {
-            return;
-        };
+        let mut server = RedisServer::spawn(RedisOptions::persistence(Persistence::AofAlways));
         assert_eq!(server.command(&["SET", "k", "v"]).unwrap(), "OK");
         let port = server.port();
         server.kill().unwrap();

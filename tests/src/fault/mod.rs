@@ -47,7 +47,7 @@
 //!     resource_server: "target/debug/resource-server".into(),
 //!     fault_client: "target/debug/fault-client".into(),
 //! };
-//! let Some(redis) = palisade_testkit::redis::RedisServer::start() else { return Ok(()) };
+//! let redis = palisade_testkit::redis::RedisServer::start();
 //! let mut run = FaultRun::new("example")?;
 //! let server = ResourceServerProcess::start(&binaries, &run, ResourceServerOptions::default())?;
 //! let config = ClientConfig::redis(&redis.url(), &server.base_url()).lock("example").rounds(5);

@@ -87,14 +87,11 @@ const LIVE_BOUND: Duration = Duration::from_secs(15);
 /// I-LIVE. With fencing off: I-MONO is violated (the late write commits a
 /// lower generation after a higher one).
 ///
-/// `Ok(None)` means "skipped": no `redis-server` outside CI.
 pub async fn client_server_partition(
     binaries: &FaultBinaries,
     fencing: Fencing,
-) -> anyhow::Result<Option<PartitionOutcome>> {
-    let Some(redis) = RedisServer::spawn(RedisOptions::default()) else {
-        return Ok(None);
-    };
+) -> anyhow::Result<PartitionOutcome> {
+    let redis = RedisServer::spawn(RedisOptions::default());
     let redis_port = redis.port().context("a spawned Redis has a port")?;
     let (run_name, server_options, scenario) = match fencing {
         Fencing::On => (
@@ -190,10 +187,10 @@ pub async fn client_server_partition(
         live_bound: Some(LIVE_BOUND),
     };
     let report = run.verdict(&server.base_url(), &options, &scenario).await?;
-    Ok(Some(PartitionOutcome {
+    Ok(PartitionOutcome {
         report,
         old_generation,
         new_generation,
         late_write,
-    }))
+    })
 }

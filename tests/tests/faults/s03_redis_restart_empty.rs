@@ -30,10 +30,8 @@ use palisade_tests::fault::{
 use crate::{EXIT, STEP, TTL, live_within};
 
 /// Runs the scenario with the counter scheme or the default one.
-async fn redis_restarted_empty(counter: bool) -> anyhow::Result<Option<Report>> {
-    let Some(mut redis) = RedisServer::spawn(RedisOptions::persistence(Persistence::None)) else {
-        return Ok(None);
-    };
+async fn redis_restarted_empty(counter: bool) -> anyhow::Result<Report> {
+    let mut redis = RedisServer::spawn(RedisOptions::persistence(Persistence::None));
     let binaries = palisade_tests::fault_binaries!();
     let scheme = if counter { "counter" } else { "server-clock" };
     let mut run = FaultRun::new(&format!("s03-{scheme}"))?;
@@ -102,14 +100,12 @@ async fn redis_restarted_empty(counter: bool) -> anyhow::Result<Option<Report>> 
         .await?;
     report.assert_safe();
     report.assert_holds(&[Invariant::Live]);
-    Ok(Some(report))
+    Ok(report)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counter_scheme_regresses_and_is_fenced_then_recovers() -> anyhow::Result<()> {
-    let Some(report) = redis_restarted_empty(true).await? else {
-        return Ok(());
-    };
+    let report = redis_restarted_empty(true).await?;
     assert!(
         report.count(Invariant::Token) > 0,
         "the counter restarted at 1 after the data loss: I-TOKEN must be reported violated ({report})"
@@ -123,9 +119,7 @@ async fn counter_scheme_regresses_and_is_fenced_then_recovers() -> anyhow::Resul
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_clock_scheme_stays_above_the_marks() -> anyhow::Result<()> {
-    let Some(report) = redis_restarted_empty(false).await? else {
-        return Ok(());
-    };
+    let report = redis_restarted_empty(false).await?;
     report.assert_holds(&[Invariant::Token]);
     Ok(())
 }

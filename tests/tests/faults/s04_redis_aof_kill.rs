@@ -29,10 +29,7 @@ const DOWNTIME: Duration = Duration::from_millis(800);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_kill_9_with_aof_always_keeps_generations_and_writes() -> anyhow::Result<()> {
-    let Some(mut redis) = RedisServer::spawn(RedisOptions::persistence(Persistence::AofAlways))
-    else {
-        return Ok(());
-    };
+    let mut redis = RedisServer::spawn(RedisOptions::persistence(Persistence::AofAlways));
     let binaries = palisade_tests::fault_binaries!();
     let mut run = FaultRun::new("s04")?;
     let server = ResourceServerProcess::start(&binaries, &run, ResourceServerOptions::default())?;

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use palisade_testkit::etcd::EtcdServer;
-use palisade_testkit::process::{in_ci, require_binary};
+use palisade_testkit::process::{install_hint, require_binary};
 use palisade_testkit::redis::RedisServer;
 use palisade_tests::fault::{
     ClientConfig, ClientLine, FaultRun, Invariant, ResourceServerOptions, ResourceServerProcess,
@@ -47,22 +47,15 @@ const LIBFAKETIME_CANDIDATES: &[&str] = &[
     "/usr/local/lib/faketime/libfaketime.so.1",
 ];
 
-/// The libfaketime library, or `None` (skip) outside CI when the
-/// `faketime` package is missing; a missing library fails under CI.
-fn libfaketime() -> Option<PathBuf> {
-    require_binary("faketime")?;
-    let found = LIBFAKETIME_CANDIDATES
+/// The libfaketime library; the test fails with an install hint when the
+/// `faketime` package is missing.
+fn libfaketime() -> PathBuf {
+    require_binary("faketime");
+    LIBFAKETIME_CANDIDATES
         .iter()
         .map(PathBuf::from)
-        .find(|path| path.is_file());
-    if found.is_none() {
-        assert!(
-            !in_ci(),
-            "faketime is installed but libfaketime.so.1 is not where Debian puts it"
-        );
-        eprintln!("skipped: no libfaketime.so.1");
-    }
-    found
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| panic!("{}", install_hint("libfaketime.so.1", "faketime")))
 }
 
 /// A client config running under libfaketime with its offset in
@@ -95,12 +88,8 @@ fn set_offset(timestamp_file: &Path, offset_seconds: i64) -> anyhow::Result<()> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wall_clock_jumps_change_nothing() -> anyhow::Result<()> {
-    let Some(library) = libfaketime() else {
-        return Ok(());
-    };
-    let Some(redis) = RedisServer::start() else {
-        return Ok(());
-    };
+    let library = libfaketime();
+    let redis = RedisServer::start();
     let binaries = palisade_tests::fault_binaries!();
     let mut run = FaultRun::new("s09-wall")?;
     let server = ResourceServerProcess::start(&binaries, &run, ResourceServerOptions::default())?;
@@ -164,12 +153,8 @@ async fn wall_clock_jumps_change_nothing() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monotonic_clock_jumps_are_caught_by_the_fence() -> anyhow::Result<()> {
-    let Some(library) = libfaketime() else {
-        return Ok(());
-    };
-    let Some(etcd) = EtcdServer::start() else {
-        return Ok(());
-    };
+    let library = libfaketime();
+    let etcd = EtcdServer::start();
     let binaries = palisade_tests::fault_binaries!();
     let mut run = FaultRun::new("s09-monotonic")?;
     let server = ResourceServerProcess::start(&binaries, &run, ResourceServerOptions::default())?;

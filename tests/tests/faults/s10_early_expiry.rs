@@ -69,9 +69,7 @@ impl EarlyExpiry for RedisExpiry<'_> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_hold_ended_from_outside_is_fenced() -> anyhow::Result<()> {
-    let Some(redis) = RedisServer::spawn(RedisOptions::default()) else {
-        return Ok(());
-    };
+    let redis = RedisServer::spawn(RedisOptions::default());
     let binaries = palisade_tests::fault_binaries!();
     let mut run = FaultRun::new("s10-redis")?;
     let server = ResourceServerProcess::start(&binaries, &run, ResourceServerOptions::default())?;
@@ -134,12 +132,8 @@ impl EarlyExpiry for EtcdRevoke {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_lease_revoked_from_outside_is_fenced() -> anyhow::Result<()> {
-    let Some(etcd) = EtcdServer::start() else {
-        return Ok(());
-    };
-    let Some(etcdctl) = require_binary("etcdctl") else {
-        return Ok(());
-    };
+    let etcd = EtcdServer::start();
+    let etcdctl = require_binary("etcdctl");
     let binaries = palisade_tests::fault_binaries!();
     let mut run = FaultRun::new("s10-etcd")?;
     let server = ResourceServerProcess::start(&binaries, &run, ResourceServerOptions::default())?;

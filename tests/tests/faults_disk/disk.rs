@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::Context as _;
-use palisade_testkit::process::{in_ci, require_binary};
+use palisade_testkit::process::{require_binary, require_root};
 use tempfile::TempDir;
 
 /// Every directory holding one of our mounts or images starts with this,
@@ -17,41 +17,17 @@ use tempfile::TempDir;
 /// from the mounts of a run still alive.
 const NAME_PREFIX: &str = "palisade-fdisk-";
 
-/// Whether this process may mount file systems and attach loop devices:
-/// the tools are installed and it runs as root. Under CI a missing tool or
-/// missing root is a broken setup and panics; elsewhere it prints why the
-/// scenario is skipped (or falls back) and returns `false`.
+/// Fails the test unless this process may mount file systems and attach
+/// loop devices: the tools are installed (else an install hint) and it runs
+/// as root (the README's test command runs as root, as CI does).
 ///
 /// Also cleans up what a killed earlier run left behind.
-pub(crate) fn can_mount() -> bool {
+pub(crate) fn require_mount() {
     for binary in ["mount", "umount", "losetup", "mkfs.ext4"] {
-        if require_binary(binary).is_none() {
-            return false;
-        }
+        require_binary(binary);
     }
-    if !is_root() {
-        assert!(
-            !in_ci(),
-            "the disk fault scenarios need root (mount, losetup) and CI is set"
-        );
-        eprintln!("skipped: mounting needs root");
-        return false;
-    }
+    require_root("the disk fault scenarios (mount, losetup)");
     clean_leftovers();
-    true
-}
-
-fn is_root() -> bool {
-    // `Uid:` lists the real, effective, saved and file-system user ids.
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("Uid:"))
-                .and_then(|ids| ids.split_whitespace().nth(1).map(|id| id == "0"))
-        })
-        .unwrap_or(false)
 }
 
 /// Runs `program` with `args`; its standard output, or an error carrying

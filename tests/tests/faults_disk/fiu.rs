@@ -25,10 +25,11 @@ pub(crate) struct Fiu {
 }
 
 impl Fiu {
-    /// Whether `fiu-run` and `fiu-ctrl` are installed (see
-    /// [`require_binary`]: a panic under CI, a skip elsewhere).
-    pub(crate) fn available() -> bool {
-        require_binary("fiu-run").is_some() && require_binary("fiu-ctrl").is_some()
+    /// Fails the test, with an install hint, unless `fiu-run` and
+    /// `fiu-ctrl` are installed.
+    pub(crate) fn require() {
+        require_binary("fiu-run");
+        require_binary("fiu-ctrl");
     }
 
     /// Control pipes in `dir`.

@@ -24,8 +24,8 @@
 //!
 //! Root, `mount`, `losetup`, `mkfs.ext4`, `xfs_io` (xfsprogs) and
 //! `fiu-run`/`fiu-ctrl` (fiu-utils) are needed; the README's test command
-//! installs them. Without them a scenario is skipped with a message,
-//! except under CI, where it fails.
+//! installs them. Without them a scenario fails with a message saying
+//! how to install what it needs: no scenario passes by skipping.
 
 mod disk;
 mod fiu;

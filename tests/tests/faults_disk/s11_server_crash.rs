@@ -5,13 +5,12 @@
 use std::time::Duration;
 
 use palisade_testkit::checker::CheckOptions;
-use palisade_testkit::process::in_ci;
 use palisade_testkit::redis::RedisServer;
 use palisade_tests::fault::{
     ClientConfig, FaultRun, ResourceServerOptions, ResourceServerProcess, Scenario, scaled,
 };
 
-use crate::disk::{LoopExt4, can_mount};
+use crate::disk::{LoopExt4, require_mount};
 use crate::probe::{Probe, doubt_and_replays};
 use crate::{
     ASSERTED, LIVE_BOUND, TTL, assert_marks_survived, recover_and_stop, spawn_clients,
@@ -51,25 +50,14 @@ const LOCKS: [&str; 2] = ["s11/a", "s11/b"];
 /// outcome in doubt), or it would prove nothing about them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s11_resource_server_kill_9_mid_burst() -> anyhow::Result<()> {
-    let Some(redis) = RedisServer::start() else {
-        return Ok(());
-    };
+    let redis = RedisServer::start();
     let binaries = palisade_tests::fault_binaries!();
     let mut run = FaultRun::new("s11")?;
 
-    // The data on a real ext4 of its own; outside CI, when mounting is not
-    // possible here, a plain directory still shows process-crash safety.
-    let disk = if can_mount() {
-        Some(LoopExt4::create(256)?)
-    } else {
-        assert!(!in_ci(), "can_mount panics under CI");
-        eprintln!("note: scenario 11 runs on a plain directory (cannot mount here)");
-        None
-    };
-    let (data_dir, backend) = match &disk {
-        Some(disk) => (disk.path().join("data"), "redis; ext4 on a loop device"),
-        None => (run.dir().join("server-data"), "redis; plain directory"),
-    };
+    // The data on a real ext4 of its own.
+    require_mount();
+    let disk = LoopExt4::create(256)?;
+    let (data_dir, backend) = (disk.path().join("data"), "redis; ext4 on a loop device");
     let mut server = ResourceServerProcess::start(
         &binaries,
         &run,

@@ -28,7 +28,7 @@ use palisade_tests::fault::{
     ClientConfig, FaultRun, ResourceServerOptions, ResourceServerProcess, Scenario, scaled,
 };
 
-use crate::disk::{LoopExt4, Tmpfs, can_mount};
+use crate::disk::{LoopExt4, Tmpfs, require_mount};
 use crate::fiu::Fiu;
 use crate::probe::{Probe, ProbeWrite, acknowledged_between, doubt_and_replays};
 use crate::{
@@ -142,12 +142,8 @@ const FIU_LOCKS: [&str; 2] = ["s12a/a", "s12a/b"];
 /// I-DUR, I-MONO, I-STALE, I-ONCE, I-LIVE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s12a_fsync_fails_with_eio_then_enospc() -> anyhow::Result<()> {
-    let Some(redis) = RedisServer::start() else {
-        return Ok(());
-    };
-    if !Fiu::available() {
-        return Ok(());
-    }
+    let redis = RedisServer::start();
+    Fiu::require();
     let binaries = palisade_tests::fault_binaries!();
     let mut run = FaultRun::new("s12a")?;
     let fiu = Fiu::new(run.dir());
@@ -224,12 +220,8 @@ const TMPFS_PROBE_LOCK: &str = "s12b/probe";
 /// I-LIVE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s12b_full_tmpfs() -> anyhow::Result<()> {
-    let Some(redis) = RedisServer::start() else {
-        return Ok(());
-    };
-    if !can_mount() {
-        return Ok(());
-    }
+    let redis = RedisServer::start();
+    require_mount();
     let binaries = palisade_tests::fault_binaries!();
     let mut run = FaultRun::new("s12b")?;
     let tmpfs = Tmpfs::create(32 * 1024)?;
@@ -322,12 +314,9 @@ const DIED_LOCKS: [&str; 2] = ["s12c/a", "s12c/b"];
 /// acknowledged write and every mark was gone after the remount.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s12c_disk_dies_without_flushing_its_journal() -> anyhow::Result<()> {
-    let Some(redis) = RedisServer::start() else {
-        return Ok(());
-    };
-    if !can_mount() || require_binary("xfs_io").is_none() {
-        return Ok(());
-    }
+    let redis = RedisServer::start();
+    require_mount();
+    require_binary("xfs_io");
     let binaries = palisade_tests::fault_binaries!();
     let mut run = FaultRun::new("s12c")?;
     let mut disk = LoopExt4::create(256)?;

@@ -43,9 +43,7 @@ const LIVE_BOUND: Duration = Duration::from_secs(20);
 async fn s5_etcd_leader_kill_and_restart_under_traffic() -> anyhow::Result<()> {
     let _serial = crate::serial().await;
     let binaries = palisade_tests::fault_binaries!();
-    let Some(mut cluster) = EtcdCluster::start() else {
-        return Ok(());
-    };
+    let mut cluster = EtcdCluster::start();
     let mut run = FaultRun::new("s5-leader-kill")?;
     let server = ResourceServerProcess::start(&binaries, &run, ResourceServerOptions::default())?;
     let endpoints = cluster.endpoints();

@@ -196,14 +196,14 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// A single-member etcd from the testkit; `None` means "skipped".
-    pub(crate) fn etcd() -> Option<Backend> {
-        EtcdServer::start().map(|etcd| Backend::Etcd(Box::new(etcd)))
+    /// A single-member etcd from the testkit.
+    pub(crate) fn etcd() -> Backend {
+        Backend::Etcd(Box::new(EtcdServer::start()))
     }
 
-    /// A Redis server from the testkit; `None` means "skipped".
-    pub(crate) fn redis() -> Option<Backend> {
-        RedisServer::start().map(Backend::Redis)
+    /// A Redis server from the testkit.
+    pub(crate) fn redis() -> Backend {
+        Backend::Redis(RedisServer::start())
     }
 
     pub(crate) fn name(&self) -> &'static str {
@@ -238,8 +238,7 @@ impl Backend {
     pub(crate) fn end_lease(&self, sequencer: &Sequencer) {
         match self {
             Backend::Etcd(etcd) => {
-                let etcdctl = palisade_testkit::process::require_binary("etcdctl")
-                    .expect("etcdctl is installed with etcd");
+                let etcdctl = palisade_testkit::process::require_binary("etcdctl");
                 let lease = sequencer
                     .lease()
                     .expect("etcd sequencers carry the lease id");

@@ -84,17 +84,13 @@ async fn lock_then_put(backend: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_then_put_on_etcd() {
-    let Some(backend) = Backend::etcd() else {
-        return;
-    };
+    let backend = Backend::etcd();
     lock_then_put(backend).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_then_put_on_redis() {
-    let Some(backend) = Backend::redis() else {
-        return;
-    };
+    let backend = Backend::redis();
     lock_then_put(backend).await;
 }
 
@@ -173,17 +169,13 @@ async fn stale_sequencer_is_refused(backend: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_sequencer_is_refused_on_etcd() {
-    let Some(backend) = Backend::etcd() else {
-        return;
-    };
+    let backend = Backend::etcd();
     stale_sequencer_is_refused(backend).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_sequencer_is_refused_on_redis() {
-    let Some(backend) = Backend::redis() else {
-        return;
-    };
+    let backend = Backend::redis();
     stale_sequencer_is_refused(backend).await;
 }
 
@@ -191,9 +183,7 @@ async fn stale_sequencer_is_refused_on_redis() {
 /// `palisade lock` passes that on), but can read; a missing key is 3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_holders_read_but_cannot_write() {
-    let Some(backend) = Backend::redis() else {
-        return;
-    };
+    let backend = Backend::redis();
     let served = serve().await;
     let name = unique_name(backend.name(), "shared");
 
@@ -242,9 +232,7 @@ async fn shared_holders_read_but_cannot_write() {
 /// `--wait 0` gets it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_command_is_127_and_releases_the_lock() {
-    let Some(backend) = Backend::redis() else {
-        return;
-    };
+    let backend = Backend::redis();
     let name = unique_name(backend.name(), "missing-command");
     let mut missing = palisade(["lock", "--quiet"]);
     missing

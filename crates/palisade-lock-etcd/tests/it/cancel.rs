@@ -9,7 +9,7 @@ use crate::fixtures::*;
 /// `acquire_timeout` deletes its key before it returns `Timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_waiter_withdraws_its_key() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("timeout");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let lock = name("timeout");
@@ -43,7 +43,7 @@ async fn a_timed_out_waiter_withdraws_its_key() {
 /// its key, and the contender behind it moves up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_acquire_withdraws_its_key() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("dropped");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let lock = name("dropped");
@@ -94,7 +94,7 @@ async fn a_dropped_acquire_withdraws_its_key() {
 /// modes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquire_on_a_busy_lock_leaves_nothing() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("try");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let lock = name("try");
@@ -137,7 +137,7 @@ async fn try_acquire_on_a_busy_lock_leaves_nothing() {
 /// The per-process waiter bound fails fast with `Busy`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_many_waiters_fail_fast_with_busy() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("busy");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let lock = name("busy");

@@ -28,9 +28,7 @@ async fn connection_refused_is_unavailable() {
 /// A frozen etcd: requests time out, typed, and nothing is decided.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_etcd_gives_backend_timeout() {
-    let Some(etcd) = EtcdServer::spawn() else {
-        return;
-    };
+    let etcd = EtcdServer::spawn();
     let prefix = unique_prefix("frozen");
     let config =
         config(&etcd.endpoints(), &prefix).with_request_timeout(Duration::from_millis(500));
@@ -65,9 +63,7 @@ async fn a_frozen_etcd_gives_backend_timeout() {
 /// `PermissionDenied`, not `Backend`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_failures_are_permission_denied() {
-    let Some(etcd) = EtcdServer::spawn() else {
-        return;
-    };
+    let etcd = EtcdServer::spawn();
     let prefix = "/palisade-test/auth";
     let mut admin = raw(&etcd.endpoints()).await;
     admin.user_add("root", "root-password", None).await.unwrap();
@@ -143,7 +139,7 @@ async fn auth_failures_are_permission_denied() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_session_options_are_refused() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let connection = connect(&etcd.endpoints(), &unique_prefix("options")).await;
     let bad = SessionOptions::default()
         .with_ttl(Duration::from_secs(2))

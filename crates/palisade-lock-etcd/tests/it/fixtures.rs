@@ -10,9 +10,9 @@ use palisade_core::{LockName, SessionOptions};
 use palisade_lock_etcd::{EtcdConfig, EtcdConnection, EtcdLock};
 use palisade_testkit::etcd::EtcdServer;
 
-/// A real etcd (spawned, or from `PALISADE_ETCD_ENDPOINTS`), or `None` to
-/// skip (the reason is printed).
-pub(crate) fn etcd() -> Option<EtcdServer> {
+/// A real etcd (spawned, or from `PALISADE_ETCD_ENDPOINTS`); fails the test
+/// with an install hint when etcd is missing.
+pub(crate) fn etcd() -> EtcdServer {
     EtcdServer::start()
 }
 
@@ -159,15 +159,4 @@ impl DirWatch {
             }
         }
     }
-}
-
-/// Skips a test when no etcd is available (prints why).
-#[macro_export]
-macro_rules! require_etcd {
-    () => {
-        match $crate::fixtures::etcd() {
-            Some(etcd) => etcd,
-            None => return,
-        }
-    };
 }

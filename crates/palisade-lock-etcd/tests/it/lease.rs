@@ -15,7 +15,7 @@ const REPORT_WITHIN: Duration = Duration::from_secs(10);
 /// A hold outlives its TTL many times over while the keep-alive runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_keepalive_keeps_a_hold_valid_past_its_ttl() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("keepalive");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let lock = name("keepalive");
@@ -42,7 +42,7 @@ async fn the_keepalive_keeps_a_hold_valid_past_its_ttl() {
 /// next contender gets a higher generation, and the old release is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_holder_key_is_reported_lost() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("deleted");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let lock = name("deleted");
@@ -90,7 +90,7 @@ async fn a_deleted_holder_key_is_reported_lost() {
 /// session refuses to acquire ("lease not found" → `SessionClosed`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_lease_is_reported_lost_and_closes_the_session() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("revoked");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let holder = session(&connection, options(10)).await;
@@ -125,9 +125,7 @@ async fn a_revoked_lease_is_reported_lost_and_closes_the_session() {
 /// the loss by its own deadline, without hearing from etcd.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_etcd_makes_the_hold_lapse_by_its_deadline() {
-    let Some(etcd) = EtcdServer::spawn() else {
-        return;
-    };
+    let etcd = EtcdServer::spawn();
     let prefix = unique_prefix("unreachable");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let holder = session(&connection, options(2)).await;
@@ -164,7 +162,7 @@ async fn an_unreachable_etcd_makes_the_hold_lapse_by_its_deadline() {
 /// keeps everyone out for the delay, a waiter as much as a newcomer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_delay_holds_the_lock_after_a_lost_lease() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("lockdelay");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let lock = name("lockdelay");
@@ -225,7 +223,7 @@ async fn lock_delay_holds_the_lock_after_a_lost_lease() {
 /// A clean release has no lock-delay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_release_has_no_lock_delay() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("cleandelay");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let lock = name("cleandelay");

@@ -6,7 +6,7 @@ use crate::fixtures::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_check_follows_the_holder() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("livecheck");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     // The resource server's side: its own connection, same prefix.
@@ -83,7 +83,7 @@ async fn live_check_follows_the_holder() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_check_sees_every_reader() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("livecheck-shared");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let check = connection.live_check().into_shared();

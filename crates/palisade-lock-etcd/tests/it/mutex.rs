@@ -14,7 +14,7 @@ use crate::fixtures::*;
 /// the generations are recorded in grant order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mutual_exclusion_across_3_connections_x_8_tasks() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("exclusion");
     let lock = name("exclusion/one");
     let inside = Arc::new(AtomicUsize::new(0));
@@ -78,7 +78,7 @@ async fn mutual_exclusion_across_3_connections_x_8_tasks() {
 /// Waiters are granted in the order they queued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_granted_in_queue_order() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("fifo");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let lock = name("fifo");
@@ -121,7 +121,7 @@ async fn waiters_are_granted_in_queue_order() {
 /// keys of one are never inside the directory of another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_that_share_a_prefix_never_block_each_other() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("isolation");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let first = session(&connection, options(10)).await;
@@ -174,7 +174,7 @@ async fn names_that_share_a_prefix_never_block_each_other() {
 /// Re-entry in one session: same generation, a count, released at zero.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentry_keeps_the_generation_and_counts() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("reentry");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let owner = session(&connection, options(10)).await;
@@ -246,7 +246,7 @@ async fn reentry_keeps_the_generation_and_counts() {
 /// arriving after a queued writer waits for that writer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_and_exclusive_interplay() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("shared");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let lock = name("shared");

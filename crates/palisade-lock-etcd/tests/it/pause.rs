@@ -28,7 +28,7 @@ async fn a_paused_holder_loses_its_lease_to_a_newer_generation() {
     if let Ok(setup) = std::env::var(ROLE) {
         return child(&setup).await;
     }
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("pause");
     let lock = name("pause");
     let mut child = ChildProcess::spawn(

@@ -46,7 +46,7 @@ async fn signed_connection(endpoints: &[String], prefix: &str, key: SigningKey) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_sequencer_a_guard_hands_out_is_signed() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("signing");
     let connection = signed_connection(&etcd.endpoints(), &prefix, key("k1", 1)).await;
     assert_eq!(connection.issuer(), ISSUER);
@@ -107,7 +107,7 @@ async fn every_sequencer_a_guard_hands_out_is_signed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verifier_without_the_key_refuses() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("signing-wrong-key");
     let connection = signed_connection(&etcd.endpoints(), &prefix, key("k1", 1)).await;
     let guard = session(&connection, options(10))
@@ -148,7 +148,7 @@ async fn a_verifier_without_the_key_refuses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_a_ring_with_old_and_new_keys_accepts_both() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("signing-rotation");
     let ring: KeyRing = format!("k1 {}\nk2 {}\n", "01".repeat(32), "02".repeat(32))
         .parse()
@@ -196,7 +196,7 @@ async fn rotation_a_ring_with_old_and_new_keys_accepts_both() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_signer_nothing_is_signed_and_a_conflicting_issuer_is_refused() {
-    let etcd = crate::require_etcd!();
+    let etcd = crate::fixtures::etcd();
     let prefix = unique_prefix("signing-off");
     let connection = connect(&etcd.endpoints(), &prefix).await;
     let guard = session(&connection, options(10))
