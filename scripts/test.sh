@@ -3,13 +3,13 @@
 #
 # 1. Installs what the tests need, only if missing: redis-server and
 #    redis-cli, etcd and etcdctl, protoc and its well-known types
-#    (etcd-client builds its protobufs),
+#    (etcd-client builds its protobufs), PostgreSQL and MariaDB,
 #    and the fault suite's tools: libfaketime (client clock jumps), libfiu
 #    (fsync failures), xfs_io (a disk that dies), mkfs.ext4 and losetup
 #    (loop-mounted data directories).
 # 2. Checks formatting and lints (cargo fmt, clippy -D warnings).
 # 3. Runs every test: unit tests, doctests, and the integration tests, which
-#    start real etcd and Redis processes on free loopback ports in temporary
+#    start real etcd, Redis, PostgreSQL and MariaDB processes on free loopback ports in temporary
 #    directories and kill them by PID when done, including the fault suite
 #    (scripts/faults.sh runs only that, and --soak its long form); prints the
 #    fault suite's table.
@@ -41,6 +41,8 @@ command -v fiu-run      >/dev/null || missing+=(fiu-utils)
 command -v xfs_io       >/dev/null || missing+=(xfsprogs)
 command -v mkfs.ext4    >/dev/null || missing+=(e2fsprogs)
 command -v losetup      >/dev/null || missing+=(mount)
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
+command -v mariadbd     >/dev/null || missing+=(mariadb-server)
 if ((${#missing[@]})); then
   step "installing ${missing[*]}"
   sudo=""

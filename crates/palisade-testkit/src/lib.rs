@@ -3,9 +3,9 @@
 //!
 //! - [`lock_suite`]: the backend conformance suite. A backend is done when
 //!   `lock_suite::test_all(backend)` passes against it.
-//! - [`etcd`], [`redis`]: spawners that start real `etcd` and `redis-server`
-//!   processes on free loopback ports in temporary directories and kill them
-//!   (by PID) on drop.
+//! - [`etcd`], [`redis`], [`sql`]: spawners that start real `etcd`,
+//!   `redis-server`, PostgreSQL and MariaDB processes on free loopback ports
+//!   in temporary directories and kill them (by PID) on drop.
 //! - [`history`], [`checker`]: Jepsen-style operation histories recorded
 //!   by client processes, and the offline checker of the fault suite's
 //!   invariants (I-MONO, I-STALE, I-TOKEN, I-DUR, I-ONCE, I-LIVE).
@@ -13,8 +13,8 @@
 //!   one-way drop, delay, loss, resets), for the network faults of the
 //!   fault suite.
 //! - [`process`]: the shared plumbing: free ports, child processes killed on
-//!   drop, SIGSTOP/SIGCONT, waiting for a port, skipping politely when a
-//!   binary is missing outside CI.
+//!   drop, SIGSTOP/SIGCONT, waiting for a port, and failing a test with an
+//!   install hint when a binary it needs is missing.
 //!
 //! **Architecture Invariant:** the testkit depends on `palisade-core` only.
 //! Backends depend on it as a dev-dependency, never the other way round.
@@ -26,4 +26,5 @@ pub mod lock_suite;
 pub mod process;
 pub mod proxy;
 pub mod redis;
+pub mod sql;
 pub mod tls;

@@ -1,0 +1,461 @@
+//! Real PostgreSQL and MariaDB servers for tests, on loopback.
+//!
+//! Each server gets a free port on 127.0.0.1 and a data directory inside a
+//! [`TempDir`]; it is killed (SIGKILL, by PID) when its handle drops, and
+//! [`SqlServer::kill`] + [`SqlServer::restart`] bring it back on the same
+//! port and data, the way a crashed database comes back.
+//!
+//! Both databases refuse to run as root. When the tests run as root (as the
+//! README's test command does) the server runs as the packaged service user
+//! (`postgres`, `mysql`): the spawned process itself switches user before
+//! `exec`, so the PID the handle kills is the database's own, not a wrapper's.
+//!
+//! ```no_run
+//! use palisade_testkit::sql::SqlServer;
+//!
+//! let postgres = SqlServer::postgres(); // fails the test, with an install hint, without PostgreSQL
+//! assert_eq!(postgres.query("SELECT 1 + 1").unwrap(), "2");
+//! let url = postgres.url(); // postgres://postgres@127.0.0.1:<port>/postgres
+//! # drop(url);
+//! ```
+
+use std::fs::File;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::process::{self, ChildProcess};
+
+/// How long a server may take to accept queries after it was started
+/// (crash recovery included); generous for a loaded 2-core machine.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Which database a [`SqlServer`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// PostgreSQL (Debian's `postgresql`).
+    Postgres,
+    /// MariaDB (Debian's `mariadb-server`), the MySQL-compatible server.
+    MariaDb,
+}
+
+impl Dialect {
+    /// The packaged service user the server runs as when the tests run as
+    /// root.
+    fn service_user(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "postgres",
+            Dialect::MariaDb => "mysql",
+        }
+    }
+
+    fn package(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "postgresql",
+            Dialect::MariaDb => "mariadb-server",
+        }
+    }
+}
+
+/// A PostgreSQL or MariaDB server this test started.
+#[derive(Debug)]
+pub struct SqlServer {
+    dialect: Dialect,
+    port: u16,
+    /// The directory with the server's binaries (PostgreSQL keeps them off
+    /// `PATH`, under `/usr/lib/postgresql/<version>/bin`).
+    bin: PathBuf,
+    /// `(uid, gid)` to run as, when the tests run as root.
+    run_as: Option<(u32, u32)>,
+    process: Option<ChildProcess>,
+    /// Declared last so the process is killed before the data is removed.
+    dir: TempDir,
+}
+
+impl SqlServer {
+    /// A fresh PostgreSQL (`initdb` with trust authentication for loopback)
+    /// on a free port, with the default durability: `fsync` and
+    /// `synchronous_commit` on.
+    ///
+    /// # Panics
+    ///
+    /// When PostgreSQL is not installed (with an install hint) or cannot
+    /// start (with the end of its log).
+    pub fn postgres() -> SqlServer {
+        let bin = postgres_bin().unwrap_or_else(|| {
+            panic!(
+                "{}",
+                process::install_hint("PostgreSQL (initdb, postgres)", "postgresql")
+            )
+        });
+        SqlServer::create(Dialect::Postgres, bin)
+    }
+
+    /// A fresh MariaDB on a free port, without grant tables (any user,
+    /// no password: a throwaway test server), InnoDB with its default
+    /// durability (`innodb_flush_log_at_trx_commit=1`).
+    ///
+    /// # Panics
+    ///
+    /// When MariaDB is not installed (with an install hint) or cannot start.
+    pub fn mariadb() -> SqlServer {
+        let daemon = ["/usr/sbin/mariadbd", "/usr/sbin/mysqld"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|path| path.is_file())
+            .or_else(|| process::find_binary("mariadbd"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}",
+                    process::install_hint("MariaDB (mariadbd)", "mariadb-server")
+                )
+            });
+        let bin = daemon
+            .parent()
+            .expect("a binary's path has a parent")
+            .to_path_buf();
+        SqlServer::create(Dialect::MariaDb, bin)
+    }
+
+    fn create(dialect: Dialect, bin: PathBuf) -> SqlServer {
+        let run_as = nix::unistd::geteuid().is_root().then(|| {
+            let user = nix::unistd::User::from_name(dialect.service_user())
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{}",
+                        process::install_hint(
+                            &format!("the `{}` user", dialect.service_user()),
+                            dialect.package()
+                        )
+                    )
+                });
+            (user.uid.as_raw(), user.gid.as_raw())
+        });
+        let dir = tempfile::Builder::new()
+            .prefix(match dialect {
+                Dialect::Postgres => "palisade-postgres-",
+                Dialect::MariaDb => "palisade-mariadb-",
+            })
+            .tempdir()
+            .expect("creating a temporary directory must work on a test machine");
+        if let Some((uid, gid)) = run_as {
+            nix::unistd::chown(
+                dir.path(),
+                Some(nix::unistd::Uid::from_raw(uid)),
+                Some(nix::unistd::Gid::from_raw(gid)),
+            )
+            .expect("chown of the test's own temporary directory");
+        }
+        let mut server = SqlServer {
+            dialect,
+            port: 0,
+            bin,
+            run_as,
+            process: None,
+            dir,
+        };
+        server.init_data_dir();
+        let mut last_error = String::new();
+        for _attempt in 0..3 {
+            server.port = process::free_port();
+            match server.launch() {
+                Ok(()) => return server,
+                // Most likely the port was taken between choosing and binding.
+                Err(error) => last_error = error.to_string(),
+            }
+        }
+        panic!("{dialect:?} did not start after 3 attempts: {last_error}");
+    }
+
+    /// The client URL: `postgres://postgres@127.0.0.1:<port>/postgres` or
+    /// `mysql://root@127.0.0.1:<port>/test`.
+    pub fn url(&self) -> String {
+        match self.dialect {
+            Dialect::Postgres => format!("postgres://postgres@127.0.0.1:{}/postgres", self.port),
+            Dialect::MariaDb => format!("mysql://root@127.0.0.1:{}/test", self.port),
+        }
+    }
+
+    /// Which database this is.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(ChildProcess::pid)
+    }
+
+    /// Runs one statement with the database's own command-line client and
+    /// returns its output, trimmed (rows on lines, columns tab-separated,
+    /// no headers).
+    pub fn query(&self, sql: &str) -> io::Result<String> {
+        let mut command = match self.dialect {
+            Dialect::Postgres => {
+                let mut command = Command::new(self.client_binary("psql"));
+                command
+                    .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"])
+                    .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-F", "\t"])
+                    .arg("-p")
+                    .arg(self.port.to_string())
+                    .arg("-c")
+                    .arg(sql);
+                command
+            }
+            Dialect::MariaDb => {
+                let mut command = Command::new(self.client_binary("mariadb"));
+                command
+                    .args([
+                        "--protocol=tcp",
+                        "-h",
+                        "127.0.0.1",
+                        "-u",
+                        "root",
+                        "-N",
+                        "-B",
+                    ])
+                    .arg(format!("--port={}", self.port))
+                    .args(["-D", "test", "-e"])
+                    .arg(sql);
+                command
+            }
+        };
+        let output = command.stdin(Stdio::null()).output()?;
+        if !output.status.success() {
+            return Err(io::Error::other(format!(
+                "{:?} query {sql:?} failed: {}",
+                self.dialect,
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    }
+
+    /// Kills the server with SIGKILL, as a crash would, and reaps it. Its
+    /// data directory stays for [`SqlServer::restart`].
+    pub fn kill(&mut self) -> io::Result<()> {
+        match self.process.take() {
+            Some(mut process) => process.kill(),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts the server again on the same port and data directory (after
+    /// [`SqlServer::kill`]) and waits until it accepts queries, crash
+    /// recovery included.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.kill()?;
+        self.launch()
+    }
+
+    fn client_binary(&self, name: &str) -> PathBuf {
+        process::find_binary(name).unwrap_or_else(|| self.bin.join(name))
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("db")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    /// A command that runs as the service user when the tests run as root.
+    fn command(&self, program: impl AsRef<Path>) -> Command {
+        let mut command = Command::new(program.as_ref());
+        if let Some((uid, gid)) = self.run_as {
+            command.uid(uid).gid(gid);
+        }
+        command.current_dir(self.dir.path()).stdin(Stdio::null());
+        command
+    }
+
+    fn init_data_dir(&self) {
+        let data = self.data_dir();
+        let mut command = match self.dialect {
+            Dialect::Postgres => {
+                let mut command = self.command(self.bin.join("initdb"));
+                command
+                    .arg("-D")
+                    .arg(&data)
+                    .args(["-A", "trust", "-U", "postgres", "--no-sync"]);
+                command
+            }
+            Dialect::MariaDb => {
+                let mut command = self.command(self.client_binary("mariadb-install-db"));
+                command
+                    .arg(format!("--datadir={}", data.display()))
+                    .arg("--auth-root-authentication-method=normal");
+                command
+            }
+        };
+        let output = command
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run the {:?} initialiser: {e}", self.dialect));
+        assert!(
+            output.status.success(),
+            "initialising a {:?} data directory failed: {}{}",
+            self.dialect,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    fn launch(&mut self) -> io::Result<()> {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        let mut command = match self.dialect {
+            Dialect::Postgres => {
+                let mut command = self.command(self.bin.join("postgres"));
+                command
+                    .arg("-D")
+                    .arg(self.data_dir())
+                    .arg("-p")
+                    .arg(self.port.to_string())
+                    .arg("-k")
+                    .arg(self.dir.path())
+                    .args(["-c", "listen_addresses=127.0.0.1"]);
+                command
+            }
+            Dialect::MariaDb => {
+                let mut command = self.command(self.bin.join("mariadbd"));
+                command
+                    .arg("--no-defaults")
+                    .arg(format!("--datadir={}", self.data_dir().display()))
+                    .arg(format!("--port={}", self.port))
+                    .arg(format!(
+                        "--socket={}",
+                        self.dir.path().join("sock").display()
+                    ))
+                    .arg(format!(
+                        "--pid-file={}",
+                        self.dir.path().join("pid").display()
+                    ))
+                    .args(["--bind-address=127.0.0.1", "--skip-grant-tables"])
+                    .args(["--skip-name-resolve", "--innodb-flush-log-at-trx-commit=1"]);
+                command
+            }
+        };
+        command.stdout(log.try_clone()?).stderr(log);
+        let name = format!("{:?}", self.dialect);
+        let process = ChildProcess::spawn(&name, &mut command, Some(&self.log_path()))?;
+        self.process = Some(process);
+        self.wait_ready()
+    }
+
+    /// Waits until the server answers a query. There is no event to wait
+    /// on from outside the process, so poll with a short, bounded period.
+    fn wait_ready(&mut self) -> io::Result<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let running = self.process.as_mut().is_some_and(ChildProcess::is_running);
+            if !running {
+                return Err(io::Error::other(format!(
+                    "{:?} exited while starting:\n{}",
+                    self.dialect,
+                    self.log_tail()
+                )));
+            }
+            match self.query("SELECT 1") {
+                Ok(answer) if answer == "1" => return Ok(()),
+                Ok(_) | Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Ok(answer) => return Err(io::Error::other(format!("SELECT 1 gave {answer:?}"))),
+                Err(error) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("{error}\n{}", self.log_tail()),
+                    ));
+                }
+            }
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let start = text.len().saturating_sub(4000);
+        let start = (start..text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(text.len());
+        text[start..].to_owned()
+    }
+}
+
+/// The newest `/usr/lib/postgresql/<version>/bin` with `postgres` in it.
+fn postgres_bin() -> Option<PathBuf> {
+    let mut candidates: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("postgres").is_file().then_some((version, bin))
+        })
+        .collect();
+    candidates.sort();
+    candidates.pop().map(|(_, bin)| bin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn survives_a_crash(mut server: SqlServer) {
+        server
+            .query("CREATE TABLE t (k INT PRIMARY KEY, v INT)")
+            .unwrap();
+        server.query("INSERT INTO t VALUES (1, 42)").unwrap();
+        let port = server.port();
+        let pid = server.pid().expect("running");
+        server.kill().unwrap();
+        assert!(server.query("SELECT 1").is_err(), "killed, yet answering");
+        server.restart().unwrap();
+        assert_eq!(server.port(), port);
+        assert_ne!(server.pid(), Some(pid));
+        // A committed row is still there after kill -9 and crash recovery.
+        assert_eq!(server.query("SELECT v FROM t WHERE k = 1").unwrap(), "42");
+    }
+
+    #[test]
+    fn postgres_starts_answers_and_recovers_after_kill_9() {
+        let server = SqlServer::postgres();
+        assert!(server.url().starts_with("postgres://postgres@127.0.0.1:"));
+        assert_eq!(server.query("SHOW synchronous_commit").unwrap(), "on");
+        assert_eq!(server.query("SHOW fsync").unwrap(), "on");
+        survives_a_crash(server);
+    }
+
+    #[test]
+    fn mariadb_starts_answers_and_recovers_after_kill_9() {
+        let server = SqlServer::mariadb();
+        assert!(server.url().starts_with("mysql://root@127.0.0.1:"));
+        assert_eq!(
+            server
+                .query("SELECT @@innodb_flush_log_at_trx_commit")
+                .unwrap(),
+            "1"
+        );
+        survives_a_crash(server);
+    }
+
+    #[test]
+    fn a_failing_statement_is_an_error_with_the_servers_words() {
+        let server = SqlServer::postgres();
+        let error = server.query("SELECT * FROM no_such_table").unwrap_err();
+        assert!(error.to_string().contains("no_such_table"), "{error}");
+    }
+}
