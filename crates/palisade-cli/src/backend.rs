@@ -45,6 +45,46 @@ impl BackendKind {
     }
 }
 
+/// `--redis-generations`: how the Redis backend mints generations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum RedisGenerations {
+    /// max(counter + 1, Redis's time in µs): the default.
+    Clock,
+    /// A plain counter: small numbers, lost with Redis's data.
+    Counter,
+}
+
+/// `palisade raise-floor`'s settings for the lock service.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FloorOptions {
+    /// etcd: the largest revision gap closed with puts.
+    pub(crate) max_gap: u64,
+}
+
+/// Where a floor raise stands (etcd's puts can take a while).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FloorStep {
+    /// The revision reached so far.
+    pub(crate) revision: u64,
+    /// The revision to reach.
+    pub(crate) target: u64,
+    /// Puts acknowledged.
+    pub(crate) puts: u64,
+}
+
+/// What a floor raise did: the floor before and after. The next holder's
+/// generation is above `after`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FloorRaised {
+    /// `etcd` or `redis`.
+    pub(crate) backend: &'static str,
+    /// The floor before (etcd: the store revision; Redis: the lock's
+    /// counter, 0 when it was lost).
+    pub(crate) before: u64,
+    /// The floor after.
+    pub(crate) after: u64,
+}
+
 /// Where the lock service is, and the session settings.
 ///
 /// Every flag has an environment variable, so a shell profile or a unit
@@ -73,6 +113,18 @@ pub(crate) struct BackendArgs {
     /// the system's trust store.
     #[arg(long, env = "PALISADE_REDIS_CA_CERT", value_name = "PEM")]
     redis_ca_cert: Option<std::path::PathBuf>,
+
+    /// How Redis mints generations: `clock` takes max(counter + 1, Redis's
+    /// time in µs) and survives a restart without persistence; `counter`
+    /// counts 1, 2, 3, ... and starts over when Redis loses its data
+    /// (`palisade raise-floor` recovers). Use one scheme per lock.
+    #[arg(
+        long,
+        env = "PALISADE_REDIS_GENERATIONS",
+        value_enum,
+        default_value = "clock"
+    )]
+    redis_generations: RedisGenerations,
 
     /// Lease TTL: how long the lock service keeps the lock after this
     /// process stops renewing it (etcd rounds up to whole seconds, at least
@@ -145,6 +197,36 @@ impl BackendArgs {
         Ok(options)
     }
 
+    /// Raises the lock service's generation floor for `name` so that the
+    /// next grant is above `above` (`palisade raise-floor`).
+    pub(crate) async fn raise_floor(
+        &self,
+        name: &LockName,
+        above: u64,
+        options: FloorOptions,
+        progress: &mut (dyn FnMut(FloorStep) + Send),
+    ) -> anyhow::Result<FloorRaised> {
+        match self.kind()? {
+            BackendKind::Etcd => {
+                let endpoints = self.etcd_endpoints.as_deref().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--backend etcd needs --etcd-endpoints (or PALISADE_ETCD_ENDPOINTS)"
+                    )
+                })?;
+                raise_etcd_floor(endpoints, self.prefix.as_deref(), above, options, progress).await
+            }
+            BackendKind::Redis => {
+                let url = self.redis_url.as_deref().ok_or_else(|| {
+                    anyhow::anyhow!("--backend redis needs --redis-url (or PALISADE_REDIS_URL)")
+                })?;
+                let ca_pem = read_redis_ca(self.redis_ca_cert.as_deref())?;
+                let _ = (options, progress);
+                raise_redis_floor(url, self.prefix.as_deref(), ca_pem, name, above).await
+            }
+            BackendKind::Embedded => unreachable!("refused by kind()"),
+        }
+    }
+
     /// Connects to the chosen lock service and opens one session. A
     /// signing key is read first, so a bad key file fails before anything
     /// is asked of the lock service.
@@ -169,7 +251,8 @@ impl BackendArgs {
                     anyhow::anyhow!("--backend redis needs --redis-url (or PALISADE_REDIS_URL)")
                 })?;
                 let ca_pem = read_redis_ca(self.redis_ca_cert.as_deref())?;
-                connect_redis(url, self.prefix.as_deref(), ca_pem, options, stamp).await
+                let scheme = self.redis_generations;
+                connect_redis(url, self.prefix.as_deref(), ca_pem, scheme, options, stamp).await
             }
             BackendKind::Embedded => unreachable!("refused by kind()"),
         }
@@ -238,29 +321,150 @@ pub(crate) fn read_redis_ca(path: Option<&std::path::Path>) -> anyhow::Result<Op
     .transpose()
 }
 
+#[cfg(feature = "etcd")]
+async fn raise_etcd_floor(
+    endpoints: &str,
+    prefix: Option<&str>,
+    above: u64,
+    options: FloorOptions,
+    progress: &mut (dyn FnMut(FloorStep) + Send),
+) -> anyhow::Result<FloorRaised> {
+    use palisade_lock_etcd::{EtcdConfig, EtcdConnection, RaiseFloorError, RaiseFloorOptions};
+    let mut config = EtcdConfig::from_endpoint_list(endpoints)?;
+    if let Some(prefix) = prefix {
+        config = config.with_prefix(prefix)?;
+    }
+    let connection = EtcdConnection::connect(config).await.map_err(|error| {
+        anyhow::anyhow!(
+            "cannot connect to etcd at {endpoints}: {}",
+            lock_error_text(&error)
+        )
+    })?;
+    let floor_options = RaiseFloorOptions {
+        max_gap: options.max_gap,
+        ..RaiseFloorOptions::default()
+    };
+    let raised = connection
+        .raise_floor(above, floor_options, |step| {
+            progress(FloorStep {
+                revision: step.revision,
+                target: step.target,
+                puts: step.puts,
+            })
+        })
+        .await
+        .map_err(|error| match error {
+            RaiseFloorError::Lock(error) => anyhow::anyhow!(
+                "raising the floor on etcd at {endpoints} failed (the revision may have moved part of the way; run it again): {}",
+                lock_error_text(&error)
+            ),
+            RaiseFloorError::GapTooLarge { .. } => {
+                anyhow::anyhow!("{error}; `--max-gap` sets the limit")
+            }
+            other => anyhow::anyhow!("{other}"),
+        })?;
+    Ok(FloorRaised {
+        backend: BackendKind::Etcd.name(),
+        before: raised.before,
+        after: raised.after,
+    })
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn raise_etcd_floor(
+    _endpoints: &str,
+    _prefix: Option<&str>,
+    _above: u64,
+    _options: FloorOptions,
+    _progress: &mut (dyn FnMut(FloorStep) + Send),
+) -> anyhow::Result<FloorRaised> {
+    anyhow::bail!("this build of palisade has no etcd support (feature `etcd`)")
+}
+
 #[cfg(feature = "redis")]
-async fn connect_redis(
+async fn raise_redis_floor(
     url: &str,
     prefix: Option<&str>,
     ca_pem: Option<Vec<u8>>,
-    options: SessionOptions,
-    stamp: Stamp,
-) -> anyhow::Result<AnyLock> {
-    use palisade_lock_redis::{RedisConfig, RedisLockClient, RedisLockError};
-    let unreachable = |error: RedisLockError| {
-        let reason = match &error {
-            RedisLockError::Lock(error) => lock_error_text(error),
-            other => cause_chain(other),
-        };
-        anyhow::anyhow!("cannot connect to Redis at {}: {reason}", redact(url))
+    name: &LockName,
+    above: u64,
+) -> anyhow::Result<FloorRaised> {
+    use palisade_lock_redis::RedisLockClient;
+    let config = redis_config(url, prefix, ca_pem);
+    let client = RedisLockClient::connect(config)
+        .await
+        .map_err(|error| redis_unreachable(url, &error))?;
+    let failed = |error: LockError| {
+        anyhow::anyhow!(
+            "raising the floor of lock `{name}` on Redis at {} failed: {}",
+            redact(url),
+            lock_error_text(&error)
+        )
     };
-    let mut config = RedisConfig::new(url);
+    let before = client
+        .generation_counter(name)
+        .await
+        .map_err(failed)?
+        .unwrap_or(0);
+    let after = client.raise_floor(name, above).await.map_err(failed)?;
+    Ok(FloorRaised {
+        backend: BackendKind::Redis.name(),
+        before,
+        after,
+    })
+}
+
+#[cfg(not(feature = "redis"))]
+async fn raise_redis_floor(
+    _url: &str,
+    _prefix: Option<&str>,
+    _ca_pem: Option<Vec<u8>>,
+    _name: &LockName,
+    _above: u64,
+) -> anyhow::Result<FloorRaised> {
+    anyhow::bail!("this build of palisade has no Redis support (feature `redis`)")
+}
+
+#[cfg(feature = "redis")]
+fn redis_config(
+    url: &str,
+    prefix: Option<&str>,
+    ca_pem: Option<Vec<u8>>,
+) -> palisade_lock_redis::RedisConfig {
+    let mut config = palisade_lock_redis::RedisConfig::new(url);
     if let Some(prefix) = prefix {
         config = config.with_key_prefix(prefix);
     }
     if let Some(pem) = ca_pem {
         config = config.with_tls_root_cert_pem(pem);
     }
+    config
+}
+
+#[cfg(feature = "redis")]
+fn redis_unreachable(url: &str, error: &palisade_lock_redis::RedisLockError) -> anyhow::Error {
+    let reason = match error {
+        palisade_lock_redis::RedisLockError::Lock(error) => lock_error_text(error),
+        other => cause_chain(other),
+    };
+    anyhow::anyhow!("cannot connect to Redis at {}: {reason}", redact(url))
+}
+
+#[cfg(feature = "redis")]
+async fn connect_redis(
+    url: &str,
+    prefix: Option<&str>,
+    ca_pem: Option<Vec<u8>>,
+    scheme: RedisGenerations,
+    options: SessionOptions,
+    stamp: Stamp,
+) -> anyhow::Result<AnyLock> {
+    use palisade_lock_redis::{GenerationScheme, RedisLockClient, RedisLockError};
+    let unreachable = |error: RedisLockError| redis_unreachable(url, &error);
+    let mut config = redis_config(url, prefix, ca_pem).with_generation_scheme(match scheme {
+        RedisGenerations::Clock => GenerationScheme::ServerClock,
+        RedisGenerations::Counter => GenerationScheme::Counter,
+    });
     if let Some(issuer) = &stamp.issuer {
         config = config.with_issuer(issuer);
     }
@@ -288,6 +492,7 @@ async fn connect_redis(
     _url: &str,
     _prefix: Option<&str>,
     _ca_pem: Option<Vec<u8>>,
+    _scheme: RedisGenerations,
     _options: SessionOptions,
     _stamp: Stamp,
 ) -> anyhow::Result<AnyLock> {

@@ -25,7 +25,7 @@ use crate::duration;
 use crate::exit::{self, Failure};
 
 /// The default resource server address (`palisade serve`'s default).
-const DEFAULT_SERVER: &str = "http://127.0.0.1:7411";
+pub(crate) const DEFAULT_SERVER: &str = "http://127.0.0.1:7411";
 
 /// Where the resource server is.
 #[derive(Debug, Args)]
@@ -138,7 +138,7 @@ Examples:
   palisade put --sequencer 'v1;lock=orders/42;mode=exclusive;gen=33' orders/42 stock 7
   tar c data | palisade put orders/42 backup.tar -
 
-Exit codes: 0 written; 4 refused, stale sequencer (a newer holder has written);
+Exit codes: 0 written; 4 refused, stale sequencer (a newer holder, or a regression);
 5 refused otherwise (shared sequencer, live check says not held, idempotency
 key reused); 1 other errors (server unreachable, malformed sequencer).";
 
@@ -400,13 +400,11 @@ fn refusal(refused: &Refused, lock: &LockName) -> anyhow::Error {
             presented,
             required,
             marks,
+            regression,
             ..
         } => (
             exit::STALE,
-            format!(
-                "refused (409 stale): the sequencer for lock `{lock}` is stale: {mode} generation {presented} is below the required {required} ({}); a newer holder has been honoured, nothing was changed",
-                marks_text(*marks)
-            ),
+            stale_message(lock, *mode, *presented, *required, *marks, *regression),
         ),
         Refused::NotHeld { presented, .. } => (
             exit::REFUSED,
@@ -435,6 +433,30 @@ fn refusal(refused: &Refused, lock: &LockName) -> anyhow::Error {
     };
     tracing::debug!(lock = %lock, code = refused.code(), "request refused");
     Failure::new(code, message).into()
+}
+
+/// The stale refusal as it is known: a regression when the server's live
+/// check says the holder still holds, the two possible causes otherwise;
+/// both with the way out.
+fn stale_message(
+    lock: &LockName,
+    mode: palisade_core::Mode,
+    presented: palisade_core::Generation,
+    required: u64,
+    marks: Marks,
+    regression: bool,
+) -> String {
+    let recovery = crate::raise_floor::recovery_command(lock);
+    let marks = marks_text(marks);
+    if regression {
+        format!(
+            "refused (409 stale, regression): lock `{lock}`: the lock service still grants {mode} generation {presented}, yet the resource server has honoured up to {required} ({marks}): the lock service's generations went backwards (lost counter, wiped or restored data); recover with `{recovery}` and the same lock service flags, then take the lock again; nothing was changed"
+        )
+    } else {
+        format!(
+            "refused (409 stale): the sequencer for lock `{lock}` is stale: {mode} generation {presented} is below the required {required} ({marks}); either a newer holder has been honoured, or the lock service's generations are behind the server's marks (lost counter, wiped or restored data; if no newer holder exists, recover with `{recovery}`); nothing was changed"
+        )
+    }
 }
 
 /// A failure of the request itself, as one line.
@@ -498,6 +520,7 @@ mod tests {
                 exclusive: 34,
                 shared: 0,
             },
+            regression: false,
             message: String::new(),
         };
         let error = refusal(&refused, &LockName::new("a").unwrap());

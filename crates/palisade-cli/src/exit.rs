@@ -17,7 +17,9 @@ pub(crate) const USAGE: u8 = 2;
 /// `palisade get`: the key does not exist.
 pub(crate) const NOT_FOUND: u8 = 3;
 /// Refused: the sequencer is stale (409 `stale`): a newer holder has been
-/// honoured. Nothing was changed.
+/// honoured, or the lock service's generations went backwards (the message
+/// says which when the server knows, and how to recover). Nothing was
+/// changed.
 pub(crate) const STALE: u8 = 4;
 /// Refused for another reason: 409 `not_held` (live check), 403
 /// `shared_on_write`, 412 `cas_mismatch`, 422 `idempotency_key_reused`.
@@ -94,7 +96,7 @@ Exit codes:
   1    error: server or lock service unreachable or failing, bad input
   2    usage error (bad flags or arguments)
   3    get: the key does not exist
-  4    refused: stale sequencer (409 stale; a newer holder has written)
+  4    refused: stale sequencer (409 stale; a newer holder, or a regression: raise-floor)
   5    refused: not_held, shared_on_write, cas_mismatch, idempotency_key_reused
   6    lock: not granted within --wait (the command did not run)
   7    lock: lease lost while the command ran (it was sent SIGTERM, then SIGKILL)

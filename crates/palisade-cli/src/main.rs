@@ -7,6 +7,7 @@
 //! palisade lock orders/42 -- <command>      take a lock, run a command with its sequencer, release
 //! palisade put|get|del <lock> <key> ...     the resource server, with the sequencer from the environment
 //! palisade marks <lock>                     the lock's high-water marks on the resource server
+//! palisade raise-floor <lock>               lift the lock service's generations above the marks
 //! palisade serve --data-dir DIR             run the resource server (optionally with a live check)
 //! palisade demo gc-pause|flash-sale         the demos
 //! palisade keygen --key-id k2               a fresh signing key, as a key ring line
@@ -21,6 +22,8 @@
 //! - `backend.rs`: the backend flags and `AnyLock`.
 //! - `exit.rs`: the exit codes, which are part of the contract
 //!   (`docs/cli.md`).
+//! - `raise_floor.rs`: `raise-floor`, recovery after a lock service lost
+//!   its counter.
 //! - `serve.rs`: the resource server with `--live-check etcd|redis`.
 //! - `signing.rs`: the lock side's `--sign-key-file`, `--sign-key-id` and
 //!   `--issuer` (flattened into the backend flags), and `keygen`.
@@ -33,6 +36,7 @@ mod demo;
 mod duration;
 mod exit;
 mod lock;
+mod raise_floor;
 mod serve;
 mod signing;
 
@@ -68,6 +72,10 @@ enum Command {
     Del(data::DelArgs),
     /// Show a lock's high-water marks on the resource server.
     Marks(data::MarksArgs),
+    /// Lift the lock service's generation floor above a lock's marks on the
+    /// resource server(s): the recovery after the lock service lost its
+    /// counter.
+    RaiseFloor(raise_floor::RaiseFloorArgs),
     /// Run the resource server (a fenced key-value store over HTTP).
     Serve(serve::ServeArgs),
     /// Run a demo: `gc-pause` or `flash-sale`.
@@ -108,6 +116,7 @@ async fn main() -> ExitCode {
         Command::Get(args) => data::get(args).await.map(|()| exit::OK),
         Command::Del(args) => data::del(args).await.map(|()| exit::OK),
         Command::Marks(args) => data::marks(args).await.map(|()| exit::OK),
+        Command::RaiseFloor(args) => raise_floor::run(args).await.map(|()| exit::OK),
         Command::Serve(args) => serve::run(args).await.map(|()| exit::OK),
         #[cfg(feature = "demo")]
         Command::Demo(args) => demo::run(args).await.map(|()| exit::OK),

@@ -1,7 +1,8 @@
 //! `palisade serve --live-check etcd|redis` against real lock services: a
 //! holder whose lease ended is refused (409 `not_held`) before any newer
-//! generation has written, and a lock service that cannot answer makes the
-//! server refuse (503), never accept.
+//! generation has written, a lock service that cannot answer makes the
+//! server refuse (503), never accept, and a stale holder that still holds
+//! is named a generation regression.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -219,4 +220,104 @@ async fn redis_live_check_follows_the_lock_sides_prefix_and_issuer() {
         locks.expire_session().await.expect("expire the hold");
     })
     .await;
+}
+
+/// A Redis that lost its counter hands out generations below the marks.
+/// With a live check the server names that a regression (the refused
+/// holder still holds, so nobody newer can exist); without one, or once
+/// the refused holder has let go and a newer one wrote, it never does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_refused_holder_that_still_holds_is_a_regression() {
+    use palisade_lock_redis::{GenerationScheme, RedisConfig, RedisLockClient};
+
+    let redis = RedisServer::spawn(RedisOptions::default());
+    let url = redis.url();
+    let checked = serve(&["--live-check", "redis", "--redis-url", &url]).await;
+    let unchecked = serve(&[]).await;
+    let config = RedisConfig::new(&url).with_generation_scheme(GenerationScheme::Counter);
+    let lock = LockName::new("live/regression").unwrap();
+    let put_both = |sequencer: palisade_core::Sequencer, value: &'static str| {
+        let (checked, unchecked) = (&checked.client, &unchecked.client);
+        async move {
+            let first = checked.put(&sequencer, b"k", value, None).await.unwrap();
+            let second = unchecked.put(&sequencer, b"k", value, None).await.unwrap();
+            (first, second)
+        }
+    };
+
+    let before = RedisLockClient::connect(config.clone()).await.unwrap();
+    let session = before.session(options()).unwrap();
+    for value in ["one", "two", "three"] {
+        let guard = session.acquire(&lock, Mode::Exclusive).await.unwrap();
+        let (first, second) = put_both(guard.sequencer().unwrap(), value).await;
+        first.expect("accepted");
+        second.expect("accepted");
+        guard.release().await.unwrap();
+    }
+    let mark = checked.client.marks(&lock).await.unwrap().exclusive;
+    assert_eq!(mark, 3);
+
+    // Redis loses everything; a client with no memory of it is granted 1.
+    assert_eq!(redis.command(&["FLUSHALL"]).unwrap().trim(), "OK");
+    let after = RedisLockClient::connect(config).await.unwrap();
+    let session = after.session(options()).unwrap();
+    let low = session.acquire(&lock, Mode::Exclusive).await.unwrap();
+    let low_sequencer = low.sequencer().unwrap();
+    assert_eq!(low_sequencer.generation().get(), 1);
+    let (first, second) = put_both(low_sequencer.clone(), "low").await;
+    match first {
+        Err(Refused::Stale {
+            regression: true,
+            presented,
+            marks,
+            ref message,
+            ..
+        }) => {
+            assert_eq!((presented.get(), marks.exclusive), (1, mark));
+            assert!(message.contains("generation regression"), "{message}");
+        }
+        other => panic!("expected a stale regression, got {other:?}"),
+    }
+    // Without a live check the server cannot tell: stale, not a regression.
+    assert!(
+        matches!(
+            second,
+            Err(Refused::Stale {
+                regression: false,
+                ..
+            })
+        ),
+        "{second:?}"
+    );
+
+    // The floor raised, a newer holder writes; the low holder has let go.
+    low.release().await.unwrap();
+    after.raise_floor(&lock, mark).await.unwrap();
+    let newer = session.acquire(&lock, Mode::Exclusive).await.unwrap();
+    let (first, second) = put_both(newer.sequencer().unwrap(), "newer").await;
+    first.expect("accepted above the mark");
+    second.expect("accepted above the mark");
+    let (first, second) = put_both(low_sequencer, "late").await;
+    assert!(
+        matches!(first, Err(Refused::NotHeld { .. })),
+        "a holder that let go is not a regression: {first:?}"
+    );
+    assert!(
+        matches!(
+            second,
+            Err(Refused::Stale {
+                regression: false,
+                ..
+            })
+        ),
+        "{second:?}"
+    );
+    newer.release().await.unwrap();
+    let read = checked
+        .client
+        .get(&lock, b"k", None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.value.as_deref(), Some(&b"newer"[..]));
 }

@@ -320,6 +320,7 @@ impl ErrorAnswer {
                         .u64_field("required")
                         .unwrap_or_else(|| marks.required(mode)),
                     marks,
+                    regression: self.body["regression"].as_bool().unwrap_or(false),
                     message,
                 }
             }

@@ -140,8 +140,10 @@ pub struct Health {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refused {
-    /// 409 `stale`: a newer holder has been honoured. `marks` lets a lock
-    /// side raise its generation floor above them.
+    /// 409 `stale`: the generation is below the lock's marks. Either a
+    /// newer holder has been honoured, or the lock service's generations
+    /// went backwards (`regression`). `marks` lets a lock side raise its
+    /// generation floor above them (`palisade raise-floor`).
     #[error("stale: {message}")]
     Stale {
         /// The lock.
@@ -154,6 +156,12 @@ pub enum Refused {
         required: u64,
         /// The lock's current marks.
         marks: Marks,
+        /// `true`: the server's live check says the presented sequencer's
+        /// holder still holds the lock, so no newer holder exists and the
+        /// lock service's generations went backwards; raise its floor above
+        /// `marks`. `false`: not established (no live check, or the holder
+        /// no longer holds): a newer holder, or a regression.
+        regression: bool,
         /// The server's message.
         message: String,
     },

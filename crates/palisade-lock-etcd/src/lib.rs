@@ -29,6 +29,8 @@
 //!   consistent read, and `txns.rs` holding every transaction sent.
 //! - `keepalive.rs`: how a lease's validity is tracked and lost.
 //! - [`EtcdLiveCheck`]: Chubby's CheckSequencer for resource servers.
+//! - [`EtcdConnection::raise_floor`]: recovery after etcd lost its history
+//!   (wiped data, old snapshot): moves the revision past a server's mark.
 //!
 //! ```no_run
 //! use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
@@ -51,6 +53,7 @@ mod acquire;
 mod config;
 mod connection;
 mod errors;
+mod floor;
 mod guard;
 mod keepalive;
 mod key_watch;
@@ -65,6 +68,7 @@ mod watch_hub;
 
 pub use config::{ConfigError, DEFAULT_PREFIX, EtcdConfig};
 pub use connection::EtcdConnection;
+pub use floor::{FloorProgress, FloorRaised, RaiseFloorError, RaiseFloorOptions};
 pub use guard::EtcdGuard;
 pub use live_check::EtcdLiveCheck;
 pub use metrics::RpcCounts;

@@ -123,10 +123,48 @@ impl ApiError {
         .with("sequencer_lock", sequencer.lock().as_str())
     }
 
+    /// A `stale` refusal known to be a generation regression: the lock
+    /// service still grants the presented sequencer although a higher
+    /// generation was honoured. Keeps the status and `code` (clients that
+    /// only know `stale` still work) and adds `"regression": true`, the
+    /// recovery command, and a message that says so.
+    pub(crate) fn into_regression(mut self) -> Self {
+        let field = |name: &str| self.extra.get(name).cloned().unwrap_or_default();
+        let (lock, presented, required, recovery) = (
+            field("lock"),
+            field("presented"),
+            field("required"),
+            field("recovery"),
+        );
+        self.message = format!(
+            "generation regression on lock `{}`: the lock service still grants generation {presented}, yet generation {required} has already been honoured here, so its generations went backwards (lost counter, wiped or restored data); recover with `{}`",
+            lock.as_str().unwrap_or_default(),
+            recovery.as_str().unwrap_or_default()
+        );
+        self.with("regression", true)
+    }
+
     pub(crate) fn not_found(lock: &LockName, marks: Marks) -> Self {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such key")
             .with("lock", lock.as_str())
             .with("marks", marks_json(marks))
+    }
+}
+
+/// The shell command that lifts `lock`'s generation floor above the
+/// server's marks, with the name quoted when the shell needs it.
+pub(crate) fn recovery_command(lock: &LockName) -> String {
+    let name = lock.as_str();
+    let plain = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/-_.:@+=,%".contains(c));
+    // A name that starts with `-` would read as a flag.
+    let end_of_flags = if name.starts_with('-') { "-- " } else { "" };
+    if plain {
+        format!("palisade raise-floor {end_of_flags}{name}")
+    } else {
+        let quoted = name.replace('\'', "'\\''");
+        format!("palisade raise-floor {end_of_flags}'{quoted}'")
     }
 }
 
@@ -143,8 +181,17 @@ impl From<Refused> for ApiError {
                 mode,
                 presented,
                 marks,
-            } => ApiError::new(StatusCode::CONFLICT, "stale", message)
-                .with("lock", lock.as_str())
+            } => ApiError::new(
+                StatusCode::CONFLICT,
+                "stale",
+                format!(
+                    "{message}: either a newer holder has been honoured, or the lock service's generations are behind this mark (a regression: lost counter, wiped or restored data); if no newer holder exists, recover with `{}`",
+                    recovery_command(&lock)
+                ),
+            )
+            .with("regression", false)
+            .with("recovery", recovery_command(&lock))
+            .with("lock", lock.as_str())
                 .with("mode", mode.as_str())
                 .with("presented", presented.get())
                 .with("required", marks.required(mode))

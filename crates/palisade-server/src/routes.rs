@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use palisade_core::{Liveness, LockName, Mode, Sequencer};
-use palisade_store::{Applied, IVec, Marks, Op, RequestId};
+use palisade_store::{Applied, IVec, Marks, Op, Refused, RequestId};
 use serde_json::json;
 use tracing::Instrument as _;
 
@@ -347,8 +347,47 @@ async fn apply_write(
 ) -> Result<Response, ApiError> {
     check_raise(state, sequencer).await?;
     live_check(state, sequencer).await?;
-    let applied = state.store.submit(sequencer, ops, request_id)?.await??;
+    let applied = match state.store.submit(sequencer, ops, request_id)?.await? {
+        Ok(applied) => applied,
+        Err(refused) => return Err(refusal(state, sequencer, refused).await),
+    };
     Ok(write_response(lock, &applied))
+}
+
+/// A store refusal as an answer. A stale refusal is marked as a
+/// generation regression when the lock service still grants the presented
+/// sequencer *after* the mark that refused it was read: a holder that
+/// still holds while a newer generation was honoured is impossible unless
+/// the lock service's generations went backwards (lost counter, wiped or
+/// restored data). The check before the store is not enough: the lease may
+/// have lapsed and a newer holder written in between.
+async fn refusal(state: &AppState, sequencer: &Sequencer, refused: Refused) -> ApiError {
+    let stale = matches!(refused, Refused::Stale { .. });
+    let error = ApiError::from(refused);
+    if !stale {
+        return error;
+    }
+    let Some(live_check) = &state.live_check else {
+        return error;
+    };
+    match tokio::time::timeout(LIVE_CHECK_TIMEOUT, live_check.check_dyn(sequencer)).await {
+        Ok(Ok(Liveness::Held)) => {
+            tracing::warn!(
+                target: "palisade_server::fence",
+                lock = %sequencer.lock(),
+                generation = sequencer.generation().get(),
+                reason = "regression",
+                "refused: the lock service still grants a generation below the mark; its generations went backwards"
+            );
+            error.into_regression()
+        }
+        Ok(Ok(Liveness::NotHeld)) => error,
+        Ok(Err(cause)) => {
+            tracing::debug!(lock = %sequencer.lock(), %cause, "regression check failed; plain stale");
+            error
+        }
+        Err(_elapsed) => error,
+    }
 }
 
 async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
@@ -360,10 +399,17 @@ async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) ->
             check_raise(&state, sequencer).await?;
             live_check(&state, sequencer).await?;
         }
-        let read = state
+        let read = match state
             .store
             .submit_get(&lock, &key, sequencer.as_ref())?
-            .await??;
+            .await?
+        {
+            Ok(read) => read,
+            Err(refused) => match &sequencer {
+                Some(sequencer) => return Err(refusal(&state, sequencer, refused).await),
+                None => return Err(refused.into()),
+            },
+        };
         let Some(value) = read.value else {
             return Err(ApiError::not_found(&lock, read.marks));
         };

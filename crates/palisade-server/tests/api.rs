@@ -747,6 +747,103 @@ async fn the_live_check_refuses_lapsed_holders_and_fails_closed() {
     assert_eq!(&server.get("L", "k", None).await.body[..], b"v");
 }
 
+/// A live check that gives its answers in turn (the last one for good):
+/// the lock service as seen before the store and again after a refusal.
+#[derive(Clone, Default)]
+struct AnswersInTurn(Arc<std::sync::Mutex<std::collections::VecDeque<Result<Liveness, ()>>>>);
+
+impl AnswersInTurn {
+    fn set(&self, answers: &[Result<Liveness, ()>]) {
+        *self.0.lock().unwrap() = answers.iter().copied().collect();
+    }
+}
+
+impl LiveCheck for AnswersInTurn {
+    async fn check(&self, _sequencer: &Sequencer) -> Result<Liveness, LockError> {
+        let mut answers = self.0.lock().unwrap();
+        let answer = if answers.len() > 1 {
+            answers.pop_front()
+        } else {
+            answers.front().copied()
+        };
+        answer
+            .expect("the test sets the answers")
+            .map_err(|()| LockError::Unavailable {
+                backend: "scripted",
+                source: "connection refused".into(),
+            })
+    }
+}
+
+/// A stale refusal is a regression only when the lock service still
+/// grants the refused sequencer after the refusal; a holder that lost the
+/// lock in between (a newer holder wrote), or a lock service that cannot
+/// answer, leaves the plain "either/or" stale.
+#[tokio::test]
+async fn a_stale_holder_that_still_holds_is_named_a_regression() {
+    const HELD: Result<Liveness, ()> = Ok(Liveness::Held);
+    const NOT_HELD: Result<Liveness, ()> = Ok(Liveness::NotHeld);
+    let answers = AnswersInTurn::default();
+    let server = server_with(StoreConfig::default(), |state| {
+        state.with_live_check(Arc::new(answers.clone()))
+    });
+    answers.set(&[HELD]);
+    assert_eq!(
+        server.put("L", "k", &excl("L", 5), "v").await.status,
+        StatusCode::OK
+    );
+
+    // Still held after the refusal: the lock service went backwards.
+    answers.set(&[HELD, HELD]);
+    let body = server
+        .put("L", "k", &excl("L", 2), "low")
+        .await
+        .assert_error(StatusCode::CONFLICT, "stale");
+    assert_eq!(body["regression"], true, "{body}");
+    assert_eq!(body["presented"], 2);
+    assert_eq!(body["required"], 5);
+    assert_eq!(body["recovery"], "palisade raise-floor L");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("generation regression on lock `L`"),
+        "{message}"
+    );
+    assert!(message.contains("`palisade raise-floor L`"), "{message}");
+    // Fenced reads are classified the same way.
+    answers.set(&[HELD, HELD]);
+    let body = server
+        .get("L", "k", Some(&shared("L", 2)))
+        .await
+        .assert_error(StatusCode::CONFLICT, "stale");
+    assert_eq!(body["regression"], true, "{body}");
+
+    // Held before the store, gone after: a newer holder may have written.
+    answers.set(&[HELD, NOT_HELD]);
+    let body = server
+        .put("L", "k", &excl("L", 2), "low")
+        .await
+        .assert_error(StatusCode::CONFLICT, "stale");
+    assert_eq!(body["regression"], false, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("either a newer holder has been honoured, or the lock service's generations are behind this mark"),
+        "{message}"
+    );
+    assert!(message.contains("`palisade raise-floor L`"), "{message}");
+
+    // The lock service cannot answer the second question: not established.
+    answers.set(&[HELD, Err(())]);
+    let body = server
+        .put("L", "k", &excl("L", 2), "low")
+        .await
+        .assert_error(StatusCode::CONFLICT, "stale");
+    assert_eq!(body["regression"], false, "{body}");
+
+    // Nothing refused moved the mark or the data.
+    assert_eq!(server.marks("L").await, (5, 0));
+    assert_eq!(&server.get("L", "k", None).await.body[..], b"v");
+}
+
 mod never_panics {
     use proptest::prelude::*;
 

@@ -365,6 +365,29 @@ impl EtcdServer {
         wait_healthy(std::slice::from_mut(member), START_TIMEOUT)
     }
 
+    /// Loses all of etcd's data, as a wiped data directory does: kills the
+    /// server, removes its data directory and starts a fresh member on the
+    /// same ports with the same cluster token, so the cluster id (and with
+    /// it the issuer in sequencers) stays the same while the revision
+    /// starts over at 1.
+    pub fn wipe(&mut self) -> io::Result<()> {
+        let binary = self
+            .binary
+            .clone()
+            .ok_or_else(|| io::Error::other("this etcd is external"))?;
+        self.kill()?;
+        let member = self.member.as_mut().expect("spawned servers have a member");
+        std::fs::remove_dir_all(&member.spec.data_dir)?;
+        let cluster = initial_cluster(&[&member.spec]);
+        member.process = Some(member.spec.spawn(
+            &binary,
+            &cluster,
+            &self.token,
+            ClusterState::New,
+        )?);
+        wait_healthy(std::slice::from_mut(member), START_TIMEOUT)
+    }
+
     /// The end of the server's log, for failure messages.
     pub fn log_tail(&self) -> String {
         self.member

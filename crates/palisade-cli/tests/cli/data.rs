@@ -186,7 +186,9 @@ async fn refusals_have_their_codes_and_change_nothing() {
         line,
         "palisade: refused (409 stale): the sequencer for lock `data/refusals` is stale: \
          exclusive generation 8 is below the required 9 (marks: exclusive 9, shared 0); \
-         a newer holder has been honoured, nothing was changed"
+         either a newer holder has been honoured, or the lock service's generations are \
+         behind the server's marks (lost counter, wiped or restored data; if no newer holder \
+         exists, recover with `palisade raise-floor data/refusals`); nothing was changed"
     );
 
     let value = run(["get", "--server", server, "data/refusals", "k"]).await;

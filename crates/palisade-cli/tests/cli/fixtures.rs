@@ -31,8 +31,9 @@ pub(crate) mod code {
 
 /// Every variable the binary reads: removed so the machine's environment
 /// (a CI job's external servers, say) cannot change what a test means.
-const PALISADE_ENV: [&str; 17] = [
+const PALISADE_ENV: [&str; 18] = [
     "PALISADE_BACKEND",
+    "PALISADE_REDIS_GENERATIONS",
     "PALISADE_ETCD_ENDPOINTS",
     "PALISADE_REDIS_URL",
     "PALISADE_LOCK_TTL",
@@ -157,9 +158,15 @@ pub(crate) struct Served {
 /// Starts `palisade serve --listen 127.0.0.1:0` and waits for its
 /// "listening on" line.
 pub(crate) async fn serve() -> Served {
+    serve_with(&[]).await
+}
+
+/// As [`serve`], with more flags (`--live-check redis --redis-url ...`).
+pub(crate) async fn serve_with(flags: &[String]) -> Served {
     let data_dir = tempfile::tempdir().expect("temp dir");
     let mut child = palisade(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir.path())
+        .args(flags)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

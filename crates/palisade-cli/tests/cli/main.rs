@@ -13,6 +13,9 @@
 //! - `data`: `put`/`get`/`del`/`marks` with hand-made sequencers: bytes,
 //!   stdin, JSON, idempotency, refusals, not found.
 //! - `bad_input`: one-line errors with the documented codes, `--help`.
+//! - `regression`: a lock service that lost its counter (Redis flushed,
+//!   etcd's data dir wiped): the refusal names the regression, `palisade
+//!   raise-floor` recovers, no stale write is ever accepted.
 //! - `signing`: signed sequencers from `--sign-key-file` on both backends,
 //!   bad key files, `keygen`.
 
@@ -22,5 +25,6 @@ mod fixtures;
 mod lease_lost;
 mod lock_write;
 mod redis_tls;
+mod regression;
 mod signing;
 mod waiting;

@@ -10,4 +10,5 @@ mod lease;
 mod live_check;
 mod mutex;
 mod pause;
+mod raise_floor;
 mod signing;

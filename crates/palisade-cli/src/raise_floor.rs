@@ -1,0 +1,192 @@
+//! `palisade raise-floor`: the way out after a lock service lost its
+//! counter (Redis restarted without persistence, etcd's data wiped or
+//! restored from an old snapshot). New holders then get generations below
+//! the resource servers' marks and every write is refused; this lifts the
+//! lock service's generation floor above the highest mark, so the next
+//! holder is accepted. Old holders stay refused: the marks do not move.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use palisade_client::Client;
+use palisade_core::LockName;
+
+use crate::backend::{BackendArgs, FloorOptions, FloorStep};
+use crate::data::DEFAULT_SERVER;
+use crate::duration;
+
+/// The default `--max-gap`: one million revisions (etcd only).
+const DEFAULT_MAX_GAP: u64 = 1_000_000;
+
+/// How often a long etcd raise reports progress on standard error.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// Arguments of `palisade raise-floor`.
+#[derive(Debug, Args)]
+#[command(after_help = RAISE_FLOOR_EXAMPLES)]
+pub(crate) struct RaiseFloorArgs {
+    /// The lock whose generations went backwards.
+    lock: String,
+
+    /// Raise the floor above this generation instead of above the marks
+    /// read from the resource server(s).
+    #[arg(long, value_name = "GEN")]
+    above: Option<u64>,
+
+    /// The resource servers whose marks the floor must clear,
+    /// comma-separated; every one must answer.
+    #[arg(
+        long,
+        env = "PALISADE_SERVER",
+        default_value = DEFAULT_SERVER,
+        value_delimiter = ',',
+        value_name = "URL[,URL...]"
+    )]
+    server: Vec<String>,
+
+    /// How long to wait for each server's answer.
+    #[arg(long, default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
+    timeout: Duration,
+
+    /// Bearer token for servers that require one (as for `palisade marks`).
+    #[arg(
+        long,
+        env = "PALISADE_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    token: Option<String>,
+
+    /// CA certificate (PEM) to trust for `https://` servers.
+    #[arg(long, env = "PALISADE_CA_CERT", value_name = "PEM")]
+    ca_cert: Option<PathBuf>,
+
+    /// etcd: refuse a raise of more than this many revisions (each is one
+    /// put); see docs/backends/etcd.md for what a large gap costs.
+    #[arg(long, default_value_t = DEFAULT_MAX_GAP, value_name = "REVISIONS")]
+    max_gap: u64,
+
+    #[command(flatten)]
+    backend: BackendArgs,
+}
+
+const RAISE_FLOOR_EXAMPLES: &str = "\
+After a lock service lost its counter, new holders are refused with
+`409 stale` (regression). This reads the lock's marks from the resource
+server(s) and lifts the lock service's generation floor above the highest, so
+the next `palisade lock` is accepted. Holders from before stay refused.
+
+Examples:
+  palisade raise-floor orders/42 --backend redis --redis-url redis://127.0.0.1:6379
+  palisade raise-floor orders/42 --server http://a:7411,http://b:7411 --backend etcd --etcd-endpoints 127.0.0.1:2379
+  palisade raise-floor orders/42 --above 1234 --backend etcd --etcd-endpoints 127.0.0.1:2379
+
+On etcd the floor is the store revision, raised one put per revision: a gap
+over --max-gap is refused before anything is written.";
+
+/// The command that recovers `lock`, as refusals print it (the name quoted
+/// when a shell needs it).
+pub(crate) fn recovery_command(lock: &LockName) -> String {
+    let name = lock.as_str();
+    let plain = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/-_.:@+=,%".contains(c));
+    // A name that starts with `-` would read as a flag.
+    let end_of_flags = if name.starts_with('-') { "-- " } else { "" };
+    if plain {
+        format!("palisade raise-floor {end_of_flags}{name}")
+    } else {
+        let quoted = name.replace('\'', "'\\''");
+        format!("palisade raise-floor {end_of_flags}'{quoted}'")
+    }
+}
+
+/// Runs `palisade raise-floor`.
+pub(crate) async fn run(args: RaiseFloorArgs) -> anyhow::Result<()> {
+    let lock = LockName::new(&args.lock)
+        .map_err(|error| anyhow::anyhow!("invalid lock name `{}`: {error}", args.lock))?;
+    let above = match args.above {
+        Some(above) => above,
+        None => highest_mark(&args, &lock).await?,
+    };
+    if above == 0 {
+        eprintln!("palisade: lock `{lock}` has no marks; nothing to raise");
+        return Ok(());
+    }
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    let mut progress = |step: FloorStep| {
+        if last_report.elapsed() >= PROGRESS_EVERY {
+            last_report = Instant::now();
+            eprintln!(
+                "palisade: raising the floor: revision {} of {} ({} puts, {:.0?})",
+                step.revision,
+                step.target,
+                step.puts,
+                started.elapsed()
+            );
+        }
+    };
+    let options = FloorOptions {
+        max_gap: args.max_gap,
+    };
+    let raised = args
+        .backend
+        .raise_floor(&lock, above, options, &mut progress)
+        .await?;
+    if raised.before >= above {
+        eprintln!(
+            "palisade: the generation floor of lock `{lock}` on {} is already {} (not below {above}); nothing changed",
+            raised.backend, raised.before
+        );
+    } else {
+        eprintln!(
+            "palisade: raised the generation floor of lock `{lock}` on {} from {} to {}: the next holder gets a generation above {above}",
+            raised.backend, raised.before, raised.after
+        );
+    }
+    Ok(())
+}
+
+/// The highest mark of `lock` over every server. A server that cannot be
+/// asked is an error: a floor below a mark we could not read would leave
+/// the lock stuck, and guessing is not an option.
+async fn highest_mark(args: &RaiseFloorArgs, lock: &LockName) -> anyhow::Result<u64> {
+    let mut highest = 0;
+    for server in &args.server {
+        let mut builder = Client::builder(server).timeout(args.timeout);
+        if let Some(token) = &args.token {
+            builder = builder.bearer_token(token);
+        }
+        if let Some(ca_cert) = &args.ca_cert {
+            builder = builder.root_ca_file(ca_cert);
+        }
+        let marks = builder.build()?.marks(lock).await.map_err(|error| {
+            anyhow::anyhow!(
+                "cannot read the marks of lock `{lock}` from {server}: {} (pass --above GEN to raise without it)",
+                crate::backend::cause_chain(&error)
+            )
+        })?;
+        eprintln!(
+            "palisade: {server}: lock `{lock}` marks: exclusive {}, shared {}",
+            marks.exclusive, marks.shared
+        );
+        highest = highest.max(marks.exclusive).max(marks.shared);
+    }
+    Ok(highest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recovery_command_quotes_what_a_shell_would_split() {
+        let command = |name: &str| recovery_command(&LockName::new(name).unwrap());
+        assert_eq!(command("orders/42"), "palisade raise-floor orders/42");
+        assert_eq!(command("a b"), "palisade raise-floor 'a b'");
+        assert_eq!(command("it's"), "palisade raise-floor 'it'\\''s'");
+        assert_eq!(command("-x"), "palisade raise-floor -- -x");
+    }
+}
