@@ -91,7 +91,8 @@ async fn a_current_write_is_admitted_and_a_stale_one_gets_the_servers_409_body()
     assert_eq!(response.headers()["content-type"], "application/json");
     let (status, body) = status_and_json(response).await;
     assert_eq!(status, StatusCode::CONFLICT);
-    // The Palisade server's body, field for field (docs/http-api.md).
+    // The Palisade server's fields (docs/http-api.md); the server also adds
+    // `regression` and `recovery`, which need its live check.
     assert_eq!(
         body,
         json!({
