@@ -52,7 +52,7 @@ impl TableRow {
         }
         if report.in_doubt_writes > 0 || scenario.note_in_doubt {
             notes.push(format!(
-                "{} writes in doubt judged ({} visible afterwards, {} stale when sent)",
+                "{} writes left in doubt, judged: {} visible afterwards, {} stale when sent",
                 report.in_doubt_writes, report.in_doubt_visible, report.in_doubt_stale
             ));
         }
@@ -154,8 +154,9 @@ mod tests {
         };
         let row = TableRow::from_report(&Scenario::new("8 lossy links", "etcd"), &report);
         assert!(
-            row.notes
-                .contains("7 writes in doubt judged (3 visible afterwards, 1 stale when sent)"),
+            row.notes.contains(
+                "7 writes left in doubt, judged: 3 visible afterwards, 1 stale when sent"
+            ),
             "{}",
             row.notes
         );
@@ -165,7 +166,7 @@ mod tests {
         let scenario = Scenario::new("8 lossy links", "redis").note_in_doubt();
         let row = TableRow::from_report(&scenario, &Report::default());
         assert!(
-            row.notes.contains("0 writes in doubt judged"),
+            row.notes.contains("0 writes left in doubt, judged"),
             "{}",
             row.notes
         );
