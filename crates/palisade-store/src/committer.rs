@@ -166,6 +166,11 @@ pub(crate) struct DurableFiles {
     /// while the directory was listed would have a different length the
     /// next time, and is synced again.
     synced_blobs: HashMap<OsString, u64>,
+    /// The fault suite's I-DUR mutation only
+    /// ([`Store::skip_file_sync_unsafe_for_mutation_tests`](crate::Store::skip_file_sync_unsafe_for_mutation_tests)):
+    /// every sync is a no-op, so a group is acknowledged after sled's flush
+    /// alone, which does not survive a disk dying.
+    skip_sync: bool,
     /// Test only: the next sync fails with this error, as a dying disk's
     /// would.
     #[cfg(test)]
@@ -192,6 +197,7 @@ impl DurableFiles {
             log,
             blobs_dir: dir.join("blobs"),
             synced_blobs: HashMap::new(),
+            skip_sync: false,
             #[cfg(test)]
             fail_next: None,
         };
@@ -213,12 +219,21 @@ impl DurableFiles {
     /// Makes everything sled has written so far durable: `fdatasync` of the
     /// log, then every blob not synced yet and the blob directory.
     pub(crate) fn sync(&mut self) -> io::Result<()> {
+        if self.skip_sync {
+            return Ok(());
+        }
         #[cfg(test)]
         if let Some(kind) = self.fail_next.take() {
             return Err(io::Error::new(kind, "injected sync failure"));
         }
         self.log.sync_data()?;
         self.sync_new_blobs()
+    }
+
+    /// From now on [`DurableFiles::sync`] does nothing: the I-DUR mutation
+    /// of the fault suite, never anything else.
+    pub(crate) fn skip_sync(&mut self) {
+        self.skip_sync = true;
     }
 
     fn sync_new_blobs(&mut self) -> io::Result<()> {

@@ -237,6 +237,25 @@ impl Store {
         })
     }
 
+    /// **Unsafe for data; the fault suite's mutation check only.** From now
+    /// on the store acknowledges every group after sled's own flush without
+    /// syncing sled's files, which is exactly the bug the durable sync
+    /// fixes: the acknowledged writes survive `kill -9` (they are in the
+    /// page cache) but not a disk that dies before its journal commits.
+    ///
+    /// The fault suite's `resource-server --unsynced` (which also demands
+    /// `PALISADE_TEST_UNSYNCED=1`) calls it to show that the checker
+    /// reports acknowledged writes lost (I-DUR) when the sync is missing.
+    /// Nothing else may: `palisade-server` never does. A no-op for a store
+    /// that never syncs its files ([`Store::from_db`], `Buffered`).
+    #[doc(hidden)]
+    pub fn skip_file_sync_unsafe_for_mutation_tests(&self) {
+        if let Some(files) = &self.inner.files {
+            tracing::warn!("the store acknowledges writes WITHOUT syncing its files (test only)");
+            files.lock().unwrap_or_else(|e| e.into_inner()).skip_sync();
+        }
+    }
+
     fn check_key(&self, key: &[u8]) -> Result<(), StoreError> {
         if key.is_empty() {
             return Err(StoreError::EmptyKey);
@@ -629,6 +648,27 @@ mod tests {
                 .unwrap(),
             Err(Refused::Stale { .. })
         ));
+    }
+
+    #[test]
+    fn the_mutation_switch_acknowledges_without_syncing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        let sequencer = Sequencer::new(
+            LockName::new("L").unwrap(),
+            Mode::Exclusive,
+            Generation::MIN,
+        );
+        store.skip_file_sync_unsafe_for_mutation_tests();
+        // A sync that would fail is never attempted: the write is
+        // acknowledged after sled's flush alone.
+        fail_next_sync(&store, std::io::ErrorKind::Other);
+        store
+            .apply(&sequencer, &[Op::put("k", "unsynced")], None)
+            .unwrap()
+            .unwrap();
+        assert!(store.check_health().is_ok());
+        assert!(store.flush().is_ok());
     }
 
     #[test]

@@ -10,10 +10,17 @@
 //!   grant acknowledged before it was invoked. Violated by design by some
 //!   setups (Redis without persistence): scenarios say whether they allow it.
 //! - **I-DUR**: every acknowledged write is in the final state (the newest
-//!   acknowledged write per key, or a later write whose outcome is unknown).
+//!   acknowledged write per key, or a later write whose outcome is unknown
+//!   or that never completed).
 //! - **I-ONCE**: a retried write (same request id) is applied at most once.
 //! - **I-LIVE**: after the last fault heals, some client acquires and writes
 //!   within the bound.
+//!
+//! Writes whose outcome is unknown (a timeout, a reset, a 5xx, a client
+//! killed mid-request) are judged too (`in_doubt.rs`): one whose value is
+//! visible in the final state was applied, and breaks I-STALE if a newer
+//! generation had been acknowledged before it was sent, I-MONO if it holds
+//! a key over an acknowledged write with a newer generation.
 //!
 //! Mutual exclusion of holders is deliberately *not* checked: pauses and
 //! partitions break it by design. Safety lives at the resource server.
@@ -23,6 +30,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::history::{Event, OpKind, Phase};
+
+mod in_doubt;
 
 /// One invariant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -90,6 +99,16 @@ pub struct Report {
     pub fenced_writes: usize,
     /// Grants (acquire `ok`).
     pub grants: usize,
+    /// Writes in doubt, each judged: no attempt (same request id) was
+    /// acknowledged, and one timed out, lost its connection, was answered
+    /// 5xx or never completed.
+    pub in_doubt_writes: usize,
+    /// Writes in doubt visible afterwards (their value is in the final
+    /// state): applied.
+    pub in_doubt_visible: usize,
+    /// Writes in doubt that were stale when first sent (a newer generation
+    /// of their lock was already acknowledged): a violation if visible.
+    pub in_doubt_stale: usize,
     /// From the last heal to the first acquire + write that completed after
     /// it, if there was one.
     pub recovery: Option<Duration>,
@@ -155,12 +174,15 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} ops, {} faults, {} grants, {} writes accepted, {} fenced, {} stale accepted, {} lost, {} token violations, recovery {}",
+            "{} ops, {} faults, {} grants, {} writes accepted, {} fenced, {} in doubt ({} visible, {} stale when sent), {} stale accepted, {} lost, {} token violations, recovery {}",
             self.operations,
             self.faults,
             self.grants,
             self.accepted_writes,
             self.fenced_writes,
+            self.in_doubt_writes,
+            self.in_doubt_visible,
+            self.in_doubt_stale,
             self.stale_accepted(),
             self.lost_writes(),
             self.count(Invariant::Token),
@@ -179,7 +201,10 @@ struct Completed<'a> {
 /// Checks `events` (merged, in time order) against `final_state`.
 pub fn check(events: &[Event], final_state: &FinalState, options: &CheckOptions) -> Report {
     let mut report = Report::default();
-    let mut open: HashMap<&str, u64> = HashMap::new();
+    // One operation in flight per client: its invoke, until it completes.
+    let mut open: HashMap<&str, &Event> = HashMap::new();
+    // Invokes that never completed (the client was killed mid-request).
+    let mut unfinished: Vec<&Event> = Vec::new();
     let mut completed: Vec<Completed<'_>> = Vec::new();
     let mut last_heal_us: Option<u64> = None;
     for event in events {
@@ -193,10 +218,14 @@ pub fn check(events: &[Event], final_state: &FinalState, options: &CheckOptions)
         match event.phase {
             Phase::Invoke => {
                 report.operations += 1;
-                open.insert(&event.client, event.mono_us);
+                if let Some(previous) = open.insert(&event.client, event) {
+                    unfinished.push(previous);
+                }
             }
             _ => {
-                let invoked_us = open.remove(event.client.as_str()).unwrap_or(event.mono_us);
+                let invoked_us = open
+                    .remove(event.client.as_str())
+                    .map_or(event.mono_us, |invoke| invoke.mono_us);
                 completed.push(Completed {
                     invoked_us,
                     done: event,
@@ -204,6 +233,8 @@ pub fn check(events: &[Event], final_state: &FinalState, options: &CheckOptions)
             }
         }
     }
+    unfinished.extend(open.into_values());
+    unfinished.sort_by_key(|invoke| invoke.mono_us);
 
     let writes_ok: Vec<&Completed<'_>> = completed
         .iter()
@@ -228,7 +259,8 @@ pub fn check(events: &[Event], final_state: &FinalState, options: &CheckOptions)
     check_stale(&writes_ok, &mut report);
     check_token(&grants, &mut report);
     check_once(&writes_ok, &mut report);
-    check_dur(&completed, final_state, &mut report);
+    check_dur(&completed, &unfinished, final_state, &mut report);
+    in_doubt::check_in_doubt(&completed, &unfinished, final_state, &mut report);
     check_live(&completed, last_heal_us, options, &mut report);
     report
 }
@@ -355,9 +387,15 @@ fn check_once(writes: &[&Completed<'_>], report: &mut Report) {
     }
 }
 
-fn check_dur(completed: &[Completed<'_>], final_state: &FinalState, report: &mut Report) {
+fn check_dur(
+    completed: &[Completed<'_>],
+    unfinished: &[&Event],
+    final_state: &FinalState,
+    report: &mut Report,
+) {
     // Per key: the newest acknowledged write (by commit order), and the
-    // values of writes whose outcome is unknown (any may have landed last).
+    // values of writes whose outcome is unknown, or that never completed
+    // (any may have landed last).
     let mut newest: BTreeMap<(&str, &str), &Event> = BTreeMap::new();
     let mut unknown: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
     for c in completed.iter().filter(|c| c.done.op == OpKind::Write) {
@@ -375,6 +413,17 @@ fn check_dur(completed: &[Completed<'_>], final_state: &FinalState, report: &mut
             }
             Phase::Unknown => unknown.entry(slot).or_default().push(value),
             _ => {}
+        }
+    }
+    for invoke in unfinished
+        .iter()
+        .filter(|invoke| invoke.op == OpKind::Write)
+    {
+        if let (Some(key), Some(value)) = (&invoke.key, &invoke.value) {
+            unknown
+                .entry((invoke.lock.as_str(), key.as_str()))
+                .or_default()
+                .push(value);
         }
     }
     for ((lock, key), write) in newest {
@@ -476,10 +525,21 @@ mod tests {
         }
 
         fn invoke_write(&mut self, client: &str, generation: u64, id: &str, value: &str) {
+            self.invoke_write_to(client, generation, id, "k", value);
+        }
+
+        fn invoke_write_to(
+            &mut self,
+            client: &str,
+            generation: u64,
+            id: &str,
+            key: &str,
+            value: &str,
+        ) {
             self.push(
                 Event::now(client, Phase::Invoke, OpKind::Write, "L")
                     .generation(generation)
-                    .write(id, "k", value),
+                    .write(id, key, value),
             );
         }
 
@@ -491,10 +551,22 @@ mod tests {
             value: &str,
             outcome: Result<u64, &str>,
         ) {
+            self.complete_write_to(client, generation, id, "k", value, outcome);
+        }
+
+        fn complete_write_to(
+            &mut self,
+            client: &str,
+            generation: u64,
+            id: &str,
+            key: &str,
+            value: &str,
+            outcome: Result<u64, &str>,
+        ) {
             let base = |phase| {
                 Event::now(client, phase, OpKind::Write, "L")
                     .generation(generation)
-                    .write(id, "k", value)
+                    .write(id, key, value)
             };
             self.push(match outcome {
                 Ok(seq) => base(Phase::Ok).commit_seq(seq),
@@ -515,14 +587,34 @@ mod tests {
             self.complete_write(client, generation, id, value, outcome);
         }
 
+        fn write_to_ok(
+            &mut self,
+            client: &str,
+            generation: u64,
+            id: &str,
+            key: &str,
+            value: &str,
+            commit_seq: u64,
+        ) {
+            self.invoke_write_to(client, generation, id, key, value);
+            self.complete_write_to(client, generation, id, key, value, Ok(commit_seq));
+        }
+
         fn heal(&mut self) {
             self.push(Event::now("nemesis", Phase::Invoke, OpKind::Nemesis, "").detail("pause a"));
             self.push(Event::now("nemesis", Phase::Ok, OpKind::Nemesis, "").detail("pause a"));
         }
 
         fn check(&self, final_value: Option<&str>) -> Report {
+            self.check_state(&[("k", final_value)])
+        }
+
+        /// Checks against a final state of several keys of lock `L`.
+        fn check_state(&self, keys: &[(&str, Option<&str>)]) -> Report {
             let mut state = FinalState::new();
-            state.insert(("L".into(), "k".into()), final_value.map(str::to_owned));
+            for (key, value) in keys {
+                state.insert(("L".into(), (*key).into()), value.map(str::to_owned));
+            }
             check(
                 &self.events,
                 &state,
@@ -638,5 +730,152 @@ mod tests {
         let panic = std::panic::catch_unwind(|| report.assert_safe()).unwrap_err();
         let text = panic.downcast_ref::<String>().unwrap();
         assert!(text.contains("I-MONO"), "{text}");
+    }
+
+    /// The lossy-link story: a holds 1 and writes; b takes over with 2 and
+    /// is acknowledged; then a sends a write of its own key, and never
+    /// learns its outcome (every attempt times out).
+    fn stale_write_in_doubt() -> History {
+        let mut h = History::new();
+        h.grant("a", 1);
+        h.write("a", 1, "a1", "a-first", Ok(1));
+        h.grant("b", 2);
+        h.write("b", 2, "b1", "b-first", Ok(2));
+        h.invoke_write_to("a", 1, "a2", "k-a2", "a-late");
+        h.complete_write_to("a", 1, "a2", "k-a2", "a-late", Err("unknown"));
+        // Its retry, same request id: unknown again.
+        h.invoke_write_to("a", 1, "a2", "k-a2", "a-late");
+        h.complete_write_to("a", 1, "a2", "k-a2", "a-late", Err("unknown"));
+        h
+    }
+
+    #[test]
+    fn a_visible_stale_write_in_doubt_breaks_stale() {
+        let report =
+            stale_write_in_doubt().check_state(&[("k", Some("b-first")), ("k-a2", Some("a-late"))]);
+        // The acknowledged-write checks alone see nothing wrong...
+        assert_eq!(report.lost_writes(), 0);
+        // ...the in-doubt judgement does: one request (two attempts),
+        // visible, stale when first sent.
+        assert_eq!(
+            (
+                report.in_doubt_writes,
+                report.in_doubt_visible,
+                report.in_doubt_stale
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(report.count(Invariant::Stale), 1, "{:?}", report.violations);
+        assert_eq!(report.count(Invariant::Mono), 0, "{:?}", report.violations);
+        let message = &report.of(Invariant::Stale).next().unwrap().message;
+        assert!(
+            message.contains("outcome unknown") && message.contains("generation 2"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_stale_write_in_doubt_that_is_not_visible_is_fine() {
+        let report = stale_write_in_doubt().check_state(&[("k", Some("b-first")), ("k-a2", None)]);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(
+            (
+                report.in_doubt_writes,
+                report.in_doubt_visible,
+                report.in_doubt_stale
+            ),
+            (1, 0, 1)
+        );
+    }
+
+    #[test]
+    fn a_visible_write_in_doubt_that_was_not_stale_when_sent_is_fine() {
+        // a sends before b's write is acknowledged: it may land first.
+        let mut h = History::new();
+        h.grant("a", 1);
+        h.invoke_write_to("a", 1, "a1", "k-a1", "a-slow");
+        h.grant("b", 2);
+        h.write("b", 2, "b1", "b-first", Ok(2));
+        h.complete_write_to("a", 1, "a1", "k-a1", "a-slow", Err("unknown"));
+        // Its retry is sent after b's acknowledgement, but the request was
+        // first sent before it.
+        h.invoke_write_to("a", 1, "a1", "k-a1", "a-slow");
+        h.complete_write_to("a", 1, "a1", "k-a1", "a-slow", Err("unknown"));
+        let report = h.check_state(&[("k", Some("b-first")), ("k-a1", Some("a-slow"))]);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(
+            (
+                report.in_doubt_writes,
+                report.in_doubt_visible,
+                report.in_doubt_stale
+            ),
+            (1, 1, 0)
+        );
+    }
+
+    #[test]
+    fn a_write_whose_retry_was_acknowledged_is_not_in_doubt() {
+        let mut h = stale_write_in_doubt();
+        // A third attempt: answered from the idempotency record.
+        h.write_to_ok("a", 1, "a2", "k-a2", "a-late", 3);
+        let report = h.check_state(&[("k", Some("b-first")), ("k-a2", Some("a-late"))]);
+        assert_eq!(report.in_doubt_writes, 0);
+        // The acknowledged-write checks judge it instead: accepted stale.
+        assert!(
+            report.count(Invariant::Stale) >= 1,
+            "{:?}",
+            report.violations
+        );
+    }
+
+    #[test]
+    fn a_write_in_doubt_holding_a_key_over_a_newer_acknowledged_write_breaks_mono() {
+        // a's write to the shared key is sent before b's is acknowledged,
+        // so time alone cannot call it stale; but it holds the final value
+        // over b's acknowledged generation 2: committed after it.
+        let mut h = History::new();
+        h.grant("a", 1);
+        h.invoke_write("a", 1, "a1", "a-late");
+        h.grant("b", 2);
+        h.write("b", 2, "b1", "b-first", Ok(2));
+        h.complete_write("a", 1, "a1", "a-late", Err("unknown"));
+        let report = h.check(Some("a-late"));
+        // I-DUR lets an unknown write be the final value...
+        assert_eq!(report.lost_writes(), 0);
+        // ...but generations went down in commit order.
+        assert_eq!(report.count(Invariant::Mono), 1, "{:?}", report.violations);
+        assert_eq!(report.count(Invariant::Stale), 0, "{:?}", report.violations);
+        assert_eq!(report.stale_accepted(), 1);
+        // Not visible: nothing to judge.
+        assert!(h.check(Some("b-first")).violations.is_empty());
+    }
+
+    #[test]
+    fn a_write_that_never_completed_is_in_doubt() {
+        // a's process was killed with its write in flight: an invoke with no
+        // completion.
+        let mut h = History::new();
+        h.grant("b", 2);
+        h.write("b", 2, "b1", "b-first", Ok(2));
+        h.invoke_write_to("a", 1, "a1", "k-a1", "a-killed");
+        let report = h.check_state(&[("k", Some("b-first")), ("k-a1", Some("a-killed"))]);
+        assert_eq!(
+            (
+                report.in_doubt_writes,
+                report.in_doubt_visible,
+                report.in_doubt_stale
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(report.count(Invariant::Stale), 1, "{:?}", report.violations);
+        let report = h.check_state(&[("k", Some("b-first")), ("k-a1", None)]);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+    }
+
+    #[test]
+    fn a_write_that_never_completed_may_be_the_final_value() {
+        let mut h = fenced_story();
+        h.invoke_write("b", 2, "b2", "b-maybe");
+        assert_eq!(h.check(Some("b-maybe")).lost_writes(), 0);
     }
 }

@@ -1,6 +1,7 @@
 //! `resource-server`: the Palisade resource server as a child process of the
 //! fault suite, with the same flags as `palisade-server` (it flattens the
-//! same `ServerConfig`) and one more: `--unfenced`.
+//! same `ServerConfig`) and two more, the mutation switches `--unfenced`
+//! and `--unsynced`.
 //!
 //! It prints `palisade-server listening on ADDR` on standard output once
 //! bound, logs to standard error, and shuts down gracefully (with a flush)
@@ -21,6 +22,16 @@
 //! The flag only exists in this binary, which lives in the unpublished
 //! `palisade-tests` crate, and it also demands `PALISADE_TEST_UNFENCED=1`
 //! in the environment, so a stray flag alone cannot turn fencing off.
+//!
+//! # `--unsynced` (the mutation check for I-DUR)
+//!
+//! The same for lost acknowledged writes: `--unsynced` makes the store
+//! acknowledge each group after sled's own flush without syncing sled's
+//! files (`Store::skip_file_sync_unsafe_for_mutation_tests`, a hidden hook
+//! `palisade-server` never calls). Acknowledged writes then survive
+//! `kill -9` (the page cache keeps them) but not a disk that dies before
+//! its journal commits, and the "disk dies" scenario must report them lost.
+//! It demands `PALISADE_TEST_UNSYNCED=1` in the environment as well.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
@@ -34,6 +45,8 @@ use tracing_subscriber::EnvFilter;
 
 /// The environment variable that must be `1` for `--unfenced` to start.
 const UNFENCED_ENV: &str = "PALISADE_TEST_UNFENCED";
+/// The environment variable that must be `1` for `--unsynced` to start.
+const UNSYNCED_ENV: &str = "PALISADE_TEST_UNSYNCED";
 
 /// The Palisade resource server, for the fault suite.
 #[derive(Debug, Parser)]
@@ -46,6 +59,11 @@ struct Cli {
     /// PALISADE_TEST_UNFENCED=1).
     #[arg(long)]
     unfenced: bool,
+
+    /// Test only: acknowledge writes without syncing the data files (needs
+    /// PALISADE_TEST_UNSYNCED=1).
+    #[arg(long)]
+    unsynced: bool,
 }
 
 #[tokio::main]
@@ -62,6 +80,10 @@ async fn main() -> ExitCode {
         eprintln!("resource-server: --unfenced needs {UNFENCED_ENV}=1");
         return ExitCode::FAILURE;
     }
+    if cli.unsynced && std::env::var(UNSYNCED_ENV).as_deref() != Ok("1") {
+        eprintln!("resource-server: --unsynced needs {UNSYNCED_ENV}=1");
+        return ExitCode::FAILURE;
+    }
     match serve(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -75,6 +97,10 @@ async fn main() -> ExitCode {
 async fn serve(cli: Cli) -> anyhow::Result<()> {
     let state = cli.server.open_state(None)?;
     let store = state.store().clone();
+    if cli.unsynced {
+        tracing::warn!("durability is OFF: writes are acknowledged before any fsync (test only)");
+        store.skip_file_sync_unsafe_for_mutation_tests();
+    }
     let listener = cli.server.bind().await?;
     let addr = listener.local_addr()?;
     let mut router = app(state);

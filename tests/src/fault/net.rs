@@ -7,13 +7,17 @@
 //! # Where to start
 //!
 //! - [`client_server_partition`]: scenario 7, fenced or not ([`Fencing`]).
+//! - [`late_write_in_doubt_unfenced`]: scenario 7 unfenced with the late
+//!   write's answer never read: the mutation check for writes in doubt.
 //! - [`loopback`], [`redis_url_via`]: addresses for proxies and clients.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use palisade::LockName;
 use palisade_testkit::checker::{CheckOptions, Report};
+use palisade_testkit::history::{OpKind, Phase};
 use palisade_testkit::proxy::FaultProxy;
 use palisade_testkit::redis::{RedisOptions, RedisServer};
 
@@ -193,4 +197,135 @@ pub async fn client_server_partition(
         new_generation,
         late_write,
     })
+}
+
+/// **The mutation check for writes in doubt: scenario 7 with fencing off,
+/// and the late write's answer never read.**
+///
+/// As in [`client_server_partition`], client `a` sends its write into a
+/// partition and `b` takes the lock with a newer generation and writes;
+/// but here both write the shared key `register`, and `a` is stopped
+/// (SIGSTOP) before the heal, so the answer to its late write reaches a
+/// process that cannot read it. Once the unfenced server shows the late
+/// value in `register`, `a` is killed: its history ends with the write
+/// invoked and never completed, a write in doubt. A third client then
+/// acquires and writes a key of its own (I-LIVE).
+///
+/// The checks on acknowledged writes see nothing wrong here (I-DUR allows
+/// a write in doubt to be the final value); the judgement of writes in
+/// doubt must report that a lower generation holds `register` over an
+/// acknowledged higher one (I-MONO).
+pub async fn late_write_in_doubt_unfenced(binaries: &FaultBinaries) -> anyhow::Result<Report> {
+    let redis = RedisServer::spawn(RedisOptions::default());
+    let redis_port = redis.port().context("a spawned Redis has a port")?;
+    let mut run = FaultRun::new("s7-unfenced-in-doubt")?;
+    let server =
+        ResourceServerProcess::start(binaries, &run, ResourceServerOptions::default().unfenced())?;
+    let a_to_redis = FaultProxy::start("s7 a to redis", loopback(redis_port))?;
+    let a_to_server = FaultProxy::start("s7 a to resource server", loopback(server.port()))?;
+    let lock = "s7/in-doubt";
+
+    let a_config = ClientConfig::redis(&redis_url_via(&a_to_redis), &a_to_server.url())
+        .lock(lock)
+        .ttl(TTL)
+        .rounds(1)
+        .writes_per_hold(1)
+        .register_every(1)
+        .gate()
+        .write_timeout(LATE_WRITE_TIMEOUT)
+        .retries(0);
+    let mut a = run.spawn_client(binaries, "a", &a_config)?;
+    let (old_generation, _) = a.wait_granted(STEP).await?;
+    a.wait_for(STEP, |line| {
+        matches!(line, ClientLine::Holding { .. }).then_some(())
+    })
+    .await?;
+
+    let fault = "partition: a <-> redis and a <-> resource server; a stopped before the heal";
+    run.inject(fault)?;
+    a_to_redis.partition();
+    a_to_server.partition();
+    a.go()?;
+    anyhow::ensure!(
+        a_to_server.wait_for_held(1, STEP).await,
+        "a's write never reached the partition"
+    );
+
+    let b_config = ClientConfig::redis(&redis.url(), &server.base_url())
+        .lock(lock)
+        .ttl(TTL)
+        .rounds(1)
+        .writes_per_hold(1)
+        .register_every(1);
+    let mut b = run.spawn_client(binaries, "b", &b_config)?;
+    let (new_generation, _) = b.wait_granted(STEP).await?;
+    anyhow::ensure!(
+        new_generation > old_generation,
+        "b was granted {new_generation} after a's {old_generation}"
+    );
+    b.wait_wrote_above(new_generation - 1, STEP).await?;
+    b.stop_and_wait(STEP).await?;
+
+    // `a` cannot read the answer: its write stays in doubt.
+    a.pause()?;
+    a_to_redis.pass();
+    a_to_server.pass();
+    let late_value = run
+        .events()?
+        .into_iter()
+        .find(|event| {
+            event.client == "a" && event.op == OpKind::Write && event.phase == Phase::Invoke
+        })
+        .and_then(|event| event.value)
+        .context("a's history has no write")?;
+    wait_for_value(&server, lock, "register", &late_value).await?;
+    a.kill()?;
+    run.heal(fault)?;
+
+    let c_config = ClientConfig::redis(&redis.url(), &server.base_url())
+        .lock(lock)
+        .ttl(TTL)
+        .rounds(1)
+        .writes_per_hold(1);
+    let mut c = run.spawn_client(binaries, "c", &c_config)?;
+    c.wait_wrote_above(new_generation, STEP).await?;
+    c.stop_and_wait(STEP).await?;
+
+    let options = CheckOptions {
+        live_bound: Some(LIVE_BOUND),
+    };
+    let scenario = Scenario::new(
+        "mutation: 7 with fencing off, the late write in doubt",
+        "redis",
+    )
+    .note_in_doubt()
+    .note("fencing off on purpose, the late write's answer never read: the checker must judge it");
+    run.verdict(&server.base_url(), &options, &scenario).await
+}
+
+/// Waits until a plain read of `key` on `lock` returns `value`. Nothing
+/// outside the server says when a request was applied, so this polls, for
+/// at most [`STEP`].
+async fn wait_for_value(
+    server: &ResourceServerProcess,
+    lock: &str,
+    key: &str,
+    value: &str,
+) -> anyhow::Result<()> {
+    let client = server.client(Duration::from_secs(5))?;
+    let name = LockName::new(lock)?;
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let read = client.get(&name, key.as_bytes(), None).await;
+        if let Ok(Ok(read)) = &read {
+            if read.value.as_deref() == Some(value.as_bytes()) {
+                return Ok(());
+            }
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{lock}/{key} never showed {value:?} within {STEP:?} (last read {read:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

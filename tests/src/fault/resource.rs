@@ -24,6 +24,9 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct ResourceServerOptions {
     /// Fencing off (`--unfenced`): the mutation check only.
     pub unfenced: bool,
+    /// Acknowledgements without a sync of the data files (`--unsynced`):
+    /// the I-DUR mutation check only.
+    pub unsynced: bool,
     /// The data directory; by default `server-data` in the run's directory.
     /// Point it into a small tmpfs or a loop-mounted file system for disk
     /// faults.
@@ -46,6 +49,13 @@ impl ResourceServerOptions {
     /// Fencing off: every write accepted (the mutation check).
     pub fn unfenced(mut self) -> Self {
         self.unfenced = true;
+        self
+    }
+
+    /// Writes acknowledged before the data files are synced: the I-DUR
+    /// mutation check.
+    pub fn unsynced(mut self) -> Self {
+        self.unsynced = true;
         self
     }
 
@@ -186,6 +196,9 @@ impl ResourceServerProcess {
             .stderr(log_file);
         if self.options.unfenced {
             command.arg("--unfenced").env("PALISADE_TEST_UNFENCED", "1");
+        }
+        if self.options.unsynced {
+            command.arg("--unsynced").env("PALISADE_TEST_UNSYNCED", "1");
         }
         for (key, value) in &self.options.env {
             command.env(key, value);

@@ -39,6 +39,10 @@ pub struct Scenario {
     /// and I-ONCE. I-STALE, I-TOKEN and I-LIVE are judged on the other
     /// clients' operations.
     pub untimed_clients: Vec<String>,
+    /// The row says how many writes in doubt were judged even when there
+    /// were none (for scenarios made to produce them); otherwise only when
+    /// there were some.
+    pub note_in_doubt: bool,
 }
 
 impl Scenario {
@@ -49,6 +53,7 @@ impl Scenario {
             backend: backend.into(),
             note: None,
             untimed_clients: Vec::new(),
+            note_in_doubt: false,
         }
     }
 
@@ -56,6 +61,13 @@ impl Scenario {
     /// [`Scenario::untimed_clients`]).
     pub fn untimed_client(mut self, client: impl Into<String>) -> Self {
         self.untimed_clients.push(client.into());
+        self
+    }
+
+    /// Always says in the row how many writes in doubt were judged (see
+    /// [`Scenario::note_in_doubt`]).
+    pub fn note_in_doubt(mut self) -> Self {
+        self.note_in_doubt = true;
         self
     }
 

@@ -50,6 +50,12 @@ impl TableRow {
         if once_violations > 0 {
             notes.push(format!("I-ONCE violated {once_violations}x"));
         }
+        if report.in_doubt_writes > 0 || scenario.note_in_doubt {
+            notes.push(format!(
+                "{} writes left in doubt, judged: {} visible afterwards, {} stale when sent",
+                report.in_doubt_writes, report.in_doubt_visible, report.in_doubt_stale
+            ));
+        }
         if !scenario.untimed_clients.is_empty() {
             notes.push(format!(
                 "clock-faked {} judged on I-MONO, I-DUR, I-ONCE only",
@@ -121,6 +127,7 @@ mod tests {
                 invariant: Invariant::Token,
                 message: "by design".into(),
             }],
+            ..Report::default()
         };
         let scenario = Scenario::new("3 Redis restarted | empty", "redis").note("counter scheme");
         let row = TableRow::from_report(&scenario, &report);
@@ -132,6 +139,36 @@ mod tests {
         assert_eq!(
             TABLE_HEADER.lines().next().unwrap().matches('|').count(),
             row.markdown().matches('|').count()
+        );
+    }
+
+    #[test]
+    fn a_row_says_how_many_writes_in_doubt_were_judged() {
+        let report = Report {
+            operations: 50,
+            accepted_writes: 20,
+            in_doubt_writes: 7,
+            in_doubt_visible: 3,
+            in_doubt_stale: 1,
+            ..Report::default()
+        };
+        let row = TableRow::from_report(&Scenario::new("8 lossy links", "etcd"), &report);
+        assert!(
+            row.notes.contains(
+                "7 writes left in doubt, judged: 3 visible afterwards, 1 stale when sent"
+            ),
+            "{}",
+            row.notes
+        );
+        // None in doubt: no note, unless the scenario asks for one.
+        let row = TableRow::from_report(&Scenario::new("1", "redis"), &Report::default());
+        assert!(!row.notes.contains("in doubt"), "{}", row.notes);
+        let scenario = Scenario::new("8 lossy links", "redis").note_in_doubt();
+        let row = TableRow::from_report(&scenario, &Report::default());
+        assert!(
+            row.notes.contains("0 writes left in doubt, judged"),
+            "{}",
+            row.notes
         );
     }
 }

@@ -133,11 +133,22 @@ pub(crate) struct LoopExt4 {
     /// `/dev/loopN`, once attached.
     device: Option<String>,
     mounted: bool,
+    /// `mount -o` options, also used by [`LoopExt4::remount`].
+    mount_options: Option<String>,
 }
 
 impl LoopExt4 {
     /// A new `size_mib` MiB ext4 file system, mounted.
     pub(crate) fn create(size_mib: u64) -> anyhow::Result<Self> {
+        Self::create_with(size_mib, None)
+    }
+
+    /// [`LoopExt4::create`], mounted with `mount -o options` (every time).
+    pub(crate) fn create_with_options(size_mib: u64, options: &str) -> anyhow::Result<Self> {
+        Self::create_with(size_mib, Some(options))
+    }
+
+    fn create_with(size_mib: u64, options: Option<&str>) -> anyhow::Result<Self> {
         let dir = our_tempdir()?;
         let image = dir.path().join("disk.ext4");
         File::create(&image)?.set_len(size_mib * 1024 * 1024)?;
@@ -149,6 +160,7 @@ impl LoopExt4 {
             mount_point,
             device: None,
             mounted: false,
+            mount_options: options.map(str::to_owned),
         };
         let device = run("losetup", &["--find", "--show", path_str(&image)?])?;
         disk.device = Some(device.trim().to_owned());
@@ -158,10 +170,12 @@ impl LoopExt4 {
 
     fn mount(&mut self) -> anyhow::Result<()> {
         let device = self.device.clone().context("no loop device")?;
-        run(
-            "mount",
-            &["-t", "ext4", &device, path_str(&self.mount_point)?],
-        )?;
+        let mut args = vec!["-t", "ext4"];
+        if let Some(options) = &self.mount_options {
+            args.extend(["-o", options.as_str()]);
+        }
+        args.extend([device.as_str(), path_str(&self.mount_point)?]);
+        run("mount", &args)?;
         self.mounted = true;
         Ok(())
     }

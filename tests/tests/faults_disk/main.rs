@@ -19,6 +19,8 @@
 //! - `s11_server_crash`: kill -9 mid-burst, restarted on the same disk.
 //! - `s12_disk_faults`: fsync failing (libfiu, EIO then ENOSPC), a full
 //!   tmpfs, and an ext4 that dies without flushing its journal.
+//! - `mutation`: scenario 12c cut short, against a server that acknowledges
+//!   before it syncs (`--unsynced`): the checker must report I-DUR broken.
 //! - `disk`, `fiu`: the disks and the failure injection, cleaned up on drop.
 //! - `probe`: the test's own recorded client, and the extra checks.
 //!
@@ -29,6 +31,7 @@
 
 mod disk;
 mod fiu;
+mod mutation;
 mod probe;
 mod s11_server_crash;
 mod s12_disk_faults;

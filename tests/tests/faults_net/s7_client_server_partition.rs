@@ -5,9 +5,10 @@
 //!
 //! Invariants: I-STALE and I-MONO (the late write is refused with 409
 //! stale), I-DUR, I-ONCE, I-TOKEN, and I-LIVE after the heal. Mutation:
-//! with fencing off, the same run must violate I-MONO.
+//! with fencing off, the same run must violate I-MONO, also when the late
+//! write's answer is never read (a write in doubt).
 
-use palisade_tests::fault::net::{Fencing, client_server_partition};
+use palisade_tests::fault::net::{Fencing, client_server_partition, late_write_in_doubt_unfenced};
 use palisade_tests::fault::{ClientLine, Invariant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,5 +50,30 @@ async fn s7_mutation_without_fencing_the_checker_reports_the_late_write() -> any
     let report = &outcome.report;
     assert!(report.count(Invariant::Mono) >= 1, "{report}");
     assert!(report.stale_accepted() >= 1, "{report}");
+    Ok(())
+}
+
+/// The mutation check for writes in doubt: with fencing off, the late
+/// write lands but its client never reads the answer. Only the judgement
+/// of writes in doubt can see it: the late value holds the shared key over
+/// a newer acknowledged generation (I-MONO).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s7_mutation_a_late_write_in_doubt_is_judged() -> anyhow::Result<()> {
+    let _serial = crate::serial().await;
+    let binaries = palisade_tests::fault_binaries!();
+    let report = late_write_in_doubt_unfenced(&binaries).await?;
+    assert!(report.in_doubt_visible >= 1, "{report}");
+    assert!(report.count(Invariant::Mono) >= 1, "{report}");
+    // Every violation comes from the write in doubt, none from the checks
+    // on acknowledged writes.
+    assert!(
+        report
+            .violations
+            .iter()
+            .all(|violation| violation.message.contains("outcome unknown")),
+        "{:?}",
+        report.violations
+    );
+    assert!(report.recovery.is_some(), "{report}");
     Ok(())
 }
