@@ -434,7 +434,7 @@ fn result_name(result: OpResult) -> &'static str {
     }
 }
 
-fn marks_text(marks: Marks) -> String {
+pub(crate) fn marks_text(marks: Marks) -> String {
     format!(
         "marks: exclusive {}, shared {}",
         marks.exclusive, marks.shared
@@ -501,7 +501,7 @@ fn refusal(refused: &Refused, lock: &LockName) -> anyhow::Error {
 }
 
 /// A failure of the request itself, as one line.
-fn server_error(error: &ClientError, server: &str) -> anyhow::Error {
+pub(crate) fn server_error(error: &ClientError, server: &str) -> anyhow::Error {
     match error {
         ClientError::Connect { .. } => anyhow::anyhow!(
             "cannot connect to the resource server at {server}: {}",

@@ -26,6 +26,7 @@ use crate::backend::{AnyGuard, AnyLock, BackendArgs, lock_error_text};
 use crate::child::{self, Child, Signals};
 use crate::duration::{self, human};
 use crate::exit::{self, Failure};
+use crate::fence::FenceArgs;
 
 /// The lock mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -80,6 +81,9 @@ pub(crate) struct LockArgs {
     #[command(flatten)]
     backend: BackendArgs,
 
+    #[command(flatten)]
+    fence: FenceArgs,
+
     /// The command to run while holding the lock, and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -90,13 +94,20 @@ The command gets PALISADE_SEQUENCER (the sequencer's text form), PALISADE_LOCK,
 PALISADE_MODE, PALISADE_GENERATION and PALISADE_LEASE in its environment.
 Progress and the sequencer are printed on standard error.
 
+With --server (or PALISADE_SERVER), the lock's marks are raised on that
+resource server before the command starts (one line on standard error), so
+older holders are refused at once; the command does not run if that fails.
+
 Examples:
-  palisade lock --backend etcd --etcd-endpoints 127.0.0.1:2379 orders/42 -- \\
-      palisade put orders/42 stock 7
+  palisade lock --backend etcd --etcd-endpoints 127.0.0.1:2379 \\
+      --server http://127.0.0.1:7411 orders/42 -- palisade put orders/42 stock 7
   PALISADE_BACKEND=redis PALISADE_REDIS_URL=redis://127.0.0.1:6379 \\
       palisade lock --wait 30s --grace 5s nightly-report -- ./report.sh
 
-Exit codes: the command's own; 6 if the lock was not granted within --wait;
+Exit codes: the command's own; 4 if the fence was refused as stale (the lock
+service's generations went backwards), 5 if refused otherwise, 1 if the
+server could not be reached (the command did not run in these three cases);
+6 if the lock was not granted within --wait;
 7 if the lease was lost while the command ran; 126/127 if the command could
 not be run; 1 on other errors; 128+N if interrupted by signal N while waiting.";
 
@@ -151,6 +162,29 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
         );
     }
 
+    // Before the command starts, raise the marks to this generation, so an
+    // older holder paused past its lease is refused from now on.
+    let fenced = tokio::select! {
+        fenced = args.fence.fence(&sequencer, args.quiet) => fenced,
+        signal = signals.recv() => Err(interrupted(signal, &name, "fencing").into()),
+    };
+    if let Err(error) = fenced {
+        release(guard, &name).await;
+        close(lock, false).await;
+        return Err(error);
+    }
+    // A slow fence may have outlasted the lease: then the command never
+    // starts either.
+    if let Err(error) = guard.sequencer() {
+        eprintln!(
+            "palisade: {}; the command did not run",
+            lock_error_text(&error)
+        );
+        let _ = tokio::time::timeout(CLEANUP_TIMEOUT, guard.release()).await;
+        close(lock, false).await;
+        return Ok(exit::LEASE_LOST);
+    }
+
     let mut env = vec![
         ("PALISADE_SEQUENCER", sequencer.to_string()),
         ("PALISADE_LOCK", name.to_string()),
@@ -159,6 +193,10 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
     ];
     if let Some(lease) = sequencer.lease() {
         env.push(("PALISADE_LEASE", lease.to_owned()));
+    }
+    // The server just fenced is the one the command's writes should go to.
+    if let Some(server) = args.fence.single_server() {
+        env.push(("PALISADE_SERVER", server.to_owned()));
     }
     let mut child = match Child::spawn(&args.command, &env, !args.no_process_group) {
         Ok(child) => child,

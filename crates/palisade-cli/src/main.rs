@@ -14,9 +14,10 @@
 //!
 //! # Where to start
 //!
-//! - `lock.rs`: `palisade lock`: acquire with progress, run the command,
-//!   stop it when the lease is lost (SIGTERM, then SIGKILL); `child.rs`
-//!   spawns and signals the command.
+//! - `lock.rs`: `palisade lock`: acquire with progress, fence, run the
+//!   command, stop it when the lease is lost (SIGTERM, then SIGKILL);
+//!   `fence.rs` raises the lock's marks on the resource servers before the
+//!   command starts; `child.rs` spawns and signals the command.
 //! - `data.rs`: `put`, `get`, `del`, `marks` over `palisade-client`.
 //! - `backend.rs`: the backend flags and `AnyLock`.
 //! - `exit.rs`: the exit codes, which are part of the contract
@@ -32,6 +33,7 @@ mod data;
 mod demo;
 mod duration;
 mod exit;
+mod fence;
 mod lock;
 mod serve;
 mod signing;

@@ -18,6 +18,7 @@
 
 mod bad_input;
 mod data;
+mod fence_on_acquire;
 mod fixtures;
 mod lease_lost;
 mod lock_write;
