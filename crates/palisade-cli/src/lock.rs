@@ -1,7 +1,7 @@
 //! `palisade lock <name> -- <command>`: take a lock, run a command under
 //! it, release it afterwards.
 //!
-//! Like `etcdctl lock`, with two differences that matter for fencing:
+//! Like `etcdctl lock`, with differences that matter for fencing:
 //!
 //! - the command gets the lock's **sequencer** in `PALISADE_SEQUENCER`, so
 //!   it can send it with every write (`palisade put` reads it from there);
@@ -9,7 +9,11 @@
 //!   revoked or expired it, renewals failed, the holder key was deleted),
 //!   the command is sent SIGTERM at once and SIGKILL after `--grace`, so it
 //!   does not go on working as if it still held the lock. `palisade lock`
-//!   then exits with code 7, whatever the command returned.
+//!   then exits with code 7, whatever the command returned;
+//! - with a resource server known, the lock's marks are raised to the new
+//!   generation before the command starts (`fence.rs`);
+//! - if `palisade lock` itself is killed (SIGKILL included), the command
+//!   and its process group die with it (Linux; `parent_death.rs`).
 //!
 //! Progress goes to standard error, which keeps standard output for the
 //! command alone.
@@ -71,6 +75,7 @@ pub(crate) struct LockArgs {
     /// Run the command in this process's process group instead of a new
     /// one. Signals then reach the command only, not the processes it
     /// started; use it for interactive commands that read the terminal.
+    /// If `palisade lock` is killed, only the command itself dies with it.
     #[arg(long)]
     no_process_group: bool,
 
@@ -209,6 +214,9 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
     tracing::debug!(lock = %name, pid = child.pid(), "command started");
 
     let outcome = supervise(&mut child, &guard, &name, args.grace, &mut signals).await;
+    if outcome.is_ok() {
+        child.disarm();
+    }
     let code = match outcome {
         Ok(Outcome::Exited(code)) => {
             tracing::info!(lock = %name, generation = generation.get(), code, "command exited");

@@ -21,6 +21,7 @@ mod data;
 mod fence_on_acquire;
 mod fixtures;
 mod lease_lost;
+mod lock_killed;
 mod lock_write;
 mod redis_tls;
 mod signing;
