@@ -49,10 +49,14 @@ impl Child {
         env: &[(&str, String)],
         group: bool,
     ) -> Result<Child, Failure> {
-        #[cfg_attr(target_os = "linux", allow(unused_variables))]
+        #[cfg(not(target_os = "linux"))]
         let (program, args) = command
             .split_first()
             .ok_or_else(|| Failure::new(exit::USAGE, "no command given after `--`"))?;
+        #[cfg(target_os = "linux")]
+        if command.is_empty() {
+            return Err(Failure::new(exit::USAGE, "no command given after `--`"));
+        }
         #[cfg(target_os = "linux")]
         let launch = crate::parent_death::Launch::prepare(group).map_err(cannot_protect)?;
         // On Linux a launcher runs first and `exec`s the command once it
@@ -70,6 +74,11 @@ impl Child {
         if group {
             process.process_group(0);
         }
+        // On Linux this starts the launcher; a command that cannot be run
+        // is reported by the launcher itself, with the same codes.
+        #[cfg(target_os = "linux")]
+        let child = process.spawn().map_err(cannot_protect)?;
+        #[cfg(not(target_os = "linux"))]
         let child = process.spawn().map_err(|error| {
             let shown = program.to_string_lossy();
             match error.kind() {
