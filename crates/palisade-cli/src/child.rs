@@ -7,6 +7,9 @@
 //! and runs a `trap` only after the current one finishes, so a SIGTERM to
 //! the shell alone would wait behind a `sleep 600`. Signalling the group
 //! reaches the shell and everything it started.
+//!
+//! On Linux the command never outlives `palisade lock`, however that dies:
+//! see `parent_death.rs`.
 
 use std::ffi::OsString;
 use std::io;
@@ -28,6 +31,10 @@ pub(crate) struct Child {
     /// Whether the command leads its own process group, so signals go to
     /// the group (the command and everything it started).
     group: bool,
+    /// Kills the group if `palisade lock` dies first; disarmed once the
+    /// command has finished.
+    #[cfg(target_os = "linux")]
+    watchdog: Option<crate::parent_death::Watchdog>,
 }
 
 impl Child {
@@ -42,10 +49,24 @@ impl Child {
         env: &[(&str, String)],
         group: bool,
     ) -> Result<Child, Failure> {
+        #[cfg(not(target_os = "linux"))]
         let (program, args) = command
             .split_first()
             .ok_or_else(|| Failure::new(exit::USAGE, "no command given after `--`"))?;
+        #[cfg(target_os = "linux")]
+        if command.is_empty() {
+            return Err(Failure::new(exit::USAGE, "no command given after `--`"));
+        }
+        #[cfg(target_os = "linux")]
+        let launch = crate::parent_death::Launch::prepare(group).map_err(cannot_protect)?;
+        // On Linux a launcher runs first and `exec`s the command once it
+        // cannot outlive `palisade lock` (see `parent_death.rs`): same pid,
+        // same process group.
+        #[cfg(target_os = "linux")]
+        let mut process = launch.command(command);
+        #[cfg(not(target_os = "linux"))]
         let mut process = tokio::process::Command::new(program);
+        #[cfg(not(target_os = "linux"))]
         process.args(args);
         for (key, value) in env {
             process.env(key, value);
@@ -53,6 +74,11 @@ impl Child {
         if group {
             process.process_group(0);
         }
+        // On Linux this starts the launcher; a command that cannot be run
+        // is reported by the launcher itself, with the same codes.
+        #[cfg(target_os = "linux")]
+        let child = process.spawn().map_err(cannot_protect)?;
+        #[cfg(not(target_os = "linux"))]
         let child = process.spawn().map_err(|error| {
             let shown = program.to_string_lossy();
             match error.kind() {
@@ -73,7 +99,25 @@ impl Child {
                     "the command exited before it could be watched",
                 )
             })?;
-        Ok(Child { child, pid, group })
+        #[cfg(target_os = "linux")]
+        let watchdog = launch.started(pid, group).map_err(cannot_protect)?;
+        Ok(Child {
+            child,
+            pid,
+            group,
+            #[cfg(target_os = "linux")]
+            watchdog,
+        })
+    }
+
+    /// The command has finished (and, after a lease loss, its group too):
+    /// from now on `palisade lock` dying must not touch what is left of the
+    /// group (background jobs of a command that exited on its own).
+    pub(crate) fn disarm(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Some(watchdog) = &mut self.watchdog {
+            watchdog.disarm();
+        }
     }
 
     /// The command's process id.
@@ -108,6 +152,16 @@ impl Child {
     pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
         self.child.wait().await
     }
+}
+
+#[cfg(target_os = "linux")]
+fn cannot_protect(error: io::Error) -> Failure {
+    Failure::new(
+        exit::CANNOT_RUN,
+        format!(
+            "cannot make sure the command dies with palisade lock: {error}; the command did not run"
+        ),
+    )
 }
 
 /// The exit code that reports `status` the way a shell would: the code, or

@@ -71,40 +71,102 @@ impl ServerArgs {
     }
 }
 
+/// The environment variable `palisade lock` sets for its command.
+const SEQUENCER_ENV: &str = "PALISADE_SEQUENCER";
+
 /// The sequencer flag of the commands that send one.
+///
+/// `--sequencer` is read by clap; `PALISADE_SEQUENCER` is read here, not
+/// by clap, because the two mean different things. A flag is what the user
+/// asked for: for another lock it is an error. The environment is
+/// inherited: under `palisade lock a -- ...` it is `a`'s sequencer, and a
+/// command touching lock `b` must neither send it nor be refused for it.
 #[derive(Debug, Args)]
 pub(crate) struct SequencerArg {
-    /// The sequencer to send (its `v1;...` text form). `palisade lock`
-    /// sets PALISADE_SEQUENCER for the command it runs.
-    #[arg(long, env = "PALISADE_SEQUENCER", value_name = "SEQUENCER")]
+    /// The sequencer to send (its `v1;...` text form). Without it, the one
+    /// in PALISADE_SEQUENCER (which `palisade lock` sets for its command)
+    /// is used when it is for the lock addressed.
+    #[arg(long, value_name = "SEQUENCER")]
     sequencer: Option<String>,
+
+    /// `PALISADE_SEQUENCER`, read when the command runs.
+    #[arg(skip = std::env::var(SEQUENCER_ENV).ok())]
+    from_env: Option<String>,
+}
+
+/// Where a sequencer came from, for the error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Flag,
+    Env,
+}
+
+impl Origin {
+    fn name(self) -> &'static str {
+        match self {
+            Origin::Flag => "--sequencer",
+            Origin::Env => SEQUENCER_ENV,
+        }
+    }
 }
 
 impl SequencerArg {
-    /// The sequencer, checked to be for `lock`; `None` if none was given.
-    fn for_lock(&self, lock: &LockName) -> anyhow::Result<Option<Sequencer>> {
-        let Some(text) = &self.sequencer else {
-            return Ok(None);
-        };
-        let sequencer: Sequencer = text.trim().parse().map_err(|error| {
-            anyhow::anyhow!("malformed sequencer (from --sequencer or PALISADE_SEQUENCER): {error}")
-        })?;
-        if sequencer.lock() != lock {
-            anyhow::bail!(
-                "the sequencer is for lock `{}`, not `{lock}` (from --sequencer or PALISADE_SEQUENCER)",
-                sequencer.lock()
-            );
+    /// The text given, and where: the flag wins over the environment. An
+    /// empty `PALISADE_SEQUENCER` counts as unset.
+    fn given(&self) -> Option<(&str, Origin)> {
+        match (&self.sequencer, &self.from_env) {
+            (Some(text), _) => Some((text, Origin::Flag)),
+            (None, Some(text)) if !text.trim().is_empty() => Some((text, Origin::Env)),
+            (None, _) => None,
         }
-        Ok(Some(sequencer))
     }
 
-    /// The sequencer a write needs.
-    fn required_for(&self, lock: &LockName) -> anyhow::Result<Sequencer> {
-        self.for_lock(lock)?.ok_or_else(|| {
-            anyhow::anyhow!(
-                "a write needs a sequencer: pass --sequencer, set PALISADE_SEQUENCER, or run under `palisade lock {lock} -- ...`"
-            )
+    fn parse(text: &str, origin: Origin) -> anyhow::Result<Sequencer> {
+        text.trim().parse().map_err(|error| {
+            anyhow::anyhow!("malformed sequencer (from {}): {error}", origin.name())
         })
+    }
+
+    /// The sequencer to send to `lock`, if any. One from `--sequencer` must
+    /// be for `lock`; one from the environment for another lock is left
+    /// out (a read of another lock is a plain read).
+    fn for_lock(&self, lock: &LockName) -> anyhow::Result<Option<Sequencer>> {
+        let Some((text, origin)) = self.given() else {
+            return Ok(None);
+        };
+        let sequencer = Self::parse(text, origin)?;
+        if sequencer.lock() == lock {
+            return Ok(Some(sequencer));
+        }
+        match origin {
+            Origin::Flag => anyhow::bail!(
+                "the sequencer is for lock `{}`, not `{lock}` (from --sequencer)",
+                sequencer.lock()
+            ),
+            Origin::Env => Ok(None),
+        }
+    }
+
+    /// The sequencer a write to `lock` needs.
+    fn required_for(&self, lock: &LockName) -> anyhow::Result<Sequencer> {
+        if let Some(sequencer) = self.for_lock(lock)? {
+            return Ok(sequencer);
+        }
+        let hint = match self.given() {
+            // `for_lock` only drops an environment sequencer of another
+            // lock, and it has parsed already.
+            Some((text, _)) => match Self::parse(text, Origin::Env) {
+                Ok(other) => format!(
+                    "{SEQUENCER_ENV} is for lock `{}`; pass --sequencer, or run under `palisade lock {lock} -- ...`",
+                    other.lock()
+                ),
+                Err(error) => error.to_string(),
+            },
+            None => format!(
+                "pass --sequencer, set {SEQUENCER_ENV}, or run under `palisade lock {lock} -- ...`"
+            ),
+        };
+        anyhow::bail!("a write needs a sequencer for lock `{lock}`: {hint}")
     }
 }
 
@@ -152,7 +214,8 @@ pub(crate) struct GetArgs {
     key: OsString,
     #[command(flatten)]
     sequencer: SequencerArg,
-    /// Read without a sequencer even if PALISADE_SEQUENCER is set.
+    /// Read without a sequencer, even when PALISADE_SEQUENCER is one for
+    /// this lock.
     #[arg(long, conflicts_with = "sequencer")]
     no_sequencer: bool,
     #[command(flatten)]
@@ -371,7 +434,7 @@ fn result_name(result: OpResult) -> &'static str {
     }
 }
 
-fn marks_text(marks: Marks) -> String {
+pub(crate) fn marks_text(marks: Marks) -> String {
     format!(
         "marks: exclusive {}, shared {}",
         marks.exclusive, marks.shared
@@ -460,7 +523,7 @@ fn stale_message(
 }
 
 /// A failure of the request itself, as one line.
-fn server_error(error: &ClientError, server: &str) -> anyhow::Error {
+pub(crate) fn server_error(error: &ClientError, server: &str) -> anyhow::Error {
     match error {
         ClientError::Connect { .. } => anyhow::anyhow!(
             "cannot connect to the resource server at {server}: {}",
@@ -488,10 +551,13 @@ mod tests {
     fn a_sequencer_for_another_lock_is_refused_before_sending() {
         let arg = SequencerArg {
             sequencer: Some("v1;lock=a;mode=exclusive;gen=3".to_owned()),
+            from_env: None,
         };
         let error = arg.for_lock(&LockName::new("b").unwrap()).unwrap_err();
         assert!(
-            error.to_string().contains("is for lock `a`, not `b`"),
+            error
+                .to_string()
+                .contains("is for lock `a`, not `b` (from --sequencer)"),
             "{error}"
         );
         let sequencer = arg.for_lock(&LockName::new("a").unwrap()).unwrap().unwrap();
@@ -499,9 +565,32 @@ mod tests {
     }
 
     #[test]
+    fn a_sequencer_from_the_environment_applies_to_its_own_lock_only() {
+        let arg = SequencerArg {
+            sequencer: None,
+            from_env: Some("v1;lock=a;mode=exclusive;gen=3".to_owned()),
+        };
+        let (a, b) = (LockName::new("a").unwrap(), LockName::new("b").unwrap());
+        assert_eq!(arg.for_lock(&a).unwrap().unwrap().generation().get(), 3);
+        assert!(arg.for_lock(&b).unwrap().is_none(), "a read of b is plain");
+        let error = arg.required_for(&b).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "a write needs a sequencer for lock `b`: PALISADE_SEQUENCER is for lock `a`; \
+             pass --sequencer, or run under `palisade lock b -- ...`"
+        );
+        let flag = SequencerArg {
+            sequencer: Some("v1;lock=b;mode=exclusive;gen=7".to_owned()),
+            ..arg
+        };
+        assert_eq!(flag.required_for(&b).unwrap().generation().get(), 7);
+    }
+
+    #[test]
     fn a_malformed_sequencer_says_why() {
         let arg = SequencerArg {
             sequencer: Some("v2;lock=a".to_owned()),
+            from_env: None,
         };
         let error = arg.for_lock(&LockName::new("a").unwrap()).unwrap_err();
         let text = error.to_string();

@@ -1,7 +1,7 @@
 //! `palisade lock <name> -- <command>`: take a lock, run a command under
 //! it, release it afterwards.
 //!
-//! Like `etcdctl lock`, with two differences that matter for fencing:
+//! Like `etcdctl lock`, with differences that matter for fencing:
 //!
 //! - the command gets the lock's **sequencer** in `PALISADE_SEQUENCER`, so
 //!   it can send it with every write (`palisade put` reads it from there);
@@ -9,7 +9,11 @@
 //!   revoked or expired it, renewals failed, the holder key was deleted),
 //!   the command is sent SIGTERM at once and SIGKILL after `--grace`, so it
 //!   does not go on working as if it still held the lock. `palisade lock`
-//!   then exits with code 7, whatever the command returned.
+//!   then exits with code 7, whatever the command returned;
+//! - with a resource server known, the lock's marks are raised to the new
+//!   generation before the command starts (`fence.rs`);
+//! - if `palisade lock` itself is killed (SIGKILL included), the command
+//!   and its process group die with it (Linux; `parent_death.rs`).
 //!
 //! Progress goes to standard error, which keeps standard output for the
 //! command alone.
@@ -26,6 +30,7 @@ use crate::backend::{AnyGuard, AnyLock, BackendArgs, lock_error_text};
 use crate::child::{self, Child, Signals};
 use crate::duration::{self, human};
 use crate::exit::{self, Failure};
+use crate::fence::FenceArgs;
 
 /// The lock mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -70,6 +75,7 @@ pub(crate) struct LockArgs {
     /// Run the command in this process's process group instead of a new
     /// one. Signals then reach the command only, not the processes it
     /// started; use it for interactive commands that read the terminal.
+    /// If `palisade lock` is killed, only the command itself dies with it.
     #[arg(long)]
     no_process_group: bool,
 
@@ -79,6 +85,9 @@ pub(crate) struct LockArgs {
 
     #[command(flatten)]
     backend: BackendArgs,
+
+    #[command(flatten)]
+    fence: FenceArgs,
 
     /// The command to run while holding the lock, and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -90,13 +99,20 @@ The command gets PALISADE_SEQUENCER (the sequencer's text form), PALISADE_LOCK,
 PALISADE_MODE, PALISADE_GENERATION and PALISADE_LEASE in its environment.
 Progress and the sequencer are printed on standard error.
 
+With --server (or PALISADE_SERVER), the lock's marks are raised on that
+resource server before the command starts (one line on standard error), so
+older holders are refused at once; the command does not run if that fails.
+
 Examples:
-  palisade lock --backend etcd --etcd-endpoints 127.0.0.1:2379 orders/42 -- \\
-      palisade put orders/42 stock 7
+  palisade lock --backend etcd --etcd-endpoints 127.0.0.1:2379 \\
+      --server http://127.0.0.1:7411 orders/42 -- palisade put orders/42 stock 7
   PALISADE_BACKEND=redis PALISADE_REDIS_URL=redis://127.0.0.1:6379 \\
       palisade lock --wait 30s --grace 5s nightly-report -- ./report.sh
 
-Exit codes: the command's own; 6 if the lock was not granted within --wait;
+Exit codes: the command's own; 4 if the fence was refused as stale (the lock
+service's generations went backwards), 5 if refused otherwise, 1 if the
+server could not be reached (the command did not run in these three cases);
+6 if the lock was not granted within --wait;
 7 if the lease was lost while the command ran; 126/127 if the command could
 not be run; 1 on other errors; 128+N if interrupted by signal N while waiting.";
 
@@ -151,6 +167,29 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
         );
     }
 
+    // Before the command starts, raise the marks to this generation, so an
+    // older holder paused past its lease is refused from now on.
+    let fenced = tokio::select! {
+        fenced = args.fence.fence(&sequencer, args.quiet) => fenced,
+        signal = signals.recv() => Err(interrupted(signal, &name, "fencing").into()),
+    };
+    if let Err(error) = fenced {
+        release(guard, &name).await;
+        close(lock, false).await;
+        return Err(error);
+    }
+    // A slow fence may have outlasted the lease: then the command never
+    // starts either.
+    if let Err(error) = guard.sequencer() {
+        eprintln!(
+            "palisade: {}; the command did not run",
+            lock_error_text(&error)
+        );
+        let _ = tokio::time::timeout(CLEANUP_TIMEOUT, guard.release()).await;
+        close(lock, false).await;
+        return Ok(exit::LEASE_LOST);
+    }
+
     let mut env = vec![
         ("PALISADE_SEQUENCER", sequencer.to_string()),
         ("PALISADE_LOCK", name.to_string()),
@@ -159,6 +198,10 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
     ];
     if let Some(lease) = sequencer.lease() {
         env.push(("PALISADE_LEASE", lease.to_owned()));
+    }
+    // The server just fenced is the one the command's writes should go to.
+    if let Some(server) = args.fence.single_server() {
+        env.push(("PALISADE_SERVER", server.to_owned()));
     }
     let mut child = match Child::spawn(&args.command, &env, !args.no_process_group) {
         Ok(child) => child,
@@ -171,6 +214,9 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
     tracing::debug!(lock = %name, pid = child.pid(), "command started");
 
     let outcome = supervise(&mut child, &guard, &name, args.grace, &mut signals).await;
+    if outcome.is_ok() {
+        child.disarm();
+    }
     let code = match outcome {
         Ok(Outcome::Exited(code)) => {
             tracing::info!(lock = %name, generation = generation.get(), code, "command exited");

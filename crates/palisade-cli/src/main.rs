@@ -15,9 +15,10 @@
 //!
 //! # Where to start
 //!
-//! - `lock.rs`: `palisade lock`: acquire with progress, run the command,
-//!   stop it when the lease is lost (SIGTERM, then SIGKILL); `child.rs`
-//!   spawns and signals the command.
+//! - `lock.rs`: `palisade lock`: acquire with progress, fence, run the
+//!   command, stop it when the lease is lost (SIGTERM, then SIGKILL);
+//!   `fence.rs` raises the lock's marks on the resource servers before the
+//!   command starts; `child.rs` spawns and signals the command.
 //! - `data.rs`: `put`, `get`, `del`, `marks` over `palisade-client`.
 //! - `backend.rs`: the backend flags and `AnyLock`.
 //! - `exit.rs`: the exit codes, which are part of the contract
@@ -35,7 +36,10 @@ mod data;
 mod demo;
 mod duration;
 mod exit;
+mod fence;
 mod lock;
+#[cfg(target_os = "linux")]
+mod parent_death;
 mod raise_floor;
 mod serve;
 mod signing;
@@ -83,6 +87,16 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Print a fresh signing key as a key ring line, `<key id> <hex secret>`.
     Keygen(signing::KeygenArgs),
+    /// Internal: starts `palisade lock`'s command so that it dies with
+    /// `palisade lock` (see `parent_death.rs`).
+    #[cfg(target_os = "linux")]
+    #[command(hide = true)]
+    Launch(parent_death::LaunchArgs),
+    /// Internal: kills `palisade lock`'s command group if `palisade lock`
+    /// dies (see `parent_death.rs`).
+    #[cfg(target_os = "linux")]
+    #[command(hide = true)]
+    Watchdog(parent_death::WatchdogArgs),
 }
 
 impl Command {
@@ -99,9 +113,31 @@ impl Command {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The launcher and the watchdog are a few system calls each: no
+    // runtime, no logging.
+    #[cfg(target_os = "linux")]
+    match &cli.command {
+        Command::Launch(args) => return parent_death::launch(args),
+        Command::Watchdog(args) => return parent_death::watchdog(args),
+        _ => {}
+    }
+    // `block_on` drives the command on this, the main thread; `palisade
+    // lock` relies on it (see `parent_death::check_main_thread`).
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(error) => {
+            eprintln!("palisade: cannot start the async runtime: {error}");
+            ExitCode::from(exit::ERROR)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env()
@@ -121,6 +157,12 @@ async fn main() -> ExitCode {
         #[cfg(feature = "demo")]
         Command::Demo(args) => demo::run(args).await.map(|()| exit::OK),
         Command::Keygen(args) => signing::keygen(args).map(|()| exit::OK),
+        #[cfg(target_os = "linux")]
+        // Handled in `main`, before any runtime exists.
+        #[cfg(target_os = "linux")]
+        Command::Launch(_) | Command::Watchdog(_) => Err(anyhow::anyhow!(
+            "internal subcommand run inside the runtime"
+        )),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -431,3 +431,64 @@ async fn guard_helpers_refuse_locally_once_the_lease_is_lost() {
     let read = client.get(&lock("G"), b"k", None).await.unwrap().unwrap();
     assert_eq!(read.value.as_deref(), Some(&b"v"[..]));
 }
+
+/// `fence` raises the marks without touching data: exclusive through an
+/// empty batch, shared through a fenced read. An older holder is refused
+/// from then on, and a fence older than the marks is `Stale` and changes
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_raises_the_marks_and_refuses_older_holders() {
+    let server = start().await;
+    let client = Client::new(&server.base).unwrap();
+
+    let marks = client.fence(&excl("fence/x", 5)).await.unwrap().unwrap();
+    assert_eq!(
+        marks,
+        Marks {
+            exclusive: 5,
+            shared: 0
+        }
+    );
+    let late = client
+        .put(&excl("fence/x", 4), b"k", "late", None)
+        .await
+        .unwrap()
+        .expect_err("generation 4 is below the fence");
+    assert!(
+        matches!(late, Refused::Stale { required: 5, .. }),
+        "{late:?}"
+    );
+    let read = client
+        .get(&lock("fence/x"), b"k", None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.value, None, "the fence wrote nothing");
+
+    let shared = client
+        .fence(&seq("fence/x", Mode::Shared, 7))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        shared,
+        Marks {
+            exclusive: 5,
+            shared: 7
+        }
+    );
+    let behind = client
+        .fence(&excl("fence/x", 6))
+        .await
+        .unwrap()
+        .expect_err("an exclusive 6 is below the shared mark 7");
+    assert!(matches!(behind, Refused::Stale { .. }), "{behind:?}");
+    assert_eq!(
+        client.marks(&lock("fence/x")).await.unwrap(),
+        Marks {
+            exclusive: 5,
+            shared: 7
+        },
+        "a refused fence changes nothing"
+    );
+}

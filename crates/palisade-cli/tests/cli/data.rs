@@ -199,3 +199,99 @@ async fn refusals_have_their_codes_and_change_nothing() {
         "lock `data/refusals`: exclusive 9, shared 0\n"
     );
 }
+
+/// `PALISADE_SEQUENCER` is the sequencer of the lock `palisade lock` took:
+/// it applies to that lock only. A read of another lock is a plain read,
+/// `--no-sequencer` may be given alongside it, and a write to another lock
+/// says which lock the sequencer in the environment is for. An explicit
+/// `--sequencer` for the wrong lock is still an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequencer_from_the_environment_applies_to_its_own_lock_only() {
+    let served = serve().await;
+    let server = served.url.as_str();
+    // Lock `env/b` has a value written at generation 9; the command runs
+    // under lock `env/a` at generation 3.
+    run([
+        "put",
+        "--server",
+        server,
+        "--sequencer",
+        &sequencer("env/b", 9),
+        "env/b",
+        "k",
+        "bee",
+    ])
+    .await
+    .assert_code(code::OK);
+    let under_a = |args: &[&str]| {
+        let mut command = palisade(args);
+        command
+            .env("PALISADE_SEQUENCER", sequencer("env/a", 3))
+            .env("PALISADE_SERVER", server);
+        crate::fixtures::finish(command)
+    };
+
+    // The form docs/cli.md shows, and the plain one: both read `env/b`.
+    for args in [
+        &["get", "--no-sequencer", "env/b", "k"][..],
+        &["get", "env/b", "k"][..],
+    ] {
+        let read = under_a(args).await;
+        assert_eq!(read.assert_code(code::OK).stdout, b"bee", "{args:?}");
+    }
+
+    // A write to `env/b` needs `env/b`'s sequencer, and says so.
+    let write = under_a(&["put", "env/b", "k", "from-a"]).await;
+    let line = write.one_line_error(code::ERROR);
+    assert_eq!(
+        line,
+        "palisade: a write needs a sequencer for lock `env/b`: PALISADE_SEQUENCER is for lock \
+         `env/a`; pass --sequencer, or run under `palisade lock env/b -- ...`"
+    );
+    // The right one on the command line is used, not the environment's.
+    let write = under_a(&[
+        "put",
+        "--sequencer",
+        &sequencer("env/b", 9),
+        "env/b",
+        "k",
+        "b2",
+    ])
+    .await;
+    write.assert_code(code::OK);
+
+    // An explicit sequencer for the wrong lock is refused before sending.
+    let wrong = under_a(&["get", "--sequencer", &sequencer("env/a", 3), "env/b", "k"]).await;
+    let line = wrong.one_line_error(code::ERROR);
+    assert_eq!(
+        line,
+        "palisade: the sequencer is for lock `env/a`, not `env/b` (from --sequencer)"
+    );
+
+    // Its own lock: the read is fenced with it (the mark moves to 3)...
+    under_a(&["put", "env/a", "k", "ay"])
+        .await
+        .assert_code(code::OK);
+    let fenced = under_a(&["get", "--json", "env/a", "k"]).await;
+    let answer: Value = serde_json::from_slice(&fenced.assert_code(code::OK).stdout).expect("JSON");
+    assert_eq!(answer["marks"]["exclusive"], 3);
+    // ...and `--no-sequencer` overrides it: a plain read still works once
+    // a newer holder has written, where the fenced read is stale.
+    run([
+        "put",
+        "--server",
+        server,
+        "--sequencer",
+        &sequencer("env/a", 4),
+        "env/a",
+        "k",
+        "ay4",
+    ])
+    .await
+    .assert_code(code::OK);
+    under_a(&["get", "env/a", "k"])
+        .await
+        .one_line_error(code::STALE);
+    let plain = under_a(&["get", "--no-sequencer", "env/a", "k"]).await;
+    assert_eq!(plain.assert_code(code::OK).stdout, b"ay4");
+}

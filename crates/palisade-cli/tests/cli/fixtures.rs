@@ -158,15 +158,15 @@ pub(crate) struct Served {
 /// Starts `palisade serve --listen 127.0.0.1:0` and waits for its
 /// "listening on" line.
 pub(crate) async fn serve() -> Served {
-    serve_with(&[]).await
+    serve_with::<&str>(&[]).await
 }
 
-/// As [`serve`], with more flags (`--live-check redis --redis-url ...`).
-pub(crate) async fn serve_with(flags: &[String]) -> Served {
+/// [`serve`] with more flags (`--tokens-file`, `--verify-keys-file`...).
+pub(crate) async fn serve_with<S: AsRef<std::ffi::OsStr>>(extra: &[S]) -> Served {
     let data_dir = tempfile::tempdir().expect("temp dir");
     let mut child = palisade(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir.path())
-        .args(flags)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

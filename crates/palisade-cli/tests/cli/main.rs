@@ -21,8 +21,10 @@
 
 mod bad_input;
 mod data;
+mod fence_on_acquire;
 mod fixtures;
 mod lease_lost;
+mod lock_killed;
 mod lock_write;
 mod redis_tls;
 mod regression;

@@ -1,0 +1,279 @@
+//! `palisade lock` fences on acquire: with a resource server known, it
+//! raises the lock's marks to its new generation before the command
+//! starts, so a holder paused past its lease is refused even when the new
+//! holder has not written anything yet.
+
+use std::io::Write as _;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::fixtures::{
+    Backend, Finished, code, finish, next_line, palisade, scratch, serve, serve_with, unique_name,
+};
+
+/// Generous bounds for a loaded 2-core machine; A's lease is 2 s.
+const STARTUP_LIMIT: Duration = Duration::from_secs(30);
+const WRITE_LIMIT: Duration = Duration::from_secs(30);
+
+/// A takes the lock and is stopped (SIGSTOP) with a write in hand; its
+/// lease runs out; B takes the lock and does nothing but start a command
+/// that exits at once; then A's write goes out. Returns B's run and the
+/// exit code of A's `palisade put`.
+async fn paused_holder_writes_after_a_new_grant(
+    backend: &Backend,
+    test: &str,
+    b_flags: &[&str],
+) -> (
+    Finished,
+    i32,
+    crate::fixtures::Served,
+    palisade_core::LockName,
+) {
+    let served = serve().await;
+    let name = unique_name(backend.name(), test);
+    let files = scratch();
+    let go = files.path().join("go");
+
+    // A: fences on acquire too (PALISADE_SERVER), then waits on a FIFO
+    // with its write in hand, and prints the write's exit code.
+    let script = r#"mkfifo "$GO" && echo ready || exit 1
+read _ < "$GO"
+"$PALISADE_BIN" put "$PALISADE_LOCK" k from-a > /dev/null 2>&1
+echo "$?""#;
+    let mut a = palisade(["lock", "--ttl", "2s"]);
+    a.args(backend.flags())
+        .args([name.as_str(), "--", "sh", "-c", script])
+        .env("PALISADE_SERVER", &served.url)
+        .env("GO", &go)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut a = a.spawn().expect("palisade lock (A) starts");
+    let mut a_out = BufReader::new(a.stdout.take().expect("stdout")).lines();
+    assert_eq!(next_line(&mut a_out, STARTUP_LIMIT).await, "ready");
+    let a_pid = Pid::from_raw(i32::try_from(a.id().expect("A runs")).expect("pid"));
+    // A stops: no more renewals; the lock service ends its lease.
+    kill(a_pid, Signal::SIGSTOP).expect("SIGSTOP A");
+
+    // B waits for A's lease to run out, then its command exits at once:
+    // B writes nothing.
+    let mut b = palisade(["lock", "--wait", "30s", "--server", &served.url]);
+    b.args(b_flags)
+        .args(backend.flags())
+        .args([name.as_str(), "--", "true"]);
+    let b = finish(b).await;
+
+    // A's write goes out now; A's own `palisade lock` is still stopped.
+    let writer = std::thread::spawn(move || {
+        let mut fifo = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&go)
+            .expect("open the FIFO");
+        fifo.write_all(b"go\n").expect("write the FIFO");
+    });
+    let put_code = next_line(&mut a_out, WRITE_LIMIT).await;
+    writer.join().expect("FIFO writer");
+    kill(a_pid, Signal::SIGCONT).expect("SIGCONT A");
+    let _ = tokio::time::timeout(STARTUP_LIMIT, a.wait()).await;
+    let put_code = put_code.parse().expect("an exit code");
+    (b, put_code, served, name)
+}
+
+async fn late_write_is_refused_after_a_fenced_grant(backend: Backend) {
+    let (b, put_code, served, name) =
+        paused_holder_writes_after_a_new_grant(&backend, "fenced", &[]).await;
+    b.assert_code(code::OK);
+    let b_sequencer = crate::fixtures::printed_sequencer(&b.stderr);
+    let generation = b_sequencer.generation();
+    assert!(
+        b.stderr.contains(&format!(
+            "palisade: fenced lock `{name}` at {} (marks: exclusive {generation}, shared 0): older holders are refused from now on",
+            served.url
+        )),
+        "{}",
+        b.stderr
+    );
+    assert_eq!(put_code, code::STALE, "A's late write is refused as stale");
+    let read = finish(palisade([
+        "get",
+        "--server",
+        &served.url,
+        name.as_str(),
+        "k",
+    ]))
+    .await;
+    read.one_line_error(code::NOT_FOUND);
+}
+
+/// The same without the fence: A's late write is accepted, which is the
+/// window the fence closes.
+async fn late_write_lands_without_the_fence(backend: Backend) {
+    let (b, put_code, served, name) =
+        paused_holder_writes_after_a_new_grant(&backend, "unfenced", &["--no-fence"]).await;
+    b.assert_code(code::OK);
+    assert!(!b.stderr.contains("fenced lock"), "{}", b.stderr);
+    assert_eq!(put_code, code::OK, "without the fence A's late write lands");
+    let read = finish(palisade([
+        "get",
+        "--server",
+        &served.url,
+        name.as_str(),
+        "k",
+    ]))
+    .await;
+    assert_eq!(read.assert_code(code::OK).stdout, b"from-a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_late_write_is_refused_after_a_fenced_grant() {
+    late_write_is_refused_after_a_fenced_grant(Backend::etcd()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_late_write_is_refused_after_a_fenced_grant() {
+    late_write_is_refused_after_a_fenced_grant(Backend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_late_write_lands_without_the_fence() {
+    late_write_lands_without_the_fence(Backend::etcd()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_late_write_lands_without_the_fence() {
+    late_write_lands_without_the_fence(Backend::redis()).await;
+}
+
+/// A server that cannot be reached: the command does not run, and the
+/// message points at `--no-fence`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_stops_the_command() {
+    let backend = Backend::redis();
+    let name = unique_name(backend.name(), "unreachable");
+    let files = scratch();
+    let marker = files.path().join("ran");
+    let port = palisade_testkit::process::free_port();
+    let mut locked = palisade(["lock", "--quiet"]);
+    locked
+        .args(backend.flags())
+        .args(["--server", &format!("http://127.0.0.1:{port}")])
+        .args([name.as_str(), "--", "touch"])
+        .arg(&marker);
+    let locked = finish(locked).await;
+    let line = locked.one_line_error(code::ERROR);
+    assert!(
+        line.contains(&format!("cannot fence lock `{name}`")),
+        "{line}"
+    );
+    assert!(
+        line.contains("cannot connect to the resource server"),
+        "{line}"
+    );
+    assert!(
+        line.contains("the command did not run (--no-fence"),
+        "{line}"
+    );
+    assert!(!marker.exists(), "the command ran");
+}
+
+/// A fence refused as stale right after a grant: the lock service's
+/// generations are behind the server's marks. The command does not run;
+/// exit code 4 and the recovery command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_fence_names_the_regression_and_its_recovery() {
+    let backend = Backend::etcd();
+    let served = serve().await;
+    let name = unique_name(backend.name(), "behind");
+    // Marks far above anything this fresh etcd will hand out, as after a
+    // restore of an old etcd backup.
+    let ahead = format!("v1;lock={name};mode=exclusive;gen=1000000000");
+    finish(palisade([
+        "put",
+        "--server",
+        &served.url,
+        "--sequencer",
+        &ahead,
+        name.as_str(),
+        "k",
+        "v",
+    ]))
+    .await
+    .assert_code(code::OK);
+    let files = scratch();
+    let marker = files.path().join("ran");
+    let mut locked = palisade(["lock", "--quiet", "--server", &served.url]);
+    locked
+        .args(backend.flags())
+        .args([name.as_str(), "--", "touch"])
+        .arg(&marker);
+    let locked = finish(locked).await;
+    let line = locked.one_line_error(code::STALE);
+    assert!(line.contains("went backwards"), "{line}");
+    assert!(
+        line.contains(&format!(
+            "`palisade raise-floor {name} --server {}`",
+            served.url
+        )),
+        "{line}"
+    );
+    assert!(!marker.exists(), "the command ran");
+}
+
+/// Signed sequencers and bearer tokens: the fence sends the signed
+/// sequencer with the token, as `palisade put` does, and a server that
+/// requires both accepts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_carries_the_signature_and_the_token() {
+    let backend = Backend::redis();
+    let files = scratch();
+    let ring = files.path().join("ring");
+    let tokens = files.path().join("tokens");
+    std::fs::write(
+        &ring,
+        "k1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n",
+    )
+    .expect("ring");
+    let token = "fenceTokenAbcdefghijklmnop";
+    std::fs::write(&tokens, format!("{token} cli/\n")).expect("tokens");
+    let served = serve_with(&[
+        "--verify-keys-file".as_ref(),
+        ring.as_os_str(),
+        "--tokens-file".as_ref(),
+        tokens.as_os_str(),
+    ])
+    .await;
+    let name = unique_name(backend.name(), "signed");
+
+    let mut locked = palisade(["lock", "--server", &served.url]);
+    locked
+        .args(backend.flags())
+        .arg("--sign-key-file")
+        .arg(&ring)
+        .args([name.as_str(), "--", "sh", "-c"])
+        .arg(r#""$PALISADE_BIN" put "$PALISADE_LOCK" k signed"#)
+        .env("PALISADE_TOKEN", token);
+    let locked = finish(locked).await;
+    locked.assert_code(code::OK);
+    assert!(
+        locked.stderr.contains("palisade: fenced lock"),
+        "{}",
+        locked.stderr
+    );
+
+    // Without the token the fence is refused by the server, and the
+    // command does not run.
+    let marker = files.path().join("ran");
+    let mut untokened = palisade(["lock", "--quiet", "--server", &served.url]);
+    untokened
+        .args(backend.flags())
+        .arg("--sign-key-file")
+        .arg(&ring)
+        .args([name.as_str(), "--", "touch"])
+        .arg(&marker);
+    let line = finish(untokened).await.one_line_error(code::ERROR);
+    assert!(line.contains("cannot fence lock"), "{line}");
+    assert!(!marker.exists(), "the command ran");
+}
