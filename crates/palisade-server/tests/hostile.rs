@@ -7,92 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use palisade_server::{AppState, ServerLimits, run};
-use palisade_store::{Store, StoreConfig};
+use palisade_server::ServerLimits;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-struct Running {
-    addr: std::net::SocketAddr,
-    base: String,
-    stop: oneshot::Sender<()>,
-    server: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
-}
+mod tcp;
 
-async fn start(limits: ServerLimits) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let state = AppState::new(store).with_limits(limits);
-    let server = tokio::spawn(async move {
-        run(listener, state, async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
-    Running {
-        addr,
-        base: format!("http://{addr}"),
-        stop,
-        server,
-        _dir: dir,
-    }
-}
-
-impl Running {
-    async fn shut_down(self) {
-        self.stop.send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(30), self.server)
-            .await
-            .expect("the server shuts down")
-            .unwrap();
-    }
-}
-
-fn excl(lock: &str, generation: u64) -> String {
-    format!("v1;lock={lock};mode=exclusive;gen={generation}")
-}
-
-async fn metric(http: &reqwest::Client, base: &str, series: &str) -> u64 {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no series {series}"))
-        .parse()
-        .unwrap()
-}
-
-/// Reads until the peer closes (or `limit` passes); what arrived.
-async fn read_until_closed(
-    stream: &mut (impl tokio::io::AsyncRead + Unpin),
-    limit: Duration,
-) -> Vec<u8> {
-    let mut received = Vec::new();
-    let mut buffer = [0u8; 4096];
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        match tokio::time::timeout_at(deadline, stream.read(&mut buffer)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return received,
-            Ok(Ok(n)) => received.extend_from_slice(&buffer[..n]),
-            Err(_elapsed) => panic!(
-                "the server did not close within {limit:?}; got {:?}",
-                String::from_utf8_lossy(&received)
-            ),
-        }
-    }
-}
+use tcp::{exchange, excl, metric, read_until_closed, start};
 
 /// One slowloris connection after another: each sends a request line and
 /// then one header byte every 100 ms, forever, until the server closes it;
@@ -296,21 +218,6 @@ async fn a_trickling_body_is_cut_at_the_body_timeout_with_408() {
     running.shut_down().await;
 }
 
-/// Sends `request` on a fresh connection and returns what comes back
-/// before the server closes.
-async fn exchange(addr: std::net::SocketAddr, request: Vec<u8>) -> String {
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut reader, mut writer) = stream.into_split();
-    // The server may answer and close before it has read everything.
-    let sender = tokio::spawn(async move {
-        let _ = writer.write_all(&request).await;
-        writer
-    });
-    let answer = read_until_closed(&mut reader, Duration::from_secs(10)).await;
-    drop(sender.await);
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_or_countless_headers_get_431_and_the_server_stays_healthy() {
     let running = start(ServerLimits::default()).await;
@@ -363,11 +270,11 @@ fn with_headers(extra: usize) -> Vec<u8> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_the_connection_bound_new_connections_wait_and_open_ones_keep_working() {
+async fn over_the_connection_bound_the_oldest_unfinished_connection_is_shed() {
     const BOUND: usize = 4;
-    // Long enough that the slow connections outlive every check below on a
-    // loaded machine (a flushed write can take a while there).
-    let header_timeout = Duration::from_secs(10);
+    // Long enough that no slow connection reaches it during the test: any
+    // connection closed here was shed.
+    let header_timeout = Duration::from_secs(30);
     let mut limits = ServerLimits::default();
     limits.max_connections = BOUND;
     limits.header_read_timeout = header_timeout;
@@ -381,40 +288,52 @@ async fn over_the_connection_bound_new_connections_wait_and_open_ones_keep_worki
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
-    // Three connections that never finish their headers fill the rest.
+    // Three connections that never finish their headers fill the rest,
+    // the first one oldest.
+    let open = "palisade_open_connections";
     let mut slow = Vec::new();
-    for _ in 1..BOUND {
+    for opened in 1..BOUND {
         let mut stream = TcpStream::connect(running.addr).await.unwrap();
         stream
             .write_all(b"GET /healthz HTTP/1.1\r\nx-slow: ")
             .await
             .unwrap();
         slow.push(stream);
-    }
-    let open = "palisade_open_connections";
-    let waited = Instant::now();
-    while metric(&http, &running.base, open).await < BOUND as u64 {
-        assert!(
-            waited.elapsed() < Duration::from_secs(2),
-            "the slow connections were not accepted"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Accepted in this order: the first is the oldest.
+        let waited = Instant::now();
+        while metric(&http, &running.base, open).await < 1 + opened as u64 {
+            assert!(
+                waited.elapsed() < Duration::from_secs(10),
+                "slow connection {opened} was not accepted"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
-    // A fifth connection is not served while the bound is reached...
-    let mut fifth = TcpStream::connect(running.addr).await.unwrap();
-    fifth
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    // A fifth connection is served at once...
     let sent = Instant::now();
-    let mut first_byte = [0u8; 1];
-    let early = tokio::time::timeout(Duration::from_millis(300), fifth.read(&mut first_byte)).await;
+    let answer = exchange(
+        running.addr,
+        b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".to_vec(),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(
-        early.is_err(),
-        "the fifth connection was served over the bound"
+        sent.elapsed() < Duration::from_secs(5),
+        "served after {:?}",
+        sent.elapsed()
     );
-    // ...while the open connection keeps working and the bound holds.
+    // ...in the place of the oldest slow connection, closed without an
+    // answer; the younger ones and the honest keep-alive one stay.
+    let mut slow = slow.into_iter();
+    let mut oldest = slow.next().unwrap();
+    let rest = read_until_closed(&mut oldest, Duration::from_secs(10)).await;
+    assert!(rest.is_empty(), "the shed connection got an answer");
+    for mut younger in slow {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_millis(200), younger.read(&mut byte)).await;
+        assert!(read.is_err(), "a younger slow connection was closed");
+    }
     let write = http
         .put(format!("{}/v1/locks/bound/keys/k", running.base))
         .header("palisade-sequencer", excl("bound", 1))
@@ -423,20 +342,258 @@ async fn over_the_connection_bound_new_connections_wait_and_open_ones_keep_worki
         .await
         .unwrap();
     assert_eq!(write.status(), 200);
-    assert_eq!(metric(&http, &running.base, open).await, BOUND as u64);
+    let shed = "palisade_connections_closed_total{reason=\"shed\"}";
+    assert_eq!(metric(&http, &running.base, shed).await, 1);
+    running.shut_down().await;
+}
 
-    // Once the header time limit closes the slow ones, it is served.
-    let answer = read_until_closed(&mut fifth, header_timeout + Duration::from_secs(10)).await;
-    let answer = String::from_utf8_lossy(&answer);
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(
-        sent.elapsed() < header_timeout + Duration::from_secs(5),
-        "served after {:?}",
-        sent.elapsed()
-    );
-    for mut stream in slow {
-        let rest = read_until_closed(&mut stream, Duration::from_secs(10)).await;
-        assert!(rest.is_empty(), "a slow connection got an answer");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_connection_is_inside_a_request_a_new_one_waits_at_most_the_header_time_limit() {
+    const BOUND: usize = 2;
+    let header_timeout = Duration::from_secs(1);
+    let mut limits = ServerLimits::default();
+    limits.max_connections = BOUND;
+    limits.header_read_timeout = header_timeout;
+    limits.body_read_timeout = Duration::from_secs(60);
+    let running = start(limits).await;
+
+    // Both slots inside a request: headers in, the handler waiting for
+    // the body (hyper's `100 Continue` says the handler has started
+    // reading it).
+    let mut busy = Vec::new();
+    for index in 0..BOUND {
+        let mut stream = TcpStream::connect(running.addr).await.unwrap();
+        let lock = format!("busy{index}");
+        let head = format!(
+            "PUT /v1/locks/{lock}/keys/k HTTP/1.1\r\nhost: x\r\npalisade-sequencer: {}\r\ncontent-length: 100\r\nexpect: 100-continue\r\n\r\n",
+            excl(&lock, 1)
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut continue_line = Vec::new();
+        while !continue_line.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut byte))
+                .await
+                .expect("100 Continue in time")
+                .unwrap();
+            continue_line.push(byte[0]);
+        }
+        assert!(continue_line.starts_with(b"HTTP/1.1 100"));
+        busy.push(stream);
     }
+
+    // A third connection is neither served nor allowed to shed a request
+    // in progress: it is closed, unanswered, after the header time limit.
+    let sent = Instant::now();
+    let answer = exchange(
+        running.addr,
+        b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".to_vec(),
+    )
+    .await;
+    let waited = sent.elapsed();
+    assert!(answer.is_empty(), "answered over the bound: {answer}");
+    assert!(
+        waited >= header_timeout - Duration::from_millis(100),
+        "closed after {waited:?}"
+    );
+    // Both requests in progress are intact: they finish and are applied.
+    for (index, mut stream) in busy.into_iter().enumerate() {
+        stream.write_all(&[b'y'; 100]).await.unwrap();
+        let mut answer = vec![0u8; 12];
+        stream.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"HTTP/1.1 200", "request {index}");
+    }
+    running.shut_down().await;
+}
+
+/// Raises this process's soft limit on open files to at least `needed`
+/// (within the hard limit); fails with a hint if the hard limit is lower.
+fn raise_open_file_limit(needed: u64) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    if soft >= needed {
+        return;
+    }
+    assert!(
+        hard >= needed,
+        "this test needs {needed} open files; the hard limit is {hard} (raise it: `ulimit -Hn {needed}` as root, or LimitNOFILE= in the CI unit)"
+    );
+    setrlimit(Resource::RLIMIT_NOFILE, needed, hard).unwrap();
+}
+
+/// What the slow crowd did.
+#[derive(Debug, Default)]
+struct CrowdReport {
+    connects: u64,
+    closed_by_server: u64,
+}
+
+/// `size` connections that each send a request line and then one header
+/// byte per `round`, all from one task, round robin. A connection the
+/// server closes is opened again in the next round, so the crowd stays
+/// over the bound for as long as it runs. `connected` is told once
+/// `signal_at` connections have been opened.
+async fn slow_crowd(
+    addr: std::net::SocketAddr,
+    size: usize,
+    round: Duration,
+    stop: Arc<AtomicBool>,
+    (signal_at, connected): (usize, oneshot::Sender<()>),
+) -> CrowdReport {
+    const HEAD: &[u8] = b"PUT /v1/locks/victim/keys/k HTTP/1.1\r\nhost: x\r\nx-slow: ";
+    let mut report = CrowdReport::default();
+    let mut crowd: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    let mut connected = Some(connected);
+    let mut ticks = tokio::time::interval(round);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !stop.load(Ordering::SeqCst) {
+        ticks.tick().await;
+        for slot in &mut crowd {
+            if let Some(stream) = slot {
+                let mut byte = [0u8; 64];
+                let closed = match stream.try_read(&mut byte) {
+                    Ok(_) => true, // EOF, or an answer: either way, done.
+                    Err(error) => error.kind() != std::io::ErrorKind::WouldBlock,
+                };
+                if closed || stream.try_write(b"a").is_err() {
+                    report.closed_by_server += 1;
+                    *slot = None;
+                }
+                continue;
+            }
+            // Over the bound an unpatched server leaves connections in
+            // the accept queue: the connect succeeds there anyway.
+            let Ok(Ok(stream)) =
+                tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await
+            else {
+                continue;
+            };
+            if stream.try_write(HEAD).is_ok() {
+                report.connects += 1;
+                *slot = Some(stream);
+            }
+            if report.connects >= signal_at as u64 {
+                if let Some(connected) = connected.take() {
+                    let _ = connected.send(());
+                }
+            }
+        }
+    }
+    report
+}
+
+/// One honest writer: a keep-alive client writing `lock` for `length`,
+/// generation after generation. Each write's latency, or the failure.
+async fn honest_writer(
+    base: String,
+    lock: String,
+    length: Duration,
+) -> Vec<Result<Duration, String>> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let mut outcomes = Vec::new();
+    let mut generation = 0u64;
+    while started.elapsed() < length {
+        generation += 1;
+        let sent = Instant::now();
+        let outcome = match http
+            .put(format!("{base}/v1/locks/{lock}/keys/k"))
+            .header("palisade-sequencer", excl(&lock, generation))
+            .body(format!("value {generation}"))
+            .send()
+            .await
+        {
+            Ok(response) if response.status() == 200 => Ok(sent.elapsed()),
+            Ok(response) => Err(format!("status {}", response.status())),
+            Err(error) => Err(format!("{error:?}")),
+        };
+        outcomes.push(outcome);
+    }
+    outcomes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_crowd_over_the_connection_bound_does_not_starve_honest_writers() {
+    const CROWD: usize = 1500;
+    const WRITERS: usize = 8;
+    const LENGTH: Duration = Duration::from_secs(20);
+    /// Generous for a loaded 2-core machine; without shedding, honest
+    /// connections wait in the accept queue for whole header time limits.
+    const P99_BOUND: Duration = Duration::from_secs(1);
+    // The crowd, the server's side of it, and some room.
+    raise_open_file_limit(4096);
+    let limits = ServerLimits::default();
+    assert_eq!(limits.max_connections, 1024);
+    let running = start(limits).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (over_the_bound, crowd_over_the_bound) = oneshot::channel();
+    let crowd = tokio::spawn(slow_crowd(
+        running.addr,
+        CROWD,
+        Duration::from_secs(1),
+        Arc::clone(&stop),
+        (limits.max_connections + 64, over_the_bound),
+    ));
+    crowd_over_the_bound.await.expect("the crowd connects");
+
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|index| {
+            tokio::spawn(honest_writer(
+                running.base.clone(),
+                format!("honest{index}"),
+                LENGTH,
+            ))
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut failures = Vec::new();
+    for writer in writers {
+        for outcome in writer.await.unwrap() {
+            match outcome {
+                Ok(latency) => latencies.push(latency),
+                Err(failure) => failures.push(failure),
+            }
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let report = crowd.await.unwrap();
+
+    latencies.sort();
+    let p99 = latencies
+        .get((latencies.len() * 99).div_ceil(100).saturating_sub(1))
+        .copied()
+        .unwrap_or(Duration::MAX);
+    let http = reqwest::Client::new();
+    let shed = metric(
+        &http,
+        &running.base,
+        "palisade_connections_closed_total{reason=\"shed\"}",
+    )
+    .await;
+    eprintln!(
+        "slow crowd of {CROWD}: {} connects, {} closed by the server ({shed} shed); \
+         {WRITERS} honest writers: {} writes, {} failed, p50 {:?}, p99 {p99:?}, max {:?}",
+        report.connects,
+        report.closed_by_server,
+        latencies.len(),
+        failures.len(),
+        latencies.get(latencies.len() / 2),
+        latencies.last(),
+    );
+    assert!(failures.is_empty(), "honest writes failed: {failures:?}");
+    assert!(
+        p99 < P99_BOUND,
+        "honest p99 {p99:?} over {} writes",
+        latencies.len()
+    );
+    // The crowd really was over the bound the whole time.
+    assert!(
+        shed >= (CROWD - 1024) as u64,
+        "only {shed} connections were shed"
+    );
     running.shut_down().await;
 }
