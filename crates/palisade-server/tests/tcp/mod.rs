@@ -21,12 +21,17 @@ pub(crate) struct Running {
 }
 
 pub(crate) async fn start(limits: ServerLimits) -> Running {
+    start_with(|state| state.with_limits(limits)).await
+}
+
+/// A server whose state `configure` finishes (tokens, limits...).
+pub(crate) async fn start_with(configure: impl FnOnce(AppState) -> AppState) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let state = AppState::new(store).with_limits(limits);
+    let state = configure(AppState::new(store));
     let server = tokio::spawn(async move {
         run(listener, state, async {
             let _ = stopped.await;
