@@ -342,7 +342,14 @@ async fn over_the_connection_bound_the_oldest_unfinished_connection_is_shed() {
         .await
         .unwrap();
     assert_eq!(write.status(), 200);
+    // Counted as the shed connection's task ends, maybe just after the
+    // close was seen.
     let shed = "palisade_connections_closed_total{reason=\"shed\"}";
+    let waited = Instant::now();
+    while metric(&http, &running.base, shed).await < 1 {
+        assert!(waited.elapsed() < Duration::from_secs(10), "not counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(metric(&http, &running.base, shed).await, 1);
     running.shut_down().await;
 }
