@@ -2,9 +2,10 @@
 //! shutdown, flush.
 //!
 //! The accept loop is our own rather than `axum::serve`, for the limits
-//! `axum::serve` does not offer: a bound on connections, a time limit on
-//! headers (and on the TLS handshake), bounds on header size and count,
-//! and TLS.
+//! `axum::serve` does not offer: a bound on connections (shedding the
+//! longest idle one at the bound, see [`crate::connections`]), a time
+//! limit on headers (and on the TLS handshake), bounds on header size and
+//! count, and TLS.
 
 use std::future::Future;
 use std::sync::Arc;

@@ -6,85 +6,14 @@
 use std::time::Duration;
 
 use palisade_server::{ServerLimits, TokenTable};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
 mod tcp;
 
-use tcp::{Running, exchange, excl, metric, read_until_closed, start, start_with};
+use tcp::{Running, exchange, excl, metric, read_answer, read_until_closed, start, start_with};
 
 const TOKEN: &str = "Zs8AkP2v1nQxWm4rT7yBcD3e";
-
-/// An answer read off the wire: its head, and its body (by
-/// `content-length`).
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.as_str())
-    }
-
-    fn says_close(&self) -> bool {
-        self.header("connection")
-            .is_some_and(|value| value.eq_ignore_ascii_case("close"))
-    }
-}
-
-/// Reads one answer from `stream`, leaving the connection open.
-async fn read_answer(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Answer {
-    let mut received = Vec::new();
-    let head_end = loop {
-        if let Some(end) = received.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end;
-        }
-        let mut buffer = [0u8; 4096];
-        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer))
-            .await
-            .expect("an answer in time")
-            .unwrap();
-        assert!(
-            read > 0,
-            "closed before a whole answer: {:?}",
-            String::from_utf8_lossy(&received)
-        );
-        received.extend_from_slice(&buffer[..read]);
-    };
-    let head = String::from_utf8(received[..head_end].to_vec()).unwrap();
-    let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap()[9..12].parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .map(|line| {
-            let (name, value) = line.split_once(':').unwrap();
-            (name.trim().to_owned(), value.trim().to_owned())
-        })
-        .collect();
-    let length: usize = headers
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
-        .map_or(0, |(_, value)| value.parse().unwrap());
-    let mut body = received[head_end + 4..].to_vec();
-    while body.len() < length {
-        let mut buffer = vec![0u8; length - body.len()];
-        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer))
-            .await
-            .expect("the body in time")
-            .unwrap();
-        assert!(read > 0, "closed mid-body");
-        body.extend_from_slice(&buffer[..read]);
-    }
-    Answer {
-        status,
-        headers,
-        body,
-    }
-}
 
 /// One way to be refused before the body is read.
 struct Refusal {

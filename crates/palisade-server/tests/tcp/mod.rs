@@ -112,3 +112,111 @@ pub(crate) async fn exchange(addr: std::net::SocketAddr, request: Vec<u8>) -> St
     drop(sender.await);
     String::from_utf8_lossy(&answer).into_owned()
 }
+
+/// An answer read off the wire: its head, and its body (by
+/// `content-length`).
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Answer {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    pub(crate) fn says_close(&self) -> bool {
+        self.header("connection")
+            .is_some_and(|value| value.eq_ignore_ascii_case("close"))
+    }
+}
+
+/// Reads one answer from `stream`, leaving the connection open.
+pub(crate) async fn read_answer(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Answer {
+    let mut received = Vec::new();
+    let head_end = loop {
+        if let Some(end) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end;
+        }
+        let mut buffer = [0u8; 4096];
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer))
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        assert!(
+            read > 0,
+            "closed before a whole answer: {:?}",
+            String::from_utf8_lossy(&received)
+        );
+        received.extend_from_slice(&buffer[..read]);
+    };
+    let head = String::from_utf8(received[..head_end].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap()[9..12].parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .map(|line| {
+            let (name, value) = line.split_once(':').unwrap();
+            (name.trim().to_owned(), value.trim().to_owned())
+        })
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+        .map_or(0, |(_, value)| value.parse().unwrap());
+    let mut body = received[head_end + 4..].to_vec();
+    while body.len() < length {
+        let mut buffer = vec![0u8; length - body.len()];
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer))
+            .await
+            .expect("the body in time")
+            .unwrap();
+        assert!(read > 0, "closed mid-body");
+        body.extend_from_slice(&buffer[..read]);
+    }
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// A keep-alive connection written by hand: exactly one connection,
+/// unlike a pooling client that may open another at any moment.
+pub(crate) struct KeepAlive {
+    stream: TcpStream,
+}
+
+impl KeepAlive {
+    pub(crate) async fn open(addr: std::net::SocketAddr) -> KeepAlive {
+        KeepAlive {
+            stream: TcpStream::connect(addr).await.unwrap(),
+        }
+    }
+
+    /// Sends a request (`head` without its final blank line) and reads
+    /// the answer.
+    pub(crate) async fn send(&mut self, head: &str, body: &[u8]) -> Answer {
+        let request = format!(
+            "{head}\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        self.stream.write_all(request.as_bytes()).await.unwrap();
+        self.stream.write_all(body).await.unwrap();
+        read_answer(&mut self.stream).await
+    }
+
+    /// The value of the metric series `series` (name and labels).
+    pub(crate) async fn metric(&mut self, series: &str) -> u64 {
+        let answer = self.send("GET /metrics HTTP/1.1", b"").await;
+        let text = String::from_utf8(answer.body).unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no series {series}"))
+            .parse()
+            .unwrap()
+    }
+}
