@@ -3,7 +3,7 @@
 //!
 //! The accept loop is our own rather than `axum::serve`, for the limits
 //! `axum::serve` does not offer: a bound on connections (shedding the
-//! longest idle one at the bound, see [`crate::connections`]), a time
+//! longest idle one at the bound, see `connections.rs`), a time
 //! limit on headers (and on the TLS handshake), bounds on header size and
 //! count, and TLS.
 
@@ -38,7 +38,7 @@ const HYPER_DEFAULT_MAX_HEADERS: usize = 100;
 ///
 /// At most `max_connections` connections are served at once. At the bound
 /// a new connection takes the place of the connection that has been
-/// outside a request the longest (see [`Connections`]); a connection
+/// outside a request the longest (docs/SECURITY.md, "Limits"); a connection
 /// inside a request is never shed. If every connection is inside a
 /// request, the new one waits up to the header time limit for one to end.
 pub async fn run(
