@@ -534,7 +534,19 @@ impl Client {
         body: Option<Bytes>,
     ) -> Result<Result<Answer, ErrorAnswer>, ClientError> {
         let headers = self.headers(sequencer, idempotency_key)?;
-        let answer = self.exchange(method, &url, headers, body).await?;
+        // Sending again is safe only where a second copy changes nothing:
+        // a read, or a write the server deduplicates by its key.
+        let safe_to_resend = method == Method::GET || idempotency_key.is_some();
+        let first = self
+            .exchange(method.clone(), &url, headers.clone(), body.clone())
+            .await;
+        let answer = match first {
+            Err(error) if safe_to_resend && error.is_connection_lost() => {
+                tracing::debug!(%url, %error, "the connection broke before the answer: sending again");
+                self.exchange(method, &url, headers, body).await?
+            }
+            first => first?,
+        };
         let status = answer.status;
         if status.is_success() {
             return Ok(Ok(answer));

@@ -36,7 +36,10 @@ pub enum ClientError {
         /// The URL requested.
         url: String,
     },
-    /// Any other transport failure.
+    /// Any other transport failure. When the connection broke before
+    /// the answer, a read or a write with an idempotency key has already
+    /// been sent once more, on a new connection; a write without a key is
+    /// never sent twice (it may have been applied).
     #[error("HTTP request to {url} failed: {source}")]
     Transport {
         /// The URL requested.
@@ -185,5 +188,41 @@ impl ClientError {
                 | ClientError::Https { .. }
                 | ClientError::Unavailable { .. }
         )
+    }
+
+    /// Whether the connection broke under a request sent on it: the
+    /// server closed or reset it before its answer arrived (an idle
+    /// keep-alive connection it shed or timed out just as the request
+    /// went out, or one it was closing after an earlier answer). The
+    /// request may or may not have been applied.
+    pub(crate) fn is_connection_lost(&self) -> bool {
+        let source: &(dyn std::error::Error + 'static) = match self {
+            ClientError::Transport { source, .. } => source,
+            ClientError::Https { source, .. } => source.as_ref(),
+            _ => return false,
+        };
+        let mut cause = Some(source);
+        while let Some(error) = cause {
+            if error
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_incomplete_message)
+            {
+                return true;
+            }
+            if let Some(io) = error.downcast_ref::<std::io::Error>() {
+                use std::io::ErrorKind;
+                if matches!(
+                    io.kind(),
+                    ErrorKind::BrokenPipe
+                        | ErrorKind::ConnectionReset
+                        | ErrorKind::ConnectionAborted
+                        | ErrorKind::UnexpectedEof
+                ) {
+                    return true;
+                }
+            }
+            cause = error.source();
+        }
+        false
     }
 }

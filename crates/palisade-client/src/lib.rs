@@ -15,6 +15,13 @@
 //! [`ClientError::Unauthenticated`] and [`ClientError::Forbidden`], as are
 //! a server's refusals of unsigned or badly signed sequencers.
 //!
+//! A request whose connection breaks before its answer (the server closed
+//! an idle keep-alive connection just as the request went out) is sent
+//! once more, on a new connection, only where a second copy changes
+//! nothing: a read, or a write with an idempotency key (the server answers
+//! the copy from its record). A write without a key is never sent twice:
+//! it may have been applied, and only the caller can tell.
+//!
 //! # Where to start
 //!
 //! - [`Client`]: `new(base_url)`, then `get`, `put`, `delete`, `cas`,

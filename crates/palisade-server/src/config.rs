@@ -180,7 +180,8 @@ pub struct ServerConfig {
     )]
     pub body_read_timeout_ms: u64,
 
-    /// Most connections served at once; more wait to be accepted.
+    /// Most connections served at once; at the bound a new connection
+    /// takes the place of the one outside a request the longest.
     #[arg(
         long,
         env = "PALISADE_MAX_CONNECTIONS",

@@ -60,6 +60,18 @@ impl ApiError {
         .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"))
     }
 
+    /// 503 `connection_shed`: the connection was shed to admit another
+    /// just as this request's headers arrived; nothing was done.
+    pub(crate) fn connection_shed() -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "connection_shed",
+            "the server closed this connection to admit another; nothing was done: retry on a new connection",
+        )
+        .with_header(header::RETRY_AFTER, HeaderValue::from_static("0"))
+        .with_header(header::CONNECTION, HeaderValue::from_static("close"))
+    }
+
     /// 408 `body_timeout`: the body did not arrive in time.
     pub(crate) fn body_timeout(limit: Duration) -> Self {
         ApiError::new(

@@ -44,6 +44,8 @@
 //! ```
 
 mod config;
+mod connection_service;
+mod connections;
 mod dto;
 mod encoding;
 mod error;

@@ -13,7 +13,7 @@ use std::time::Duration;
 /// | client | resource held | bounded by |
 /// |---|---|---|
 /// | sends its headers a byte at a time (slowloris) | a connection | `header_read_timeout` |
-/// | opens many connections | connections, file descriptors | `max_connections` |
+/// | opens many connections | connections, file descriptors | `max_connections` (and shedding) |
 /// | sends its body a byte at a time | a request slot | `body_read_timeout` |
 /// | sends many requests at once | request slots, the store's queue | `max_in_flight` |
 /// | sends huge or countless headers | memory | `max_header_bytes`, `max_headers` |
@@ -45,11 +45,14 @@ pub struct ServerLimits {
     /// and the sequencer were checked). Past it the request is answered
     /// `408 body_timeout` and the connection closed.
     pub body_read_timeout: Duration,
-    /// The most connections served at once. The server stops accepting
-    /// at the bound: new connections wait in the kernel's accept queue
-    /// until a connection closes, and connections already open keep being
-    /// served. Slow connections make room by themselves: the header time
-    /// limit closes them.
+    /// The most connections served at once. At the bound a new
+    /// connection is still accepted, in the place of the connection that
+    /// has been outside a request the longest: first those that never
+    /// completed a request (a slowloris), oldest first, then idle
+    /// keep-alive ones, least recently used first. That connection is
+    /// closed ("shed"). A connection inside a request is never shed; if
+    /// every one is, the new connection waits up to `header_read_timeout`
+    /// for a place and is then closed unanswered.
     pub max_connections: usize,
     /// The most `/v1/locks/...` requests being handled at once. One more
     /// is refused at once with `503 overloaded` (and `retry-after: 1`):

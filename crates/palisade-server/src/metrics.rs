@@ -110,16 +110,20 @@ pub(crate) enum ConnectionEnd {
     TlsHandshakeFailed,
     /// Any other I/O error.
     IoError,
+    /// Shed at the connection bound to admit a new connection: it was
+    /// outside a request and had been so the longest.
+    Shed,
 }
 
 impl ConnectionEnd {
-    const ALL: [ConnectionEnd; 6] = [
+    const ALL: [ConnectionEnd; 7] = [
         ConnectionEnd::Closed,
         ConnectionEnd::HeaderTimeout,
         ConnectionEnd::HeaderTooLarge,
         ConnectionEnd::BadRequest,
         ConnectionEnd::TlsHandshakeFailed,
         ConnectionEnd::IoError,
+        ConnectionEnd::Shed,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -130,6 +134,7 @@ impl ConnectionEnd {
             ConnectionEnd::BadRequest => "bad_request",
             ConnectionEnd::TlsHandshakeFailed => "tls_handshake_failed",
             ConnectionEnd::IoError => "io_error",
+            ConnectionEnd::Shed => "shed",
         }
     }
 }

@@ -2,9 +2,10 @@
 //! shutdown, flush.
 //!
 //! The accept loop is our own rather than `axum::serve`, for the limits
-//! `axum::serve` does not offer: a bound on connections, a time limit on
-//! headers (and on the TLS handshake), bounds on header size and count,
-//! and TLS.
+//! `axum::serve` does not offer: a bound on connections (shedding the
+//! longest idle one at the bound, see `connections.rs`), a time
+//! limit on headers (and on the TLS handshake), bounds on header size and
+//! count, and TLS.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,13 +13,14 @@ use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use palisade_core::SharedLiveCheck;
 use palisade_store::Store;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
+use crate::connection_service::ConnectionService;
+use crate::connections::{ConnectionHandle, Connections};
 use crate::metrics::{ConnectionEnd, Metrics};
 use crate::tls::TlsConfig;
 use crate::{AppState, ServerConfig, ServerError, app};
@@ -34,9 +36,11 @@ const HYPER_DEFAULT_MAX_HEADERS: usize = 100;
 /// TLS and the connection limits come from `state`
 /// ([`AppState::with_tls`], [`AppState::with_limits`]).
 ///
-/// At most `max_connections` connections are served at once: at the bound
-/// the loop stops accepting until one closes (new connections wait in the
-/// kernel's accept queue), so connections already open are not disturbed.
+/// At most `max_connections` connections are served at once. At the bound
+/// a new connection takes the place of the connection that has been
+/// outside a request the longest (docs/SECURITY.md, "Limits"); a connection
+/// inside a request is never shed. If every connection is inside a
+/// request, the new one waits up to the header time limit for one to end.
 pub async fn run(
     listener: TcpListener,
     state: AppState,
@@ -56,7 +60,7 @@ pub async fn run(
             "palisade-server listening"
         );
     }
-    let service = TowerToHyperService::new(app(state));
+    let router = app(state);
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
@@ -69,7 +73,7 @@ pub async fn run(
     }
     let connection = Arc::new(Connection {
         http,
-        service,
+        router,
         tls,
         handshake_timeout: limits.header_read_timeout,
         metrics,
@@ -78,14 +82,10 @@ pub async fn run(
     // Each connection holds a permit; at shutdown, taking them all back
     // is how we know every connection has finished.
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = Arc::new(Connections::default());
     let (stop_connections, stopping) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
-            permit = Arc::clone(&permits).acquire_owned() => permit.expect("the semaphore is never closed"),
-        };
         let (stream, peer) = tokio::select! {
             biased;
             () = &mut shutdown => break,
@@ -101,9 +101,35 @@ pub async fn run(
                 }
             },
         };
+        let permit = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_at_the_bound) => {
+                // Make room by shedding the connection idle the longest;
+                // if every connection is inside a request, wait for one
+                // to end, at most a header time limit.
+                let shed = connections.shed_one();
+                tracing::debug!(%peer, shed, "at the connection bound");
+                let room = tokio::time::timeout(
+                    limits.header_read_timeout,
+                    Arc::clone(&permits).acquire_owned(),
+                );
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    room = room => match room {
+                        Ok(permit) => permit.expect("the semaphore is never closed"),
+                        Err(_elapsed) => {
+                            tracing::debug!(%peer, "no room within the header time limit: closed");
+                            continue;
+                        }
+                    },
+                }
+            }
+        };
         let _ = stream.set_nodelay(true);
         tracing::trace!(%peer, "connection accepted");
-        tokio::spawn(Arc::clone(&connection).serve(stream, permit, stopping.clone()));
+        let handle = Arc::new(connections.register());
+        tokio::spawn(Arc::clone(&connection).serve(stream, permit, handle, stopping.clone()));
     }
 
     drop(listener);
@@ -121,7 +147,7 @@ pub async fn run(
 /// What every connection task shares.
 struct Connection {
     http: http1::Builder,
-    service: TowerToHyperService<axum::Router>,
+    router: axum::Router,
     tls: Option<TlsConfig>,
     /// The TLS handshake gets the header time limit: a client trickling
     /// its handshake is a slowloris too.
@@ -134,20 +160,25 @@ impl Connection {
         self: Arc<Self>,
         stream: TcpStream,
         permit: OwnedSemaphorePermit,
+        handle: Arc<ConnectionHandle>,
         mut stopping: watch::Receiver<bool>,
     ) {
         let _open = self.metrics.open_connections.open();
         let end = match &self.tls {
-            None => self.drive(stream, stopping).await,
+            None => self.drive(stream, &handle, stopping).await,
             Some(tls) => {
                 let handshake =
                     tokio::time::timeout(self.handshake_timeout, tls.acceptor().accept(stream));
                 let accepted = tokio::select! {
                     accepted = handshake => accepted,
+                    () = handle.shed() => {
+                        self.metrics.connection_closed(ConnectionEnd::Shed);
+                        return;
+                    }
                     () = stop_requested(&mut stopping) => return,
                 };
                 match accepted {
-                    Ok(Ok(tls_stream)) => self.drive(tls_stream, stopping).await,
+                    Ok(Ok(tls_stream)) => self.drive(tls_stream, &handle, stopping).await,
                     Ok(Err(error)) => {
                         tracing::debug!(%error, "TLS handshake failed");
                         ConnectionEnd::TlsHandshakeFailed
@@ -160,21 +191,30 @@ impl Connection {
             }
         };
         self.metrics.connection_closed(end);
+        // Out of the shedding order before the permit admits another.
+        drop(handle);
         drop(permit);
     }
 
-    /// Serves HTTP/1.1 on `io` until the connection ends; on shutdown,
-    /// finishes the request in progress and closes.
-    async fn drive<I>(&self, io: I, mut stopping: watch::Receiver<bool>) -> ConnectionEnd
+    /// Serves HTTP/1.1 on `io` until the connection ends or is shed; on
+    /// shutdown, finishes the request in progress and closes.
+    async fn drive<I>(
+        &self,
+        io: I,
+        handle: &Arc<ConnectionHandle>,
+        mut stopping: watch::Receiver<bool>,
+    ) -> ConnectionEnd
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let connection = self
-            .http
-            .serve_connection(TokioIo::new(io), self.service.clone());
+        let service = ConnectionService::new(self.router.clone(), Arc::clone(handle));
+        let connection = self.http.serve_connection(TokioIo::new(io), service);
         tokio::pin!(connection);
         let result = tokio::select! {
             result = connection.as_mut() => result,
+            // Only ever while outside a request: dropping the connection
+            // cuts no request.
+            () = handle.shed() => return ConnectionEnd::Shed,
             () = stop_requested(&mut stopping) => {
                 connection.as_mut().graceful_shutdown();
                 connection.await

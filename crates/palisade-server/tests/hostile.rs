@@ -7,92 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use palisade_server::{AppState, ServerLimits, run};
-use palisade_store::{Store, StoreConfig};
+use palisade_server::ServerLimits;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::net::TcpStream;
+use tokio::sync::{Mutex, mpsc};
 
-struct Running {
-    addr: std::net::SocketAddr,
-    base: String,
-    stop: oneshot::Sender<()>,
-    server: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
-}
+mod tcp;
 
-async fn start(limits: ServerLimits) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let state = AppState::new(store).with_limits(limits);
-    let server = tokio::spawn(async move {
-        run(listener, state, async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
-    Running {
-        addr,
-        base: format!("http://{addr}"),
-        stop,
-        server,
-        _dir: dir,
-    }
-}
-
-impl Running {
-    async fn shut_down(self) {
-        self.stop.send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(30), self.server)
-            .await
-            .expect("the server shuts down")
-            .unwrap();
-    }
-}
-
-fn excl(lock: &str, generation: u64) -> String {
-    format!("v1;lock={lock};mode=exclusive;gen={generation}")
-}
-
-async fn metric(http: &reqwest::Client, base: &str, series: &str) -> u64 {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no series {series}"))
-        .parse()
-        .unwrap()
-}
-
-/// Reads until the peer closes (or `limit` passes); what arrived.
-async fn read_until_closed(
-    stream: &mut (impl tokio::io::AsyncRead + Unpin),
-    limit: Duration,
-) -> Vec<u8> {
-    let mut received = Vec::new();
-    let mut buffer = [0u8; 4096];
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        match tokio::time::timeout_at(deadline, stream.read(&mut buffer)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return received,
-            Ok(Ok(n)) => received.extend_from_slice(&buffer[..n]),
-            Err(_elapsed) => panic!(
-                "the server did not close within {limit:?}; got {:?}",
-                String::from_utf8_lossy(&received)
-            ),
-        }
-    }
-}
+use tcp::{KeepAlive, exchange, excl, metric, read_until_closed, start};
 
 /// One slowloris connection after another: each sends a request line and
 /// then one header byte every 100 ms, forever, until the server closes it;
@@ -296,21 +218,6 @@ async fn a_trickling_body_is_cut_at_the_body_timeout_with_408() {
     running.shut_down().await;
 }
 
-/// Sends `request` on a fresh connection and returns what comes back
-/// before the server closes.
-async fn exchange(addr: std::net::SocketAddr, request: Vec<u8>) -> String {
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut reader, mut writer) = stream.into_split();
-    // The server may answer and close before it has read everything.
-    let sender = tokio::spawn(async move {
-        let _ = writer.write_all(&request).await;
-        writer
-    });
-    let answer = read_until_closed(&mut reader, Duration::from_secs(10)).await;
-    drop(sender.await);
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_or_countless_headers_get_431_and_the_server_stays_healthy() {
     let running = start(ServerLimits::default()).await;
@@ -330,14 +237,16 @@ async fn huge_or_countless_headers_get_431_and_the_server_stays_healthy() {
     let answer = exchange(running.addr, large).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
 
+    // Counted as each connection task ends, maybe just after the close
+    // was seen.
     let http = reqwest::Client::new();
-    let too_large = metric(
-        &http,
-        &running.base,
-        "palisade_connections_closed_total{reason=\"header_too_large\"}",
-    )
-    .await;
-    assert_eq!(too_large, 2);
+    let series = "palisade_connections_closed_total{reason=\"header_too_large\"}";
+    let waited = Instant::now();
+    while metric(&http, &running.base, series).await < 2 {
+        assert!(waited.elapsed() < Duration::from_secs(10), "not counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(metric(&http, &running.base, series).await, 2);
     running.shut_down().await;
 
     // A tighter bound on the count than hyper's default.
@@ -363,80 +272,143 @@ fn with_headers(extra: usize) -> Vec<u8> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_the_connection_bound_new_connections_wait_and_open_ones_keep_working() {
+async fn over_the_connection_bound_the_oldest_unfinished_connection_is_shed() {
     const BOUND: usize = 4;
-    // Long enough that the slow connections outlive every check below on a
-    // loaded machine (a flushed write can take a while there).
-    let header_timeout = Duration::from_secs(10);
+    // Long enough that no slow connection reaches it during the test: any
+    // connection closed here was shed.
+    let header_timeout = Duration::from_secs(30);
     let mut limits = ServerLimits::default();
     limits.max_connections = BOUND;
     limits.header_read_timeout = header_timeout;
     let running = start(limits).await;
 
     // The honest client's keep-alive connection: 1 of 4.
-    let http = reqwest::Client::new();
-    let health = http
-        .get(format!("{}/healthz", running.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(health.status(), 200);
-    // Three connections that never finish their headers fill the rest.
+    let mut honest = KeepAlive::open(running.addr).await;
+    assert_eq!(honest.send("GET /healthz HTTP/1.1", b"").await.status, 200);
+    // Three connections that never finish their headers fill the rest,
+    // the first one oldest.
+    let open = "palisade_open_connections";
     let mut slow = Vec::new();
-    for _ in 1..BOUND {
+    for opened in 1..BOUND {
         let mut stream = TcpStream::connect(running.addr).await.unwrap();
         stream
             .write_all(b"GET /healthz HTTP/1.1\r\nx-slow: ")
             .await
             .unwrap();
         slow.push(stream);
-    }
-    let open = "palisade_open_connections";
-    let waited = Instant::now();
-    while metric(&http, &running.base, open).await < BOUND as u64 {
-        assert!(
-            waited.elapsed() < Duration::from_secs(2),
-            "the slow connections were not accepted"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Accepted in this order: the first is the oldest.
+        let waited = Instant::now();
+        while honest.metric(open).await < 1 + opened as u64 {
+            assert!(
+                waited.elapsed() < Duration::from_secs(10),
+                "slow connection {opened} was not accepted"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
-    // A fifth connection is not served while the bound is reached...
-    let mut fifth = TcpStream::connect(running.addr).await.unwrap();
-    fifth
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    // A fifth connection is served at once...
     let sent = Instant::now();
-    let mut first_byte = [0u8; 1];
-    let early = tokio::time::timeout(Duration::from_millis(300), fifth.read(&mut first_byte)).await;
-    assert!(
-        early.is_err(),
-        "the fifth connection was served over the bound"
-    );
-    // ...while the open connection keeps working and the bound holds.
-    let write = http
-        .put(format!("{}/v1/locks/bound/keys/k", running.base))
-        .header("palisade-sequencer", excl("bound", 1))
-        .body("v")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(write.status(), 200);
-    assert_eq!(metric(&http, &running.base, open).await, BOUND as u64);
-
-    // Once the header time limit closes the slow ones, it is served.
-    let answer = read_until_closed(&mut fifth, header_timeout + Duration::from_secs(10)).await;
-    let answer = String::from_utf8_lossy(&answer);
+    let answer = exchange(
+        running.addr,
+        b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".to_vec(),
+    )
+    .await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(
-        sent.elapsed() < header_timeout + Duration::from_secs(5),
+        sent.elapsed() < Duration::from_secs(5),
         "served after {:?}",
         sent.elapsed()
     );
-    for mut stream in slow {
-        let rest = read_until_closed(&mut stream, Duration::from_secs(10)).await;
-        assert!(rest.is_empty(), "a slow connection got an answer");
+    // ...in the place of the oldest slow connection, closed without an
+    // answer; the younger ones and the honest keep-alive one stay.
+    let mut slow = slow.into_iter();
+    let mut oldest = slow.next().unwrap();
+    let rest = read_until_closed(&mut oldest, Duration::from_secs(10)).await;
+    assert!(rest.is_empty(), "the shed connection got an answer");
+    for mut younger in slow {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_millis(200), younger.read(&mut byte)).await;
+        assert!(read.is_err(), "a younger slow connection was closed");
+    }
+    let write = honest
+        .send(
+            &format!(
+                "PUT /v1/locks/bound/keys/k HTTP/1.1\r\npalisade-sequencer: {}",
+                excl("bound", 1)
+            ),
+            b"v",
+        )
+        .await;
+    assert_eq!(write.status, 200);
+    // Counted as the shed connection's task ends, maybe just after the
+    // close was seen.
+    let shed = "palisade_connections_closed_total{reason=\"shed\"}";
+    let waited = Instant::now();
+    while honest.metric(shed).await < 1 {
+        assert!(waited.elapsed() < Duration::from_secs(10), "not counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(honest.metric(shed).await, 1);
+    drop(honest);
+    running.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_connection_is_inside_a_request_a_new_one_waits_at_most_the_header_time_limit() {
+    const BOUND: usize = 2;
+    let header_timeout = Duration::from_secs(1);
+    let mut limits = ServerLimits::default();
+    limits.max_connections = BOUND;
+    limits.header_read_timeout = header_timeout;
+    limits.body_read_timeout = Duration::from_secs(60);
+    let running = start(limits).await;
+
+    // Both slots inside a request: headers in, the handler waiting for
+    // the body (hyper's `100 Continue` says the handler has started
+    // reading it).
+    let mut busy = Vec::new();
+    for index in 0..BOUND {
+        let mut stream = TcpStream::connect(running.addr).await.unwrap();
+        let lock = format!("busy{index}");
+        let head = format!(
+            "PUT /v1/locks/{lock}/keys/k HTTP/1.1\r\nhost: x\r\npalisade-sequencer: {}\r\ncontent-length: 100\r\nexpect: 100-continue\r\n\r\n",
+            excl(&lock, 1)
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut continue_line = Vec::new();
+        while !continue_line.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut byte))
+                .await
+                .expect("100 Continue in time")
+                .unwrap();
+            continue_line.push(byte[0]);
+        }
+        assert!(continue_line.starts_with(b"HTTP/1.1 100"));
+        busy.push(stream);
+    }
+
+    // A third connection is neither served nor allowed to shed a request
+    // in progress: it is closed, unanswered, after the header time limit.
+    let sent = Instant::now();
+    let answer = exchange(
+        running.addr,
+        b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".to_vec(),
+    )
+    .await;
+    let waited = sent.elapsed();
+    assert!(answer.is_empty(), "answered over the bound: {answer}");
+    assert!(
+        waited >= header_timeout - Duration::from_millis(100),
+        "closed after {waited:?}"
+    );
+    // Both requests in progress are intact: they finish and are applied.
+    for (index, mut stream) in busy.into_iter().enumerate() {
+        stream.write_all(&[b'y'; 100]).await.unwrap();
+        let mut answer = vec![0u8; 12];
+        stream.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"HTTP/1.1 200", "request {index}");
     }
     running.shut_down().await;
 }
