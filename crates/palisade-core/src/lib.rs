@@ -33,6 +33,7 @@ mod mode;
 mod name;
 mod sequencer;
 mod signing;
+mod suspend_clock;
 
 pub use error::{BoxError, LockError};
 pub use generation::Generation;
