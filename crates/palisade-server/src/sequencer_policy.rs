@@ -151,7 +151,7 @@ pub(crate) async fn check_raise(state: &AppState, sequencer: &Sequencer) -> Resu
     );
     let message = if by_clock {
         format!(
-            "generation {presented} of lock `{lock}` is a clock generation more than {:?} ahead of this server's clock (allowed up to {allowed_up_to}; marks at {highest})",
+            "generation {presented} of lock `{lock}` is more than {:?} ahead of this server's clock in microseconds, the limit for a lock whose mark is a clock generation or absent (allowed up to {allowed_up_to}; marks at {highest})",
             cap.clock_lead
         )
     } else {
