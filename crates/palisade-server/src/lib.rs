@@ -49,7 +49,6 @@ mod encoding;
 mod error;
 mod limits;
 mod metrics;
-mod raise_cap;
 mod routes;
 mod sequencer_policy;
 mod serve;

@@ -6,11 +6,10 @@
 use std::time::{Duration, SystemTime};
 
 use axum::http::{HeaderValue, StatusCode, header};
-use palisade_core::{Sequencer, SignatureError, Verifier};
+use palisade_core::{RaiseCap, Sequencer, SignatureError, Verifier};
 use palisade_store::Marks;
 
 use crate::error::{ApiError, marks_json};
-use crate::raise_cap::{DEFAULT_CLOCK_LEAD, RaiseCap};
 use crate::state::AppState;
 
 /// The server's sequencer rules beyond the fencing rule itself.
@@ -30,7 +29,7 @@ pub(crate) struct SequencerPolicy {
     /// rest, which would lock out every correct holder after it.
     max_mark_raise: Option<u64>,
     /// How far ahead of this server's clock a clock generation may be, once
-    /// the cap is on. `None`: [`DEFAULT_CLOCK_LEAD`].
+    /// the cap is on. `None`: [`RaiseCap::DEFAULT_CLOCK_LEAD`].
     clock_lead: Option<Duration>,
 }
 
@@ -58,9 +57,9 @@ impl SequencerPolicy {
 
     /// The cap, when `max_mark_raise` turned it on.
     pub(crate) fn raise_cap(&self) -> Option<RaiseCap> {
-        self.max_mark_raise.map(|max_raise| RaiseCap {
-            max_raise,
-            clock_lead: self.clock_lead.unwrap_or(DEFAULT_CLOCK_LEAD),
+        self.max_mark_raise.map(|max_raise| {
+            RaiseCap::new(max_raise)
+                .with_clock_lead(self.clock_lead.unwrap_or(RaiseCap::DEFAULT_CLOCK_LEAD))
         })
     }
 
@@ -118,7 +117,7 @@ fn signature_refusal(sequencer: &Sequencer, error: &SignatureError) -> ApiError 
 /// Refuses a request whose generation is further above its lock's marks
 /// than the raise cap allows (409 `raise_too_large`): more than
 /// `max_raise` above a counter mark, more than `clock_lead` ahead of this
-/// server's clock for a clock mark or a lock without marks (`raise_cap.rs`
+/// server's clock for a clock mark or a lock without marks ([`RaiseCap`]
 /// says why the mark decides).
 ///
 /// The marks are read before the request is queued, not in its
@@ -137,7 +136,7 @@ pub(crate) async fn check_raise(state: &AppState, sequencer: &Sequencer) -> Resu
         return Ok(());
     }
     let by_clock = RaiseCap::by_clock(highest);
-    let clock_lead_ms = u64::try_from(cap.clock_lead.as_millis()).unwrap_or(u64::MAX);
+    let clock_lead_ms = u64::try_from(cap.clock_lead().as_millis()).unwrap_or(u64::MAX);
     tracing::warn!(
         target: "palisade_server::fence",
         lock = %lock,
@@ -152,13 +151,13 @@ pub(crate) async fn check_raise(state: &AppState, sequencer: &Sequencer) -> Resu
     let message = if by_clock {
         format!(
             "generation {presented} of lock `{lock}` is more than {:?} ahead of this server's clock in microseconds, the limit for a lock whose mark is a clock generation or absent (allowed up to {allowed_up_to}; marks at {highest})",
-            cap.clock_lead
+            cap.clock_lead()
         )
     } else {
         format!(
             "generation {presented} of lock `{lock}` would raise its mark by {} (from {highest}); this server allows at most {}",
             presented - highest,
-            cap.max_raise
+            cap.max_raise()
         )
     };
     Err(
@@ -166,7 +165,7 @@ pub(crate) async fn check_raise(state: &AppState, sequencer: &Sequencer) -> Resu
             .with("lock", lock.as_str())
             .with("mode", sequencer.mode().as_str())
             .with("presented", presented)
-            .with("max_raise", cap.max_raise)
+            .with("max_raise", cap.max_raise())
             .with("max_raise_time_ms", clock_lead_ms)
             .with("by_clock", by_clock)
             .with("allowed_up_to", allowed_up_to)

@@ -1,5 +1,6 @@
-//! How far one request may raise a lock's mark (`--max-mark-raise`,
-//! `--max-mark-raise-time`).
+//! How far one request may raise a lock's mark: the raise cap of the
+//! resource server (`--max-mark-raise`, `--max-mark-raise-time`) and of
+//! `palisade-guard` (`max_raise`, `max_raise_time`).
 //!
 //! Two kinds of generation reach a server, and a sequencer does not say
 //! which it carries:
@@ -26,37 +27,80 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// 2020-01-01T00:00:00Z in microseconds since the Unix epoch. A mark at or
-/// above it is a clock generation.
-pub(crate) const CLOCK_GENERATION_FLOOR: u64 = 1_577_836_800_000_000;
-
-/// The default `--max-mark-raise-time`.
-pub(crate) const DEFAULT_CLOCK_LEAD: Duration = Duration::from_secs(3600);
-
-/// The raise cap: a count for counter generations, a lead over this
-/// server's clock for clock generations.
+/// The raise cap: a count for counter generations, a lead over the local
+/// clock for clock generations.
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use palisade_core::RaiseCap;
+///
+/// let cap = RaiseCap::new(10_000).with_clock_lead(Duration::from_secs(3600));
+/// let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+/// // An etcd revision may rise by 10 000.
+/// assert_eq!(cap.allowed_up_to(42, now), 10_042);
+/// // A Redis clock generation may be an hour ahead of the clock, however
+/// // long the lock was idle.
+/// let day_old = 1_800_000_000_000_000 - 86_400_000_000;
+/// assert_eq!(cap.allowed_up_to(day_old, now), 1_800_000_000_000_000 + 3_600_000_000);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RaiseCap {
-    /// How far a counter lock's mark may rise in one request.
-    pub(crate) max_raise: u64,
-    /// How far ahead of this server's clock a clock generation may be.
-    pub(crate) clock_lead: Duration,
+pub struct RaiseCap {
+    max_raise: u64,
+    clock_lead: Duration,
 }
 
 impl RaiseCap {
+    /// 2020-01-01T00:00:00Z in microseconds since the Unix epoch. A mark at
+    /// or above it is a clock generation.
+    pub const CLOCK_GENERATION_FLOOR: u64 = 1_577_836_800_000_000;
+
+    /// The clock lead unless [`RaiseCap::with_clock_lead`] says otherwise:
+    /// one hour.
+    pub const DEFAULT_CLOCK_LEAD: Duration = Duration::from_secs(3600);
+
+    /// A counter mark may rise by at most `max_raise` per request; a clock
+    /// generation may be at most [`RaiseCap::DEFAULT_CLOCK_LEAD`] ahead of
+    /// the clock.
+    pub const fn new(max_raise: u64) -> Self {
+        RaiseCap {
+            max_raise,
+            clock_lead: Self::DEFAULT_CLOCK_LEAD,
+        }
+    }
+
+    /// How far ahead of the local clock a clock generation may be. It must
+    /// exceed the clock difference between the lock service and this
+    /// machine; it is also the longest a runaway clock generation can fence
+    /// a lock's honest holders.
+    pub const fn with_clock_lead(mut self, clock_lead: Duration) -> Self {
+        self.clock_lead = clock_lead;
+        self
+    }
+
+    /// How far a counter mark may rise in one request.
+    pub const fn max_raise(&self) -> u64 {
+        self.max_raise
+    }
+
+    /// How far ahead of the local clock a clock generation may be.
+    pub const fn clock_lead(&self) -> Duration {
+        self.clock_lead
+    }
+
     /// The highest generation a lock whose highest mark is `highest` may
-    /// be raised to, when this server's clock reads `now`.
-    pub(crate) fn allowed_up_to(&self, highest: u64, now: SystemTime) -> u64 {
-        if highest != 0 && highest < CLOCK_GENERATION_FLOOR {
+    /// be raised to, when the local clock reads `now`.
+    pub fn allowed_up_to(&self, highest: u64, now: SystemTime) -> u64 {
+        if !Self::by_clock(highest) {
             return highest.saturating_add(self.max_raise);
         }
         let now_us = micros(now.duration_since(UNIX_EPOCH).unwrap_or_default());
         now_us.saturating_add(micros(self.clock_lead))
     }
 
-    /// Whether the lock's marks are judged by the clock rule.
-    pub(crate) fn by_clock(highest: u64) -> bool {
-        highest == 0 || highest >= CLOCK_GENERATION_FLOOR
+    /// Whether a lock whose highest mark is `highest` is judged by the
+    /// clock rule (its mark is a clock generation, or it has none).
+    pub const fn by_clock(highest: u64) -> bool {
+        highest == 0 || highest >= Self::CLOCK_GENERATION_FLOOR
     }
 }
 
@@ -68,10 +112,8 @@ fn micros(duration: Duration) -> u64 {
 mod tests {
     use super::*;
 
-    const CAP: RaiseCap = RaiseCap {
-        max_raise: 10_000,
-        clock_lead: Duration::from_secs(3600),
-    };
+    const CAP: RaiseCap = RaiseCap::new(10_000).with_clock_lead(Duration::from_secs(3600));
+    const CLOCK_GENERATION_FLOOR: u64 = RaiseCap::CLOCK_GENERATION_FLOOR;
 
     fn at_micros(us: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_micros(us)
