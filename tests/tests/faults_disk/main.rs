@@ -19,6 +19,8 @@
 //! - `s11_server_crash`: kill -9 mid-burst, restarted on the same disk.
 //! - `s12_disk_faults`: fsync failing (libfiu, EIO then ENOSPC), a full
 //!   tmpfs, and an ext4 that dies without flushing its journal.
+//! - `buffered_sync`: `--durability buffered` fsyncs every period and
+//!   fail-stops when that sync fails (libfiu).
 //! - `disk`, `fiu`: the disks and the failure injection, cleaned up on drop.
 //! - `probe`: the test's own recorded client, and the extra checks.
 //!
@@ -27,6 +29,7 @@
 //! installs them. Without them a scenario fails with a message saying
 //! how to install what it needs: no scenario passes by skipping.
 
+mod buffered_sync;
 mod disk;
 mod fiu;
 mod probe;
