@@ -29,9 +29,11 @@ pub enum Durability {
     ///
     /// So a write acknowledged at time t is on disk by t + `flush_every` +
     /// the length of one sync. A `kill -9`, kernel crash or power loss
-    /// before then loses the writes *and the mark updates* acknowledged in
-    /// that window, because sled keeps its log buffers in this process's
-    /// memory, not in the OS page cache. After such a crash a stale holder
+    /// before then can lose the writes *and the mark updates* acknowledged
+    /// in that window (all of them, or the newest part: sled keeps its log
+    /// buffers in this process's memory and writes a buffer out only when
+    /// it fills or is flushed, so even the OS page cache may not have
+    /// them). After such a crash a stale holder
     /// whose generation lies in the lost window can be accepted again. Use
     /// it where throughput matters more than that.
     Buffered {
