@@ -51,8 +51,25 @@ pub struct ResourceServer {
 impl ResourceServer {
     /// Starts a server with the default (durable) configuration.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with_flags(&[]).await
+    }
+
+    /// Starts a server configured by `flags` exactly as `palisade-server`
+    /// parses them (`--data-dir` is added), so a test can follow the
+    /// documented command line.
+    pub async fn start_with_flags(flags: &[&str]) -> anyhow::Result<Self> {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            server: ServerConfig,
+        }
         let data_dir = tempfile::tempdir()?;
-        let state = ServerConfig::new(data_dir.path()).open_state(None)?;
+        let data_dir_flag = format!("--data-dir={}", data_dir.path().display());
+        let argv = ["palisade-server", data_dir_flag.as_str()]
+            .into_iter()
+            .chain(flags.iter().copied());
+        let Flags { server } = <Flags as clap::Parser>::try_parse_from(argv)?;
+        let state = server.open_state(None)?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();

@@ -10,12 +10,34 @@
 //! - [`LeaseWatch::lost`] resolves at the deadline even if the backend's
 //!   keep-alive task is starved and never gets to report, so a paused or
 //!   overloaded process learns about the loss the moment it runs again.
+//!
+//! The monotonic clock stops while the machine is suspended; the lock
+//! service's does not. So every reading of a deadline adds the time the
+//! machine has spent suspended since the tracker was created (Linux's
+//! `CLOCK_BOOTTIME` against the monotonic clock, `suspend_clock.rs`): a
+//! laptop or VM resumed after its lease ran out sees `Lost(Expired)` on its
+//! first look, and [`LeaseWatch::lost`] fires within a second
+//! (`SUSPEND_RECHECK`) of the resume. Counting from the tracker's creation
+//! rather than from the last renewal also covers a suspend while a
+//! renewal was in flight; after a short suspend it makes every later
+//! deadline of that hold that much earlier, which errs towards reporting
+//! the loss. On systems without such a clock the monotonic clock alone
+//! decides.
 
 use std::fmt;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+#[cfg(test)]
+use crate::suspend_clock::SUSPEND_NOISE;
+use crate::suspend_clock::SuspendClock;
+
+/// The longest [`LeaseWatch::lost`] sleeps without looking at the suspend
+/// clock: how late, at most, it reports a lease that ran out while the
+/// machine was suspended.
+const SUSPEND_RECHECK: Duration = Duration::from_secs(1);
 
 /// Why a lease is no longer valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -97,13 +119,19 @@ impl LeaseState {
 #[derive(Debug)]
 pub struct LeaseTracker {
     sender: watch::Sender<LeaseState>,
+    suspend: SuspendClock,
 }
 
 impl LeaseTracker {
     /// A tracker for a lease valid until `valid_until`.
     pub fn new(valid_until: Instant) -> Self {
+        Self::with_suspend_clock(valid_until, SuspendClock::start())
+    }
+
+    fn with_suspend_clock(valid_until: Instant, suspend: SuspendClock) -> Self {
         LeaseTracker {
             sender: watch::Sender::new(LeaseState::Held { valid_until }),
+            suspend,
         }
     }
 
@@ -111,12 +139,14 @@ impl LeaseTracker {
     pub fn watch(&self) -> LeaseWatch {
         LeaseWatch {
             receiver: self.sender.subscribe(),
+            suspend: self.suspend,
         }
     }
 
-    /// The state now (a passed deadline reads as `Lost(Expired)`).
+    /// The state now (a passed deadline reads as `Lost(Expired)`, counting
+    /// the time the machine was suspended).
     pub fn state(&self) -> LeaseState {
-        self.sender.borrow().at(Instant::now())
+        self.sender.borrow().at(now_counting_suspend(&self.suspend))
     }
 
     /// Moves the validity deadline to `valid_until` after a successful
@@ -125,7 +155,7 @@ impl LeaseTracker {
     /// that lapsed locally stays lapsed, because someone else may have been
     /// granted the lock in the gap.
     pub fn extend(&self, valid_until: Instant) -> bool {
-        let now = Instant::now();
+        let now = now_counting_suspend(&self.suspend);
         let mut extended = false;
         self.sender.send_if_modified(|state| match *state {
             LeaseState::Held { valid_until: old } if now < old => {
@@ -194,10 +224,12 @@ impl Drop for LeaseTracker {
 #[derive(Debug, Clone)]
 pub struct LeaseWatch {
     receiver: watch::Receiver<LeaseState>,
+    suspend: SuspendClock,
 }
 
 impl LeaseWatch {
-    /// The state now (a passed deadline reads as `Lost(Expired)`).
+    /// The state now (a passed deadline reads as `Lost(Expired)`, counting
+    /// the time the machine was suspended).
     pub fn state(&self) -> LeaseState {
         let state = *self.receiver.borrow();
         match state {
@@ -205,7 +237,7 @@ impl LeaseWatch {
                 // The tracker is gone without a final word.
                 LeaseState::Lost(LostReason::SessionClosed)
             }
-            state => state.at(Instant::now()),
+            state => state.at(now_counting_suspend(&self.suspend)),
         }
     }
 
@@ -225,7 +257,7 @@ impl LeaseWatch {
     /// How long the hold is still provably valid (zero once it is not).
     pub fn remaining(&self) -> Duration {
         self.valid_until()
-            .map(|deadline| deadline.saturating_duration_since(Instant::now()))
+            .map(|deadline| deadline.saturating_duration_since(now_counting_suspend(&self.suspend)))
             .unwrap_or(Duration::ZERO)
     }
 
@@ -233,7 +265,8 @@ impl LeaseWatch {
     /// `Lost(reason)` or `Released`.
     ///
     /// Resolves at the validity deadline by itself, without waiting for the
-    /// backend to notice. Cancel-safe.
+    /// backend to notice, and within a second of a resume that finds the
+    /// deadline passed (the machine was suspended past it). Cancel-safe.
     pub async fn lost(&mut self) -> LeaseState {
         loop {
             let state = self.state();
@@ -241,6 +274,13 @@ impl LeaseWatch {
                 LeaseState::Held { valid_until } => valid_until,
                 final_state => return final_state,
             };
+            // The deadline as the timer sees it (the suspend time so far
+            // taken off), and a look at the suspend clock every
+            // SUSPEND_RECHECK, since a later suspend does not move timers.
+            let deadline = valid_until
+                .checked_sub(self.suspend.suspended())
+                .unwrap_or_else(Instant::now)
+                .min(Instant::now() + SUSPEND_RECHECK);
             tokio::select! {
                 changed = self.receiver.changed() => {
                     if changed.is_err() {
@@ -252,10 +292,17 @@ impl LeaseWatch {
                         };
                     }
                 }
-                () = tokio::time::sleep_until(valid_until) => {}
+                () = tokio::time::sleep_until(deadline) => {}
             }
         }
     }
+}
+
+/// Now on the monotonic clock, plus the time the machine has spent
+/// suspended since `suspend` started: the instant to compare a monotonic
+/// deadline with.
+fn now_counting_suspend(suspend: &SuspendClock) -> Instant {
+    Instant::now() + suspend.suspended()
 }
 
 #[cfg(test)]
@@ -264,6 +311,10 @@ mod tests {
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
+    }
+
+    fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
     }
 
     #[tokio::test(start_paused = true)]
@@ -317,5 +368,95 @@ mod tests {
             LeaseState::Lost(LostReason::SessionClosed)
         );
         assert!(!watch.is_valid());
+    }
+
+    /// A suspend of the machine, for the tests below: each test has its
+    /// own boot clock (the real one plus its own jump), as tests run in
+    /// parallel.
+    macro_rules! boot_clock_with_jump {
+        ($jump:ident, $read:ident) => {
+            static $jump: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            fn $read() -> Duration {
+                crate::suspend_clock::read_boottime()
+                    + Duration::from_millis($jump.load(std::sync::atomic::Ordering::SeqCst))
+            }
+        };
+    }
+
+    fn suspend_for(jump: &std::sync::atomic::AtomicU64, how_long: Duration) {
+        let millis = u64::try_from(how_long.as_millis()).unwrap();
+        jump.fetch_add(millis, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_suspend_past_the_lease_is_a_loss_although_the_monotonic_clock_stood_still() {
+        boot_clock_with_jump!(JUMP, boot_clock);
+        let tracker = LeaseTracker::with_suspend_clock(
+            Instant::now() + secs(10),
+            SuspendClock::start_with(boot_clock),
+        );
+        let watch = tracker.watch();
+        let before = Instant::now();
+
+        // The machine sleeps 11 s: CLOCK_BOOTTIME moves, the monotonic
+        // clock (here tokio's paused one) does not.
+        suspend_for(&JUMP, secs(11));
+        assert_eq!(Instant::now(), before, "the monotonic clock stood still");
+        assert_eq!(tracker.state(), LeaseState::Lost(LostReason::Expired));
+        assert!(
+            !watch.is_valid(),
+            "no sequencer is handed out after the resume"
+        );
+        assert_eq!(watch.remaining(), Duration::ZERO);
+        assert!(
+            !tracker.extend(Instant::now() + secs(10)),
+            "a lease lapsed during a suspend cannot be revived"
+        );
+        assert_eq!(
+            watch.clone().lost().await,
+            LeaseState::Lost(LostReason::Expired)
+        );
+        assert_eq!(Instant::now(), before, "lost() answered at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_short_suspend_shortens_the_lease_by_its_length() {
+        boot_clock_with_jump!(JUMP, boot_clock);
+        let tracker = LeaseTracker::with_suspend_clock(
+            Instant::now() + secs(10),
+            SuspendClock::start_with(boot_clock),
+        );
+        let watch = tracker.watch();
+        suspend_for(&JUMP, secs(3));
+        assert!(watch.is_valid());
+        let remaining = watch.remaining();
+        assert!(
+            // Reading two clocks is not one instant: a millisecond of slack.
+            remaining >= secs(7) - ms(1) && remaining <= secs(7) + SUSPEND_NOISE + ms(1),
+            "{remaining:?} left of 10 s after a 3 s suspend"
+        );
+        tokio::time::advance(secs(7) + SUSPEND_NOISE + ms(1)).await;
+        assert_eq!(watch.state(), LeaseState::Lost(LostReason::Expired));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_learns_of_a_suspend_within_the_recheck_period() {
+        boot_clock_with_jump!(JUMP, boot_clock);
+        let tracker = LeaseTracker::with_suspend_clock(
+            Instant::now() + secs(30),
+            SuspendClock::start_with(boot_clock),
+        );
+        let mut watch = tracker.watch();
+        let waiter = tokio::spawn(async move { watch.lost().await });
+        tokio::task::yield_now().await;
+        let suspended_at = Instant::now();
+        suspend_for(&JUMP, secs(31));
+        let lost = waiter.await.unwrap();
+        assert_eq!(lost, LeaseState::Lost(LostReason::Expired));
+        assert!(
+            Instant::now() - suspended_at <= SUSPEND_RECHECK,
+            "reported {:?} after the resume",
+            Instant::now() - suspended_at
+        );
     }
 }

@@ -31,8 +31,10 @@ mod live_check;
 mod lock;
 mod mode;
 mod name;
+mod raise_cap;
 mod sequencer;
 mod signing;
+mod suspend_clock;
 
 pub use error::{BoxError, LockError};
 pub use generation::Generation;
@@ -41,6 +43,7 @@ pub use live_check::{DynLiveCheck, LiveCheck, LiveCheckFuture, Liveness, SharedL
 pub use lock::{Lock, LockGuard, SessionOptions};
 pub use mode::{Mode, ModeParseError};
 pub use name::{LockName, LockNameError};
+pub use raise_cap::RaiseCap;
 pub use sequencer::{Sequencer, SequencerError, Signature};
 pub use signing::{KeyError, KeyRing, SignatureError, Signer, SigningKey, Verifier};
 

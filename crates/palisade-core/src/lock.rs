@@ -44,7 +44,8 @@ use crate::{Generation, LeaseState, LeaseWatch, LockError, LockName, Mode, Seque
 /// 6. **Lease lost is signalled before validity ends**: the guard's
 ///    [`LeaseWatch`] reports `Held` only while the lease is provably alive by
 ///    the local monotonic clock minus a safety margin, and reports the loss
-///    no later than that deadline.
+///    no later than that deadline. Time the machine spent suspended counts
+///    (Linux: `CLOCK_BOOTTIME`), although the monotonic clock stops then.
 /// 7. **Lock-delay**: if a holder's lease ends without a release (crash,
 ///    pause, partition) and it held with a non-zero
 ///    [`SessionOptions::lock_delay`], nobody is granted the lock until that
@@ -148,7 +149,8 @@ pub trait LockGuard: Send + Sync + fmt::Debug + 'static {
     fn release(self) -> impl Future<Output = Result<(), LockError>> + Send;
 
     /// The sequencer to send with a request, or [`LockError::LeaseLost`]
-    /// once the lease may have lapsed by the local monotonic clock.
+    /// once the lease may have lapsed by the local monotonic clock (plus any
+    /// time the machine spent suspended).
     ///
     /// A sequencer obtained here can still be stale by the time it reaches a
     /// resource server (the caller may pause in between); the server's

@@ -145,7 +145,7 @@ pub enum GuardError {
     /// by the code, and a lock side must not answer this one by raising its
     /// generation floor.
     #[error(
-        "lock `{lock}`: {mode} generation {presented} is more than {max_raise} above the highest mark ({marks})"
+        "lock `{lock}`: {mode} generation {presented} is above {allowed_up_to}, the most the raise cap allows (marks {marks})"
     )]
     RaiseTooLarge {
         /// The lock.
@@ -156,8 +156,12 @@ pub enum GuardError {
         presented: Generation,
         /// The lock's marks at the time of the check.
         marks: Marks,
-        /// The configured cap.
+        /// The configured count for counter marks.
         max_raise: u64,
+        /// The highest generation the cap allowed: the highest mark plus
+        /// `max_raise` for a counter mark, the clock plus the clock lead
+        /// (in microseconds) for a clock mark or a lock without one.
+        allowed_up_to: u64,
     },
     /// The mark store failed; nothing was decided (safety first: refused).
     #[error("the mark store failed: {0}")]
@@ -291,13 +295,13 @@ impl GuardError {
                 presented,
                 marks,
                 max_raise,
+                allowed_up_to,
             } => {
                 put("lock", lock.as_str().into());
                 put("mode", mode.as_str().into());
                 put("presented", presented.get().into());
                 put("max_raise", (*max_raise).into());
-                let highest = marks.exclusive.max(marks.shared);
-                put("allowed_up_to", highest.saturating_add(*max_raise).into());
+                put("allowed_up_to", (*allowed_up_to).into());
                 put("marks", marks_json(*marks));
             }
             GuardError::Storage(StoreError::TooLarge { kind, actual, max }) => {

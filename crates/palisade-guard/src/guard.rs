@@ -2,10 +2,11 @@
 //! about a request.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
-use palisade_core::{LockName, Mode, Sequencer, Verifier};
+use palisade_core::{LockName, Mode, RaiseCap, Sequencer, Verifier};
 
 use crate::fenced::{Fenced, Permit, Verdict};
 use crate::lock_table::LockTable;
@@ -62,10 +63,10 @@ struct Inner {
     /// about it is believed. This is what keeps a forged `u64::MAX` from
     /// moving a mark.
     verifier: Option<Verifier>,
-    /// When set, a generation more than this far above the lock's highest
-    /// mark is refused: a buggy (or compromised) issuer cannot jump a mark
-    /// out of every honest holder's reach in one request.
-    max_raise: Option<u64>,
+    /// When set, a generation further above the lock's marks than the cap
+    /// allows is refused: a buggy (or compromised) issuer cannot jump a
+    /// mark out of every honest holder's reach in one request.
+    raise_cap: Option<RaiseCap>,
     reads: ReadPolicy,
     /// One read-write lock per lock name with requests in flight
     /// (serialised mode).
@@ -83,6 +84,7 @@ pub struct GuardBuilder {
     lock_source: LockSource,
     verifier: Option<Verifier>,
     max_raise: Option<u64>,
+    max_raise_time: Option<Duration>,
     reads: ReadPolicy,
 }
 
@@ -119,19 +121,28 @@ impl GuardBuilder {
     }
 
     /// Refuses (`409 raise_too_large`) a generation more than `max_raise`
-    /// above the lock's highest mark, `max(H_excl, H_shared)`. Off by
-    /// default.
+    /// above the lock's highest mark, `max(H_excl, H_shared)`, when that
+    /// mark is a counter (etcd revisions, Redis's counter scheme); a clock
+    /// generation (Redis's default scheme), or the first generation of a
+    /// lock with no mark, more than [`GuardBuilder::max_raise_time`] ahead
+    /// of this machine's clock. Off by default. [`RaiseCap`] says how the
+    /// mark tells the two apart.
     ///
     /// It guards against a buggy issuer, not a forger (signatures do that):
     /// an issuer whose generations jump by 10^18 would otherwise fence every
-    /// honest holder out for good, since marks never go down. A lock with no
-    /// mark yet is not capped: there is nothing to measure the jump from
-    /// (Redis generations start near 1.7 × 10^15, for instance). Pick a cap
-    /// above the largest honest jump: with etcd that is the number of
-    /// cluster-wide revisions between two grants of the lock; with Redis's
-    /// server-clock scheme, the microseconds between them.
+    /// honest holder out for good, since marks never go down. Pick a cap
+    /// above the largest honest jump of a counter: with etcd that is the
+    /// number of cluster-wide revisions between two grants of the lock.
     pub fn max_raise(mut self, max_raise: u64) -> Self {
         self.max_raise = Some(max_raise);
+        self
+    }
+
+    /// With [`GuardBuilder::max_raise`]: how far ahead of this machine's
+    /// clock a clock generation may be (default one hour). It must exceed
+    /// the clock difference between the lock service and this machine.
+    pub fn max_raise_time(mut self, clock_lead: Duration) -> Self {
+        self.max_raise_time = Some(clock_lead);
         self
     }
 
@@ -150,7 +161,11 @@ impl GuardBuilder {
                 mode: self.mode,
                 lock_source: self.lock_source,
                 verifier: self.verifier,
-                max_raise: self.max_raise,
+                raise_cap: self.max_raise.map(|max_raise| {
+                    RaiseCap::new(max_raise).with_clock_lead(
+                        self.max_raise_time.unwrap_or(RaiseCap::DEFAULT_CLOCK_LEAD),
+                    )
+                }),
                 reads: self.reads,
                 table: Arc::new(LockTable::default()),
                 metrics: GuardMetrics::default(),
@@ -175,6 +190,7 @@ impl Guard {
             lock_source: LockSource::default(),
             verifier: None,
             max_raise: None,
+            max_raise_time: None,
             reads: ReadPolicy::default(),
         }
     }
@@ -350,7 +366,7 @@ impl Guard {
     }
 
     async fn check_raise(&self, sequencer: &Sequencer) -> Result<(), GuardError> {
-        let Some(max_raise) = self.inner.max_raise else {
+        let Some(cap) = self.inner.raise_cap else {
             return Ok(());
         };
         // Marks only rise, so reading them before the admission can only
@@ -359,13 +375,15 @@ impl Guard {
         let marks = self.inner.marks.marks_dyn(sequencer.lock()).await?;
         let highest = marks.exclusive.max(marks.shared);
         let presented = sequencer.generation().get();
-        if highest > 0 && presented.saturating_sub(highest) > max_raise {
+        let allowed_up_to = cap.allowed_up_to(highest, SystemTime::now());
+        if presented > allowed_up_to {
             return Err(GuardError::RaiseTooLarge {
                 lock: sequencer.lock().clone(),
                 mode: sequencer.mode(),
                 presented: sequencer.generation(),
                 marks,
-                max_raise,
+                max_raise: cap.max_raise(),
+                allowed_up_to,
             });
         }
         Ok(())
@@ -379,7 +397,7 @@ impl std::fmt::Debug for Guard {
             .field("mode", &inner.mode)
             .field("lock_source", &inner.lock_source)
             .field("signatures", &inner.verifier.is_some())
-            .field("max_raise", &inner.max_raise)
+            .field("raise_cap", &inner.raise_cap)
             .field("reads", &inner.reads.as_str())
             .finish_non_exhaustive()
     }

@@ -72,7 +72,9 @@
 //! badly signed and unknown-key sequencers get `401`, a trusted key from an
 //! untrusted issuer `403`, and the mark never moves for any of them.
 //! [`GuardBuilder::max_raise`] (off by default) additionally refuses a
-//! generation more than N above the lock's highest mark (`409
+//! generation more than N above the lock's highest counter mark, or a
+//! clock generation (Redis's default scheme) more than
+//! [`GuardBuilder::max_raise_time`] ahead of the clock (`409
 //! raise_too_large`), against a buggy issuer.
 //!
 //! **Architecture Invariant:** the guard never applies the fencing rule

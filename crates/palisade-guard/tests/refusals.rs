@@ -467,6 +467,71 @@ async fn the_raise_cap_refuses_large_jumps_and_is_off_by_default() {
     assert_eq!(uncapped.get(&lock()).exclusive, u64::MAX);
 }
 
+/// Microseconds since the Unix epoch, as Redis's default generations are.
+fn now_micros() -> u64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    u64::try_from(since_epoch.as_micros()).unwrap()
+}
+
+#[tokio::test]
+async fn the_raise_cap_judges_a_clock_mark_by_the_clock() {
+    const DAY_US: u64 = 86_400_000_000;
+    let mark_store = MemoryMarks::new();
+    let capped = Guard::builder(mark_store.clone())
+        .max_raise(100)
+        .max_raise_time(std::time::Duration::from_secs(600))
+        .build();
+    let app = guarded_app(&capped, &Ran::default());
+    let put = |generation: u64| {
+        let app = app.clone();
+        async move {
+            status_and_json(app.oneshot(put_item(&exclusive(generation))).await.unwrap()).await
+        }
+    };
+
+    // A Redis clock generation from a day ago, then the next one after the
+    // lock sat idle for that day: a raise of 8.64 × 10^10, far beyond the
+    // count, judged by the clock instead.
+    let day_ago = now_micros() - DAY_US;
+    assert_eq!(put(day_ago).await.0, StatusCode::OK);
+    let now = now_micros();
+    assert_eq!(
+        put(now).await.0,
+        StatusCode::OK,
+        "an idle clock lock stays writable"
+    );
+
+    // An hour ahead of the clock is beyond the ten-minute lead.
+    let before = mark_store.get(&lock());
+    let (status, body) = put(now_micros() + 3_600_000_000).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("raise_too_large"))
+    );
+    let allowed_up_to = body["allowed_up_to"].as_u64().unwrap();
+    assert!(
+        allowed_up_to >= now + 600_000_000 && allowed_up_to <= now_micros() + 600_000_000,
+        "{body}"
+    );
+    assert_eq!(mark_store.get(&lock()), before, "the refusal moved nothing");
+
+    // A lock with no mark yet is held to the clock as well.
+    let fresh = MemoryMarks::new();
+    let app = guarded_app(
+        &Guard::builder(fresh.clone()).max_raise(100).build(),
+        &Ran::default(),
+    );
+    let (status, body) =
+        status_and_json(app.oneshot(put_item(&exclusive(u64::MAX))).await.unwrap()).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("raise_too_large"))
+    );
+    assert_eq!(fresh.get(&lock()), marks(0, 0));
+}
+
 fn app_default(mark_store: &MemoryMarks) -> Router {
     guarded_app(&memory_guard(mark_store), &Ran::default())
 }

@@ -118,7 +118,9 @@ pub struct ServerConfig {
     pub require_signatures: Option<bool>,
 
     /// Refuse (409 `raise_too_large`) a sequencer more than N above its
-    /// lock's highest mark. Off by default.
+    /// lock's highest mark, when that mark is a counter (etcd revisions,
+    /// Redis's counter scheme). Off by default. Turns on
+    /// --max-mark-raise-time for clock generations too.
     #[arg(
         long,
         env = "PALISADE_MAX_MARK_RAISE",
@@ -126,6 +128,22 @@ pub struct ServerConfig {
         help_heading = "Security"
     )]
     pub max_mark_raise: Option<u64>,
+
+    /// With --max-mark-raise: refuse a clock generation (Redis's default
+    /// scheme, microseconds; a lock whose mark is at or after 2020 in µs,
+    /// or has no mark yet) more than this far ahead of this server's clock.
+    /// `90s`, `10m`, `1h`; must exceed the clock difference between the
+    /// lock service and this server.
+    #[arg(
+        long,
+        env = "PALISADE_MAX_MARK_RAISE_TIME",
+        value_name = "DURATION",
+        default_value = "1h",
+        value_parser = parse_duration,
+        requires = "max_mark_raise",
+        help_heading = "Security"
+    )]
+    pub max_mark_raise_time: Duration,
 
     /// Bearer tokens: one `<token> <prefix>,<prefix>...` (or `<token> *`)
     /// per line. With it, every /v1/locks request needs
@@ -234,6 +252,7 @@ impl ServerConfig {
             issuers: Vec::new(),
             require_signatures: None,
             max_mark_raise: None,
+            max_mark_raise_time: Duration::from_secs(3600),
             tokens_file: None,
             tls_cert: None,
             tls_key: None,
@@ -348,6 +367,17 @@ impl ServerConfig {
         }
     }
 
+    /// `--max-mark-raise-time`, checked.
+    pub fn max_mark_raise_time(&self) -> Result<Duration, ServerError> {
+        if self.max_mark_raise_time.is_zero() {
+            return Err(ServerError::Config(
+                "--max-mark-raise-time must be positive (0 would refuse every clock generation)"
+                    .into(),
+            ));
+        }
+        Ok(self.max_mark_raise_time)
+    }
+
     /// The durability mode named by `durability`.
     pub fn durability(&self) -> Durability {
         match self.durability {
@@ -380,4 +410,47 @@ pub(crate) fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, Serv
         path: path.to_owned(),
         source,
     })
+}
+
+/// A duration flag: a whole number and a unit, `ms`, `s`, `m` or `h`
+/// (`1500ms`, `90s`, `10m`, `1h`).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{text}` has no unit; write e.g. `90s`, `10m` or `1h`"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
+    let seconds_per_unit = match unit {
+        "ms" => return Ok(Duration::from_millis(number)),
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in `{text}`; use ms, s, m or h"
+            ));
+        }
+    };
+    number
+        .checked_mul(seconds_per_unit)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("`{text}` is too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_a_number_and_a_unit() {
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        for bad in ["", "10", "h", "1d", "-1h", "1.5h", "99999999999999999999h"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
 }

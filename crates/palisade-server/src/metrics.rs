@@ -306,6 +306,19 @@ impl Metrics {
         );
         out.push_str("# TYPE palisade_store_flush_tickets_total counter\n");
         let _ = writeln!(out, "palisade_store_flush_tickets_total {}", flush.tickets);
+        out.push_str(
+            "# HELP palisade_store_background_syncs_total Interval syncs completed (buffered mode).
+",
+        );
+        out.push_str(
+            "# TYPE palisade_store_background_syncs_total counter
+",
+        );
+        let _ = writeln!(
+            out,
+            "palisade_store_background_syncs_total {}",
+            flush.background_syncs
+        );
         out
     }
 }

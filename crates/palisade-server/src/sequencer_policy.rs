@@ -3,8 +3,10 @@
 //! mark. Both checks run before the store is touched, so a refused
 //! request changes nothing.
 
+use std::time::{Duration, SystemTime};
+
 use axum::http::{HeaderValue, StatusCode, header};
-use palisade_core::{Sequencer, SignatureError, Verifier};
+use palisade_core::{RaiseCap, Sequencer, SignatureError, Verifier};
 use palisade_store::Marks;
 
 use crate::error::{ApiError, marks_json};
@@ -26,6 +28,9 @@ pub(crate) struct SequencerPolicy {
     /// Guards against a buggy issuer minting a generation far above the
     /// rest, which would lock out every correct holder after it.
     max_mark_raise: Option<u64>,
+    /// How far ahead of this server's clock a clock generation may be, once
+    /// the cap is on. `None`: [`RaiseCap::DEFAULT_CLOCK_LEAD`].
+    clock_lead: Option<Duration>,
 }
 
 impl SequencerPolicy {
@@ -38,6 +43,10 @@ impl SequencerPolicy {
         self.max_mark_raise = max_mark_raise;
     }
 
+    pub(crate) fn set_max_mark_raise_time(&mut self, clock_lead: Duration) {
+        self.clock_lead = Some(clock_lead);
+    }
+
     pub(crate) fn signatures_required(&self) -> bool {
         self.verifier.is_some() && self.require_signatures
     }
@@ -46,8 +55,12 @@ impl SequencerPolicy {
         self.verifier.as_ref()
     }
 
-    pub(crate) fn max_mark_raise(&self) -> Option<u64> {
-        self.max_mark_raise
+    /// The cap, when `max_mark_raise` turned it on.
+    pub(crate) fn raise_cap(&self) -> Option<RaiseCap> {
+        self.max_mark_raise.map(|max_raise| {
+            RaiseCap::new(max_raise)
+                .with_clock_lead(self.clock_lead.unwrap_or(RaiseCap::DEFAULT_CLOCK_LEAD))
+        })
     }
 
     /// Checks the signature and the issuer. 401 for a sequencer that
@@ -101,49 +114,61 @@ fn signature_refusal(sequencer: &Sequencer, error: &SignatureError) -> ApiError 
     refusal
 }
 
-/// Refuses a request whose generation is more than `max_mark_raise` above
-/// the highest mark of its lock (409 `raise_too_large`).
+/// Refuses a request whose generation is further above its lock's marks
+/// than the raise cap allows (409 `raise_too_large`): more than
+/// `max_raise` above a counter mark, more than `clock_lead` ahead of this
+/// server's clock for a clock mark or a lock without marks ([`RaiseCap`]
+/// says why the mark decides).
 ///
 /// The marks are read before the request is queued, not in its
 /// transaction. That is enough: marks only rise, so by the time the
-/// request commits, the raise is at most what was checked here. A lock
-/// whose marks are both 0 has no reference point and is not capped: its
-/// first generation may be anything (an etcd revision is global, so a
-/// lock's first generation is often large).
+/// request commits, the raise is at most what was checked here.
 pub(crate) async fn check_raise(state: &AppState, sequencer: &Sequencer) -> Result<(), ApiError> {
-    let Some(max_raise) = state.policy.max_mark_raise() else {
+    let Some(cap) = state.policy.raise_cap() else {
         return Ok(());
     };
     let lock = sequencer.lock();
     let marks: Marks = state.store.submit_marks(lock)?.await?;
     let highest = marks.exclusive.max(marks.shared);
     let presented = sequencer.generation().get();
-    let allowed_up_to = highest.saturating_add(max_raise);
-    if highest == 0 || presented <= allowed_up_to {
+    let allowed_up_to = cap.allowed_up_to(highest, SystemTime::now());
+    if presented <= allowed_up_to {
         return Ok(());
     }
+    let by_clock = RaiseCap::by_clock(highest);
+    let clock_lead_ms = u64::try_from(cap.clock_lead().as_millis()).unwrap_or(u64::MAX);
     tracing::warn!(
         target: "palisade_server::fence",
         lock = %lock,
         generation = presented,
         highest_mark = highest,
-        max_raise,
+        allowed_up_to,
+        by_clock,
         issuer = sequencer.issuer(),
         reason = "raise_too_large",
         "refused: the generation is too far above the marks (a buggy issuer?)"
     );
-    Err(ApiError::new(
-        StatusCode::CONFLICT,
-        "raise_too_large",
+    let message = if by_clock {
         format!(
-            "generation {presented} of lock `{lock}` would raise its mark by {} (from {highest}); this server allows at most {max_raise}",
-            presented - highest
-        ),
+            "generation {presented} of lock `{lock}` is more than {:?} ahead of this server's clock in microseconds, the limit for a lock whose mark is a clock generation or absent (allowed up to {allowed_up_to}; marks at {highest})",
+            cap.clock_lead()
+        )
+    } else {
+        format!(
+            "generation {presented} of lock `{lock}` would raise its mark by {} (from {highest}); this server allows at most {}",
+            presented - highest,
+            cap.max_raise()
+        )
+    };
+    Err(
+        ApiError::new(StatusCode::CONFLICT, "raise_too_large", message)
+            .with("lock", lock.as_str())
+            .with("mode", sequencer.mode().as_str())
+            .with("presented", presented)
+            .with("max_raise", cap.max_raise())
+            .with("max_raise_time_ms", clock_lead_ms)
+            .with("by_clock", by_clock)
+            .with("allowed_up_to", allowed_up_to)
+            .with("marks", marks_json(marks)),
     )
-    .with("lock", lock.as_str())
-    .with("mode", sequencer.mode().as_str())
-    .with("presented", presented)
-    .with("max_raise", max_raise)
-    .with("allowed_up_to", allowed_up_to)
-    .with("marks", marks_json(marks)))
 }

@@ -262,6 +262,7 @@ impl ServerConfig {
         let limits = self.limits()?;
         let verifier = self.verifier()?;
         let max_mark_raise = self.max_mark_raise()?;
+        let max_mark_raise_time = self.max_mark_raise_time()?;
         let tokens = self.tokens()?;
         let tls = self.tls()?;
 
@@ -269,7 +270,8 @@ impl ServerConfig {
         let mut state = AppState::new(store)
             .with_max_body_bytes(self.max_body_bytes)
             .with_limits(limits)
-            .with_max_mark_raise(max_mark_raise);
+            .with_max_mark_raise(max_mark_raise)
+            .with_max_mark_raise_time(max_mark_raise_time);
         match verifier {
             Some((verifier, required)) => {
                 tracing::info!(

@@ -1,6 +1,7 @@
 //! What every handler shares.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use palisade_core::{SharedLiveCheck, Verifier};
 use palisade_store::Store;
@@ -108,11 +109,24 @@ impl AppState {
     }
 
     /// Refuses (409 `raise_too_large`) a request whose generation is more
-    /// than `max_raise` above its lock's highest mark. `None` (the
-    /// default) is no cap. A lock never fenced (both marks 0) is not
-    /// capped.
+    /// than `max_raise` above its lock's highest mark, when that mark is a
+    /// counter (etcd revisions, Redis's counter scheme). `None` (the
+    /// default) is no cap. Clock generations (Redis's default scheme:
+    /// microseconds, recognised by a mark at or above 2020-01-01 in µs) and
+    /// locks without a mark are held instead to at most
+    /// [`AppState::with_max_mark_raise_time`] ahead of this server's clock.
     pub fn with_max_mark_raise(mut self, max_raise: Option<u64>) -> Self {
         Arc::make_mut(&mut self.policy).set_max_mark_raise(max_raise);
+        self
+    }
+
+    /// How far ahead of this server's clock a clock generation may be once
+    /// [`AppState::with_max_mark_raise`] turned the cap on (default one
+    /// hour). It must exceed the clock difference between the lock
+    /// service and this server; it is also the longest a runaway clock
+    /// generation can fence a lock's honest holders.
+    pub fn with_max_mark_raise_time(mut self, clock_lead: Duration) -> Self {
+        Arc::make_mut(&mut self.policy).set_max_mark_raise_time(clock_lead);
         self
     }
 
@@ -170,7 +184,7 @@ impl std::fmt::Debug for AppState {
                     .verifier()
                     .map(|v| v.keys().key_ids().collect::<Vec<_>>()),
             )
-            .field("max_mark_raise", &self.policy.max_mark_raise())
+            .field("raise_cap", &self.policy.raise_cap())
             .field("tokens", &self.tokens.as_ref().map(|t| t.len()))
             .field("tls", &self.tls.is_some())
             .field("limits", &self.limits)

@@ -22,17 +22,25 @@ pub enum Durability {
     /// loss, as far as the disk honours fsync.
     #[default]
     Flushed,
-    /// Acknowledged ⇒ committed in sled's in-memory log buffers; sled writes
-    /// and fsyncs them in the background every `flush_every`.
+    /// Acknowledged ⇒ committed in sled's in-memory log buffers. Every
+    /// `flush_every` the store's interval sync writes sled's log and fsyncs
+    /// sled's files, the same sync `Flushed` does after each group; a
+    /// failed one fail-stops the store.
     ///
-    /// A `kill -9` or power loss within that window loses the writes *and
-    /// the mark updates* acknowledged in it, because sled keeps its log
-    /// buffers in this process's memory, not in the OS page cache. After such
-    /// a crash a stale holder whose generation lies in the lost window can be
-    /// accepted again. Use it where throughput matters more than that.
+    /// So a write acknowledged at time t is on disk by t + `flush_every` +
+    /// the length of one sync. A `kill -9`, kernel crash or power loss
+    /// before then can lose the writes *and the mark updates* acknowledged
+    /// in that window (all of them, or the newest part: sled keeps its log
+    /// buffers in this process's memory and writes a buffer out only when
+    /// it fills or is flushed, so even the OS page cache may not have
+    /// them). After such a crash a stale holder
+    /// whose generation lies in the lost window can be accepted again. Use
+    /// it where throughput matters more than that.
     Buffered {
-        /// How often sled flushes in the background (sled's
-        /// `flush_every_ms`).
+        /// How often the interval sync runs ([`FlushStats::background_syncs`]
+        /// counts them).
+        ///
+        /// [`FlushStats::background_syncs`]: crate::FlushStats::background_syncs
         flush_every: Duration,
     },
 }
@@ -46,7 +54,7 @@ impl Durability {
         }
     }
 
-    /// `Buffered` with sled's default background flush period, 500 ms.
+    /// `Buffered` with an interval sync every 500 ms.
     pub const fn buffered() -> Durability {
         Durability::Buffered {
             flush_every: Duration::from_millis(500),
@@ -59,7 +67,7 @@ impl fmt::Display for Durability {
         match self {
             Durability::Flushed => f.write_str("flushed"),
             Durability::Buffered { flush_every } => {
-                write!(f, "buffered (background flush every {flush_every:?})")
+                write!(f, "buffered (synced every {flush_every:?})")
             }
         }
     }

@@ -119,6 +119,10 @@ pub struct FlushStats {
     /// Requests acknowledged by those flushes. `tickets / flushes` is the
     /// average group size.
     pub tickets: u64,
+    /// Interval syncs completed in [`Durability::Buffered`](crate::Durability)
+    /// mode: each one wrote sled's log and fsynced sled's files, so every
+    /// write acknowledged before it began is on disk.
+    pub background_syncs: u64,
 }
 
 impl Epochs {

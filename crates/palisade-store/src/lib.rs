@@ -30,19 +30,24 @@
 //!     report is flushed, so no response ever reports something a crash
 //!     could take back.
 //!   - [`Durability::Buffered`]: the transaction is committed in sled's
-//!     in-memory log buffers and reaches disk within `flush_every`.
+//!     in-memory log buffers. Every `flush_every` the store's interval sync
+//!     writes sled's log and fsyncs sled's files (the same sync as
+//!     `Flushed`), so a write is on disk once an interval sync that began
+//!     after its acknowledgement has completed: within `flush_every` plus
+//!     the length of one sync.
 //! - **What `kill -9` can lose**: under `Flushed`, nothing acknowledged
 //!   (un-acknowledged in-flight writes may or may not be there, each one
 //!   whole or not at all). Under `Buffered`, every write and every mark
-//!   update acknowledged since the last background flush (up to
-//!   `flush_every`, 500 ms by default): sled's log buffers live in process
-//!   memory, so the OS page cache does not save them. Power loss loses the
-//!   same under `Buffered`, and nothing acknowledged under `Flushed` on a
-//!   disk that honours fsync.
-//! - **Fail-stop on flush failure**: once a flush or a sync fails (or sled
-//!   reports an I/O error inside a transaction), every later call
-//!   returns [`StoreError::FlushFailed`] until the store is reopened, since
-//!   writes committed in memory may not be on disk.
+//!   update acknowledged since the last interval sync began (up to
+//!   `flush_every`, 500 ms by default, plus one sync): sled keeps its log
+//!   buffers in process memory, so the OS page cache does not save them.
+//!   Power loss or a kernel crash loses the same under `Buffered`, and
+//!   nothing acknowledged under `Flushed`, on a disk that honours fsync.
+//! - **Fail-stop on flush failure**: once a flush or a sync fails (the
+//!   committer's, the interval sync's, or [`Store::flush`]; or sled reports
+//!   an I/O error inside a transaction), every later call returns
+//!   [`StoreError::FlushFailed`] until the store is reopened, since writes
+//!   committed in memory may not be on disk.
 //! - **Retries are safe within the idempotency window**: a write with a
 //!   [`RequestId`] already recorded on its lock returns the original
 //!   outcome ([`Applied::replayed`]) and applies nothing. Each lock
@@ -71,6 +76,8 @@
 //! - [`Marks::admit`]: the fencing rule, as a pure function.
 //! - [`Op`], [`Applied`], [`Read`], [`Refused`]: requests and outcomes.
 //! - [`Durability`], [`StoreConfig`], [`Limits`]: configuration.
+//! - [`DurableSled`]: a sled database of your own, flushed and fsynced the
+//!   way the store does it.
 //!
 //! # Observability
 //!
@@ -81,8 +88,10 @@
 //! `idempotency_key_reused`, `lock_mismatch`). Flush failures are logged at
 //! `ERROR`.
 
+mod background_sync;
 mod committer;
 mod config;
+mod durable_sled;
 mod error;
 mod group_commit;
 mod idempotency;
@@ -92,6 +101,7 @@ mod op;
 mod store;
 
 pub use config::{Durability, DurabilityParseError, LimitKind, Limits, StoreConfig};
+pub use durable_sled::DurableSled;
 pub use error::StoreError;
 pub use group_commit::{FlushStats, Pending};
 pub use idempotency::RequestId;

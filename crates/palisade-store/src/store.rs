@@ -6,10 +6,12 @@ use std::path::Path;
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use palisade_core::{LockName, Mode, Sequencer};
 use sled::IVec;
 
+use crate::background_sync::BackgroundSync;
 use crate::committer::{self, Committer, DurableFiles, Job, ReadJob, WriteJob};
 use crate::group_commit::{Epochs, FlushStats, Pending, Slot};
 use crate::idempotency;
@@ -80,10 +82,13 @@ struct Inner {
     /// sled's own flush is not durable on Linux). `None` after
     /// [`Store::from_db`], which does not know the directory.
     files: Option<Arc<Mutex<DurableFiles>>>,
+    /// Buffered mode's interval sync (`background_sync.rs`).
+    syncer: Option<BackgroundSync>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        drop(self.syncer.take());
         drop(self.jobs.take());
         if let Some(committer) = self.committer.take() {
             let _ = committer.join();
@@ -102,24 +107,14 @@ impl Store {
         let sled_config = sled::Config::new()
             .path(path.as_ref())
             .cache_capacity(config.cache_capacity_bytes)
-            .flush_every_ms(match config.durability {
-                // The committer does every flush; sled's background one would
-                // only hold sled's lock against it.
-                Durability::Flushed => None,
-                Durability::Buffered { flush_every } => {
-                    Some((flush_every.as_millis() as u64).max(1))
-                }
-            });
+            // The store does every flush: the committer after each group
+            // (flushed), the interval sync (buffered). sled's own background
+            // flush would not sync (see `background_sync.rs`) and would only
+            // hold sled's lock against them.
+            .flush_every_ms(None);
         let db = open_with_retry(&sled_config)?;
-        let files = match config.durability {
-            // In `Buffered` mode sled's background flusher fsyncs the log
-            // itself after each of its flushes.
-            Durability::Buffered { .. } => None,
-            Durability::Flushed => {
-                Some(DurableFiles::open(path.as_ref()).map_err(sled::Error::Io)?)
-            }
-        };
-        Store::from_parts(db, config, files)
+        let files = DurableFiles::open(path.as_ref()).map_err(sled::Error::Io)?;
+        Store::from_parts(db, config, Some(files))
     }
 
     /// Wraps an already open sled database (trees `palisade-data` and
@@ -128,7 +123,8 @@ impl Store {
     ///
     /// The store does not know where such a database keeps its files, so in
     /// [`Durability::Flushed`] mode an acknowledgement means sled's own
-    /// `flush()` returned: on Linux that is `sync_file_range`, which neither
+    /// `flush()` returned (and in [`Durability::Buffered`] mode the interval
+    /// sync is sled's `flush()` alone): on Linux that is `sync_file_range`, which neither
     /// commits the log's metadata nor flushes the disk's write cache, and
     /// does not survive a power cut. [`Store::open`] also syncs sled's files
     /// and keeps the full guarantee.
@@ -182,6 +178,19 @@ impl Store {
             .name("palisade-committer".into())
             .spawn(move || committer.run(receiver))
             .map_err(|e| StoreError::Io(sled::Error::Io(e)))?;
+        let syncer = match config.durability {
+            Durability::Flushed => None,
+            Durability::Buffered { flush_every } => Some(
+                BackgroundSync::start(
+                    db.clone(),
+                    files.clone(),
+                    flush_every.max(Duration::from_millis(1)),
+                    Arc::clone(&epochs),
+                    Arc::clone(&stats),
+                )
+                .map_err(|e| StoreError::Io(sled::Error::Io(e)))?,
+            ),
+        };
         Ok(Store {
             inner: Arc::new(Inner {
                 db,
@@ -193,6 +202,7 @@ impl Store {
                 epochs,
                 stats,
                 files,
+                syncer,
             }),
         })
     }
@@ -207,7 +217,9 @@ impl Store {
         self.inner.config.durability
     }
 
-    /// Group-commit counters (zero in [`Durability::Buffered`] mode).
+    /// Group-commit counters (`flushes` and `tickets` in
+    /// [`Durability::Flushed`] mode, `background_syncs` in
+    /// [`Durability::Buffered`] mode).
     pub fn flush_stats(&self) -> FlushStats {
         *self.inner.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -491,7 +503,7 @@ impl Store {
 /// Opens sled, retrying (bounded) while another handle in this process is
 /// still releasing the directory lock. There is no event to wait for: sled
 /// releases the lock when its IO threads drop their last file handle.
-fn open_with_retry(config: &sled::Config) -> Result<sled::Db, StoreError> {
+pub(crate) fn open_with_retry(config: &sled::Config) -> Result<sled::Db, StoreError> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     loop {
         match config.open() {
@@ -708,12 +720,91 @@ mod tests {
         assert_eq!(read.value.as_deref(), Some(&big[..]));
     }
 
+    /// Polls `done` every few milliseconds for up to 30 s (the interval
+    /// sync runs on its own thread; there is no event to wait for).
+    fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what} within 30 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn buffered_every(period: Duration) -> StoreConfig {
+        StoreConfig::default().with_durability(Durability::Buffered {
+            flush_every: period,
+        })
+    }
+
     #[test]
-    fn a_store_in_buffered_mode_leaves_syncing_to_sleds_flusher() {
+    fn a_buffered_store_syncs_sleds_files_every_flush_every() {
         let dir = tempfile::tempdir().unwrap();
-        let config = StoreConfig::default().with_durability(Durability::buffered());
-        let store = Store::open(dir.path(), config).unwrap();
-        assert!(store.inner.files.is_none());
-        store.flush().unwrap();
+        let store = Store::open(dir.path(), buffered_every(Duration::from_millis(20))).unwrap();
+        assert!(store.inner.files.is_some(), "the store syncs sled's files");
+        let sequencer = Sequencer::new(
+            LockName::new("L").unwrap(),
+            Mode::Exclusive,
+            Generation::MIN,
+        );
+        store
+            .apply(&sequencer, &[Op::put("k", "v")], None)
+            .unwrap()
+            .unwrap();
+        // Two more syncs: at least one began after the write was
+        // acknowledged, so the write is on disk.
+        let acknowledged_at = store.flush_stats().background_syncs;
+        eventually("two interval syncs after the write", || {
+            store.flush_stats().background_syncs >= acknowledged_at + 2
+        });
+        assert_eq!(store.flush_stats().flushes, 0, "no group-commit flushes");
+        store.check_health().unwrap();
+    }
+
+    #[test]
+    fn a_failed_interval_sync_fail_stops_a_buffered_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), buffered_every(Duration::from_millis(20))).unwrap();
+        let lock = LockName::new("L").unwrap();
+        let sequencer = Sequencer::new(lock.clone(), Mode::Exclusive, Generation::MIN);
+        store
+            .apply(&sequencer, &[Op::put("k", "v")], None)
+            .unwrap()
+            .unwrap();
+        let acknowledged_at = store.flush_stats().background_syncs;
+        eventually("two interval syncs after the write", || {
+            store.flush_stats().background_syncs >= acknowledged_at + 2
+        });
+
+        // The disk dies: the next interval sync fails.
+        store
+            .inner
+            .files
+            .as_ref()
+            .unwrap()
+            .lock()
+            .unwrap()
+            .fail_next = Some(std::io::ErrorKind::Other);
+        eventually("the store fail-stops", || store.check_health().is_err());
+        let failed = |result: Result<(), StoreError>| matches!(result, Err(StoreError::FlushFailed { message }) if message.contains("injected"));
+        assert!(failed(
+            store
+                .apply(&sequencer, &[Op::put("k", "w")], None)
+                .map(|_| ())
+        ));
+        assert!(failed(store.get(&lock, b"k", None).map(|_| ())));
+        assert!(failed(store.flush()));
+        let syncs = store.flush_stats().background_syncs;
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            store.flush_stats().background_syncs,
+            syncs,
+            "no sync after the failure proves anything: the syncer stopped"
+        );
+        drop(store);
+
+        // The write synced before the failure survives the restart.
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        let read = store.get(&lock, b"k", None).unwrap().unwrap();
+        assert_eq!(read.value.as_deref(), Some(&b"v"[..]));
     }
 }

@@ -35,6 +35,10 @@ pub enum ServiceError {
     /// sled failed.
     #[error("storage failure: {0}")]
     Storage(#[from] sled::Error),
+    /// A change could not be made durable (its flush or fsync failed, now
+    /// or earlier): it is not acknowledged, and neither is any later one.
+    #[error("the change could not be made durable: {0}")]
+    NotDurable(palisade_store::StoreError),
     /// The fenced store (the marks) failed to open.
     #[error("mark store failure: {0}")]
     Marks(#[from] palisade_store::StoreError),
@@ -53,7 +57,7 @@ impl ServiceError {
                 (StatusCode::UNPROCESSABLE_ENTITY, "insufficient_stock")
             }
             ServiceError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
-            ServiceError::Storage(_) | ServiceError::Marks(_) => {
+            ServiceError::Storage(_) | ServiceError::NotDurable(_) | ServiceError::Marks(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable")
             }
             ServiceError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

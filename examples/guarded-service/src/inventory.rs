@@ -3,7 +3,9 @@
 //! routes decides who may call it.
 
 use std::path::Path;
+use std::sync::Arc;
 
+use palisade_store::DurableSled;
 use serde::{Deserialize, Serialize};
 use sled::Transactional as _;
 use sled::transaction::ConflictableTransactionError;
@@ -37,7 +39,8 @@ pub struct LedgerEntry {
 /// own database.
 #[derive(Debug, Clone)]
 pub struct Inventory {
-    db: sled::Db,
+    /// The database, flushed *and fsynced* before a change is acknowledged.
+    durable: Arc<DurableSled>,
     /// SKU → [`Item`] (JSON).
     items: sled::Tree,
     /// SKU, `/`, a sequence number (u64 big-endian) → [`LedgerEntry`] (JSON).
@@ -47,20 +50,24 @@ pub struct Inventory {
 }
 
 impl Inventory {
-    /// The inventory kept in `db`.
-    pub fn new(db: sled::Db) -> Result<Self, ServiceError> {
+    /// Opens (or creates) the inventory's sled database in `path`, through
+    /// [`DurableSled`]: sled's own `flush()` only reaches the page cache on
+    /// Linux (a process crash keeps it, a power loss does not), so every
+    /// change is also fsynced before it is acknowledged.
+    pub fn open(path: &Path) -> Result<Self, ServiceError> {
+        let durable = DurableSled::open(path)?;
+        let db = durable.db();
         Ok(Inventory {
             items: db.open_tree("inventory-items")?,
             ledger: db.open_tree("inventory-ledger")?,
-            db,
+            durable: Arc::new(durable),
         })
     }
 
-    /// Opens the sled database in `path` the way the service needs it: no
-    /// background flusher, since every write is flushed before it is
-    /// acknowledged.
-    pub fn open_db(path: &Path) -> Result<sled::Db, ServiceError> {
-        Ok(sled::Config::new().path(path).flush_every_ms(None).open()?)
+    /// How many changes have been synced to disk (each acknowledged change
+    /// is one).
+    pub fn syncs(&self) -> u64 {
+        self.durable.syncs()
     }
 
     /// The item with `sku`, if any.
@@ -79,8 +86,11 @@ impl Inventory {
     }
 
     /// Applies `change` to the item's stock (read, compute, write item and
-    /// ledger line in one sled transaction), then flushes before returning,
-    /// so an acknowledged change survives a crash.
+    /// ledger line in one sled transaction), then flushes and fsyncs sled's
+    /// files before returning, so an acknowledged change survives a process
+    /// crash and, on a disk that honours fsync, a power loss. A failed sync
+    /// fails this change and every later one (`503`) until the service
+    /// restarts.
     ///
     /// `change` gets the current stock (0 for a new item) and returns the
     /// new stock, or refuses.
@@ -92,7 +102,7 @@ impl Inventory {
         amount: i64,
         change: impl Fn(i64) -> Result<i64, ServiceError>,
     ) -> Result<Item, ServiceError> {
-        let sequence = self.db.generate_id()?;
+        let sequence = self.durable.db().generate_id()?;
         let mut ledger_key = sku.as_bytes().to_vec();
         ledger_key.push(b'/');
         ledger_key.extend_from_slice(&sequence.to_be_bytes());
@@ -121,11 +131,12 @@ impl Inventory {
             Err(sled::transaction::TransactionError::Abort(error)) => return Err(error),
             Err(sled::transaction::TransactionError::Storage(error)) => return Err(error.into()),
         };
-        // sled's `flush()` blocks: keep it off the async worker threads.
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || db.flush())
+        // The flush and fsync block: keep them off the async worker threads.
+        let durable = Arc::clone(&self.durable);
+        tokio::task::spawn_blocking(move || durable.flush())
             .await
-            .map_err(|_| ServiceError::Internal("the flush task panicked".into()))??;
+            .map_err(|_| ServiceError::Internal("the flush task panicked".into()))?
+            .map_err(ServiceError::NotDurable)?;
         Ok(item)
     }
 }

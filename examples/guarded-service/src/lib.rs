@@ -10,8 +10,9 @@
 //! gets `409 stale` instead of overwriting the newer holder's change.
 //!
 //! The marks are kept with [`SledMarks`] (a fenced store of their own, in
-//! `<data-dir>/marks`), flushed before a handler runs; the inventory is in
-//! `<data-dir>/inventory`. The guard runs in serialised mode, so the
+//! `<data-dir>/marks`), fsynced before a handler runs; the inventory is in
+//! `<data-dir>/inventory`, fsynced ([`palisade_store::DurableSled`]) before
+//! a change is acknowledged. The guard runs in serialised mode, so the
 //! read-modify-write of `adjust` can never interleave with a newer holder's
 //! request.
 //!
@@ -86,7 +87,7 @@ impl AppState {
     /// [`SledMarks::open`] (`Store::open`), which owns its directory and so
     /// can make every admission fully durable before the handler runs.
     pub fn open(data_dir: &Path, options: Options) -> Result<AppState, ServiceError> {
-        let db = Inventory::open_db(&data_dir.join("inventory"))?;
+        let inventory = Inventory::open(&data_dir.join("inventory"))?;
         let marks = SledMarks::open(data_dir.join("marks"), StoreConfig::default())?;
         let mut guard = Guard::builder(marks).lock_source(LockSource::from_fn(|_parts, params| {
             item_lock(params.get("sku").ok_or("the route has no {sku}")?)
@@ -98,7 +99,7 @@ impl AppState {
             guard = guard.max_raise(max_raise);
         }
         Ok(AppState {
-            inventory: Inventory::new(db)?,
+            inventory,
             guard: guard.build(),
         })
     }

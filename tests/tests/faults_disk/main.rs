@@ -21,6 +21,8 @@
 //!   tmpfs, and an ext4 that dies without flushing its journal.
 //! - `mutation`: scenario 12c cut short, against a server that acknowledges
 //!   before it syncs (`--unsynced`): the checker must report I-DUR broken.
+//! - `buffered_sync`: `--durability buffered` fsyncs every period and
+//!   fail-stops when that sync fails (libfiu).
 //! - `disk`, `fiu`: the disks and the failure injection, cleaned up on drop.
 //! - `probe`: the test's own recorded client, and the extra checks.
 //!
@@ -29,6 +31,7 @@
 //! installs them. Without them a scenario fails with a message saying
 //! how to install what it needs: no scenario passes by skipping.
 
+mod buffered_sync;
 mod disk;
 mod fiu;
 mod mutation;

@@ -1,12 +1,13 @@
 //! Fencing with the Redis backend where Redis itself is the hazard: a
 //! holder whose TTL runs out without a watchdog, and a Redis restarted
-//! without persistence, which loses the generation counter.
+//! without persistence, which loses the generation counter. And the raise
+//! cap as docs/SECURITY.md sets it up, against Redis's clock generations.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade::client::Refused;
 use palisade::redis::{GenerationScheme, RedisConfig, RedisLock, RedisLockClient};
-use palisade::{Lock, LockGuard, LockName, Mode, SessionOptions};
+use palisade::{Generation, Lock, LockGuard, LockName, Mode, Sequencer, SessionOptions};
 use palisade_testkit::redis::{Persistence, RedisOptions, RedisServer};
 use palisade_tests::ResourceServer;
 
@@ -249,5 +250,192 @@ async fn fence_on_acquire_refuses_a_paused_holder_before_the_new_one_writes() ->
     late_write_after_a_silent_new_holder(&redis, &resource, &unfenced, false)
         .await?
         .expect("without a fence nothing newer has reached the server");
+    server.stop().await
+}
+
+/// The raise cap exactly as docs/SECURITY.md sets it up.
+const DOCUMENTED_RAISE_CAP: [&str; 4] =
+    ["--max-mark-raise", "10000", "--max-mark-raise-time", "1h"];
+
+/// How long the lock sits idle between two holders: a few seconds, a few
+/// million microseconds of Redis's clock, far beyond the count of 10000.
+const IDLE: Duration = Duration::from_secs(3);
+
+fn now_micros() -> u64 {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    u64::try_from(since_epoch.as_micros()).unwrap()
+}
+
+fn forged(lock: &LockName, mode: Mode, generation: u64) -> Sequencer {
+    Sequencer::new(lock.clone(), mode, Generation::new(generation).unwrap())
+}
+
+/// With the documented cap, a lock on Redis's default (server-clock)
+/// generations that sat idle for seconds is still writable: its next
+/// generation is millions above the mark, and the clock rule, not the
+/// count, judges it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_raise_cap_accepts_a_clock_generation_after_an_idle_lock()
+-> anyhow::Result<()> {
+    let redis = RedisServer::start();
+    let server = ResourceServer::start_with_flags(&DOCUMENTED_RAISE_CAP).await?;
+    let resource = server.client();
+    let lock = LockName::new("redis-fencing/idle")?;
+    let locks = client(&redis.url(), GenerationScheme::default()).await?;
+    let session = locks.session(options())?;
+
+    let first = session.acquire(&lock, Mode::Exclusive).await?;
+    let mark = resource
+        .put_with(&first, b"k", "first", None)
+        .await?
+        .expect("the first write")
+        .marks
+        .exclusive;
+    first.release().await?;
+
+    // Time is the subject here: the lock sits idle, nothing to wait for.
+    tokio::time::sleep(IDLE).await;
+
+    let second = session.acquire(&lock, Mode::Exclusive).await?;
+    let gap = second.generation().get() - mark;
+    assert!(
+        gap > 10_000,
+        "the idle gap ({gap}) must be beyond the count for this test to mean anything"
+    );
+    let written = resource
+        .put_with(&second, b"k", "after-idle", None)
+        .await?
+        .expect("an honest clock generation after an idle spell is accepted");
+    assert_eq!(written.marks.exclusive, second.generation().get());
+    second.release().await?;
+    server.stop().await
+}
+
+/// The same cap still refuses absurd raises, and each refusal changes
+/// nothing: a clock generation a day ahead of the server's clock, one at
+/// `u64::MAX` (for reads too), one on a lock with no mark yet, and a
+/// counter lock raised by more than the count. The honest holders write on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_raise_cap_refuses_absurd_raises() -> anyhow::Result<()> {
+    const DAY_US: u64 = 86_400_000_000;
+    let redis = RedisServer::start();
+    let server = ResourceServer::start_with_flags(&DOCUMENTED_RAISE_CAP).await?;
+    let resource = server.client();
+
+    let clock_lock = LockName::new("redis-fencing/clock-runaway")?;
+    let clock_locks = client(&redis.url(), GenerationScheme::ServerClock).await?;
+    let clock_session = clock_locks.session(options())?;
+    let guard = clock_session.acquire(&clock_lock, Mode::Exclusive).await?;
+    resource
+        .put_with(&guard, b"k", "honest", None)
+        .await?
+        .expect("the honest write");
+    guard.release().await?;
+    let before = resource.marks(&clock_lock).await?;
+
+    for (mode, generation) in [
+        (Mode::Exclusive, now_micros() + DAY_US),
+        (Mode::Exclusive, u64::MAX),
+    ] {
+        let refused = resource
+            .put(
+                &forged(&clock_lock, mode, generation),
+                b"k",
+                "runaway",
+                None,
+            )
+            .await?
+            .expect_err("a generation a day ahead of the clock is absurd");
+        assert!(
+            matches!(refused, Refused::RaiseTooLarge { presented, .. } if presented == generation),
+            "{refused:?}"
+        );
+    }
+    let refused = resource
+        .get(
+            &clock_lock,
+            b"k",
+            Some(&forged(&clock_lock, Mode::Shared, u64::MAX)),
+        )
+        .await?
+        .expect_err("a shared read raises a mark too");
+    assert!(
+        matches!(refused, Refused::RaiseTooLarge { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(
+        resource.marks(&clock_lock).await?,
+        before,
+        "refusals change nothing"
+    );
+    let read = resource.get(&clock_lock, b"k", None).await?.expect("read");
+    assert_eq!(read.value.as_deref(), Some(&b"honest"[..]));
+
+    // A lock with no mark yet has the clock as its reference point.
+    let fresh = LockName::new("redis-fencing/fresh-runaway")?;
+    let refused = resource
+        .put(
+            &forged(&fresh, Mode::Exclusive, u64::MAX),
+            b"k",
+            "runaway",
+            None,
+        )
+        .await?
+        .expect_err("no honest first generation is ahead of the clock");
+    assert!(
+        matches!(refused, Refused::RaiseTooLarge { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(resource.marks(&fresh).await?.exclusive, 0);
+
+    // A counter lock is held to the count, whatever the clock says.
+    let counter_lock = LockName::new("redis-fencing/counter-runaway")?;
+    let counter_locks = client(&redis.url(), GenerationScheme::Counter).await?;
+    let counter_session = counter_locks.session(options())?;
+    let guard = counter_session
+        .acquire(&counter_lock, Mode::Exclusive)
+        .await?;
+    let mark = resource
+        .put_with(&guard, b"k", "honest", None)
+        .await?
+        .expect("the honest counter write")
+        .marks
+        .exclusive;
+    guard.release().await?;
+    for generation in [mark + 10_001, now_micros()] {
+        let refused = resource
+            .put(
+                &forged(&counter_lock, Mode::Exclusive, generation),
+                b"k",
+                "runaway",
+                None,
+            )
+            .await?
+            .expect_err("beyond the count");
+        assert!(
+            matches!(
+                refused,
+                Refused::RaiseTooLarge {
+                    max_raise: 10_000,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(resource.marks(&counter_lock).await?.exclusive, mark);
+
+    // The honest holders of both locks carry on.
+    for (session, lock) in [
+        (&clock_session, &clock_lock),
+        (&counter_session, &counter_lock),
+    ] {
+        let guard = session.acquire(lock, Mode::Exclusive).await?;
+        resource
+            .put_with(&guard, b"k", "next", None)
+            .await?
+            .expect("the next honest holder writes");
+        guard.release().await?;
+    }
     server.stop().await
 }

@@ -1,0 +1,75 @@
+//! Buffered mode's interval sync: every `flush_every`, sled's flush and
+//! then the same sync of sled's files the committer does after each group
+//! in flushed mode.
+//!
+//! sled's own background flusher is not used: like its `flush()`, it ends
+//! in `sync_file_range` on Linux, which neither commits the log's metadata
+//! nor flushes the disk's write cache (see `committer.rs`). A failed flush
+//! or sync fail-stops the store exactly as in flushed mode: writes
+//! acknowledged since the last good sync may be gone, and a later sync that
+//! succeeds would prove nothing about them.
+
+use std::io;
+use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::FlushStats;
+use crate::committer::{DurableFiles, flush_durably};
+use crate::group_commit::Epochs;
+
+/// The interval sync thread; stopped (and joined) on drop.
+#[derive(Debug)]
+pub(crate) struct BackgroundSync {
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl BackgroundSync {
+    /// Starts syncing `db` (and `files`, when the store knows them) every
+    /// `every`, counting each completed sync in `stats` and recording a
+    /// failure in `epochs`.
+    pub(crate) fn start(
+        db: sled::Db,
+        files: Option<Arc<Mutex<DurableFiles>>>,
+        every: Duration,
+        epochs: Arc<Epochs>,
+        stats: Arc<Mutex<FlushStats>>,
+    ) -> io::Result<BackgroundSync> {
+        let (stop, stopped) = channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("palisade-syncer".into())
+            .spawn(move || {
+                // The stop sender is never used to send: dropping it ends the
+                // wait at once, so a closing store does not wait a period.
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                    if epochs.failure().is_some() {
+                        return;
+                    }
+                    if let Err(message) = flush_durably(&db, files.as_deref()) {
+                        tracing::error!(error = %message, "the interval sync failed; the store refuses further requests");
+                        epochs.fail(message);
+                        return;
+                    }
+                    stats
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .background_syncs += 1;
+                }
+            })?;
+        Ok(BackgroundSync {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for BackgroundSync {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
