@@ -245,3 +245,73 @@ async fn a_waiter_survives_losing_its_connections_to_the_masters() {
         .unwrap();
     guard.release().await.unwrap();
 }
+
+/// Every master stops answering (`CLIENT PAUSE ALL`) for longer than the
+/// waiter's calls may take while it waits, and it re-checks in that time: a
+/// queued waiter keeps its place and tries again until the masters answer,
+/// rather than failing its acquire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_rides_through_masters_that_stop_answering() {
+    common::trace();
+    let cluster = RedisCluster::start();
+    let prefix = unique_prefix("cluster-pause");
+    let config = cluster_config(&cluster, &prefix)
+        .with_response_timeout(Duration::from_millis(300))
+        .with_waiter_recheck(Duration::from_millis(200));
+    let (holder_client, waiter_client) =
+        (client_with(config.clone()).await, client_with(config).await);
+    let holder = Arc::new(
+        holder_client
+            .session(options(Duration::from_secs(30)))
+            .unwrap(),
+    );
+    let waiter = waiter_client
+        .session(options(Duration::from_secs(30)))
+        .unwrap();
+    let name = LockName::new("paused").unwrap();
+    let held = holder.acquire(&name, Mode::Exclusive).await.unwrap();
+    let held_generation = held.generation();
+    let queued_before = waiter_client.stats().queued;
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move {
+            waiter
+                .acquire_timeout(&name, Mode::Exclusive, Duration::from_secs(20))
+                .await
+        })
+    };
+    wait_for_queue(&waiter_client, queued_before).await;
+
+    // 3 s: five times what one of the waiter's calls may take (twice the
+    // response timeout), fifteen of its re-check intervals.
+    for node in 0..cluster.urls().len() {
+        cluster
+            .command(node, &["CLIENT", "PAUSE", "3000", "ALL"])
+            .unwrap();
+    }
+    let paused_at = Instant::now();
+    let rechecks_before = waiter_client.stats().rechecks;
+    // The release is held by the pause like every other command.
+    let released = tokio::spawn(async move { held.release().await });
+    let granted = waiting
+        .await
+        .unwrap()
+        .expect("the waiter rides through the pause");
+    println!(
+        "granted {:?} after the pause began; {} re-checks meanwhile",
+        paused_at.elapsed(),
+        waiter_client.stats().rechecks - rechecks_before
+    );
+    assert!(
+        paused_at.elapsed() >= Duration::from_millis(2500),
+        "granted while every master was paused"
+    );
+    assert!(granted.generation() > held_generation);
+    // The holder's release, sent into the pause, may have timed out; then
+    // it was retried in the background (and Redis ran the first one late).
+    match released.await.unwrap() {
+        Ok(()) | Err(LockError::BackendTimeout { .. } | LockError::Unavailable { .. }) => {}
+        Err(other) => panic!("the holder's release: {other}"),
+    }
+    granted.release().await.unwrap();
+}
