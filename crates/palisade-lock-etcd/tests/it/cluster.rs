@@ -28,6 +28,7 @@ const USABLE_WITHIN: Duration = Duration::from_secs(2 + TTL_SECS + 13);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_the_leader_keeps_generations_increasing_and_the_lock_usable() {
+    trace();
     let mut cluster = tokio::task::block_in_place(EtcdCluster::start);
     let endpoints = cluster.endpoints();
     let prefix = unique_prefix("cluster");
@@ -234,6 +235,7 @@ async fn a_waiter_rides_through_the_loss_of_the_leader_its_streams_use() {
 /// other members and `victim` is killed, which breaks the re-read, the
 /// watch and the keep-alive stream at once.
 async fn waiter_rides_through_the_loss_of(cluster: &mut EtcdCluster, victim: usize) {
+    trace();
     let prefix = unique_prefix("member-loss");
     let lock = name("member-loss");
     let survivors: Vec<String> = (0..EtcdCluster::SIZE)
