@@ -368,31 +368,28 @@ impl Connection {
         keys: &LockKeys,
         args: &[&str],
     ) -> Result<Value, RedisError> {
-        {
-            let mut evalsha = redis::cmd("EVALSHA");
-            evalsha
-                .arg(&script.sha)
-                .arg(keys.all().len())
-                .arg(keys.all())
-                .arg(args);
-            match self.query(&evalsha).await {
-                Err(error)
-                    if error.kind()
-                        == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
-                    tracing::debug!(
-                        script = script.name,
-                        "script not cached; sending it with EVAL"
-                    );
-                    let mut eval = redis::cmd("EVAL");
-                    eval.arg(&script.source)
-                        .arg(keys.all().len())
-                        .arg(keys.all())
-                        .arg(args);
-                    self.query(&eval).await
-                }
-                other => other,
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(&script.sha)
+            .arg(keys.all().len())
+            .arg(keys.all())
+            .arg(args);
+        match self.query(&evalsha).await {
+            Err(error)
+                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                tracing::debug!(
+                    script = script.name,
+                    "script not cached; sending it with EVAL"
+                );
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(&script.source)
+                    .arg(keys.all().len())
+                    .arg(keys.all())
+                    .arg(args);
+                self.query(&eval).await
             }
+            other => other,
         }
     }
 }
