@@ -82,7 +82,7 @@ impl EtcdConnection {
         };
         let probe_key = format!("{}/", config.prefix());
         let kv = client.kv_client();
-        let response = within("connect", config.request_timeout(), || {
+        let response = within("connect", config.request_timeout(), Resend::Always, || {
             let (mut kv, probe_key) = (kv.clone(), probe_key.clone());
             async move {
                 kv.get(
@@ -138,6 +138,18 @@ impl EtcdConnection {
         &self.inner.config
     }
 
+    /// Adds a member's client endpoint to the set this connection balances
+    /// over (a member added to the cluster, or one that was left out at
+    /// connect). Streams already open stay on their member; new requests and
+    /// re-opened streams may go to the new one.
+    pub async fn add_endpoint(&self, endpoint: &str) -> Result<(), LockError> {
+        self.inner
+            .client
+            .add_endpoint(endpoint)
+            .await
+            .map_err(|error| errors::from_etcd("add endpoint", Duration::ZERO, error))
+    }
+
     /// The requests made so far, by kind.
     pub fn rpc_counts(&self) -> RpcCounts {
         self.inner.counters.snapshot()
@@ -158,9 +170,19 @@ impl ConnectionInner {
         operation: &'static str,
         txn: Txn,
     ) -> Result<TxnResponse, LockError> {
+        self.txn_resending(operation, Resend::Always, txn).await
+    }
+
+    /// [`ConnectionInner::txn`], resending as `resend` says.
+    pub(crate) async fn txn_resending(
+        &self,
+        operation: &'static str,
+        resend: Resend,
+        txn: Txn,
+    ) -> Result<TxnResponse, LockError> {
         Counters::bump(&self.counters.txns);
         let kv = self.client.kv_client();
-        self.bounded(operation, || {
+        self.bounded(operation, resend, || {
             let (mut kv, txn) = (kv.clone(), txn.clone());
             async move { kv.txn(txn).await }
         })
@@ -172,7 +194,7 @@ impl ConnectionInner {
         Counters::bump(&self.counters.lease_grants_and_revokes);
         let lease = self.client.lease_client();
         let response = self
-            .bounded("lease grant", || {
+            .bounded("lease grant", Resend::Always, || {
                 let mut lease = lease.clone();
                 async move { lease.grant(ttl_seconds, None).await }
             })
@@ -189,7 +211,7 @@ impl ConnectionInner {
             let mut lease = lease.clone();
             async move { lease.revoke(lease_id).await }
         };
-        match self.bounded("lease revoke", revoke).await {
+        match self.bounded("lease revoke", Resend::Always, revoke).await {
             Ok(_) | Err(LockError::SessionClosed) => Ok(()),
             Err(error) => Err(error),
         }
@@ -199,25 +221,48 @@ impl ConnectionInner {
     pub(crate) async fn bounded<T, F>(
         &self,
         operation: &'static str,
+        resend: Resend,
         make: impl FnMut() -> F,
     ) -> Result<T, LockError>
     where
         F: Future<Output = Result<T, etcd_client::Error>>,
     {
-        within(operation, self.request_timeout(), make).await
+        within(operation, self.request_timeout(), resend, make).await
     }
 }
 
+/// Whether a request may be sent again after an attempt that may have
+/// reached etcd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// Sending it twice does what sending it once does (a read, a
+    /// conditional write, a lease grant whose twin expires unused): resend
+    /// after any failure of the service or the connection.
+    Always,
+    /// A second attempt could answer differently (a release whose first
+    /// attempt deleted the key would find it gone): resend only attempts
+    /// that never left.
+    OnlyUnsent,
+}
+
 /// Runs `request` (made afresh by `make` for each attempt) within `after`.
+///
 /// Attempts that could not connect to the member they were routed to are
-/// sent again at once (they never left), until the time is up: that is how
-/// a request finds a live member while another is down.
+/// sent again at once (they never left): that is how a request finds a live
+/// member while another is down. With [`Resend::Always`], attempts that
+/// failed for a reason that says nothing about the request itself (the
+/// connection broke while the answer was on its way because the member
+/// died, the member has no leader during an election) are sent again too,
+/// after a short back-off: the gRPC channel routes the new attempt afresh,
+/// and a dead member is skipped on its connect failure. Only refusals, and
+/// the deadline, are returned.
 ///
 /// "Lease not found" becomes `SessionClosed`: every request that names a
 /// lease names the session's own, so the session is over.
 pub(crate) async fn within<T, F>(
     operation: &'static str,
     after: Duration,
+    resend: Resend,
     mut make: impl FnMut() -> F,
 ) -> Result<T, LockError>
 where
@@ -226,22 +271,12 @@ where
     let deadline = tokio::time::Instant::now() + after;
     let mut pause = Duration::from_millis(2);
     loop {
-        match tokio::time::timeout_at(deadline, make()).await {
+        let error = match tokio::time::timeout_at(deadline, make()).await {
             Ok(Ok(response)) => return Ok(response),
-            Ok(Err(error)) if errors::is_connect_failure(&error) => {
-                let retry_at = tokio::time::Instant::now() + pause;
-                if retry_at >= deadline {
-                    // No member could be reached at all: `Unavailable`.
-                    return Err(errors::from_etcd(operation, after, error));
-                }
-                tracing::trace!(operation, %error, "member unreachable; sending again");
-                tokio::time::sleep_until(retry_at).await;
-                pause = (pause * 2).min(Duration::from_millis(100));
-            }
             Ok(Err(error)) if errors::is_lease_not_found(&error) => {
                 return Err(LockError::SessionClosed);
             }
-            Ok(Err(error)) => return Err(errors::from_etcd(operation, after, error)),
+            Ok(Err(error)) => error,
             Err(_elapsed) => {
                 tracing::debug!(
                     backend = BACKEND,
@@ -251,6 +286,17 @@ where
                 );
                 return Err(errors::timed_out(operation, after));
             }
+        };
+        let unsent = errors::is_connect_failure(&error);
+        let mapped = errors::from_etcd(operation, after, error);
+        let again =
+            unsent || (resend == Resend::Always && matches!(mapped, LockError::Unavailable { .. }));
+        let retry_at = tokio::time::Instant::now() + pause;
+        if !again || retry_at >= deadline {
+            return Err(mapped);
         }
+        tracing::debug!(operation, error = %mapped, ?pause, "etcd request failed; sending again");
+        tokio::time::sleep_until(retry_at).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
     }
 }

@@ -50,6 +50,9 @@ pub(crate) fn from_etcd(operation: &'static str, after: Duration, error: EtcdErr
             {
                 unavailable(error)
             }
+            // The connection to the member broke before the answer came
+            // (the member died, or the connection was reset).
+            _ if is_broken_connection(&error) => unavailable(error),
             _ => backend(error),
         },
         EtcdError::TransportError(_) | EtcdError::IoError(_) => unavailable(error),
@@ -91,6 +94,32 @@ pub(crate) fn is_connect_failure(error: &EtcdError) -> bool {
                     | std::io::ErrorKind::HostUnreachable
                     | std::io::ErrorKind::NetworkUnreachable
                     | std::io::ErrorKind::AddrNotAvailable
+            );
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// Whether a request failed because the connection it was sent on broke
+/// before the answer came: the member died (`stream closed because of a
+/// broken pipe`), or the connection was reset. tonic reports these as
+/// `Unknown` "transport error", with the I/O error in the source chain. The
+/// request may or may not have been applied.
+pub(crate) fn is_broken_connection(error: &EtcdError) -> bool {
+    let EtcdError::GRpcStatus(status) = error else {
+        return false;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::NotConnected
+                    | std::io::ErrorKind::UnexpectedEof
             );
         }
         source = error.source();
@@ -199,6 +228,32 @@ mod tests {
         assert!(!is_connect_failure(&status(
             Code::Unknown,
             "tcp connect error"
+        )));
+    }
+
+    #[test]
+    fn a_broken_connection_is_unavailable() {
+        let broken = |kind: std::io::ErrorKind| {
+            EtcdError::GRpcStatus(tonic::Status::from_error(Box::new(std::io::Error::new(
+                kind,
+                "stream closed because of a broken pipe",
+            ))))
+        };
+        for io_kind in [
+            std::io::ErrorKind::BrokenPipe,
+            std::io::ErrorKind::ConnectionReset,
+        ] {
+            let error = broken(io_kind);
+            assert!(is_broken_connection(&error), "{error:?}");
+            assert!(!is_connect_failure(&error), "{error:?}");
+            assert_eq!(kind(error), "unavailable");
+        }
+        assert!(!is_broken_connection(&broken(
+            std::io::ErrorKind::InvalidData
+        )));
+        assert!(!is_broken_connection(&status(
+            Code::Unknown,
+            "transport error"
         )));
     }
 }

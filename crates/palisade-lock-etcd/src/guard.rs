@@ -9,6 +9,7 @@ use palisade_core::{
 };
 use tokio::sync::OwnedMutexGuard;
 
+use crate::connection::Resend;
 use crate::keys::LockKeys;
 use crate::session::{Hold, Session, lock};
 use crate::txns;
@@ -225,7 +226,11 @@ impl Releasing {
             session.delay_lease_id.is_some(),
         );
         self.stage = Stage::Deleting { keys, gate };
-        let result = session.connection.inner.txn("release", txn).await;
+        let result = session
+            .connection
+            .inner
+            .txn_resending("release", Resend::OnlyUnsent, txn)
+            .await;
         match result {
             Ok(response) if response.succeeded() => {
                 self.stage = Stage::Done;

@@ -24,7 +24,7 @@ use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use palisade_core::{LeaseState, LockError, LostReason, SessionOptions};
 use tokio::time::Instant;
 
-use crate::connection::{self, ConnectionInner};
+use crate::connection::{self, ConnectionInner, Resend};
 use crate::errors;
 use crate::keys::lease_hex;
 use crate::metrics::Counters;
@@ -132,7 +132,7 @@ async fn renew(keepalive: &KeepAlive, lease_id: i64, stream: &mut Option<Stream>
         // TTL and fails with "lease not found" on 0. An unreachable member
         // is skipped for a live one.
         let client = connection.client.lease_client();
-        let opened = connection::within("keep-alive", within, || {
+        let opened = connection::within("keep-alive", within, Resend::Always, || {
             let mut client = client.clone();
             async move { client.keep_alive(lease_id).await }
         })

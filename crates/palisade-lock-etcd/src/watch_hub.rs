@@ -20,7 +20,7 @@ use etcd_client::{
 };
 use tokio::sync::mpsc;
 
-use crate::connection::ConnectionInner;
+use crate::connection::{ConnectionInner, Resend};
 use crate::metrics::Counters;
 use crate::task::AbortOnDrop;
 
@@ -217,10 +217,15 @@ async fn open_stream(
 ) -> Option<Stream> {
     Counters::bump(&connection.counters.watch_streams);
     let client = connection.client.watch_client();
-    let opened = crate::connection::within("watch", connection.request_timeout(), || {
-        let (mut client, key, options) = (client.clone(), key.clone(), options.clone());
-        async move { client.watch(key, Some(options)).await }
-    })
+    let opened = crate::connection::within(
+        "watch",
+        connection.request_timeout(),
+        Resend::Always,
+        || {
+            let (mut client, key, options) = (client.clone(), key.clone(), options.clone());
+            async move { client.watch(key, Some(options)).await }
+        },
+    )
     .await;
     match opened {
         Ok(opened) => {

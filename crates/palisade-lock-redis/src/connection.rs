@@ -332,33 +332,24 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Value, LockError> {
         let call = async {
-            let mut evalsha = redis::cmd("EVALSHA");
-            evalsha
-                .arg(&script.sha)
-                .arg(keys.all().len())
-                .arg(keys.all())
-                .arg(args);
-            match self.query(&evalsha).await {
-                Err(error)
-                    if error.kind()
-                        == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
-                    tracing::debug!(
-                        script = script.name,
-                        "script not cached; sending it with EVAL"
-                    );
-                    let mut eval = redis::cmd("EVAL");
-                    eval.arg(&script.source)
-                        .arg(keys.all().len())
-                        .arg(keys.all())
-                        .arg(args);
-                    self.query(&eval).await
+            let mut pause = RESEND_FIRST_PAUSE;
+            loop {
+                match self.eval_once(script, keys, args).await {
+                    Err(error) if resend_after(script, &error) => {
+                        // The connection to the node dropped (a killed
+                        // connection, a restarted node): the client
+                        // reconnects in the background; send again once it
+                        // may have. Bounded by the timeout below.
+                        tracing::debug!(backend = BACKEND, script = script.name, %error, ?pause, "connection dropped; sending again");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(RESEND_MAX_PAUSE);
+                    }
+                    other => return other,
                 }
-                other => other,
             }
         };
         // The connection has its own response timeout; this one bounds the
-        // NOSCRIPT fallback and the cluster's redirects as well.
+        // NOSCRIPT fallback, the cluster's redirects and the resends as well.
         match tokio::time::timeout(timeout * 2, call).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(from_redis(script.name, timeout, error)),
@@ -369,6 +360,52 @@ impl Connection {
             }),
         }
     }
+
+    /// One `EVALSHA`, with the `EVAL` fallback on `NOSCRIPT`.
+    async fn eval_once(
+        &self,
+        script: &LuaScript,
+        keys: &LockKeys,
+        args: &[&str],
+    ) -> Result<Value, RedisError> {
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(&script.sha)
+            .arg(keys.all().len())
+            .arg(keys.all())
+            .arg(args);
+        match self.query(&evalsha).await {
+            Err(error)
+                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                tracing::debug!(
+                    script = script.name,
+                    "script not cached; sending it with EVAL"
+                );
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(&script.source)
+                    .arg(keys.all().len())
+                    .arg(keys.all())
+                    .arg(args);
+                self.query(&eval).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// The first pause before a script is sent again on a dropped connection.
+const RESEND_FIRST_PAUSE: Duration = Duration::from_millis(10);
+/// The longest pause between two resends.
+const RESEND_MAX_PAUSE: Duration = Duration::from_millis(200);
+
+/// Whether a script call that failed with `error` is sent again: when the
+/// connection dropped before an answer came (the client reconnects on its
+/// own), and either the script answers the same when run twice or Redis
+/// refused the connection (it cannot have run it).
+fn resend_after(script: &LuaScript, error: &RedisError) -> bool {
+    let dropped = error.is_connection_dropped() || error.is_connection_refusal();
+    dropped && (script.resendable || error.is_connection_refusal())
 }
 
 #[cfg(test)]

@@ -51,13 +51,31 @@ pub(crate) struct LuaScript {
     pub(crate) source: String,
     /// The SHA-1 of `source`, sent with `EVALSHA` on the fast path.
     pub(crate) sha: String,
+    /// Whether running it twice answers as running it once does, so that a
+    /// call whose connection dropped may be sent again although Redis may
+    /// have run it: true for all but release and expire (a second run would
+    /// find the hold the first one ended and report it not held).
+    pub(crate) resendable: bool,
 }
 
 impl LuaScript {
     fn new(name: &'static str, body: &str) -> Self {
         let source = format!("{PRELUDE}\n{body}");
         let sha = Script::new(&source).get_hash().to_owned();
-        LuaScript { name, source, sha }
+        LuaScript {
+            name,
+            source,
+            sha,
+            resendable: true,
+        }
+    }
+
+    /// A script that ends a hold: resent only when Redis cannot have run it.
+    fn ending_a_hold(name: &'static str, body: &str) -> Self {
+        LuaScript {
+            resendable: false,
+            ..LuaScript::new(name, body)
+        }
     }
 }
 
@@ -84,9 +102,9 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
             acquire: LuaScript::new("acquire", ACQUIRE),
-            release: LuaScript::new("release", RELEASE),
+            release: LuaScript::ending_a_hold("release", RELEASE),
             extend: LuaScript::new("extend", EXTEND),
-            expire: LuaScript::new("expire", EXPIRE),
+            expire: LuaScript::ending_a_hold("expire", EXPIRE),
             check: LuaScript::new("check", CHECK),
             raise_floor: LuaScript::new("raise_floor", RAISE_FLOOR),
         }

@@ -272,6 +272,11 @@ impl Drop for AttemptCleanup {
     }
 }
 
+/// The first pause before a queued waiter whose re-check failed tries again.
+const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// The longest such pause (or the re-check interval, if shorter).
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
 fn random_hex<const BYTES: usize>() -> String {
     let mut out = String::with_capacity(BYTES * 2);
     for _ in 0..BYTES / 8 {
@@ -366,6 +371,7 @@ impl SessionInner {
         // request was sent is below the one we are granted.
         let mut floor_when_last_waiting = 0;
         let mut queued_once = false;
+        let mut retry_pause = FIRST_RETRY_PAUSE;
         loop {
             let floor_at_send = client.generation_floor(name);
             let sent_at = Instant::now();
@@ -377,6 +383,19 @@ impl SessionInner {
             cleanup.in_flight = matches!(&reply, Err(error) if maybe_applied(error));
             let reply = match reply {
                 Ok(reply) => reply,
+                Err(error) if queued_once && maybe_applied(&error) => {
+                    // Queued, and the service failed (no answer, a dropped
+                    // connection), not the request: the entry stays in Redis
+                    // until its deadline (if it lapses, the next call queues
+                    // us again at the back). Try again until the caller's
+                    // deadline; a grant made meanwhile is reported by the
+                    // acquire script.
+                    tracing::warn!(backend = BACKEND, lock = %name, %error, pause = ?retry_pause, "re-check failed; trying again");
+                    tokio::time::sleep(retry_pause).await;
+                    retry_pause =
+                        (retry_pause * 2).min(recheck.clamp(FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE));
+                    continue;
+                }
                 Err(error) => {
                     if !maybe_applied(&error) && !queued_once {
                         cleanup.armed = false;
@@ -415,6 +434,7 @@ impl SessionInner {
                     return Ok(None);
                 }
                 AcquireReply::Queued { hint } => {
+                    retry_pause = FIRST_RETRY_PAUSE;
                     last_seen_waiting = Some(sent_at);
                     floor_when_last_waiting = floor_at_send;
                     if !queued_once {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use palisade_core::{LiveCheck, Liveness, Lock, LockGuard, LockName, Mode};
+use palisade_core::{LiveCheck, Liveness, Lock, LockError, LockGuard, LockName, Mode};
 use palisade_lock_redis::{RedisConfig, RedisLockClient};
 use palisade_testkit::redis::RedisCluster;
 use tokio::time::Instant;
@@ -171,4 +171,147 @@ async fn mutual_exclusion_across_clients(cluster: &RedisCluster) {
     assert_eq!(overlaps.load(Ordering::SeqCst), 0);
     assert!(granted.len() > 8);
     assert!(granted.windows(2).all(|pair| pair[0] < pair[1]));
+}
+
+/// A waiter's connections to the cluster are killed (`CLIENT KILL` of every
+/// command and pub/sub connection on every master, the holder's included)
+/// while it waits, and the holder releases at once, while the waiter's inbox
+/// may still be resubscribing: the grant notification may be lost. The
+/// waiter re-checks only every 30 s, so it must be woken by the inbox's
+/// re-check after resubscribing (or by the notification), long before that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_survives_losing_its_connections_to_the_masters() {
+    common::trace();
+    let cluster = RedisCluster::start();
+    let prefix = unique_prefix("cluster-conn-loss");
+    let config = cluster_config(&cluster, &prefix).with_waiter_recheck(Duration::from_secs(30));
+    let (holder_client, waiter_client) =
+        (client_with(config.clone()).await, client_with(config).await);
+    let holder = holder_client
+        .session(options(Duration::from_secs(30)))
+        .unwrap();
+    let waiter = waiter_client
+        .session(options(Duration::from_secs(30)))
+        .unwrap();
+    let name = LockName::new("conn-loss").unwrap();
+    for round in 0..3 {
+        let held = holder.acquire(&name, Mode::Exclusive).await.unwrap();
+        let queued_before = waiter_client.stats().queued;
+        let waiting = {
+            let (waiter, name) = (waiter.clone(), name.clone());
+            tokio::spawn(async move {
+                waiter
+                    .acquire_timeout(&name, Mode::Exclusive, Duration::from_secs(20))
+                    .await
+            })
+        };
+        wait_for_queue(&waiter_client, queued_before).await;
+        let mut killed = 0;
+        for node in 0..cluster.urls().len() {
+            for kind in ["pubsub", "normal"] {
+                killed += cluster
+                    .command(node, &["CLIENT", "KILL", "TYPE", kind, "SKIPME", "yes"])
+                    .unwrap()
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap();
+            }
+        }
+        assert!(killed >= 2, "round {round}: killed {killed} connections");
+        let held_generation = held.generation();
+        // A release is not resent on a dropped connection (Redis may have
+        // run it); if it failed, the client retries it in the background.
+        match held.release().await {
+            Ok(()) | Err(LockError::Unavailable { .. }) => {}
+            Err(other) => panic!("round {round}: the holder's release: {other}"),
+        }
+        let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("woken long before the 30 s re-check")
+            .unwrap()
+            .expect("the waiter is granted after losing its connections");
+        assert!(granted.generation() > held_generation);
+        assert!(granted.lease().is_valid());
+        println!(
+            "round {round}: {killed} connections killed; {:?}",
+            waiter_client.stats()
+        );
+        granted.release().await.unwrap();
+    }
+    // The lock stays usable.
+    let guard = holder
+        .acquire_timeout(&name, Mode::Exclusive, Duration::from_secs(10))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
+/// Every master stops answering (`CLIENT PAUSE ALL`) for longer than the
+/// waiter's calls may take while it waits, and it re-checks in that time: a
+/// queued waiter keeps its place and tries again until the masters answer,
+/// rather than failing its acquire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_rides_through_masters_that_stop_answering() {
+    common::trace();
+    let cluster = RedisCluster::start();
+    let prefix = unique_prefix("cluster-pause");
+    let config = cluster_config(&cluster, &prefix)
+        .with_response_timeout(Duration::from_millis(300))
+        .with_waiter_recheck(Duration::from_millis(200));
+    let (holder_client, waiter_client) =
+        (client_with(config.clone()).await, client_with(config).await);
+    let holder = Arc::new(
+        holder_client
+            .session(options(Duration::from_secs(30)))
+            .unwrap(),
+    );
+    let waiter = waiter_client
+        .session(options(Duration::from_secs(30)))
+        .unwrap();
+    let name = LockName::new("paused").unwrap();
+    let held = holder.acquire(&name, Mode::Exclusive).await.unwrap();
+    let held_generation = held.generation();
+    let queued_before = waiter_client.stats().queued;
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move {
+            waiter
+                .acquire_timeout(&name, Mode::Exclusive, Duration::from_secs(20))
+                .await
+        })
+    };
+    wait_for_queue(&waiter_client, queued_before).await;
+
+    // 3 s: five times what one of the waiter's calls may take (twice the
+    // response timeout), fifteen of its re-check intervals.
+    for node in 0..cluster.urls().len() {
+        cluster
+            .command(node, &["CLIENT", "PAUSE", "3000", "ALL"])
+            .unwrap();
+    }
+    let paused_at = Instant::now();
+    let rechecks_before = waiter_client.stats().rechecks;
+    // The release is held by the pause like every other command.
+    let released = tokio::spawn(async move { held.release().await });
+    let granted = waiting
+        .await
+        .unwrap()
+        .expect("the waiter rides through the pause");
+    println!(
+        "granted {:?} after the pause began; {} re-checks meanwhile",
+        paused_at.elapsed(),
+        waiter_client.stats().rechecks - rechecks_before
+    );
+    assert!(
+        paused_at.elapsed() >= Duration::from_millis(2500),
+        "granted while every master was paused"
+    );
+    assert!(granted.generation() > held_generation);
+    // The holder's release, sent into the pause, may have timed out; then
+    // it was retried in the background (and Redis ran the first one late).
+    match released.await.unwrap() {
+        Ok(()) | Err(LockError::BackendTimeout { .. } | LockError::Unavailable { .. }) => {}
+        Err(other) => panic!("the holder's release: {other}"),
+    }
+    granted.release().await.unwrap();
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use palisade_core::{Generation, LeaseState, Lock, LockGuard, LockName, LostReason, Mode};
 use palisade_lock_etcd::{EtcdGuard, EtcdLock};
 use palisade_testkit::etcd::EtcdCluster;
+use palisade_testkit::proxy::{Direction, FaultProxy};
 use tokio::time::Instant;
 
 use crate::fixtures::*;
@@ -27,6 +28,7 @@ const USABLE_WITHIN: Duration = Duration::from_secs(2 + TTL_SECS + 13);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_the_leader_keeps_generations_increasing_and_the_lock_usable() {
+    trace();
     let mut cluster = tokio::task::block_in_place(EtcdCluster::start);
     let endpoints = cluster.endpoints();
     let prefix = unique_prefix("cluster");
@@ -201,5 +203,149 @@ impl Failover<'_> {
         let generation = guard.generation();
         guard.release().await.unwrap();
         generation
+    }
+}
+
+/// The member a waiter's watch and keep-alive streams run on is killed
+/// (`kill -9`) while the waiter's re-read of the queue is on its way to it:
+/// a follower here, the leader below. The waiter must be granted, with a
+/// generation above the holder's, its lease must be renewed through another
+/// member, and the lock must stay usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_rides_through_the_loss_of_the_follower_its_streams_use() {
+    let mut cluster = tokio::task::block_in_place(EtcdCluster::start);
+    let leader = wait_for_leader(&mut cluster);
+    let follower = (leader + 1) % EtcdCluster::SIZE;
+    waiter_rides_through_the_loss_of(&mut cluster, follower).await;
+}
+
+/// As above, with the leader carrying the waiter's streams: the waiter also
+/// rides through the election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_rides_through_the_loss_of_the_leader_its_streams_use() {
+    let mut cluster = tokio::task::block_in_place(EtcdCluster::start);
+    let leader = wait_for_leader(&mut cluster);
+    waiter_rides_through_the_loss_of(&mut cluster, leader).await;
+}
+
+/// Queues a waiter whose streams all run on member `victim` (through a
+/// proxy, its only endpoint) behind a holder on the other members. The
+/// proxy then holds the waiter's requests; the holder releases, the waiter
+/// hears it and sends its re-read into the proxy; the waiter learns the
+/// other members and `victim` is killed, which breaks the re-read, the
+/// watch and the keep-alive stream at once.
+async fn waiter_rides_through_the_loss_of(cluster: &mut EtcdCluster, victim: usize) {
+    trace();
+    let prefix = unique_prefix("member-loss");
+    let lock = name("member-loss");
+    let survivors: Vec<String> = (0..EtcdCluster::SIZE)
+        .filter(|&member| member != victim)
+        .map(|member| cluster.endpoint(member))
+        .collect();
+    let holder = session(&connect(&survivors, &prefix).await, options(TTL_SECS)).await;
+    let held = holder.acquire(&lock, Mode::Exclusive).await.unwrap();
+    let held_generation = held.generation();
+
+    let pin = FaultProxy::start("waiter-member", cluster.client_addr(victim)).unwrap();
+    let waiter = session(&connect(&[pin.url()], &prefix).await, options(TTL_SECS)).await;
+    first_renewal(&waiter).await;
+    let raw = raw(&survivors).await;
+    let mut queue = DirWatch::start(&raw, &lock_dir(&prefix, &lock)).await;
+    let waiting = {
+        let (waiter, lock) = (waiter.clone(), lock.clone());
+        tokio::spawn(async move {
+            waiter
+                .acquire_timeout(&lock, Mode::Exclusive, USABLE_WITHIN)
+                .await
+        })
+    };
+    queue.queued(waiter.lease_id()).await;
+    blocker_watched(&waiter).await;
+
+    pin.drop_one_way(Direction::ClientToServer);
+    let reads_before = waiter.connection().rpc_counts().txns;
+    held.release().await.unwrap();
+    poll_until("the waiter's re-read", || {
+        waiter.connection().rpc_counts().txns > reads_before
+    })
+    .await;
+    assert!(
+        pin.wait_for_held(1, Duration::from_secs(20)).await,
+        "the waiter's request reaches the proxy"
+    );
+    for endpoint in &survivors {
+        waiter.connection().add_endpoint(endpoint).await.unwrap();
+    }
+    tokio::task::block_in_place(|| cluster.kill(victim)).unwrap();
+    let killed_at = Instant::now();
+    // The proxy would accept connections and hold them; without it the
+    // waiter's endpoint refuses them, as a dead member's does.
+    drop(pin);
+
+    let guard = waiting
+        .await
+        .unwrap()
+        .expect("the waiter is granted after losing its member");
+    println!("waiter granted {:?} after the kill", killed_at.elapsed());
+    assert!(guard.generation() > held_generation);
+    // The lease lives in raft: renewed through a surviving member, it
+    // outlives a TTL counted from the kill.
+    let mut renewed = guard.lease();
+    let outlives = killed_at + Duration::from_secs(TTL_SECS);
+    let deadline = Instant::now() + USABLE_WITHIN;
+    while renewed.valid_until().is_none_or(|until| until <= outlives) {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter's lease is not renewed"
+        );
+        // No event announces a renewal; poll with a short period.
+        tokio::select! {
+            state = renewed.lost() => panic!("the waiter's lease was lost: {state:?}"),
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+    let waiter_generation = guard.generation();
+    guard.release().await.unwrap();
+
+    // The lock is usable again, by a fresh session.
+    let fresh = session(&connect(&survivors, &prefix).await, options(TTL_SECS)).await;
+    let guard = fresh
+        .acquire_timeout(&lock, Mode::Exclusive, USABLE_WITHIN)
+        .await
+        .unwrap();
+    assert!(guard.generation() > waiter_generation);
+    guard.release().await.unwrap();
+}
+
+/// Waits until `session`'s keep-alive stream is open (its first renewal
+/// moved the validity deadline).
+async fn first_renewal(session: &EtcdLock) {
+    let granted_until = session.lease().valid_until().expect("a fresh session");
+    poll_until("the first keep-alive renewal", || {
+        session
+            .lease()
+            .valid_until()
+            .is_some_and(|until| until > granted_until)
+    })
+    .await;
+}
+
+/// Waits until `session`'s waiter has registered both watches on its
+/// blocker: the hub registers them one after the other on one stream, so
+/// the second means the stream is open.
+async fn blocker_watched(session: &EtcdLock) {
+    poll_until("the waiter's blocker watch", || {
+        session.connection().rpc_counts().watch_creates >= 2
+    })
+    .await;
+}
+
+/// Polls `done` every 20 ms, for at most 20 s: nothing announces these
+/// events to an outside observer.
+async fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within 20 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

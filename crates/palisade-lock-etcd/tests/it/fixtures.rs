@@ -2,6 +2,7 @@
 //! of their own, sessions, and a raw etcd client for observing and
 //! injecting faults from outside the backend.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -9,6 +10,21 @@ use etcd_client::{Client, EventType, WatchOptions};
 use palisade_core::{LockName, SessionOptions};
 use palisade_lock_etcd::{EtcdConfig, EtcdConnection, EtcdLock};
 use palisade_testkit::etcd::EtcdServer;
+
+/// Installs a `tracing` subscriber once, honouring `RUST_LOG`: the
+/// backend's and the testkit's logs, for a failure that needs them.
+pub(crate) fn trace() {
+    use std::sync::Once;
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("RUST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
 
 /// A real etcd (spawned, or from `PALISADE_ETCD_ENDPOINTS`); fails the test
 /// with an install hint when etcd is missing.
@@ -96,6 +112,10 @@ pub(crate) fn lock_dir(prefix: &str, lock: &LockName) -> String {
 /// waits for "a waiter has queued" or "a key was deleted" without sleeping.
 pub(crate) struct DirWatch {
     stream: etcd_client::WatchStream,
+    /// Events of the last answer not yet yielded: one answer can carry
+    /// several (one transaction's writes, or a catch-up batch from a member
+    /// that lagged), and every one of them counts.
+    pending: VecDeque<(bool, String)>,
 }
 
 impl DirWatch {
@@ -112,26 +132,30 @@ impl DirWatch {
             .expect("watch answer")
             .expect("watch open");
         assert!(created.created());
-        DirWatch { stream }
+        DirWatch {
+            stream,
+            pending: VecDeque::new(),
+        }
     }
 
     /// The next event: (`true` for a put, `false` for a delete, key).
     pub(crate) async fn next(&mut self) -> (bool, String) {
         let deadline = Duration::from_secs(20);
-        loop {
+        while self.pending.is_empty() {
             let message = tokio::time::timeout(deadline, self.stream.message())
                 .await
                 .expect("an etcd event within 20 s")
                 .expect("watch stream")
                 .expect("watch open");
-            if let Some(event) = message.events().first() {
+            for event in message.events() {
                 let kv = event.kv().expect("event kv");
-                return (
+                self.pending.push_back((
                     event.event_type() == EventType::Put,
                     kv.key_str().expect("utf-8").to_owned(),
-                );
+                ));
             }
         }
+        self.pending.pop_front().expect("filled just above")
     }
 
     /// Waits for the next put of a new key; returns the key.
@@ -159,4 +183,23 @@ impl DirWatch {
             }
         }
     }
+}
+
+/// One answer of a watch can carry several events (here the two puts of one
+/// transaction): `DirWatch` yields every one of them.
+#[tokio::test]
+async fn dir_watch_yields_every_event_of_one_answer() {
+    let server = etcd();
+    let prefix = unique_prefix("dir-watch");
+    let dir = format!("{prefix}/batch/");
+    let mut raw = raw(&server.endpoints()).await;
+    let mut watch = DirWatch::start(&raw, &dir).await;
+    raw.txn(etcd_client::Txn::new().and_then([
+        etcd_client::TxnOp::put(format!("{dir}a"), "1", None),
+        etcd_client::TxnOp::put(format!("{dir}b"), "2", None),
+    ]))
+    .await
+    .expect("txn");
+    assert_eq!(watch.next_put().await, format!("{dir}a"));
+    assert_eq!(watch.next_put().await, format!("{dir}b"));
 }
