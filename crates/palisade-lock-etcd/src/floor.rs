@@ -19,7 +19,7 @@ use palisade_core::LockError;
 use tokio::task::JoinSet;
 
 use crate::EtcdConnection;
-use crate::connection::within;
+use crate::connection::{Resend, within};
 use crate::errors::BACKEND;
 
 /// The key the floor is raised with, `<prefix>/.revision-floor`. Lock
@@ -120,10 +120,15 @@ impl EtcdConnection {
     pub async fn revision(&self) -> Result<u64, LockError> {
         let kv = self.inner.client.kv_client();
         let key = self.floor_key();
-        let response = within("read revision", self.inner.request_timeout(), || {
-            let (mut kv, key) = (kv.clone(), key.clone());
-            async move { kv.get(key, Some(GetOptions::new().with_count_only())).await }
-        })
+        let response = within(
+            "read revision",
+            self.inner.request_timeout(),
+            Resend::Always,
+            || {
+                let (mut kv, key) = (kv.clone(), key.clone());
+                async move { kv.get(key, Some(GetOptions::new().with_count_only())).await }
+            },
+        )
         .await?;
         Ok(response
             .header()
@@ -245,10 +250,15 @@ impl EtcdConnection {
         async move {
             let kv = connection.inner.client.kv_client();
             let key = connection.floor_key();
-            let response = within("raise floor", connection.inner.request_timeout(), || {
-                let (mut kv, key, value) = (kv.clone(), key.clone(), value.clone());
-                async move { kv.put(key, value, None).await }
-            })
+            let response = within(
+                "raise floor",
+                connection.inner.request_timeout(),
+                Resend::Always,
+                || {
+                    let (mut kv, key, value) = (kv.clone(), key.clone(), value.clone());
+                    async move { kv.put(key, value, None).await }
+                },
+            )
             .await?;
             Ok(response
                 .header()
