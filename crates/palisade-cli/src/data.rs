@@ -38,7 +38,25 @@ pub(crate) struct ServerArgs {
     #[arg(long, default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
     timeout: Duration,
 
-    /// Bearer token for a server that requires one (`--tokens-file`).
+    #[command(flatten)]
+    auth: ServerAuth,
+
+    /// Print the result as one JSON object on standard output.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ServerArgs {
+    fn client(&self) -> anyhow::Result<Client> {
+        Ok(self.auth.client(&self.server, self.timeout)?)
+    }
+}
+
+/// How to reach resource servers that require a token or a private CA;
+/// shared by every command that talks to one.
+#[derive(Debug, Default, Args)]
+pub(crate) struct ServerAuth {
+    /// Bearer token for servers that require one (`--tokens-file`).
     /// Prefer the environment variable: a flag shows in the process list.
     #[arg(
         long,
@@ -48,26 +66,27 @@ pub(crate) struct ServerArgs {
     )]
     token: Option<String>,
 
-    /// CA certificate (PEM) to trust for an `https://` server, instead of
+    /// CA certificate (PEM) to trust for `https://` servers, instead of
     /// the system's CA bundle.
     #[arg(long, env = "PALISADE_CA_CERT", value_name = "PEM")]
     ca_cert: Option<PathBuf>,
-
-    /// Print the result as one JSON object on standard output.
-    #[arg(long)]
-    json: bool,
 }
 
-impl ServerArgs {
-    fn client(&self) -> anyhow::Result<Client> {
-        let mut builder = Client::builder(&self.server).timeout(self.timeout);
+impl ServerAuth {
+    /// A client for the server at `url` with this token and CA.
+    pub(crate) fn client(
+        &self,
+        url: &str,
+        timeout: Duration,
+    ) -> Result<Client, palisade_client::ClientError> {
+        let mut builder = Client::builder(url).timeout(timeout);
         if let Some(token) = &self.token {
             builder = builder.bearer_token(token);
         }
         if let Some(ca_cert) = &self.ca_cert {
             builder = builder.root_ca_file(ca_cert);
         }
-        Ok(builder.build()?)
+        builder.build()
     }
 }
 
@@ -509,7 +528,7 @@ fn stale_message(
     marks: Marks,
     regression: bool,
 ) -> String {
-    let recovery = crate::raise_floor::recovery_command(lock);
+    let recovery = lock.raise_floor_command();
     let marks = marks_text(marks);
     if regression {
         format!(
@@ -624,8 +643,10 @@ mod tests {
         let args = |server: &str, token: Option<&str>, ca_cert: Option<&str>| ServerArgs {
             server: server.to_owned(),
             timeout: Duration::from_secs(1),
-            token: token.map(str::to_owned),
-            ca_cert: ca_cert.map(PathBuf::from),
+            auth: ServerAuth {
+                token: token.map(str::to_owned),
+                ca_cert: ca_cert.map(PathBuf::from),
+            },
             json: false,
         };
         let token = "orders-token-0123456789";

@@ -7,14 +7,13 @@
 //! from the moment the command starts. It is on whenever a resource server
 //! is known (`--server` / `PALISADE_SERVER`); `--no-fence` turns it off.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 use palisade_client::{Client, Refused};
 use palisade_core::{LockName, Sequencer};
 
-use crate::data::{marks_text, server_error};
+use crate::data::{ServerAuth, marks_text, server_error};
 use crate::exit::{self, Failure};
 
 /// How long one server may take to answer the fence.
@@ -35,20 +34,8 @@ pub(crate) struct FenceArgs {
     #[arg(long)]
     no_fence: bool,
 
-    /// Bearer token for servers that require one (as for `palisade put`).
-    /// Prefer the environment variable: a flag shows in the process list.
-    #[arg(
-        long,
-        env = "PALISADE_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
-    token: Option<String>,
-
-    /// CA certificate (PEM) to trust for `https://` servers, instead of
-    /// the system's CA bundle.
-    #[arg(long, env = "PALISADE_CA_CERT", value_name = "PEM")]
-    ca_cert: Option<PathBuf>,
+    #[command(flatten)]
+    auth: ServerAuth,
 }
 
 impl FenceArgs {
@@ -72,15 +59,8 @@ impl FenceArgs {
     }
 
     fn client(&self, url: &str) -> anyhow::Result<Client> {
-        let mut builder = Client::builder(url).timeout(FENCE_TIMEOUT);
-        if let Some(token) = &self.token {
-            builder = builder.bearer_token(token);
-        }
-        if let Some(ca_cert) = &self.ca_cert {
-            builder = builder.root_ca_file(ca_cert);
-        }
-        builder
-            .build()
+        self.auth
+            .client(url, FENCE_TIMEOUT)
             .map_err(|error| anyhow::anyhow!("resource server `{url}`: {error}"))
     }
 
@@ -143,7 +123,7 @@ fn refusal(refused: &Refused, sequencer: &Sequencer, url: &str) -> anyhow::Error
 }
 
 fn raise_floor_command(lock: &LockName, url: &str) -> String {
-    format!("palisade raise-floor {lock} --server {url}")
+    format!("{} --server {url}", lock.raise_floor_command())
 }
 
 #[cfg(test)]
@@ -154,8 +134,7 @@ mod tests {
         FenceArgs {
             servers: servers.map(str::to_owned),
             no_fence: false,
-            token: None,
-            ca_cert: None,
+            auth: ServerAuth::default(),
         }
     }
 

@@ -5,15 +5,13 @@
 //! lock service's generation floor above the highest mark, so the next
 //! holder is accepted. Old holders stay refused: the marks do not move.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use palisade_client::Client;
 use palisade_core::LockName;
 
 use crate::backend::{BackendArgs, FloorOptions, FloorStep};
-use crate::data::DEFAULT_SERVER;
+use crate::data::{DEFAULT_SERVER, ServerAuth};
 use crate::duration;
 
 /// The default `--max-gap`: one million revisions (etcd only).
@@ -49,18 +47,8 @@ pub(crate) struct RaiseFloorArgs {
     #[arg(long, default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
     timeout: Duration,
 
-    /// Bearer token for servers that require one (as for `palisade marks`).
-    #[arg(
-        long,
-        env = "PALISADE_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
-    token: Option<String>,
-
-    /// CA certificate (PEM) to trust for `https://` servers.
-    #[arg(long, env = "PALISADE_CA_CERT", value_name = "PEM")]
-    ca_cert: Option<PathBuf>,
+    #[command(flatten)]
+    auth: ServerAuth,
 
     /// etcd: refuse a raise of more than this many revisions (each is one
     /// put); see docs/backends/etcd.md for what a large gap costs.
@@ -84,23 +72,6 @@ Examples:
 
 On etcd the floor is the store revision, raised one put per revision: a gap
 over --max-gap is refused before anything is written.";
-
-/// The command that recovers `lock`, as refusals print it (the name quoted
-/// when a shell needs it).
-pub(crate) fn recovery_command(lock: &LockName) -> String {
-    let name = lock.as_str();
-    let plain = name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/-_.:@+=,%".contains(c));
-    // A name that starts with `-` would read as a flag.
-    let end_of_flags = if name.starts_with('-') { "-- " } else { "" };
-    if plain {
-        format!("palisade raise-floor {end_of_flags}{name}")
-    } else {
-        let quoted = name.replace('\'', "'\\''");
-        format!("palisade raise-floor {end_of_flags}'{quoted}'")
-    }
-}
 
 /// Runs `palisade raise-floor`.
 pub(crate) async fn run(args: RaiseFloorArgs) -> anyhow::Result<()> {
@@ -155,14 +126,8 @@ pub(crate) async fn run(args: RaiseFloorArgs) -> anyhow::Result<()> {
 async fn highest_mark(args: &RaiseFloorArgs, lock: &LockName) -> anyhow::Result<u64> {
     let mut highest = 0;
     for server in &args.server {
-        let mut builder = Client::builder(server).timeout(args.timeout);
-        if let Some(token) = &args.token {
-            builder = builder.bearer_token(token);
-        }
-        if let Some(ca_cert) = &args.ca_cert {
-            builder = builder.root_ca_file(ca_cert);
-        }
-        let marks = builder.build()?.marks(lock).await.map_err(|error| {
+        let client = args.auth.client(server, args.timeout)?;
+        let marks = client.marks(lock).await.map_err(|error| {
             anyhow::anyhow!(
                 "cannot read the marks of lock `{lock}` from {server}: {} (pass --above GEN to raise without it)",
                 crate::backend::cause_chain(&error)
@@ -183,7 +148,7 @@ mod tests {
 
     #[test]
     fn the_recovery_command_quotes_what_a_shell_would_split() {
-        let command = |name: &str| recovery_command(&LockName::new(name).unwrap());
+        let command = |name: &str| LockName::new(name).unwrap().raise_floor_command();
         assert_eq!(command("orders/42"), "palisade raise-floor orders/42");
         assert_eq!(command("a b"), "palisade raise-floor 'a b'");
         assert_eq!(command("it's"), "palisade raise-floor 'it'\\''s'");

@@ -70,6 +70,32 @@ impl LockName {
         &self.0
     }
 
+    /// The shell command that lifts this lock's generation floor above the
+    /// resource servers' marks after the lock service lost its counter, as
+    /// refusals print it: `palisade raise-floor orders/42`, the name quoted
+    /// when a shell would split or expand it.
+    ///
+    /// ```
+    /// use palisade_core::LockName;
+    ///
+    /// let name = LockName::new("it's").unwrap();
+    /// assert_eq!(name.raise_floor_command(), r"palisade raise-floor 'it'\''s'");
+    /// ```
+    pub fn raise_floor_command(&self) -> String {
+        let name = self.as_str();
+        let plain = name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/-_.:@+=,%".contains(c));
+        // A name that starts with `-` would read as a flag.
+        let end_of_flags = if name.starts_with('-') { "-- " } else { "" };
+        if plain {
+            format!("palisade raise-floor {end_of_flags}{name}")
+        } else {
+            let quoted = name.replace('\'', "'\\''");
+            format!("palisade raise-floor {end_of_flags}'{quoted}'")
+        }
+    }
+
     /// The name percent-encoded so that it contains only `A-Z a-z 0-9 - . _ ~`
     /// and `%XX` escapes (upper-case hex).
     ///

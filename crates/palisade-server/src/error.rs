@@ -163,23 +163,6 @@ impl ApiError {
     }
 }
 
-/// The shell command that lifts `lock`'s generation floor above the
-/// server's marks, with the name quoted when the shell needs it.
-pub(crate) fn recovery_command(lock: &LockName) -> String {
-    let name = lock.as_str();
-    let plain = name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/-_.:@+=,%".contains(c));
-    // A name that starts with `-` would read as a flag.
-    let end_of_flags = if name.starts_with('-') { "-- " } else { "" };
-    if plain {
-        format!("palisade raise-floor {end_of_flags}{name}")
-    } else {
-        let quoted = name.replace('\'', "'\\''");
-        format!("palisade raise-floor {end_of_flags}'{quoted}'")
-    }
-}
-
 pub(crate) fn marks_json(marks: Marks) -> Value {
     json!({"exclusive": marks.exclusive, "shared": marks.shared})
 }
@@ -198,11 +181,11 @@ impl From<Refused> for ApiError {
                 "stale",
                 format!(
                     "{message}: either a newer holder has been honoured, or the lock service's generations are behind this mark (a regression: lost counter, wiped or restored data); if no newer holder exists, recover with `{}`",
-                    recovery_command(&lock)
+                    lock.raise_floor_command()
                 ),
             )
             .with("regression", false)
-            .with("recovery", recovery_command(&lock))
+            .with("recovery", lock.raise_floor_command())
             .with("lock", lock.as_str())
                 .with("mode", mode.as_str())
                 .with("presented", presented.get())
