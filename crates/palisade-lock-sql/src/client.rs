@@ -22,9 +22,18 @@ const FORGET_SESSIONS_AFTER: Duration = Duration::from_secs(3600);
 ///
 /// Cheap to clone. [`SqlLockClient::session`] opens a [`SqlLock`], which
 /// implements [`palisade_core::Lock`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SqlLockClient {
     pub(crate) inner: Arc<ClientInner>,
+}
+
+impl std::fmt::Debug for SqlLockClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlLockClient")
+            .field("dialect", &self.dialect())
+            .field("issuer", &self.issuer())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]

@@ -441,13 +441,19 @@ async fn keep_alive(session: Weak<SessionInner>) {
             continue;
         }
         let sent_at = Instant::now();
-        match session
-            .client
-            .inner
-            .store
-            .renew_session(&id, session.ttl_us)
+        // A renewal slower than the interval is given up: the next one
+        // starts on time, and the leases lapse by themselves meanwhile.
+        let store = &session.client.inner.store;
+        let renewal = tokio::time::timeout(interval, store.renew_session(&id, session.ttl_us))
             .await
-        {
+            .unwrap_or_else(|_| {
+                Err(LockError::BackendTimeout {
+                    backend: store.dialect.backend(),
+                    operation: "renew",
+                    after: interval,
+                })
+            });
+        match renewal {
             Ok(true) => {
                 let valid_until = session.options.valid_until(sent_at);
                 let state = session.state();
