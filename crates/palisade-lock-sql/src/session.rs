@@ -378,12 +378,25 @@ impl SessionInner {
                 _ => None,
             }
         };
-        let found = self
+        let found = match self
             .client
             .inner
             .store
             .release(name, session_id, token, None)
-            .await?;
+            .await
+        {
+            Ok(found) => found,
+            Err(error) => {
+                // The row may still be there, and the session keeps renewing
+                // it: keep trying in the background so it cannot block the
+                // lock for the rest of the session's life.
+                if let Some(tracker) = tracker {
+                    tracker.lose(LostReason::KeepAliveFailed);
+                }
+                retry_release(&self.client, name, session_id, token, None);
+                return Err(error);
+            }
+        };
         if found {
             if let Some(tracker) = tracker {
                 tracker.release();
@@ -547,8 +560,46 @@ impl Drop for Cleanup {
         runtime.spawn(async move {
             let store = &session.client.inner.store;
             if let Err(error) = store.release(&name, &session_id, token, waiter).await {
-                tracing::debug!(%error, lock = %name, "cleaning up after a dropped acquire failed; the entry dies with the session");
+                tracing::debug!(%error, lock = %name, "cleaning up after a dropped acquire failed; retrying");
+                retry_release(&session.client, &name, &session_id, token, waiter);
             }
         });
     }
+}
+
+/// Retries a compare-and-delete that failed, with a bounded back-off, until
+/// the database answers (deleted, or already gone) or the client is
+/// dropped. Compare-and-delete by token is idempotent, so retrying is safe.
+fn retry_release(
+    client: &SqlLockClient,
+    name: &LockName,
+    session_id: &str,
+    token: i64,
+    waiter: Option<i64>,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let client = Arc::downgrade(&client.inner);
+    let (name, session_id) = (name.clone(), session_id.to_owned());
+    runtime.spawn(async move {
+        let mut pause = Duration::from_millis(100);
+        loop {
+            tokio::time::sleep(pause).await;
+            let Some(client) = client.upgrade() else {
+                return;
+            };
+            match client
+                .store
+                .release(&name, &session_id, token, waiter)
+                .await
+            {
+                Ok(_) => return,
+                Err(error) => {
+                    tracing::debug!(%error, lock = %name, "retrying a release");
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    });
 }

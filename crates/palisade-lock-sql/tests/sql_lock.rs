@@ -302,3 +302,106 @@ async fn a_newer_schema_is_refused() {
         "99"
     );
 }
+
+/// With a signer, every sequencer handed out (fresh grant and re-entry)
+/// carries the signer's issuer and verifies under its key; the live check of
+/// a signed client answers `NotHeld` for a sequencer of another issuer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequencers_are_signed_with_the_configured_signer() {
+    use palisade_core::{Signer, SigningKey, Verifier};
+
+    let server = SqlServer::postgres();
+    let key = || SigningKey::new("k1", [7u8; 32]).expect("a valid key");
+    let signer = Signer::new("sql-signing-test", key()).expect("a valid issuer");
+    let config = SqlConfig::new(server.url()).with_signer(signer);
+    let client = SqlLockClient::connect(config.clone())
+        .await
+        .expect("connect");
+    let session = client
+        .session(common::options(Duration::from_secs(5)))
+        .await
+        .expect("session");
+    let verifier = Verifier::new()
+        .with_key(key())
+        .expect("one key")
+        .with_issuer("sql-signing-test")
+        .expect("a valid issuer");
+
+    let lock = name("payments/signed");
+    let guard = session
+        .acquire(&lock, Mode::Exclusive)
+        .await
+        .expect("acquire");
+    let again = session
+        .acquire(&lock, Mode::Exclusive)
+        .await
+        .expect("re-entry");
+    for sequencer in [
+        guard.sequencer().expect("valid"),
+        again.sequencer().expect("valid"),
+    ] {
+        assert_eq!(sequencer.issuer(), Some("sql-signing-test"));
+        verifier
+            .verify(&sequencer)
+            .expect("a sequencer of the signer verifies");
+    }
+
+    let check = SqlLiveCheck::connect(config).await.expect("live check");
+    let ours = guard.sequencer().expect("valid");
+    assert_eq!(check.check(&ours).await.expect("check"), Liveness::Held);
+    let foreign = ours
+        .clone()
+        .without_signature()
+        .with_issuer("someone-else")
+        .expect("a valid issuer");
+    assert_eq!(
+        check.check(&foreign).await.expect("check"),
+        Liveness::NotHeld
+    );
+    again.release().await.expect("release");
+    guard.release().await.expect("release");
+}
+
+/// A release that fails because the database is down is retried in the
+/// background once it is back: the holder's session stays alive (its lease
+/// outlives the outage), so without the retry its row would block the lock
+/// for the rest of the session's life.
+async fn failed_release_is_retried(mut server: SqlServer) {
+    let client = common::client(&server).await;
+    let options = common::options(Duration::from_secs(30));
+    let (holder, next) = (
+        client.session(options.clone()).await.expect("session"),
+        client.session(options).await.expect("session"),
+    );
+    let lock = name("reports/outage");
+    let guard = holder
+        .acquire(&lock, Mode::Exclusive)
+        .await
+        .expect("acquire");
+
+    server.kill().expect("kill -9 the database");
+    assert!(
+        guard.release().await.is_err(),
+        "a release with the database down must report an error"
+    );
+    server.restart().expect("restart the database");
+
+    let taken = next
+        .acquire_timeout(&lock, Mode::Exclusive, Duration::from_secs(15))
+        .await
+        .expect("the lock must be free once the failed release was retried");
+    taken.release().await.expect("release");
+    drop(holder);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_failed_release_is_retried() {
+    common::trace();
+    failed_release_is_retried(SqlServer::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_failed_release_is_retried() {
+    common::trace();
+    failed_release_is_retried(SqlServer::mariadb()).await;
+}
