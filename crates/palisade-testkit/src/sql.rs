@@ -296,6 +296,7 @@ impl SqlServer {
                 let mut command = self.command(self.client_binary("mariadb-install-db"));
                 command
                     .arg(format!("--datadir={}", data.display()))
+                    .arg(format!("--tmpdir={}", self.dir.path().display()))
                     .arg("--auth-root-authentication-method=normal");
                 command
             }
@@ -335,6 +336,10 @@ impl SqlServer {
                 command
                     .arg("--no-defaults")
                     .arg(format!("--datadir={}", self.data_dir().display()))
+                    // Temporary tables go to the server's own directory, not
+                    // a /tmp shared with other servers: their file names
+                    // carry the PID and can collide across PID namespaces.
+                    .arg(format!("--tmpdir={}", self.dir.path().display()))
                     .arg(format!("--port={}", self.port))
                     .arg(format!(
                         "--socket={}",
