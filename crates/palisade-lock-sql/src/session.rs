@@ -218,7 +218,11 @@ impl Lock for SqlLock {
     async fn acquire(&self, name: &LockName, mode: Mode) -> Result<SqlGuard, LockError> {
         match self.obtain(name, mode, true).await? {
             Some(guard) => Ok(guard),
-            None => unreachable!("a waiting acquire returns only when granted"),
+            // `obtain` with waiting on returns only a grant or an error.
+            None => Err(LockError::Backend {
+                backend: self.inner.client.inner.store.dialect.backend(),
+                source: "a waiting acquire returned without a grant".into(),
+            }),
         }
     }
 
