@@ -405,3 +405,50 @@ async fn mariadb_failed_release_is_retried() {
     common::trace();
     failed_release_is_retried(SqlServer::mariadb()).await;
 }
+
+/// A waiter whose process died (its session row expired, nobody left to
+/// clean up) never blocks the queue: the next grant skips it and deletes
+/// its row.
+async fn a_dead_waiter_is_skipped(server: SqlServer) {
+    let client = common::client(&server).await;
+    let session = client
+        .session(common::options(Duration::from_secs(5)))
+        .await
+        .expect("session");
+    server
+        .query(
+            "INSERT INTO palisade_sessions (id, expires_at_us, lock_delay_us, ended) \
+             VALUES ('dead-process', 1, 0, 0)",
+        )
+        .expect("a session that expired long ago");
+    server
+        .query(
+            "INSERT INTO palisade_waiters (name, session_id, mode) \
+             VALUES ('queue/ghost', 'dead-process', 'exclusive')",
+        )
+        .expect("its waiter row, left behind");
+
+    let guard = session
+        .try_acquire(&name("queue/ghost"), Mode::Exclusive)
+        .await
+        .expect("try_acquire")
+        .expect("a dead waiter must not hold up the queue");
+    assert_eq!(
+        server
+            .query("SELECT count(*) FROM palisade_waiters")
+            .expect("count waiters"),
+        "0",
+        "the dead waiter's row is deleted"
+    );
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_dead_waiter_is_skipped() {
+    a_dead_waiter_is_skipped(SqlServer::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_a_dead_waiter_is_skipped() {
+    a_dead_waiter_is_skipped(SqlServer::mariadb()).await;
+}
