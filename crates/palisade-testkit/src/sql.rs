@@ -337,8 +337,9 @@ impl SqlServer {
                     .arg("--no-defaults")
                     .arg(format!("--datadir={}", self.data_dir().display()))
                     // Temporary tables go to the server's own directory, not
-                    // a /tmp shared with other servers: their file names
-                    // carry the PID and can collide across PID namespaces.
+                    // the /tmp every other server on the machine shares:
+                    // there, concurrent bootstraps were seen to lose each
+                    // other's temporary tables.
                     .arg(format!("--tmpdir={}", self.dir.path().display()))
                     .arg(format!("--port={}", self.port))
                     .arg(format!(
