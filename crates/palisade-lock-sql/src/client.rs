@@ -1,0 +1,131 @@
+//! The client: one connection pool, the lock tables, and the wake-up
+//! channel every session of the process shares.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use palisade_core::{SessionOptions, Signer};
+use sqlx::Executor;
+use sqlx::any::AnyPoolOptions;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use crate::dialect::Statements;
+use crate::store::Store;
+use crate::{Dialect, SqlConfig, SqlLock, SqlLockError};
+
+/// Session rows that ended this long ago, with nothing left pointing at
+/// them, are deleted when a session opens.
+const FORGET_SESSIONS_AFTER: Duration = Duration::from_secs(3600);
+
+/// A connection to the lock tables, shared by many sessions.
+///
+/// Cheap to clone. [`SqlLockClient::session`] opens a [`SqlLock`], which
+/// implements [`palisade_core::Lock`].
+#[derive(Clone)]
+pub struct SqlLockClient {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+impl std::fmt::Debug for SqlLockClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlLockClient")
+            .field("dialect", &self.dialect())
+            .field("issuer", &self.issuer())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct ClientInner {
+    pub(crate) store: Store,
+    pub(crate) signer: Option<Signer>,
+    listener: Option<JoinHandle<()>>,
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        if let Some(listener) = &self.listener {
+            listener.abort();
+        }
+    }
+}
+
+impl SqlLockClient {
+    /// Connects, creates the lock tables if they are missing (refusing
+    /// tables of a newer schema), and on PostgreSQL starts listening for
+    /// releases.
+    pub async fn connect(config: SqlConfig) -> Result<SqlLockClient, SqlLockError> {
+        let dialect = config.validate()?;
+        sqlx::any::install_default_drivers();
+        let pool = AnyPoolOptions::new()
+            .max_connections(config.max_connections)
+            .acquire_timeout(config.operation_timeout)
+            .after_connect(move |connection, _meta| {
+                Box::pin(async move {
+                    // READ COMMITTED on both: every grant reads the rows it
+                    // decides on after locking the lock row, so it must see
+                    // the latest committed state (MariaDB's default,
+                    // REPEATABLE READ, would show it an older snapshot).
+                    let statement = match dialect {
+                        Dialect::Postgres => {
+                            "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED"
+                        }
+                        Dialect::MariaDb => "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                    };
+                    connection.execute(statement).await?;
+                    Ok(())
+                })
+            })
+            .connect(&config.url)
+            .await
+            .map_err(|e| SqlLockError::Lock(crate::error::from_sqlx(dialect.backend(), e)))?;
+        let (wake, _) = broadcast::channel(1024);
+        let store = Store {
+            pool,
+            dialect,
+            sql: Statements::new(dialect),
+            timeout: config.operation_timeout,
+            wake,
+        };
+        store.ensure_schema().await?;
+        let listener = match dialect {
+            Dialect::Postgres => Some(crate::wake::listen(&config.url, store.wake.clone()).await?),
+            Dialect::MariaDb => None,
+        };
+        Ok(SqlLockClient {
+            inner: Arc::new(ClientInner {
+                store,
+                signer: config.signer,
+                listener,
+            }),
+        })
+    }
+
+    /// Opens a session: its own lease (a row in `palisade_sessions`, kept
+    /// alive in the background) and identity.
+    pub async fn session(&self, options: SessionOptions) -> Result<SqlLock, SqlLockError> {
+        options
+            .validate()
+            .map_err(|reason| SqlLockError::InvalidConfig { reason })?;
+        if let Err(error) = self
+            .inner
+            .store
+            .forget_old_sessions(FORGET_SESSIONS_AFTER)
+            .await
+        {
+            tracing::debug!(%error, "forgetting old session rows failed; they stay");
+        }
+        Ok(SqlLock::open(self.clone(), options).await?)
+    }
+
+    /// The database this client uses.
+    pub fn dialect(&self) -> Dialect {
+        self.inner.store.dialect
+    }
+
+    /// The issuer of signed sequencers, when a signer is set.
+    pub fn issuer(&self) -> Option<&str> {
+        self.inner.signer.as_ref().map(Signer::issuer)
+    }
+}

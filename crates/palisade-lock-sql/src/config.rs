@@ -1,0 +1,142 @@
+//! How to reach the database, and the client-wide settings.
+
+use std::fmt;
+use std::time::Duration;
+
+use palisade_core::Signer;
+
+use crate::{Dialect, SqlLockError};
+
+/// Settings of a [`crate::SqlLockClient`].
+///
+/// ```
+/// use std::time::Duration;
+/// use palisade_lock_sql::SqlConfig;
+///
+/// let config = SqlConfig::new("postgres://locks@127.0.0.1:5432/app")
+///     .with_max_connections(8)
+///     .with_operation_timeout(Duration::from_secs(3));
+/// assert!(config.validate().is_ok());
+/// assert!(SqlConfig::new("sqlite://x").validate().is_err());
+/// ```
+#[derive(Clone)]
+pub struct SqlConfig {
+    pub(crate) url: String,
+    pub(crate) max_connections: u32,
+    pub(crate) operation_timeout: Duration,
+    pub(crate) signer: Option<Signer>,
+}
+
+impl fmt::Debug for SqlConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlConfig")
+            .field("url", &redact(&self.url))
+            .field("max_connections", &self.max_connections)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("signer", &self.signer.as_ref().map(Signer::issuer))
+            .finish()
+    }
+}
+
+impl SqlConfig {
+    /// A configuration for `url`: `postgres://user[:password]@host:port/db`
+    /// or `mysql://user[:password]@host:port/db` (MariaDB or MySQL).
+    pub fn new(url: impl Into<String>) -> Self {
+        SqlConfig {
+            url: url.into(),
+            max_connections: 16,
+            operation_timeout: Duration::from_secs(5),
+            signer: None,
+        }
+    }
+
+    /// The most connections the client opens (default 16). A waiter holds
+    /// one only while its grant transaction runs.
+    pub fn with_max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// How long one database round (a grant transaction, a renewal, a
+    /// release) may take before it fails with `BackendTimeout` (default
+    /// 5 s).
+    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// Signs every sequencer handed out with `signer` (its issuer is set on
+    /// the sequencer, and the live check answers `NotHeld` for other
+    /// issuers).
+    pub fn with_signer(mut self, signer: Signer) -> Self {
+        self.signer = Some(signer);
+        self
+    }
+
+    /// The database the URL names, if it is one this backend supports.
+    pub fn dialect(&self) -> Option<Dialect> {
+        Dialect::from_url(&self.url)
+    }
+
+    /// Checks that the configuration can work.
+    pub fn validate(&self) -> Result<Dialect, SqlLockError> {
+        let dialect = self.dialect().ok_or_else(|| SqlLockError::UnsupportedUrl {
+            url: redact(&self.url),
+        })?;
+        if self.max_connections < 2 {
+            return Err(SqlLockError::InvalidConfig {
+                reason: format!(
+                    "max_connections is {}; at least 2 are needed (keep-alive and a grant at once)",
+                    self.max_connections
+                ),
+            });
+        }
+        if self.operation_timeout.is_zero() {
+            return Err(SqlLockError::InvalidConfig {
+                reason: "operation_timeout must be positive".into(),
+            });
+        }
+        Ok(dialect)
+    }
+}
+
+/// `url` with any password replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((credentials, host)) = rest.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match credentials.split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact("postgres://u:secret@h:5/db"),
+            "postgres://u:***@h:5/db"
+        );
+        assert_eq!(redact("mysql://root@h/test"), "mysql://root@h/test");
+        let error = SqlConfig::new("oracle://u:secret@h")
+            .validate()
+            .unwrap_err();
+        assert!(!error.to_string().contains("secret"), "{error}");
+    }
+
+    #[test]
+    fn too_few_connections_are_refused() {
+        let config = SqlConfig::new("postgres://h/db").with_max_connections(1);
+        assert!(matches!(
+            config.validate(),
+            Err(SqlLockError::InvalidConfig { .. })
+        ));
+    }
+}

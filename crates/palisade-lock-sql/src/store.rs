@@ -1,0 +1,528 @@
+//! The transactions on the lock tables. Every change to a lock's holders or
+//! waiters runs with that lock's row locked (`SELECT ... FOR UPDATE`), so
+//! changes to one lock are serialised by the database and two sessions can
+//! never both be granted.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use palisade_core::{LockError, LockName, Mode};
+use sqlx::any::AnyRow;
+use sqlx::{Any, AnyPool, AssertSqlSafe, Row, Transaction};
+use tokio::sync::broadcast;
+
+use crate::decide::{self, Decision, HolderRow, LockView, Outcome, SessionRow, WaiterRow};
+use crate::dialect::{SCHEMA_VERSION, Statements};
+use crate::error::{from_sqlx, is_retryable, is_unique_violation, timed_out};
+use crate::{Dialect, SqlLockError};
+
+/// How often a transaction the database aborted to break a deadlock is
+/// retried before the error is returned.
+const RETRIES: usize = 5;
+
+/// The database side of a client: pool, statements, and the in-process
+/// wake-up channel.
+#[derive(Debug)]
+pub(crate) struct Store {
+    pub(crate) pool: AnyPool,
+    pub(crate) dialect: Dialect,
+    pub(crate) sql: Statements,
+    pub(crate) timeout: Duration,
+    /// Lock names whose state changed; `*` wakes every waiter.
+    pub(crate) wake: broadcast::Sender<Arc<str>>,
+}
+
+/// What a grant attempt did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    Granted {
+        generation: i64,
+    },
+    /// Not granted; `waiter` is the queue entry (if queuing was asked) and
+    /// `recheck_after` how long nothing can change by expiry alone.
+    Waiting {
+        waiter: Option<i64>,
+        recheck_after: Option<Duration>,
+    },
+    /// The requesting session is no longer alive on the database.
+    SessionEnded,
+}
+
+/// One grant request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request<'a> {
+    pub(crate) name: &'a LockName,
+    pub(crate) session: &'a str,
+    pub(crate) mode: Mode,
+    /// The requester's queue entry from an earlier attempt.
+    pub(crate) waiter: Option<i64>,
+    /// Whether to queue when the lock cannot be granted now.
+    pub(crate) enqueue: bool,
+    /// Identifies this acquire call's holder row (for cleanup and release).
+    pub(crate) token: i64,
+    pub(crate) ttl_us: i64,
+}
+
+/// Every statement is rendered from constants in `dialect.rs`; values are
+/// always bound, never spliced in.
+fn safe(text: &str) -> AssertSqlSafe<&str> {
+    AssertSqlSafe(text)
+}
+
+pub(crate) fn mode_text(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Exclusive => "exclusive",
+        Mode::Shared => "shared",
+    }
+}
+
+fn parse_mode(text: &str) -> Mode {
+    // Anything but "shared" is treated as the stricter mode.
+    if text == "shared" {
+        Mode::Shared
+    } else {
+        Mode::Exclusive
+    }
+}
+
+impl Store {
+    fn backend(&self) -> &'static str {
+        self.dialect.backend()
+    }
+
+    fn err(&self, error: sqlx::Error) -> LockError {
+        from_sqlx(self.backend(), error)
+    }
+
+    /// Runs `body` within the operation timeout.
+    pub(crate) async fn bounded<T>(
+        &self,
+        operation: &'static str,
+        body: impl Future<Output = Result<T, LockError>>,
+    ) -> Result<T, LockError> {
+        tokio::time::timeout(self.timeout, body)
+            .await
+            .unwrap_or_else(|_| Err(timed_out(self.backend(), operation, self.timeout)))
+    }
+
+    /// Creates the tables if missing and checks the schema version.
+    pub(crate) async fn ensure_schema(&self) -> Result<(), SqlLockError> {
+        for statement in &self.sql.create_tables {
+            if let Err(error) = sqlx::query(safe(statement)).execute(&self.pool).await {
+                // Two clients creating the tables at once can collide on
+                // PostgreSQL's catalog; the loser finds the tables there.
+                if !is_unique_violation(&error) {
+                    return Err(self.err(error).into());
+                }
+            }
+        }
+        sqlx::query(safe(&self.sql.insert_schema_version))
+            .bind(SCHEMA_VERSION)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        let found: i64 = sqlx::query(safe(&self.sql.schema_version))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.err(e))?
+            .try_get(0)
+            .map_err(|e| self.err(e))?;
+        if found > SCHEMA_VERSION {
+            return Err(SqlLockError::SchemaTooNew {
+                found,
+                known: SCHEMA_VERSION,
+            });
+        }
+        Ok(())
+    }
+
+    /// Tries to grant `request` in one transaction, retrying a transaction
+    /// the database aborted to break a deadlock.
+    pub(crate) async fn grant(&self, request: Request<'_>) -> Result<Attempt, LockError> {
+        self.bounded("grant", async {
+            let mut attempt = 0;
+            loop {
+                match self.grant_once(request).await {
+                    Err(error) if is_retryable(&error) && attempt < RETRIES => attempt += 1,
+                    Err(error) => return Err(self.err(error)),
+                    Ok(Some(result)) => return Ok(result),
+                    Ok(None) => {
+                        // The lock row did not exist yet: create it outside
+                        // the transaction (so its insert lock is not held
+                        // while others queue), then try again.
+                        sqlx::query(safe(&self.sql.insert_lock))
+                            .bind(request.name.as_str())
+                            .execute(&self.pool)
+                            .await
+                            .map_err(|e| self.err(e))?;
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    /// `None` when the lock row does not exist yet.
+    async fn grant_once(&self, request: Request<'_>) -> Result<Option<Attempt>, sqlx::Error> {
+        let name = request.name.as_str();
+        let mut tx = self.pool.begin().await?;
+        let Some(lock_row) = sqlx::query(safe(&self.sql.lock_row))
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let view = self
+            .read_view(&mut tx, &lock_row, name, request.session)
+            .await?;
+        let decision = decide::decide(&view, request.session, request.mode, request.waiter);
+        self.apply_cleanup(&mut tx, name, &view, &decision).await?;
+
+        let attempt = match decision.outcome {
+            Outcome::Grant { generation } => {
+                sqlx::query(safe(&self.sql.update_lock))
+                    .bind(generation)
+                    .bind(decision.delay_until_us)
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(safe(&self.sql.insert_holder))
+                    .bind(name)
+                    .bind(request.session)
+                    .bind(mode_text(request.mode))
+                    .bind(generation)
+                    .bind(request.token)
+                    .execute(&mut *tx)
+                    .await?;
+                if let Some(waiter) = request.waiter {
+                    sqlx::query(safe(&self.sql.delete_waiter))
+                        .bind(waiter)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                // The hold stands on the session's lease: start it afresh.
+                sqlx::query(safe(&self.sql.extend_own_session))
+                    .bind(request.ttl_us)
+                    .bind(request.session)
+                    .execute(&mut *tx)
+                    .await?;
+                if request.mode == Mode::Shared {
+                    // The next shared waiter may join.
+                    self.notify(&mut tx, name).await?;
+                }
+                Attempt::Granted { generation }
+            }
+            Outcome::Wait { recheck_at_us } => {
+                let waiter = match (request.waiter, request.enqueue) {
+                    (Some(waiter), _) => Some(waiter),
+                    (None, true) => Some(
+                        sqlx::query(safe(&self.sql.insert_waiter))
+                            .bind(name)
+                            .bind(request.session)
+                            .bind(mode_text(request.mode))
+                            .fetch_one(&mut *tx)
+                            .await?
+                            .try_get::<i64, _>(0)?,
+                    ),
+                    (None, false) => None,
+                };
+                Attempt::Waiting {
+                    waiter,
+                    recheck_after: recheck_at_us.map(|at| {
+                        Duration::from_micros(
+                            u64::try_from(at.saturating_sub(view.now_us)).unwrap_or(0),
+                        )
+                    }),
+                }
+            }
+            Outcome::RequesterEnded => Attempt::SessionEnded,
+        };
+        tx.commit().await?;
+        if matches!(attempt, Attempt::Granted { .. }) && request.mode == Mode::Shared {
+            self.wake_local(name);
+        }
+        Ok(Some(attempt))
+    }
+
+    async fn read_view(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        lock_row: &AnyRow,
+        name: &str,
+        session: &str,
+    ) -> Result<LockView, sqlx::Error> {
+        let now_us: i64 = sqlx::query(safe(&self.sql.now))
+            .fetch_one(&mut **tx)
+            .await?
+            .try_get(0)?;
+        let sessions = sqlx::query(safe(&self.sql.lock_sessions))
+            .bind(session)
+            .bind(name)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(SessionRow {
+                    id: row.try_get(0)?,
+                    expires_at_us: row.try_get(1)?,
+                    lock_delay_us: row.try_get(2)?,
+                    ended: row.try_get::<i64, _>(3)? != 0,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        let holders = sqlx::query(safe(&self.sql.holders))
+            .bind(name)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(HolderRow {
+                    session_id: row.try_get(0)?,
+                    mode: parse_mode(&row.try_get::<String, _>(1)?),
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        let waiters = sqlx::query(safe(&self.sql.waiters))
+            .bind(name)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(WaiterRow {
+                    id: row.try_get(0)?,
+                    mode: parse_mode(&row.try_get::<String, _>(2)?),
+                    session_expires_at_us: row.try_get(3)?,
+                    session_ended: row.try_get::<Option<i64>, _>(4)?.is_some_and(|e| e != 0),
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        Ok(LockView {
+            now_us,
+            generation: lock_row.try_get(0)?,
+            delay_until_us: lock_row.try_get(1)?,
+            sessions,
+            holders,
+            waiters,
+        })
+    }
+
+    /// Removes dead holders and waiters the decision found, and records a
+    /// lock-delay they started.
+    async fn apply_cleanup(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        name: &str,
+        view: &LockView,
+        decision: &Decision,
+    ) -> Result<(), sqlx::Error> {
+        for session in &decision.dead_holders {
+            sqlx::query(safe(&self.sql.delete_holder))
+                .bind(name)
+                .bind(session)
+                .execute(&mut **tx)
+                .await?;
+            // Ended for good: a renewal racing with this grant waits for
+            // the session row lock and then finds it ended.
+            sqlx::query(safe(&self.sql.end_session))
+                .bind(session)
+                .execute(&mut **tx)
+                .await?;
+        }
+        for waiter in &decision.dead_waiters {
+            sqlx::query(safe(&self.sql.delete_waiter))
+                .bind(waiter)
+                .execute(&mut **tx)
+                .await?;
+        }
+        if decision.delay_until_us != view.delay_until_us {
+            sqlx::query(safe(&self.sql.update_lock))
+                .bind(view.generation)
+                .bind(decision.delay_until_us)
+                .bind(name)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Compare-and-delete of a hold by its session and acquire token, and,
+    /// when `waiter` is set, of that queue entry. Returns whether the hold
+    /// was there. Waiters of the lock are woken.
+    pub(crate) async fn release(
+        &self,
+        name: &LockName,
+        session: &str,
+        token: i64,
+        waiter: Option<i64>,
+    ) -> Result<bool, LockError> {
+        self.bounded("release", async {
+            let mut attempt = 0;
+            loop {
+                match self
+                    .release_once(name.as_str(), session, token, waiter)
+                    .await
+                {
+                    Err(error) if is_retryable(&error) && attempt < RETRIES => attempt += 1,
+                    Err(error) => return Err(self.err(error)),
+                    Ok(found) => {
+                        self.wake_local(name.as_str());
+                        return Ok(found);
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    async fn release_once(
+        &self,
+        name: &str,
+        session: &str,
+        token: i64,
+        waiter: Option<i64>,
+    ) -> Result<bool, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        // Same lock order as a grant: the lock row first.
+        sqlx::query(safe(&self.sql.lock_row))
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let deleted = sqlx::query(safe(&self.sql.delete_holder_by_token))
+            .bind(name)
+            .bind(session)
+            .bind(token)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if let Some(waiter) = waiter {
+            sqlx::query(safe(&self.sql.delete_waiter))
+                .bind(waiter)
+                .execute(&mut *tx)
+                .await?;
+        }
+        self.notify(&mut tx, name).await?;
+        tx.commit().await?;
+        Ok(deleted > 0)
+    }
+
+    /// Queues a PostgreSQL notification for `name`, delivered at commit.
+    async fn notify(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        name: &str,
+    ) -> Result<(), sqlx::Error> {
+        if let Some(notify) = &self.sql.notify {
+            sqlx::query(safe(notify))
+                .bind(name)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Wakes this process's waiters on `name` (`*`: all of them).
+    pub(crate) fn wake_local(&self, name: &str) {
+        let _ = self.wake.send(Arc::from(name));
+    }
+
+    /// Registers a new session whose lease runs `ttl_us` from now by the
+    /// database's clock.
+    pub(crate) async fn open_session(
+        &self,
+        id: &str,
+        ttl_us: i64,
+        lock_delay_us: i64,
+    ) -> Result<(), LockError> {
+        self.bounded("open session", async {
+            sqlx::query(safe(&self.sql.open_session))
+                .bind(id)
+                .bind(ttl_us)
+                .bind(lock_delay_us)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| self.err(e))?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Extends a live session's lease; `false` when the database says the
+    /// session already ended or expired.
+    pub(crate) async fn renew_session(&self, id: &str, ttl_us: i64) -> Result<bool, LockError> {
+        self.bounded("renew", async {
+            let renewed = sqlx::query(safe(&self.sql.renew_session))
+                .bind(ttl_us)
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| self.err(e))?
+                .rows_affected();
+            Ok(renewed > 0)
+        })
+        .await
+    }
+
+    /// Ends a session's lease now. `clean` (a closed session) waives its
+    /// lock-delay; otherwise it applies, as after a crash.
+    pub(crate) async fn end_session(&self, id: &str, clean: bool) -> Result<(), LockError> {
+        let statement = if clean {
+            &self.sql.close_session
+        } else {
+            &self.sql.expire_session
+        };
+        self.bounded("end session", async {
+            sqlx::query(safe(statement))
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| self.err(e))?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Deletes session rows that ended more than `age` ago and have no
+    /// holder or waiter rows left.
+    pub(crate) async fn forget_old_sessions(&self, age: Duration) -> Result<u64, LockError> {
+        self.bounded("forget sessions", async {
+            Ok(sqlx::query(safe(&self.sql.forget_sessions))
+                .bind(i64::try_from(age.as_micros()).unwrap_or(i64::MAX))
+                .execute(&self.pool)
+                .await
+                .map_err(|e| self.err(e))?
+                .rows_affected())
+        })
+        .await
+    }
+
+    /// Whether a live session holds `name` with `generation` in `mode`,
+    /// read from the primary in one statement.
+    pub(crate) async fn is_held(
+        &self,
+        name: &LockName,
+        generation: i64,
+        mode: Mode,
+    ) -> Result<bool, LockError> {
+        self.bounded("live check", async {
+            let row = sqlx::query(safe(&self.sql.live_check))
+                .bind(name.as_str())
+                .bind(generation)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| self.err(e))?;
+            let Some(row) = row else { return Ok(false) };
+            let read = || -> Result<bool, sqlx::Error> {
+                let held_mode = parse_mode(&row.try_get::<String, _>(0)?);
+                let expires: i64 = row.try_get(1)?;
+                let ended: i64 = row.try_get(2)?;
+                let now: i64 = row.try_get(3)?;
+                Ok(held_mode == mode && ended == 0 && expires > now)
+            };
+            read().map_err(|e| self.err(e))
+        })
+        .await
+    }
+}
