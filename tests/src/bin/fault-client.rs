@@ -1,9 +1,10 @@
 //! `fault-client`: one client of the fault suite, in a process of its own
 //! so a test can stop it (SIGSTOP), kill it, or fake its clock.
 //!
-//! It runs a workload against one lock service (etcd or Redis) and one
-//! resource server: acquire a lock, write a few times with the guard's
-//! sequencer and an idempotency key, release, again. Every acquire, write
+//! It runs a workload against one lock service (etcd, Redis, or the SQL
+//! backend on PostgreSQL or MariaDB) and one resource server: acquire a
+//! lock, write a few times with the guard's sequencer and an idempotency
+//! key, release, again. Every acquire, write
 //! and release is recorded in its history file (JSON lines, see
 //! `palisade_testkit::history`) as an `invoke` and exactly one completion:
 //!
@@ -33,7 +34,8 @@
 //! Standard input steers it: with `--gate`, the first write of every hold
 //! waits after `HOLDING` for a `GO` line, so a test can stop the process or
 //! expire its lease at exactly that point and let the (now late) write go
-//! afterwards. End of input stops the workload: the client releases what
+//! afterwards. A lease lost while the write waits is reported (`LOST`) as
+//! it happens, and the write still goes out on `GO`. End of input stops the workload: the client releases what
 //! it holds and exits.
 
 use std::io::BufRead as _;
@@ -46,6 +48,7 @@ use palisade::client::{Client, ClientError, Refused, Written};
 use palisade::etcd::{EtcdConfig, EtcdConnection, EtcdLock};
 use palisade::redis::{GenerationScheme, RedisConfig, RedisLock, RedisLockClient};
 use palisade::{LeaseState, Lock, LockError, LockGuard, LockName, Mode, Sequencer, SessionOptions};
+use palisade_lock_sql::{SqlConfig, SqlLock, SqlLockClient};
 use palisade_testkit::history::{Event, OpKind, Phase, Recorder};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -54,6 +57,8 @@ use tokio::time::Instant;
 enum Backend {
     Etcd,
     Redis,
+    /// PostgreSQL or MariaDB, by the URL's scheme.
+    Sql,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -71,7 +76,8 @@ struct Args {
     /// Which lock service.
     #[arg(long, value_enum)]
     backend: Backend,
-    /// etcd endpoints (comma-separated) or a Redis URL.
+    /// etcd endpoints (comma-separated), a Redis URL, or a `postgres://` or
+    /// `mysql://` URL.
     #[arg(long)]
     endpoints: String,
     /// Redis only: how generations are minted.
@@ -170,6 +176,15 @@ async fn main() -> anyhow::Result<()> {
             };
             let config = RedisConfig::new(&args.endpoints).with_generation_scheme(scheme);
             let sessions = RedisSessions::connect(config, options, &control).await?;
+            Workload::new(&args, recorder, resource, control, sessions)
+                .run()
+                .await?
+        }
+        Backend::Sql => {
+            // One database round may take at most a TTL: a client cut from
+            // its database gives up on a call within a lease, not after it.
+            let config = SqlConfig::new(&args.endpoints).with_operation_timeout(ttl);
+            let sessions = SqlSessions::connect(config, options, &control).await?;
             Workload::new(&args, recorder, resource, control, sessions)
                 .run()
                 .await?
@@ -340,6 +355,60 @@ impl Sessions for RedisSessions {
 
     async fn raise_floor(&self, lock: &LockName, mark: u64) -> Result<(), LockError> {
         self.client.raise_floor(lock, mark).await.map(|_| ())
+    }
+}
+
+struct SqlSessions {
+    client: SqlLockClient,
+    options: SessionOptions,
+    current: Option<SqlLock>,
+}
+
+impl SqlSessions {
+    async fn connect(
+        config: SqlConfig,
+        options: SessionOptions,
+        control: &Control,
+    ) -> anyhow::Result<Self> {
+        let client = retry_connect(control, || SqlLockClient::connect(config.clone())).await?;
+        say("READY");
+        Ok(SqlSessions {
+            client,
+            options,
+            current: None,
+        })
+    }
+}
+
+impl Sessions for SqlSessions {
+    type Locks = SqlLock;
+
+    async fn session(&mut self) -> Result<SqlLock, LockError> {
+        // A session whose row the database ended opens a new row by itself
+        // on its next acquire, so one session serves the whole run unless
+        // an error discards it.
+        if let Some(session) = &self.current {
+            return Ok(session.clone());
+        }
+        let session = self
+            .client
+            .session(self.options.clone())
+            .await
+            .map_err(|error| LockError::Backend {
+                backend: "sql",
+                source: Box::new(error),
+            })?;
+        self.current = Some(session.clone());
+        Ok(session)
+    }
+
+    fn discard(&mut self) {
+        self.current = None;
+    }
+
+    async fn raise_floor(&self, _lock: &LockName, _mark: u64) -> Result<(), LockError> {
+        // The generation column is never reset: nothing to raise.
+        Ok(())
     }
 }
 
@@ -599,7 +668,23 @@ impl<S: Sessions> Workload<S> {
             // is where a test stops it, or expires its lease behind its back.
             if self.gate && write_index == 0 {
                 say(format!("HOLDING {lock} {generation}"));
-                if !self.control.wait_go().await {
+                let mut lease = guard.lease();
+                let go = tokio::select! {
+                    go = self.control.wait_go() => go,
+                    state = lease.lost() => {
+                        // The lease ended while the write waited: the signal
+                        // is reported, and the write still goes out on `GO`
+                        // (the late write the resource server must fence).
+                        let reason = match state {
+                            LeaseState::Lost(reason) => reason.as_str().to_owned(),
+                            other => format!("{other:?}"),
+                        };
+                        say(format!("LOST {lock} {generation} {reason}"));
+                        lost = Some(reason);
+                        self.control.wait_go().await
+                    }
+                };
+                if !go {
                     break;
                 }
             } else if !self.pause_before_write.is_zero() {

@@ -16,9 +16,9 @@ use tokio::sync::mpsc;
 /// [`FaultRun::spawn_client`](super::FaultRun::spawn_client) fills in.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    /// `etcd` or `redis`.
+    /// `etcd`, `redis` or `sql`.
     pub backend: &'static str,
-    /// etcd endpoints (comma-separated) or the Redis URL.
+    /// etcd endpoints (comma-separated), the Redis URL, or the database URL.
     pub endpoints: String,
     /// The resource server's base URL.
     pub server: String,
@@ -87,6 +87,12 @@ impl ClientConfig {
     /// An etcd client.
     pub fn etcd(endpoints: &[String], server: &str) -> Self {
         ClientConfig::new("etcd", endpoints.join(","), server)
+    }
+
+    /// A SQL backend client (`url` as the testkit's `SqlServer::url` gives
+    /// it: PostgreSQL or MariaDB).
+    pub fn sql(url: &str, server: &str) -> Self {
+        ClientConfig::new("sql", url.to_owned(), server)
     }
 
     /// Adds a lock to take.
@@ -279,7 +285,8 @@ pub enum ClientLine {
         /// The last attempt's outcome.
         detail: String,
     },
-    /// The guard reported its lease lost before a write.
+    /// The guard reported its lease lost before a write, or while a gated
+    /// write waited for `GO`.
     Lost {
         /// The lock.
         lock: String,

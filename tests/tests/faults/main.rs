@@ -1,10 +1,12 @@
 //! The fault suite, part one: clients, lock services and their clocks
-//! (issue 6, scenarios 1, 2, 3, 4, 9, 10, and the mutation check).
+//! (scenarios 1, 2, 3, 4, 9, 10, the SQL backend's 13, 14, 15, and the
+//! mutation check).
 //!
-//! Every scenario runs real processes on loopback: etcd or Redis from the
-//! testkit, the resource server (`src/bin/resource-server.rs`) and
-//! workload clients (`src/bin/fault-client.rs`) as children of this test,
-//! each recording its history. The scenario injects its faults, stops the
+//! Every scenario runs real processes on loopback: etcd, Redis, PostgreSQL
+//! or MariaDB from the testkit, the resource server
+//! (`src/bin/resource-server.rs`) and workload clients
+//! (`src/bin/fault-client.rs`) as children of this test, each recording
+//! its history. The scenario injects its faults, stops the
 //! clients, and the checker judges the merged history against the resource
 //! server's final state (`palisade_tests::fault`). Each module states the
 //! invariants its scenario asserts.
@@ -20,6 +22,9 @@ mod s03_redis_restart_empty;
 mod s04_redis_aof_kill;
 mod s09_client_clock_jumps;
 mod s10_early_expiry;
+mod s13_sql_restart;
+mod s14_sql_holder_paused;
+mod s15_sql_connection_cut;
 mod story;
 
 use std::time::Duration;

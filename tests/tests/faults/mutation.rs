@@ -1,7 +1,8 @@
 //! The mutation check: the checker must be able to fail. With fencing
 //! switched off in the resource server (`resource-server --unfenced`, test
-//! only), scenarios 1 and 2 run again and the checker has to report the
-//! late writes as violations of I-MONO and I-STALE.
+//! only), scenarios 1, 2 and 14 (Redis, etcd, the SQL backend) run again
+//! and the checker has to report the late writes as violations of I-MONO
+//! and I-STALE.
 //!
 //! Scenario 7 (a client partitioned from the resource server) belongs to
 //! the network binary (`tests/tests/faults_net`), which runs its own
@@ -9,6 +10,7 @@
 
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::redis::RedisServer;
+use palisade_testkit::sql::SqlServer;
 use palisade_tests::fault::{
     ClientConfig, FaultRun, Invariant, Report, ResourceServerOptions, ResourceServerProcess,
     Scenario,
@@ -66,6 +68,20 @@ async fn unfenced_etcd_story_is_caught_by_the_checker() -> anyhow::Result<()> {
         "m02",
         Scenario::new("mutation: 2 with fencing off", "etcd").note("mutation check: must be > 0"),
         |server| ClientConfig::etcd(&etcd.endpoints(), server).lock("faults/m02"),
+    )
+    .await?;
+    assert_violation_reported(&report, accepted);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfenced_sql_story_is_caught_by_the_checker() -> anyhow::Result<()> {
+    let postgres = SqlServer::postgres();
+    let (report, accepted) = unfenced_story(
+        "m14",
+        Scenario::new("mutation: 14 with fencing off", "sql (PostgreSQL)")
+            .note("mutation check: must be > 0"),
+        |server| ClientConfig::sql(&postgres.url(), server).lock("faults/m14"),
     )
     .await?;
     assert_violation_reported(&report, accepted);
