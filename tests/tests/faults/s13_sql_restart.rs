@@ -72,12 +72,14 @@ async fn database_restarts(
 
     let kills = scaled(2, 5);
     let mut lost_signalled = 0;
+    let mut longest_outage = Duration::ZERO;
     for kill in 1..=kills {
         // A hold is in progress: a grant, and a write under it.
         let (holder, generation) = run.wait_recovered(STEP).await?;
         let fault =
             format!("kill {kill}: SIGKILL the database ({holder} holds {generation}), restart");
         run.inject(&fault)?;
+        let killed_at = std::time::Instant::now();
         database.kill()?;
         // Down until a holder's lease lapses and it says so.
         run.wait_any(STEP, |_, line| {
@@ -86,6 +88,7 @@ async fn database_restarts(
         .await?;
         lost_signalled += 1;
         database.restart()?;
+        longest_outage = longest_outage.max(killed_at.elapsed());
         run.heal(&fault)?;
         run.wait_recovered(STEP).await?;
     }
@@ -95,7 +98,10 @@ async fn database_restarts(
         .verdict(
             &server.base_url(),
             &live_within(TTL + Duration::from_secs(30)),
-            &scenario,
+            &scenario.note(format!(
+                "{lost_signalled} lost leases signalled; database down up to {:.1} s per kill",
+                longest_outage.as_secs_f64()
+            )),
         )
         .await?;
     report.assert_safe();
