@@ -183,31 +183,7 @@ impl Store {
 
         let attempt = match decision.outcome {
             Outcome::Grant { generation } => {
-                sqlx::query(safe(&self.sql.update_lock))
-                    .bind(generation)
-                    .bind(decision.delay_until_us)
-                    .bind(name)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(safe(&self.sql.insert_holder))
-                    .bind(name)
-                    .bind(request.session)
-                    .bind(mode_text(request.mode))
-                    .bind(generation)
-                    .bind(request.token)
-                    .execute(&mut *tx)
-                    .await?;
-                if let Some(waiter) = request.waiter {
-                    sqlx::query(safe(&self.sql.delete_waiter))
-                        .bind(waiter)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                // The hold stands on the session's lease: start it afresh.
-                sqlx::query(safe(&self.sql.extend_own_session))
-                    .bind(request.ttl_us)
-                    .bind(request.session)
-                    .execute(&mut *tx)
+                self.write_grant(&mut tx, &request, generation, decision.delay_until_us)
                     .await?;
                 if request.mode == Mode::Shared {
                     // The next shared waiter may join.
@@ -245,6 +221,63 @@ impl Store {
             self.wake_local(name);
         }
         Ok(Some(attempt))
+    }
+
+    /// The writes of a grant: bump the generation, insert the holder row,
+    /// drop the requester's queue entry, restart its lease. One statement
+    /// on PostgreSQL; four on MariaDB.
+    async fn write_grant(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        request: &Request<'_>,
+        generation: i64,
+        delay_until_us: i64,
+    ) -> Result<(), sqlx::Error> {
+        let name = request.name.as_str();
+        if let Some(grant_writes) = &self.sql.grant_writes {
+            sqlx::query(safe(grant_writes))
+                .bind(generation)
+                .bind(delay_until_us)
+                .bind(name)
+                .bind(name)
+                .bind(request.session)
+                .bind(mode_text(request.mode))
+                .bind(generation)
+                .bind(request.token)
+                .bind(request.waiter)
+                .bind(request.ttl_us)
+                .bind(request.session)
+                .execute(&mut **tx)
+                .await?;
+            return Ok(());
+        }
+        sqlx::query(safe(&self.sql.update_lock))
+            .bind(generation)
+            .bind(delay_until_us)
+            .bind(name)
+            .execute(&mut **tx)
+            .await?;
+        sqlx::query(safe(&self.sql.insert_holder))
+            .bind(name)
+            .bind(request.session)
+            .bind(mode_text(request.mode))
+            .bind(generation)
+            .bind(request.token)
+            .execute(&mut **tx)
+            .await?;
+        if let Some(waiter) = request.waiter {
+            sqlx::query(safe(&self.sql.delete_waiter))
+                .bind(waiter)
+                .execute(&mut **tx)
+                .await?;
+        }
+        // The hold stands on the session's lease: start it afresh.
+        sqlx::query(safe(&self.sql.extend_own_session))
+            .bind(request.ttl_us)
+            .bind(request.session)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
     }
 
     async fn read_view(
@@ -390,20 +423,35 @@ impl Store {
             .bind(name)
             .fetch_optional(&mut *tx)
             .await?;
-        let deleted = sqlx::query(safe(&self.sql.delete_holder_by_token))
-            .bind(name)
-            .bind(session)
-            .bind(token)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if let Some(waiter) = waiter {
-            sqlx::query(safe(&self.sql.delete_waiter))
+        let deleted = match &self.sql.release_notify {
+            Some(release_notify) => sqlx::query(safe(release_notify))
+                .bind(name)
+                .bind(session)
+                .bind(token)
                 .bind(waiter)
-                .execute(&mut *tx)
-                .await?;
-        }
-        self.notify(&mut tx, name).await?;
+                .bind(name)
+                .fetch_one(&mut *tx)
+                .await?
+                .try_get::<i64, _>(0)?
+                .unsigned_abs(),
+            None => {
+                let deleted = sqlx::query(safe(&self.sql.delete_holder_by_token))
+                    .bind(name)
+                    .bind(session)
+                    .bind(token)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if let Some(waiter) = waiter {
+                    sqlx::query(safe(&self.sql.delete_waiter))
+                        .bind(waiter)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                self.notify(&mut tx, name).await?;
+                deleted
+            }
+        };
         tx.commit().await?;
         Ok(deleted > 0)
     }
