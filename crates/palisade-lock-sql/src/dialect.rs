@@ -124,6 +124,7 @@ pub(crate) struct Statements {
     pub(crate) close_session: String,
     pub(crate) forget_sessions: String,
     pub(crate) live_check: String,
+    pub(crate) queued_ahead: String,
 }
 
 impl Statements {
@@ -271,6 +272,13 @@ impl Statements {
             live_check: r("SELECT h.mode, s.expires_at_us, s.ended, {now} \
                  FROM palisade_holders h JOIN palisade_sessions s ON s.id = h.session_id \
                  WHERE h.name = ? AND h.generation = ?"),
+            // The live waiters a requester in mode `?` with queue entry `?`
+            // must let go first (the rule `decide` applies): any, for an
+            // exclusive requester; exclusive ones, for a shared requester.
+            queued_ahead: r("SELECT count(*) FROM palisade_waiters w \
+                 JOIN palisade_sessions s ON s.id = w.session_id \
+                 WHERE w.name = ? AND w.id < ? AND (? = 'exclusive' OR w.mode = 'exclusive') \
+                 AND s.ended = 0 AND s.expires_at_us > {now}"),
         }
     }
 }

@@ -63,3 +63,4 @@ pub use error::SqlLockError;
 pub use guard::SqlGuard;
 pub use live_check::SqlLiveCheck;
 pub use session::SqlLock;
+pub use store::ClientStats;

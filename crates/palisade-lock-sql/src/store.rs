@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use palisade_core::{LockError, LockName, Mode};
@@ -31,6 +32,44 @@ pub(crate) struct Store {
     pub(crate) timeout: Duration,
     /// Lock names whose state changed; `*` wakes every waiter.
     pub(crate) wake: broadcast::Sender<Arc<str>>,
+    pub(crate) counters: Counters,
+}
+
+/// What a client has asked the database, for benchmarks and metrics.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    grant_transactions: AtomicU64,
+    pub(crate) rechecks: AtomicU64,
+    pub(crate) rechecks_skipped: AtomicU64,
+}
+
+/// A snapshot of a client's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientStats {
+    /// Grant transactions run (first attempts, re-checks, try-acquires).
+    pub grant_transactions: u64,
+    /// Grant transactions by a waiter already queued that did not grant:
+    /// the wasted work of waking a waiter whose turn had not come.
+    pub rechecks: u64,
+    /// Wake-ups where one unlocked read showed a live waiter still ahead,
+    /// so no grant transaction (and no wait for the lock row) was needed.
+    pub rechecks_skipped: u64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> ClientStats {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        ClientStats {
+            grant_transactions: load(&self.grant_transactions),
+            rechecks: load(&self.rechecks),
+            rechecks_skipped: load(&self.rechecks_skipped),
+        }
+    }
+
+    pub(crate) fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// What a grant attempt did.
@@ -166,6 +205,7 @@ impl Store {
     /// `None` when the lock row does not exist yet.
     async fn grant_once(&self, request: Request<'_>) -> Result<Option<Attempt>, sqlx::Error> {
         let name = request.name.as_str();
+        Counters::count(&self.counters.grant_transactions);
         let mut tx = self.pool.begin().await?;
         let Some(lock_row) = sqlx::query(safe(&self.sql.lock_row))
             .bind(name)
@@ -542,6 +582,32 @@ impl Store {
                 .await
                 .map_err(|e| self.err(e))?
                 .rows_affected())
+        })
+        .await
+    }
+
+    /// Whether a live waiter queued before `waiter` must be granted before
+    /// a requester in `mode` can be. One statement, no row locks: only an
+    /// answer of `true` is acted on (the waiter sleeps on), and whatever
+    /// removes that waiter later wakes this one again (its grant is
+    /// followed by a release, a cancelled waiter notifies, and a waiter
+    /// whose session dies is covered by the re-check at its expiry).
+    pub(crate) async fn queued_ahead(
+        &self,
+        name: &LockName,
+        waiter: i64,
+        mode: Mode,
+    ) -> Result<bool, LockError> {
+        self.bounded("queue check", async {
+            let ahead: i64 = sqlx::query(safe(&self.sql.queued_ahead))
+                .bind(name.as_str())
+                .bind(waiter)
+                .bind(mode_text(mode))
+                .fetch_one(&self.pool)
+                .await
+                .and_then(|row| row.try_get(0))
+                .map_err(|e| self.err(e))?;
+            Ok(ahead > 0)
         })
         .await
     }
