@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::dialect::Statements;
-use crate::store::Store;
+use crate::store::{ClientStats, Store};
 use crate::{Dialect, SqlConfig, SqlLock, SqlLockError};
 
 /// Session rows that ended this long ago, with nothing left pointing at
@@ -87,6 +87,7 @@ impl SqlLockClient {
             sql: Statements::new(dialect),
             timeout: config.operation_timeout,
             wake,
+            counters: Default::default(),
         };
         store.ensure_schema().await?;
         let listener = match dialect {
@@ -117,6 +118,11 @@ impl SqlLockClient {
             tracing::debug!(%error, "forgetting old session rows failed; they stay");
         }
         Ok(SqlLock::open(self.clone(), options).await?)
+    }
+
+    /// A snapshot of what this client has asked the database so far.
+    pub fn stats(&self) -> ClientStats {
+        self.inner.store.counters.snapshot()
     }
 
     /// The database this client uses.

@@ -112,12 +112,19 @@ pub(crate) struct Statements {
     pub(crate) delete_waiter: String,
     pub(crate) extend_own_session: String,
     pub(crate) notify: Option<String>,
+    /// PostgreSQL only: a grant's four writes (lock row, holder row, own
+    /// queue entry, own lease) in one statement, one round trip.
+    pub(crate) grant_writes: Option<String>,
+    /// PostgreSQL only: a release's deletes and its `NOTIFY` in one
+    /// statement; returns the holder rows deleted.
+    pub(crate) release_notify: Option<String>,
     pub(crate) open_session: String,
     pub(crate) renew_session: String,
     pub(crate) expire_session: String,
     pub(crate) close_session: String,
     pub(crate) forget_sessions: String,
     pub(crate) live_check: String,
+    pub(crate) queued_ahead: String,
 }
 
 impl Statements {
@@ -211,6 +218,35 @@ impl Statements {
                 Dialect::Postgres => Some(r(&format!("SELECT pg_notify('{CHANNEL}', ?)"))),
                 Dialect::MariaDb => None,
             },
+            // Data-modifying CTEs all run, each exactly once, whether or not
+            // the main query reads them; they touch different tables, and
+            // every row they change is already locked by this transaction
+            // (the lock row, the requester's session row) or its own.
+            grant_writes: match dialect {
+                Dialect::Postgres => Some(r("WITH granted AS (\
+                       UPDATE palisade_locks SET generation = ?, delay_until_us = ? WHERE name = ?), \
+                     held AS (\
+                       INSERT INTO palisade_holders (name, session_id, mode, generation, token) \
+                       VALUES (?, ?, ?, ?, ?)), \
+                     dequeued AS (DELETE FROM palisade_waiters WHERE id = ?), \
+                     extended AS (\
+                       UPDATE palisade_sessions SET expires_at_us = {now} + ? WHERE id = ?) \
+                     SELECT 1")),
+                Dialect::MariaDb => None,
+            },
+            // `notified` is read so that it runs (a plain SELECT in a CTE
+            // runs only when referenced); the notification is sent at commit.
+            release_notify: match dialect {
+                Dialect::Postgres => Some(r(&format!(
+                    "WITH released AS (\
+                       DELETE FROM palisade_holders WHERE name = ? AND session_id = ? AND token = ? \
+                       RETURNING 1), \
+                     dequeued AS (DELETE FROM palisade_waiters WHERE id = ?), \
+                     notified AS (SELECT pg_notify('{CHANNEL}', ?)) \
+                     SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM notified)"
+                ))),
+                Dialect::MariaDb => None,
+            },
             open_session: r(
                 "INSERT INTO palisade_sessions (id, expires_at_us, lock_delay_us, ended) \
                  VALUES (?, {now} + ?, ?, 0)",
@@ -236,6 +272,13 @@ impl Statements {
             live_check: r("SELECT h.mode, s.expires_at_us, s.ended, {now} \
                  FROM palisade_holders h JOIN palisade_sessions s ON s.id = h.session_id \
                  WHERE h.name = ? AND h.generation = ?"),
+            // The live waiters a requester in mode `?` with queue entry `?`
+            // must let go first (the rule `decide` applies): any, for an
+            // exclusive requester; exclusive ones, for a shared requester.
+            queued_ahead: r("SELECT count(*) FROM palisade_waiters w \
+                 JOIN palisade_sessions s ON s.id = w.session_id \
+                 WHERE w.name = ? AND w.id < ? AND (? = 'exclusive' OR w.mode = 'exclusive') \
+                 AND s.ended = 0 AND s.expires_at_us > {now}"),
         }
     }
 }

@@ -23,7 +23,10 @@
 //!   whose session died is skipped). On PostgreSQL a release sends
 //!   `NOTIFY palisade_lock, '<name>'` and waiters sleep until it (or until
 //!   the holder's expiry); MariaDB has no notifications, so waiters in other
-//!   processes re-check with a bounded, jittered back-off.
+//!   processes re-check with a bounded, jittered back-off. A woken waiter
+//!   with a live waiter still ahead sleeps on after one unlocked read, so
+//!   only the head of the queue runs a grant transaction
+//!   ([`SqlLockClient::stats`] counts both).
 //! - Re-entry, shared mode, lock-delay, try-acquire, timeouts, cancellation
 //!   and the per-process waiter bound with the meaning of
 //!   [`palisade_core::Lock`]; a live check for resource servers
@@ -63,3 +66,4 @@ pub use error::SqlLockError;
 pub use guard::SqlGuard;
 pub use live_check::SqlLiveCheck;
 pub use session::SqlLock;
+pub use store::ClientStats;

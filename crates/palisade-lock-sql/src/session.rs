@@ -12,7 +12,7 @@ use palisade_core::{
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::store::{Attempt, Request};
+use crate::store::{Attempt, Counters, Request};
 use crate::{Dialect, SqlGuard, SqlLockClient};
 
 /// On PostgreSQL a waiter re-checks at the latest this often even when no
@@ -191,11 +191,14 @@ impl SqlLock {
                     waiter,
                     recheck_after,
                 } => {
+                    if cleanup.waiter.is_some() {
+                        // Woken, but not its turn: the work a wake-up wasted.
+                        Counters::count(&store.counters.rechecks);
+                    }
                     if !wait {
                         cleanup.disarm();
                         return Ok(None);
                     }
-                    cleanup.waiter = waiter;
                     let expiry = recheck_after.map(|after| after + EXPIRY_SLACK);
                     let bound = match store.dialect {
                         Dialect::Postgres => expiry.unwrap_or(NOTIFY_FALLBACK).min(NOTIFY_FALLBACK),
@@ -205,8 +208,43 @@ impl SqlLock {
                             expiry.map_or(jittered, |expiry| expiry.min(jittered))
                         }
                     };
-                    crate::wake::wait_for(&mut wake, name.as_str(), bound).await;
+                    cleanup.waiter = waiter;
+                    self.sleep_until_turn(&mut wake, name, mode, cleanup.waiter, bound)
+                        .await;
                 }
+            }
+        }
+    }
+}
+
+impl SqlLock {
+    /// Sleeps until woken for `name` or until `bound`; after a wake-up, as
+    /// long as one unlocked read shows a live waiter ahead of `waiter` that
+    /// must go first, sleeps on (up to the same deadline). Without this,
+    /// every release woke every waiter into a grant transaction queued on
+    /// the lock row, and the head of the queue waited behind them all.
+    async fn sleep_until_turn(
+        &self,
+        wake: &mut tokio::sync::broadcast::Receiver<Arc<str>>,
+        name: &LockName,
+        mode: Mode,
+        waiter: Option<i64>,
+        bound: Duration,
+    ) {
+        let store = &self.inner.client.inner.store;
+        let deadline = Instant::now() + bound;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            crate::wake::wait_for(wake, name.as_str(), left).await;
+            let Some(waiter) = waiter else { return };
+            if Instant::now() >= deadline {
+                return;
+            }
+            match store.queued_ahead(name, waiter, mode).await {
+                Ok(true) => Counters::count(&store.counters.rechecks_skipped),
+                // Free to try, or the read failed: the grant transaction
+                // decides (and reports an error).
+                Ok(false) | Err(_) => return,
             }
         }
     }

@@ -452,3 +452,103 @@ async fn postgres_a_dead_waiter_is_skipped() {
 async fn mariadb_a_dead_waiter_is_skipped() {
     a_dead_waiter_is_skipped(SqlServer::mariadb()).await;
 }
+
+/// On PostgreSQL a release wakes every waiting client, but only the head of
+/// the queue runs a grant transaction: the others see, in one unlocked
+/// read, that a live waiter is still ahead of them and sleep on. (Each of
+/// them used to run a grant transaction, queued on the lock row in front
+/// of the head's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_release_sends_only_the_head_waiter_into_a_grant() {
+    const WAITERS: usize = 6;
+    common::trace();
+    let server = SqlServer::postgres();
+    let options = common::options(Duration::from_secs(30));
+    let holder_client = common::client(&server).await;
+    let holder = holder_client
+        .session(options.clone())
+        .await
+        .expect("session");
+    let lock = name("orders/head-only");
+    let held = holder
+        .acquire(&lock, Mode::Exclusive)
+        .await
+        .expect("acquire");
+
+    let mut clients = Vec::new();
+    let mut waiting = Vec::new();
+    for queued in 1..=WAITERS {
+        let client = common::client(&server).await;
+        let session = client.session(options.clone()).await.expect("session");
+        let lock = lock.clone();
+        waiting.push(tokio::spawn(async move {
+            session.acquire(&lock, Mode::Exclusive).await
+        }));
+        clients.push(client);
+        // One at a time, so the queue order is the order of `clients`.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while server
+            .query("SELECT count(*) FROM palisade_waiters")
+            .expect("count waiters")
+            != queued.to_string()
+        {
+            assert!(Instant::now() < deadline, "waiter {queued} never queued");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let before: Vec<_> = clients.iter().map(|client| client.stats()).collect();
+
+    held.release().await.expect("release");
+    let head = waiting.remove(0);
+    let head_guard = tokio::time::timeout(Duration::from_secs(20), head)
+        .await
+        .expect("the head of the queue must be granted")
+        .expect("the head's task")
+        .expect("the head's acquire");
+    // Every other waiter was woken; wait until each has answered its wake-up
+    // (skipped or re-checked).
+    let answered = |clients: &[SqlLockClient]| -> (u64, u64) {
+        clients[1..]
+            .iter()
+            .zip(&before[1..])
+            .map(|(client, before)| {
+                let now = client.stats();
+                (
+                    now.rechecks_skipped - before.rechecks_skipped,
+                    now.rechecks - before.rechecks,
+                )
+            })
+            .fold((0, 0), |(s, r), (ds, dr)| (s + ds, r + dr))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (skipped, rechecked) = loop {
+        let (skipped, rechecked) = answered(&clients);
+        if skipped + rechecked >= (WAITERS - 1) as u64 {
+            break (skipped, rechecked);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the other waiters did not answer the wake-up: {skipped} skipped, {rechecked} re-checked"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // At most one re-check from a 5 s fallback that happened to fall here.
+    assert!(
+        rechecked <= 1,
+        "{rechecked} waiters that were not at the head ran a grant transaction ({skipped} skipped)"
+    );
+    for task in &waiting {
+        assert!(!task.is_finished(), "a waiter behind the head was granted");
+    }
+
+    // The rest of the queue is still served in order.
+    head_guard.release().await.expect("release");
+    for task in waiting {
+        let guard = tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .expect("every waiter is granted in turn")
+            .expect("the waiter's task")
+            .expect("the waiter's acquire");
+        guard.release().await.expect("release");
+    }
+}
