@@ -295,3 +295,43 @@ async fn keygen_prints_a_fresh_ring_line() {
         .one_line_error(code::ERROR);
     assert!(line.contains("--key-id"), "{line}");
 }
+
+/// Signed on PostgreSQL, checked live: the server's live check derives the
+/// same issuer from its `--database-url` as the lock side, so a signed
+/// holder's write is accepted (another issuer would be `not_held`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_signed_sequencers_pass_the_live_check() {
+    let backend = Backend::postgres();
+    let Backend::Sql(postgres) = &backend else {
+        unreachable!("a SQL backend")
+    };
+    let files = scratch();
+    let (_, ring_file) = write_ring(files.path(), "ring", &[&keygen("k1").await]);
+    let served = crate::fixtures::serve_with(&[
+        "--verify-keys-file".as_ref(),
+        ring_file.as_os_str(),
+        "--live-check".as_ref(),
+        "postgres".as_ref(),
+        "--database-url".as_ref(),
+        std::ffi::OsStr::new(&postgres.url()),
+    ])
+    .await;
+    let name = unique_name(backend.name(), "signed-live");
+    let mut locked = command(["lock"]);
+    locked
+        .args(backend.flags())
+        .arg("--sign-key-file")
+        .arg(&ring_file)
+        .args([name.as_str(), "--", crate::fixtures::PALISADE])
+        .args(["put", name.as_str(), "k", "signed"])
+        .env("PALISADE_SERVER", &served.url);
+    let locked = finish(locked).await;
+    locked.assert_code(code::OK);
+    let read = finish({
+        let mut get = command(["get", "--server", &served.url, name.as_str(), "k"]);
+        get.env_remove("PALISADE_SEQUENCER");
+        get
+    })
+    .await;
+    assert_eq!(read.assert_code(code::OK).stdout, b"signed");
+}
