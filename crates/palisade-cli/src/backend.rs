@@ -330,6 +330,7 @@ impl BackendArgs {
 
 /// A checked `--database-url`.
 #[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "sql"), allow(dead_code))]
 pub(crate) struct SqlTarget {
     pub(crate) url: String,
 }
