@@ -8,7 +8,7 @@
 // A build without backends keeps the types (so the rest compiles) but can
 // never construct a session.
 #![cfg_attr(
-    not(any(feature = "etcd", feature = "redis")),
+    not(any(feature = "etcd", feature = "redis", feature = "sql")),
     allow(unused_variables, dead_code)
 )]
 
@@ -30,6 +30,11 @@ pub(crate) enum BackendKind {
     Etcd,
     /// Redis (single server): generations minted in the lock script.
     Redis,
+    /// PostgreSQL: a lock table whose generation column never goes back.
+    Postgres,
+    /// MariaDB (or MySQL): the same lock table.
+    #[value(name = "mariadb", alias = "mysql")]
+    MariaDb,
     /// The in-process backend. It cannot exclude another process, so the
     /// command line refuses it; it exists for the demo and for tests.
     Embedded,
@@ -40,8 +45,26 @@ impl BackendKind {
         match self {
             BackendKind::Etcd => "etcd",
             BackendKind::Redis => "redis",
+            BackendKind::Postgres => "postgres",
+            BackendKind::MariaDb => "mariadb",
             BackendKind::Embedded => "embedded",
         }
+    }
+
+    /// The SQL backend a `--database-url` names by its scheme.
+    fn of_database_url(url: &str) -> anyhow::Result<BackendKind> {
+        match url.split_once("://").map(|(scheme, _)| scheme) {
+            Some("postgres" | "postgresql") => Ok(BackendKind::Postgres),
+            Some("mysql" | "mariadb") => Ok(BackendKind::MariaDb),
+            _ => anyhow::bail!(
+                "--database-url {}: expected postgres://USER@HOST:PORT/DB or mysql://USER@HOST:PORT/DB",
+                redact(url)
+            ),
+        }
+    }
+
+    fn is_sql(self) -> bool {
+        matches!(self, BackendKind::Postgres | BackendKind::MariaDb)
     }
 }
 
@@ -76,10 +99,10 @@ pub(crate) struct FloorStep {
 /// generation is above `after`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FloorRaised {
-    /// `etcd` or `redis`.
+    /// `etcd`, `redis`, `postgres` or `mariadb`.
     pub(crate) backend: &'static str,
     /// The floor before (etcd: the store revision; Redis: the lock's
-    /// counter, 0 when it was lost).
+    /// counter, 0 when it was lost; SQL: the lock row's generation).
     pub(crate) before: u64,
     /// The floor after.
     pub(crate) after: u64,
@@ -91,8 +114,9 @@ pub(crate) struct FloorRaised {
 /// file can set the backend once for every `palisade lock`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct BackendArgs {
-    /// The lock service. Without it: etcd if only etcd endpoints are set,
-    /// Redis if only a Redis URL is set.
+    /// The lock service. Without it: the one whose endpoint is set (etcd
+    /// endpoints, a Redis URL, or a database URL, whose scheme picks
+    /// PostgreSQL or MariaDB).
     #[arg(long, env = "PALISADE_BACKEND", value_enum)]
     backend: Option<BackendKind>,
 
@@ -113,6 +137,18 @@ pub(crate) struct BackendArgs {
     /// the system's trust store.
     #[arg(long, env = "PALISADE_REDIS_CA_CERT", value_name = "PEM")]
     redis_ca_cert: Option<std::path::PathBuf>,
+
+    /// Database URL for `--backend postgres|mariadb`
+    /// (`postgres://user[:password]@host:port/db` or
+    /// `mysql://user[:password]@host:port/db`). The lock tables are created
+    /// if missing.
+    #[arg(
+        long,
+        env = "PALISADE_DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    database_url: Option<String>,
 
     /// How Redis mints generations: `clock` takes max(counter + 1, Redis's
     /// time in µs) and survives a restart without persistence; `counter`
@@ -167,20 +203,33 @@ impl Stamp {
 impl BackendArgs {
     /// The backend these flags select, or why none can be used.
     fn kind(&self) -> anyhow::Result<BackendKind> {
-        let kind = match (self.backend, &self.etcd_endpoints, &self.redis_url) {
-            (Some(kind), _, _) => kind,
-            (None, Some(_), None) => BackendKind::Etcd,
-            (None, None, Some(_)) => BackendKind::Redis,
-            (None, Some(_), Some(_)) => anyhow::bail!(
-                "both etcd endpoints and a Redis URL are set; choose one with --backend etcd|redis (or PALISADE_BACKEND)"
-            ),
-            (None, None, None) => anyhow::bail!(
-                "no lock service configured: pass --backend etcd --etcd-endpoints HOST:PORT or --backend redis --redis-url redis://HOST:PORT (or set PALISADE_BACKEND and PALISADE_ETCD_ENDPOINTS / PALISADE_REDIS_URL)"
-            ),
+        let kind = match self.backend {
+            Some(kind) => kind,
+            None => {
+                let mut configured = Vec::new();
+                if self.etcd_endpoints.is_some() {
+                    configured.push(BackendKind::Etcd);
+                }
+                if self.redis_url.is_some() {
+                    configured.push(BackendKind::Redis);
+                }
+                if let Some(url) = &self.database_url {
+                    configured.push(BackendKind::of_database_url(url)?);
+                }
+                match configured.as_slice() {
+                    [only] => *only,
+                    [] => anyhow::bail!(
+                        "no lock service configured: pass --backend etcd --etcd-endpoints HOST:PORT, --backend redis --redis-url redis://HOST:PORT or --backend postgres|mariadb --database-url URL (or set PALISADE_BACKEND and PALISADE_ETCD_ENDPOINTS / PALISADE_REDIS_URL / PALISADE_DATABASE_URL)"
+                    ),
+                    _ => anyhow::bail!(
+                        "more than one lock service is set (etcd endpoints, a Redis URL, a database URL); choose one with --backend etcd|redis|postgres|mariadb (or PALISADE_BACKEND)"
+                    ),
+                }
+            }
         };
         if kind == BackendKind::Embedded {
             anyhow::bail!(
-                "the embedded backend lives inside one process, so a lock taken here would exclude no other process; use --backend etcd or --backend redis"
+                "the embedded backend lives inside one process, so a lock taken here would exclude no other process; use --backend etcd, redis, postgres or mariadb"
             );
         }
         Ok(kind)
@@ -223,6 +272,11 @@ impl BackendArgs {
                 let _ = (options, progress);
                 raise_redis_floor(url, self.prefix.as_deref(), ca_pem, name, above).await
             }
+            kind @ (BackendKind::Postgres | BackendKind::MariaDb) => {
+                let _ = (options, progress);
+                let config = self.sql_config(kind)?;
+                raise_sql_floor(kind, config, name, above).await
+            }
             BackendKind::Embedded => unreachable!("refused by kind()"),
         }
     }
@@ -254,9 +308,163 @@ impl BackendArgs {
                 let scheme = self.redis_generations;
                 connect_redis(url, self.prefix.as_deref(), ca_pem, scheme, options, stamp).await
             }
+            kind @ (BackendKind::Postgres | BackendKind::MariaDb) => {
+                let config = self.sql_config(kind)?;
+                connect_sql(kind, config, options, stamp).await
+            }
             BackendKind::Embedded => unreachable!("refused by kind()"),
         }
     }
+
+    /// `--database-url`, checked against the `--backend` it is for.
+    fn sql_config(&self, kind: BackendKind) -> anyhow::Result<SqlTarget> {
+        let url = self.database_url.as_deref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "--backend {} needs --database-url (or PALISADE_DATABASE_URL)",
+                kind.name()
+            )
+        })?;
+        sql_target(kind, url, self.prefix.as_deref())
+    }
+}
+
+/// A checked `--database-url`.
+#[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "sql"), allow(dead_code))]
+pub(crate) struct SqlTarget {
+    pub(crate) url: String,
+}
+
+/// Checks that `url` is a database of `kind`. The SQL backend keeps every
+/// lock in fixed tables, so a key prefix is refused rather than ignored:
+/// two deployments that meant to be apart would share locks.
+pub(crate) fn sql_target(
+    kind: BackendKind,
+    url: &str,
+    prefix: Option<&str>,
+) -> anyhow::Result<SqlTarget> {
+    debug_assert!(kind.is_sql());
+    let named = BackendKind::of_database_url(url)?;
+    if named != kind {
+        anyhow::bail!(
+            "--backend {} with a {} database URL ({}); give a URL of that database or --backend {}",
+            kind.name(),
+            named.name(),
+            redact(url),
+            named.name()
+        );
+    }
+    if let Some(prefix) = prefix {
+        anyhow::bail!(
+            "--prefix {prefix:?} does not apply to --backend {}: its locks live in fixed tables (use a separate database to keep deployments apart)",
+            kind.name()
+        );
+    }
+    Ok(SqlTarget {
+        url: url.to_owned(),
+    })
+}
+
+#[cfg(feature = "sql")]
+fn sql_unreachable(url: &str, error: &palisade_lock_sql::SqlLockError) -> anyhow::Error {
+    let reason = match error {
+        palisade_lock_sql::SqlLockError::Lock(error) => lock_error_text(error),
+        other => cause_chain(other),
+    };
+    anyhow::anyhow!(
+        "cannot connect to the database at {}: {reason}",
+        redact(url)
+    )
+}
+
+/// A default issuer for signed SQL sequencers: the database's address,
+/// without credentials (`postgres@127.0.0.1:5432/app`). The live check
+/// derives the same from its own URL.
+pub(crate) fn sql_default_issuer(kind: BackendKind, url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let address = rest.rsplit_once('@').map_or(rest, |(_, address)| address);
+    let address = address
+        .split_once('?')
+        .map_or(address, |(address, _)| address);
+    format!("{}@{address}", kind.name())
+}
+
+#[cfg(feature = "sql")]
+async fn connect_sql(
+    kind: BackendKind,
+    target: SqlTarget,
+    options: SessionOptions,
+    stamp: Stamp,
+) -> anyhow::Result<AnyLock> {
+    use palisade_lock_sql::{SqlConfig, SqlLockClient};
+    let mut config = SqlConfig::new(target.url.clone());
+    match (stamp.issuer, stamp.key) {
+        (issuer, Some(key)) => {
+            let issuer = issuer.unwrap_or_else(|| sql_default_issuer(kind, &target.url));
+            config = config.with_signer(Stamp::signer(&issuer, key)?);
+        }
+        (Some(issuer), None) => anyhow::bail!(
+            "--issuer {issuer:?} on --backend {}: the SQL backend stamps an issuer only on signed sequencers; add --sign-key-file",
+            kind.name()
+        ),
+        (None, None) => {}
+    }
+    let client = SqlLockClient::connect(config)
+        .await
+        .map_err(|error| sql_unreachable(&target.url, &error))?;
+    let session = client
+        .session(options)
+        .await
+        .map_err(|error| sql_unreachable(&target.url, &error))?;
+    Ok(AnyLock::Sql(session, kind))
+}
+
+#[cfg(not(feature = "sql"))]
+async fn connect_sql(
+    _kind: BackendKind,
+    _target: SqlTarget,
+    _options: SessionOptions,
+    _stamp: Stamp,
+) -> anyhow::Result<AnyLock> {
+    anyhow::bail!("this build of palisade has no SQL support (feature `sql`)")
+}
+
+#[cfg(feature = "sql")]
+async fn raise_sql_floor(
+    kind: BackendKind,
+    target: SqlTarget,
+    name: &LockName,
+    above: u64,
+) -> anyhow::Result<FloorRaised> {
+    use palisade_lock_sql::{SqlConfig, SqlLockClient};
+    let client = SqlLockClient::connect(SqlConfig::new(target.url.clone()))
+        .await
+        .map_err(|error| sql_unreachable(&target.url, &error))?;
+    let raised = client.raise_floor(name, above).await.map_err(|error| {
+        anyhow::anyhow!(
+            "raising the floor on the database at {} failed (nothing was changed; run it again): {}",
+            redact(&target.url),
+            match &error {
+                palisade_lock_sql::SqlLockError::Lock(error) => lock_error_text(error),
+                other => cause_chain(other),
+            }
+        )
+    })?;
+    Ok(FloorRaised {
+        backend: kind.name(),
+        before: raised.before,
+        after: raised.after,
+    })
+}
+
+#[cfg(not(feature = "sql"))]
+async fn raise_sql_floor(
+    _kind: BackendKind,
+    _target: SqlTarget,
+    _name: &LockName,
+    _above: u64,
+) -> anyhow::Result<FloorRaised> {
+    anyhow::bail!("this build of palisade has no SQL support (feature `sql`)")
 }
 
 #[cfg(feature = "etcd")]
@@ -582,7 +790,7 @@ pub(crate) fn cause_chain(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// A URL with any password replaced by `***`, for messages.
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "redis", feature = "sql")), allow(dead_code))]
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
@@ -603,6 +811,11 @@ fn redact(url: &str) -> String {
 #[cfg(feature = "redis")]
 const REDIS_CLEANUP_GRACE: Duration = Duration::from_millis(200);
 
+/// How long an exiting `palisade lock` leaves the SQL backend to end an
+/// abandoned session's row (one statement).
+#[cfg(feature = "sql")]
+const SQL_CLEANUP_GRACE: Duration = Duration::from_millis(200);
+
 /// A lock session on whichever backend the flags chose.
 #[derive(Debug)]
 pub(crate) enum AnyLock {
@@ -612,8 +825,11 @@ pub(crate) enum AnyLock {
     /// A Redis session.
     #[cfg(feature = "redis")]
     Redis(palisade_lock_redis::RedisLock),
+    /// A PostgreSQL or MariaDB session, and which of the two.
+    #[cfg(feature = "sql")]
+    Sql(palisade_lock_sql::SqlLock, BackendKind),
     /// A build without any backend feature has no sessions.
-    #[cfg(not(any(feature = "etcd", feature = "redis")))]
+    #[cfg(not(any(feature = "etcd", feature = "redis", feature = "sql")))]
     Unsupported(std::convert::Infallible),
 }
 
@@ -629,21 +845,26 @@ pub(crate) enum AnyGuard {
     /// Granted by Redis.
     #[cfg(feature = "redis")]
     Redis(palisade_lock_redis::RedisGuard),
+    /// Granted by PostgreSQL or MariaDB.
+    #[cfg(feature = "sql")]
+    Sql(palisade_lock_sql::SqlGuard),
     /// A build without any backend feature has no holds.
-    #[cfg(not(any(feature = "etcd", feature = "redis")))]
+    #[cfg(not(any(feature = "etcd", feature = "redis", feature = "sql")))]
     Unsupported(std::convert::Infallible),
 }
 
 impl AnyLock {
-    /// `etcd` or `redis`.
+    /// `etcd`, `redis`, `postgres` or `mariadb`.
     pub(crate) fn backend_name(&self) -> &'static str {
         match self {
-            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            #[cfg(not(any(feature = "etcd", feature = "redis", feature = "sql")))]
             AnyLock::Unsupported(never) => match *never {},
             #[cfg(feature = "etcd")]
             AnyLock::Etcd(_) => BackendKind::Etcd.name(),
             #[cfg(feature = "redis")]
             AnyLock::Redis(_) => BackendKind::Redis.name(),
+            #[cfg(feature = "sql")]
+            AnyLock::Sql(_, kind) => kind.name(),
         }
     }
 
@@ -658,7 +879,7 @@ impl AnyLock {
     /// it the entry would expire by itself, delaying the next waiter.
     pub(crate) async fn close(self, abandoned_attempt: bool) -> Result<(), LockError> {
         match self {
-            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            #[cfg(not(any(feature = "etcd", feature = "redis", feature = "sql")))]
             AnyLock::Unsupported(never) => match never {},
             #[cfg(feature = "etcd")]
             AnyLock::Etcd(lock) => {
@@ -672,6 +893,17 @@ impl AnyLock {
                 }
                 Ok(())
             }
+            // Dropping the session ends its row (and with it any queue
+            // entry) in a background task; an abandoned attempt gives that
+            // task time to run, like Redis's cleanup.
+            #[cfg(feature = "sql")]
+            AnyLock::Sql(lock, _) => {
+                drop(lock);
+                if abandoned_attempt {
+                    tokio::time::sleep(SQL_CLEANUP_GRACE).await;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -681,12 +913,14 @@ impl Lock for AnyLock {
 
     async fn acquire(&self, name: &LockName, mode: Mode) -> Result<AnyGuard, LockError> {
         match self {
-            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            #[cfg(not(any(feature = "etcd", feature = "redis", feature = "sql")))]
             AnyLock::Unsupported(never) => match *never {},
             #[cfg(feature = "etcd")]
             AnyLock::Etcd(lock) => lock.acquire(name, mode).await.map(AnyGuard::Etcd),
             #[cfg(feature = "redis")]
             AnyLock::Redis(lock) => lock.acquire(name, mode).await.map(AnyGuard::Redis),
+            #[cfg(feature = "sql")]
+            AnyLock::Sql(lock, _) => lock.acquire(name, mode).await.map(AnyGuard::Sql),
         }
     }
 
@@ -696,12 +930,14 @@ impl Lock for AnyLock {
         mode: Mode,
     ) -> Result<Option<AnyGuard>, LockError> {
         match self {
-            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            #[cfg(not(any(feature = "etcd", feature = "redis", feature = "sql")))]
             AnyLock::Unsupported(never) => match *never {},
             #[cfg(feature = "etcd")]
             AnyLock::Etcd(lock) => Ok(lock.try_acquire(name, mode).await?.map(AnyGuard::Etcd)),
             #[cfg(feature = "redis")]
             AnyLock::Redis(lock) => Ok(lock.try_acquire(name, mode).await?.map(AnyGuard::Redis)),
+            #[cfg(feature = "sql")]
+            AnyLock::Sql(lock, _) => Ok(lock.try_acquire(name, mode).await?.map(AnyGuard::Sql)),
         }
     }
 
@@ -714,7 +950,7 @@ impl Lock for AnyLock {
         timeout: Duration,
     ) -> Result<AnyGuard, LockError> {
         match self {
-            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            #[cfg(not(any(feature = "etcd", feature = "redis", feature = "sql")))]
             AnyLock::Unsupported(never) => match *never {},
             #[cfg(feature = "etcd")]
             AnyLock::Etcd(lock) => lock
@@ -726,6 +962,11 @@ impl Lock for AnyLock {
                 .acquire_timeout(name, mode, timeout)
                 .await
                 .map(AnyGuard::Redis),
+            #[cfg(feature = "sql")]
+            AnyLock::Sql(lock, _) => lock
+                .acquire_timeout(name, mode, timeout)
+                .await
+                .map(AnyGuard::Sql),
         }
     }
 }
@@ -733,34 +974,40 @@ impl Lock for AnyLock {
 impl LockGuard for AnyGuard {
     fn issued(&self) -> &Sequencer {
         match self {
-            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            #[cfg(not(any(feature = "etcd", feature = "redis", feature = "sql")))]
             AnyGuard::Unsupported(never) => match *never {},
             #[cfg(feature = "etcd")]
             AnyGuard::Etcd(guard) => guard.issued(),
             #[cfg(feature = "redis")]
             AnyGuard::Redis(guard) => guard.issued(),
+            #[cfg(feature = "sql")]
+            AnyGuard::Sql(guard) => guard.issued(),
         }
     }
 
     fn lease(&self) -> LeaseWatch {
         match self {
-            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            #[cfg(not(any(feature = "etcd", feature = "redis", feature = "sql")))]
             AnyGuard::Unsupported(never) => match *never {},
             #[cfg(feature = "etcd")]
             AnyGuard::Etcd(guard) => guard.lease(),
             #[cfg(feature = "redis")]
             AnyGuard::Redis(guard) => guard.lease(),
+            #[cfg(feature = "sql")]
+            AnyGuard::Sql(guard) => guard.lease(),
         }
     }
 
     async fn release(self) -> Result<(), LockError> {
         match self {
-            #[cfg(not(any(feature = "etcd", feature = "redis")))]
+            #[cfg(not(any(feature = "etcd", feature = "redis", feature = "sql")))]
             AnyGuard::Unsupported(never) => match never {},
             #[cfg(feature = "etcd")]
             AnyGuard::Etcd(guard) => guard.release().await,
             #[cfg(feature = "redis")]
             AnyGuard::Redis(guard) => guard.release().await,
+            #[cfg(feature = "sql")]
+            AnyGuard::Sql(guard) => guard.release().await,
         }
     }
 

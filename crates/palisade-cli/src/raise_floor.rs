@@ -1,6 +1,6 @@
 //! `palisade raise-floor`: the way out after a lock service lost its
 //! counter (Redis restarted without persistence, etcd's data wiped or
-//! restored from an old snapshot). New holders then get generations below
+//! restored from an old snapshot, a database restored from an old backup). New holders then get generations below
 //! the resource servers' marks and every write is refused; this lifts the
 //! lock service's generation floor above the highest mark, so the next
 //! holder is accepted. Old holders stay refused: the marks do not move.
@@ -69,9 +69,12 @@ Examples:
   palisade raise-floor orders/42 --backend redis --redis-url redis://127.0.0.1:6379
   palisade raise-floor orders/42 --server http://a:7411,http://b:7411 --backend etcd --etcd-endpoints 127.0.0.1:2379
   palisade raise-floor orders/42 --above 1234 --backend etcd --etcd-endpoints 127.0.0.1:2379
+  palisade raise-floor orders/42 --backend postgres --database-url postgres://locks@127.0.0.1:5432/app
 
 On etcd the floor is the store revision, raised one put per revision: a gap
-over --max-gap is refused before anything is written.";
+over --max-gap is refused before anything is written. On PostgreSQL and
+MariaDB (a database restored from an old backup) it is the lock row's
+generation, raised in one transaction.";
 
 /// Runs `palisade raise-floor`.
 pub(crate) async fn run(args: RaiseFloorArgs) -> anyhow::Result<()> {

@@ -7,6 +7,8 @@ use clap::{Args, ValueEnum};
 use palisade_core::SharedLiveCheck;
 use palisade_server::{ServerConfig, shutdown_signal};
 
+use crate::backend::BackendKind;
+
 /// Which lock service the live check asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum LiveCheckKind {
@@ -16,6 +18,12 @@ pub(crate) enum LiveCheckKind {
     Etcd,
     /// Ask Redis whether the sequencer's hold is still there.
     Redis,
+    /// Ask PostgreSQL whether the sequencer's holder row is there and its
+    /// session unexpired.
+    Postgres,
+    /// Ask MariaDB (or MySQL), likewise.
+    #[value(name = "mariadb", alias = "mysql")]
+    MariaDb,
 }
 
 /// The resource server's flags, plus the live check.
@@ -42,6 +50,16 @@ pub(crate) struct ServeArgs {
     /// of the system's trust store.
     #[arg(long, env = "PALISADE_REDIS_CA_CERT", value_name = "PEM")]
     redis_ca_cert: Option<std::path::PathBuf>,
+
+    /// Database URL for `--live-check postgres|mariadb` (the lock side's
+    /// `--database-url`).
+    #[arg(
+        long,
+        env = "PALISADE_DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    database_url: Option<String>,
 
     /// The key prefix the lock side uses (its `--prefix`), for the live
     /// check to find the holders' keys.
@@ -110,7 +128,54 @@ async fn live_check(args: &ServeArgs) -> anyhow::Result<Option<SharedLiveCheck>>
             .await
             .map(Some)
         }
+        LiveCheckKind::Postgres | LiveCheckKind::MariaDb => {
+            let (kind, flag) = match args.live_check {
+                LiveCheckKind::Postgres => (BackendKind::Postgres, "postgres"),
+                _ => (BackendKind::MariaDb, "mariadb"),
+            };
+            let url = args.database_url.as_deref().with_context(|| {
+                format!("--live-check {flag} needs --database-url (or PALISADE_DATABASE_URL)")
+            })?;
+            let target = crate::backend::sql_target(kind, url, args.prefix.as_deref())?;
+            let issuer = args
+                .live_check_issuer()
+                .map(str::to_owned)
+                .unwrap_or_else(|| crate::backend::sql_default_issuer(kind, url));
+            sql_live_check(target, &issuer).await.map(Some)
+        }
     }
+}
+
+#[cfg(feature = "sql")]
+async fn sql_live_check(
+    target: crate::backend::SqlTarget,
+    issuer: &str,
+) -> anyhow::Result<SharedLiveCheck> {
+    use palisade_core::{Signer, SigningKey};
+    use palisade_lock_sql::{SqlConfig, SqlLiveCheck};
+    // The SQL live check compares a sequencer's issuer with its client's
+    // signer. It never signs, so the signer carries the issuer with a key
+    // of throwaway random bytes.
+    let carrier = SigningKey::new("live-check", rand::random::<[u8; 32]>().to_vec())
+        .and_then(|key| Signer::new(issuer, key))
+        .map_err(|error| anyhow::anyhow!("--live-check-issuer {issuer:?}: {error}"))?;
+    let config = SqlConfig::new(target.url.clone()).with_signer(carrier);
+    let live_check = SqlLiveCheck::connect(config).await.map_err(|error| {
+        anyhow::anyhow!(
+            "cannot reach the database for the live check: {}",
+            crate::backend::cause_chain(&error)
+        )
+    })?;
+    tracing::info!(%issuer, "live check: SQL");
+    Ok(std::sync::Arc::new(live_check))
+}
+
+#[cfg(not(feature = "sql"))]
+async fn sql_live_check(
+    _target: crate::backend::SqlTarget,
+    _issuer: &str,
+) -> anyhow::Result<SharedLiveCheck> {
+    anyhow::bail!("this build of palisade has no SQL support (feature `sql`)")
 }
 
 #[cfg(feature = "etcd")]

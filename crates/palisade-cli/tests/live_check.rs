@@ -1,4 +1,4 @@
-//! `palisade serve --live-check etcd|redis` against real lock services: a
+//! `palisade serve --live-check etcd|redis|postgres` against real lock services: a
 //! holder whose lease ended is refused (409 `not_held`) before any newer
 //! generation has written, a lock service that cannot answer makes the
 //! server refuse (503), never accept, and a stale holder that still holds
@@ -11,8 +11,10 @@ use palisade_client::{Client, ClientError, Refused};
 use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
 use palisade_lock_etcd::{EtcdConfig, EtcdLock};
 use palisade_lock_redis::RedisLock;
+use palisade_lock_sql::{SqlConfig, SqlLockClient};
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::redis::{RedisOptions, RedisServer};
+use palisade_testkit::sql::SqlServer;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -124,6 +126,39 @@ async fn etcd_live_check_refuses_a_lapsed_holder() {
     let error = served
         .client
         .put(&sequencer, b"k", "etcd-down", None)
+        .await
+        .expect_err("503 when the live check cannot answer");
+    assert_live_check_unavailable(&error);
+}
+
+/// PostgreSQL: the holder's session row is expired by the database's
+/// clock (as a crash past the TTL would); the server refuses it at once,
+/// and with the database gone it cannot ask, so it refuses too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_live_check_refuses_a_lapsed_holder() {
+    let mut postgres = SqlServer::postgres();
+    let url = postgres.url();
+    let served = serve(&["--live-check", "postgres", "--database-url", &url]).await;
+    let client = SqlLockClient::connect(SqlConfig::new(url.clone()))
+        .await
+        .expect("connect to PostgreSQL");
+    let locks = client.session(options()).await.expect("a session");
+    let guard = locks
+        .acquire(&LockName::new("live/postgres").unwrap(), Mode::Exclusive)
+        .await
+        .unwrap();
+    let sequencer = check_live_check(&served, &guard, async {
+        locks
+            .expire_session()
+            .await
+            .expect("expire the session row");
+    })
+    .await;
+
+    postgres.kill().unwrap();
+    let error = served
+        .client
+        .put(&sequencer, b"k", "database-down", None)
         .await
         .expect_err("503 when the live check cannot answer");
     assert_live_check_unavailable(&error);

@@ -1,4 +1,4 @@
-//! Which lock service a demo runs on, and one session type over all three.
+//! Which lock service a demo runs on, and one session type over all of them.
 //!
 //! The demos pick their backend at run time (`--backend`), so they need a
 //! value that can be any of them: [`AnySession`] implements the core
@@ -13,6 +13,7 @@ use palisade::embedded::{EmbeddedGuard, EmbeddedLock, EmbeddedLockService};
 use palisade::etcd::{EtcdConfig, EtcdConnection, EtcdGuard, EtcdLock};
 use palisade::redis::{RedisConfig, RedisGuard, RedisLock, RedisLockClient};
 use palisade::{LeaseWatch, Lock, LockError, LockGuard, LockName, Mode, Sequencer, SessionOptions};
+use palisade_lock_sql::{SqlConfig, SqlGuard, SqlLock, SqlLockClient};
 use serde::{Deserialize, Serialize};
 
 use crate::DemoError;
@@ -23,6 +24,12 @@ pub const DEFAULT_ETCD_ENDPOINTS: &str = "127.0.0.1:2379";
 /// The Redis a demo talks to when neither `--redis-url` nor
 /// `PALISADE_REDIS_URL` says otherwise.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// The PostgreSQL a demo uses when neither `--database-url` nor
+/// `PALISADE_DATABASE_URL` says otherwise.
+pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// The MariaDB a demo uses when neither `--database-url` nor
+/// `PALISADE_DATABASE_URL` says otherwise.
+pub const DEFAULT_MARIADB_URL: &str = "mysql://root@127.0.0.1:3306/test";
 
 /// A lock service a demo can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -33,16 +40,29 @@ pub enum BackendKind {
     Etcd,
     /// Redis (`--redis-url`).
     Redis,
+    /// PostgreSQL (`--database-url`).
+    Postgres,
+    /// MariaDB or MySQL (`--database-url`).
+    #[value(name = "mariadb", alias = "mysql")]
+    #[serde(rename = "mariadb")]
+    MariaDb,
 }
 
 impl BackendKind {
-    /// `embedded`, `etcd` or `redis`.
+    /// `embedded`, `etcd`, `redis`, `postgres` or `mariadb`.
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Embedded => "embedded",
             BackendKind::Etcd => "etcd",
             BackendKind::Redis => "redis",
+            BackendKind::Postgres => "postgres",
+            BackendKind::MariaDb => "mariadb",
         }
+    }
+
+    /// Whether the lock service is a server other processes can share.
+    pub fn is_shared(self) -> bool {
+        self != BackendKind::Embedded
     }
 
     /// The lease TTL a demo uses unless told otherwise: short on the
@@ -50,7 +70,7 @@ impl BackendKind {
     pub fn default_ttl(self) -> Duration {
         match self {
             BackendKind::Embedded => Duration::from_millis(1000),
-            BackendKind::Etcd | BackendKind::Redis => Duration::from_millis(2000),
+            _ => Duration::from_millis(2000),
         }
     }
 }
@@ -59,7 +79,8 @@ impl BackendKind {
 #[derive(Debug, Clone, Args)]
 pub struct BackendArgs {
     /// Which lock service: `embedded` (inside this process, no servers),
-    /// `etcd` or `redis` (real servers, see the next flags).
+    /// `etcd`, `redis`, `postgres` or `mariadb` (real servers, see the next
+    /// flags).
     #[arg(long, value_enum, default_value_t = BackendKind::Embedded)]
     pub backend: BackendKind,
 
@@ -71,6 +92,12 @@ pub struct BackendArgs {
     /// Redis URL for `--backend redis` [default: redis://127.0.0.1:6379].
     #[arg(long, env = "PALISADE_REDIS_URL")]
     pub redis_url: Option<String>,
+
+    /// Database URL for `--backend postgres|mariadb`
+    /// [default: postgres://postgres@127.0.0.1:5432/postgres,
+    /// mysql://root@127.0.0.1:3306/test].
+    #[arg(long, env = "PALISADE_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
 }
 
 impl BackendArgs {
@@ -80,6 +107,7 @@ impl BackendArgs {
             backend: BackendKind::Embedded,
             etcd_endpoints: None,
             redis_url: None,
+            database_url: None,
         }
     }
 
@@ -89,6 +117,7 @@ impl BackendArgs {
             backend: BackendKind::Etcd,
             etcd_endpoints: Some(endpoints.into()),
             redis_url: None,
+            database_url: None,
         }
     }
 
@@ -98,6 +127,22 @@ impl BackendArgs {
             backend: BackendKind::Redis,
             etcd_endpoints: None,
             redis_url: Some(url.into()),
+            database_url: None,
+        }
+    }
+
+    /// PostgreSQL or MariaDB at `url` (the scheme says which).
+    pub fn sql(url: impl Into<String>) -> Self {
+        let url = url.into();
+        BackendArgs {
+            backend: if url.starts_with("mysql") || url.starts_with("mariadb") {
+                BackendKind::MariaDb
+            } else {
+                BackendKind::Postgres
+            },
+            etcd_endpoints: None,
+            redis_url: None,
+            database_url: Some(url),
         }
     }
 
@@ -120,6 +165,19 @@ impl BackendArgs {
                     .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
                 key_prefix: format!("palisade-demo:{tag}:"),
             },
+            // The lock tables have no prefix: a demo's lock name is shared
+            // with any other demo on the same database (runs in turn are
+            // fine; generations only grow).
+            BackendKind::Postgres | BackendKind::MariaDb => BackendTarget::Sql {
+                url: self.database_url.clone().unwrap_or_else(|| {
+                    if self.backend == BackendKind::Postgres {
+                        DEFAULT_POSTGRES_URL
+                    } else {
+                        DEFAULT_MARIADB_URL
+                    }
+                    .to_owned()
+                }),
+            },
         }
     }
 }
@@ -134,6 +192,8 @@ pub(crate) enum BackendTarget {
     Etcd { endpoints: String, prefix: String },
     /// Redis at `url`, keys under `key_prefix`.
     Redis { url: String, key_prefix: String },
+    /// PostgreSQL or MariaDB at `url`.
+    Sql { url: String },
 }
 
 impl BackendTarget {
@@ -143,7 +203,22 @@ impl BackendTarget {
             BackendTarget::Embedded => "embedded (in this process, no server)".to_owned(),
             BackendTarget::Etcd { endpoints, .. } => format!("etcd at {endpoints}"),
             BackendTarget::Redis { url, .. } => format!("Redis at {url}"),
+            BackendTarget::Sql { url } => format!("the database at {}", without_password(url)),
         }
+    }
+}
+
+/// `url` with any password replaced by `***`.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((credentials, host)) => match credentials.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
     }
 }
 
@@ -165,6 +240,7 @@ pub(crate) enum Locks {
     Embedded(EmbeddedLockService),
     Etcd(EtcdConnection),
     Redis(RedisLockClient),
+    Sql(SqlLockClient),
 }
 
 impl Locks {
@@ -190,6 +266,17 @@ impl Locks {
                 })?;
                 Ok(Locks::Redis(client))
             }
+            BackendTarget::Sql { url } => {
+                let client = SqlLockClient::connect(SqlConfig::new(url.clone()))
+                    .await
+                    .map_err(|error| {
+                        DemoError::story(format!(
+                            "cannot reach the database at {}: {error} (start it, or pass --database-url or PALISADE_DATABASE_URL)",
+                            without_password(url)
+                        ))
+                    })?;
+                Ok(Locks::Sql(client))
+            }
         }
     }
 
@@ -209,6 +296,12 @@ impl Locks {
                     Renewal::Pausable => session.without_watchdog(),
                 })
             }
+            Locks::Sql(client) => {
+                let session = client.session(options.clone()).await.map_err(|error| {
+                    DemoError::story(format!("cannot open a database lock session: {error}"))
+                })?;
+                AnySession::Sql(session, options.ttl())
+            }
         })
     }
 }
@@ -225,6 +318,8 @@ pub(crate) enum AnySession {
     Embedded(EmbeddedLock),
     Etcd(EtcdLock),
     Redis(RedisLock),
+    /// A SQL session and its lease TTL.
+    Sql(SqlLock, Duration),
 }
 
 impl AnySession {
@@ -243,6 +338,20 @@ impl AnySession {
             AnySession::Redis(_) => {
                 "its hold has no watchdog (a stopped world renews nothing), so it lapses one TTL after the grant"
             }
+            AnySession::Sql(session, ttl) => {
+                // The session's keep-alive cannot be stopped from outside, so
+                // the demo does what the database's clock would do to a
+                // stopped process: one TTL on, the session row expires.
+                let session = session.clone();
+                let ttl = *ttl;
+                tokio::spawn(async move {
+                    tokio::time::sleep(ttl).await;
+                    if let Err(error) = session.expire_session().await {
+                        tracing::warn!(%error, "expiring the paused session failed");
+                    }
+                });
+                "its session row stops being renewed and expires one TTL later by the database's clock"
+            }
         }
     }
 }
@@ -255,6 +364,7 @@ impl Lock for AnySession {
             AnySession::Embedded(session) => AnyGuard::Embedded(session.acquire(name, mode).await?),
             AnySession::Etcd(session) => AnyGuard::Etcd(session.acquire(name, mode).await?),
             AnySession::Redis(session) => AnyGuard::Redis(session.acquire(name, mode).await?),
+            AnySession::Sql(session, _) => AnyGuard::Sql(session.acquire(name, mode).await?),
         })
     }
 
@@ -272,6 +382,9 @@ impl Lock for AnySession {
             AnySession::Redis(session) => {
                 session.try_acquire(name, mode).await?.map(AnyGuard::Redis)
             }
+            AnySession::Sql(session, _) => {
+                session.try_acquire(name, mode).await?.map(AnyGuard::Sql)
+            }
         })
     }
 }
@@ -282,6 +395,7 @@ pub(crate) enum AnyGuard {
     Embedded(EmbeddedGuard),
     Etcd(EtcdGuard),
     Redis(RedisGuard),
+    Sql(SqlGuard),
 }
 
 impl LockGuard for AnyGuard {
@@ -290,6 +404,7 @@ impl LockGuard for AnyGuard {
             AnyGuard::Embedded(guard) => guard.issued(),
             AnyGuard::Etcd(guard) => guard.issued(),
             AnyGuard::Redis(guard) => guard.issued(),
+            AnyGuard::Sql(guard) => guard.issued(),
         }
     }
 
@@ -298,6 +413,7 @@ impl LockGuard for AnyGuard {
             AnyGuard::Embedded(guard) => guard.lease(),
             AnyGuard::Etcd(guard) => guard.lease(),
             AnyGuard::Redis(guard) => guard.lease(),
+            AnyGuard::Sql(guard) => guard.lease(),
         }
     }
 
@@ -306,6 +422,7 @@ impl LockGuard for AnyGuard {
             AnyGuard::Embedded(guard) => guard.release().await,
             AnyGuard::Etcd(guard) => guard.release().await,
             AnyGuard::Redis(guard) => guard.release().await,
+            AnyGuard::Sql(guard) => guard.release().await,
         }
     }
 }

@@ -38,6 +38,7 @@ impl std::fmt::Debug for Locks {
             Locks::Embedded(_) => "Locks::Embedded",
             Locks::Etcd(_) => "Locks::Etcd",
             Locks::Redis(_) => "Locks::Redis",
+            Locks::Sql(_) => "Locks::Sql",
         })
     }
 }

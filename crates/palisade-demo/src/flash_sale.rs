@@ -98,7 +98,7 @@ impl FlashSaleArgs {
             Some(ms) => Duration::from_millis(ms),
             None => match self.backend.backend {
                 BackendKind::Embedded => Duration::from_millis(500),
-                BackendKind::Etcd | BackendKind::Redis => Duration::from_millis(2000),
+                _ => Duration::from_millis(2000),
             },
         }
     }
@@ -462,7 +462,7 @@ pub async fn run(
         match kind {
             BackendKind::Embedded =>
                 "tasks of this process: the embedded lock service lives in one process",
-            BackendKind::Etcd | BackendKind::Redis => "each in its own process",
+            _ => "each in its own process",
         },
         args.backend.target(&tag).describe()
     );
@@ -585,7 +585,7 @@ async fn run_sale(
                 }));
             }
         }
-        BackendTarget::Etcd { .. } | BackendTarget::Redis { .. } => {
+        BackendTarget::Etcd { .. } | BackendTarget::Redis { .. } | BackendTarget::Sql { .. } => {
             let mut processes = Vec::new();
             for plan in plans {
                 let role = format!("buyer {}", plan.buyer);

@@ -138,7 +138,7 @@ impl GcPauseArgs {
     fn validate(&self) -> Result<(), DemoError> {
         if self.pause == PauseVariant::Sigstop && self.backend.backend == BackendKind::Embedded {
             return Err(DemoError::usage(
-                "--pause sigstop runs client A in a process of its own, and the embedded lock service lives inside one process: use --backend etcd or --backend redis (or --pause in-process)",
+                "--pause sigstop runs client A in a process of its own, and the embedded lock service lives inside one process: use --backend etcd, redis, postgres or mariadb (or --pause in-process)",
             ));
         }
         let ttl = self.ttl();

@@ -52,7 +52,10 @@ pub mod plain_store;
 pub mod svg;
 pub mod timeline;
 
-pub use backend::{BackendArgs, BackendKind, DEFAULT_ETCD_ENDPOINTS, DEFAULT_REDIS_URL};
+pub use backend::{
+    BackendArgs, BackendKind, DEFAULT_ETCD_ENDPOINTS, DEFAULT_MARIADB_URL, DEFAULT_POSTGRES_URL,
+    DEFAULT_REDIS_URL,
+};
 pub use child::{ChildLauncher, run_child};
 pub use error::DemoError;
 pub use flash_sale::{FlashSaleArgs, FlashSaleReport, SaleKind, SaleRun};

@@ -19,6 +19,7 @@
 //! ```text
 //! cargo run -p example-flash-sale -- --backend etcd --etcd-endpoints 127.0.0.1:2379
 //! cargo run -p example-flash-sale -- --backend redis --redis-url redis://127.0.0.1:6379 --buyers 6
+//! cargo run -p example-flash-sale -- --backend mariadb --database-url mysql://root@127.0.0.1:3306/test
 //! cargo run -p example-flash-sale -- --help
 //! ```
 //!

@@ -19,6 +19,7 @@
 //! ```text
 //! cargo run -p example-gc-pause -- --backend etcd --etcd-endpoints 127.0.0.1:2379
 //! cargo run -p example-gc-pause -- --backend redis --redis-url redis://127.0.0.1:6379 --pause sigstop
+//! cargo run -p example-gc-pause -- --backend postgres --database-url postgres://postgres@127.0.0.1:5432/postgres
 //! cargo run -p example-gc-pause -- --help
 //! ```
 //!

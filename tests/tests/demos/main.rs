@@ -1,5 +1,5 @@
 //! The demos as checks: the GC-pause story and the flash sale of
-//! `palisade-demo`, on the embedded backend, real etcd and real Redis, with
+//! `palisade-demo`, on the embedded backend, real etcd, Redis and PostgreSQL, with
 //! both pause variants where they apply.
 //!
 //! Every test asserts both halves of a demo's verdict:
@@ -24,6 +24,7 @@ use palisade_demo::{
 };
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::redis::RedisServer;
+use palisade_testkit::sql::SqlServer;
 
 /// Items on sale in the tests' flash sales: fewer than the demo's default,
 /// to keep the suite short; the injected pauses do not depend on it.
@@ -267,6 +268,24 @@ async fn gc_pause_on_redis_in_process() -> anyhow::Result<()> {
 async fn gc_pause_on_redis_with_sigstop() -> anyhow::Result<()> {
     let redis = RedisServer::start();
     let backend = BackendArgs::redis(redis.url());
+    gc_pause_checked(server_pause(backend, PauseVariant::Sigstop)).await
+}
+
+/// PostgreSQL with client A paused in-process: its session row expires
+/// one TTL into the pause, by the database's clock.
+#[tokio::test]
+async fn gc_pause_on_postgres_in_process() -> anyhow::Result<()> {
+    let postgres = SqlServer::postgres();
+    let backend = BackendArgs::sql(postgres.url());
+    gc_pause_checked(server_pause(backend, PauseVariant::InProcess)).await
+}
+
+/// PostgreSQL with client A stopped by SIGSTOP: a real lease that only
+/// the database's clock ends.
+#[tokio::test]
+async fn gc_pause_on_postgres_with_sigstop() -> anyhow::Result<()> {
+    let postgres = SqlServer::postgres();
+    let backend = BackendArgs::sql(postgres.url());
     gc_pause_checked(server_pause(backend, PauseVariant::Sigstop)).await
 }
 

@@ -58,7 +58,45 @@ async fn backends_that_cannot_be_used() {
     let line = embedded.one_line_error(code::ERROR);
     assert!(line.contains("inside one process"), "{line}");
     assert!(
-        line.contains("use --backend etcd or --backend redis"),
+        line.contains("use --backend etcd, redis, postgres or mariadb"),
+        "{line}"
+    );
+
+    // The SQL backends: a URL is needed, of the database named, and no
+    // prefix (the lock tables have none).
+    let no_url = run(["lock", "--backend", "postgres", "x", "--", "true"]).await;
+    assert_eq!(
+        no_url.one_line_error(code::ERROR),
+        "palisade: --backend postgres needs --database-url (or PALISADE_DATABASE_URL)"
+    );
+    let wrong_database = run([
+        "lock",
+        "--backend",
+        "postgres",
+        "--database-url",
+        "mysql://root:secret@127.0.0.1:1/test",
+        "x",
+        "--",
+        "true",
+    ])
+    .await;
+    let line = wrong_database.one_line_error(code::ERROR);
+    assert!(line.contains("with a mariadb database URL"), "{line}");
+    assert!(!line.contains("secret"), "{line}");
+    let prefixed = run([
+        "lock",
+        "--database-url",
+        "postgres://postgres@127.0.0.1:1/postgres",
+        "--prefix",
+        "/team-a",
+        "x",
+        "--",
+        "true",
+    ])
+    .await;
+    let line = prefixed.one_line_error(code::ERROR);
+    assert!(
+        line.contains("--prefix \"/team-a\" does not apply to --backend postgres"),
         "{line}"
     );
 

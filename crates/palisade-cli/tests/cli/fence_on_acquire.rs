@@ -138,6 +138,11 @@ async fn redis_late_write_is_refused_after_a_fenced_grant() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_late_write_is_refused_after_a_fenced_grant() {
+    late_write_is_refused_after_a_fenced_grant(Backend::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_late_write_lands_without_the_fence() {
     late_write_lands_without_the_fence(Backend::etcd()).await;
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use palisade_core::{LockName, Sequencer};
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::redis::RedisServer;
+use palisade_testkit::sql::SqlServer;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, Lines};
 use tokio::process::{Child, Command};
 
@@ -200,6 +201,8 @@ pub(crate) async fn next_line<R: AsyncRead + Unpin>(
 pub(crate) enum Backend {
     Etcd(Box<EtcdServer>),
     Redis(RedisServer),
+    /// PostgreSQL or MariaDB.
+    Sql(SqlServer),
 }
 
 impl Backend {
@@ -213,10 +216,24 @@ impl Backend {
         Backend::Redis(RedisServer::start())
     }
 
+    /// A PostgreSQL server from the testkit.
+    pub(crate) fn postgres() -> Backend {
+        Backend::Sql(SqlServer::postgres())
+    }
+
+    /// A MariaDB server from the testkit.
+    pub(crate) fn mariadb() -> Backend {
+        Backend::Sql(SqlServer::mariadb())
+    }
+
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Backend::Etcd(_) => "etcd",
             Backend::Redis(_) => "redis",
+            Backend::Sql(sql) => match sql.dialect() {
+                palisade_testkit::sql::Dialect::Postgres => "postgres",
+                palisade_testkit::sql::Dialect::MariaDb => "mariadb",
+            },
         }
     }
 
@@ -234,6 +251,12 @@ impl Backend {
                 "redis".into(),
                 "--redis-url".into(),
                 redis.url(),
+            ],
+            Backend::Sql(sql) => vec![
+                "--backend".into(),
+                self.name().into(),
+                "--database-url".into(),
+                sql.url(),
             ],
         }
     }
@@ -270,6 +293,18 @@ impl Backend {
                     .command(&["DEL", keys.lock()])
                     .expect("DEL the lock key");
                 assert_eq!(deleted.trim(), "1", "the lock key existed");
+            }
+            Backend::Sql(sql) => {
+                // Expire the holder's session row by the database's clock,
+                // as a crash past the TTL would.
+                sql.query(&format!(
+                    "UPDATE palisade_sessions SET expires_at_us = 0, ended = 1 \
+                     WHERE id IN (SELECT session_id FROM palisade_holders \
+                     WHERE name = '{}' AND generation = {})",
+                    sequencer.lock().as_str(),
+                    sequencer.generation().get()
+                ))
+                .expect("expire the holder's session");
             }
         }
     }

@@ -1,4 +1,5 @@
-//! `palisade lock` + `palisade put` with the sequencer, on etcd and Redis.
+//! `palisade lock` + `palisade put` with the sequencer, on etcd, Redis,
+//! PostgreSQL and MariaDB.
 
 use palisade_core::Sequencer;
 use serde_json::Value;
@@ -94,6 +95,18 @@ async fn lock_then_put_on_redis() {
     lock_then_put(backend).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_then_put_on_postgres() {
+    let backend = Backend::postgres();
+    lock_then_put(backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_then_put_on_mariadb() {
+    let backend = Backend::mariadb();
+    lock_then_put(backend).await;
+}
+
 /// Holder 1 writes; holder 2 (newer generation) writes; holder 1's
 /// sequencer, used late, is refused with exit code 4 and a message naming
 /// both generations, and changes nothing.
@@ -176,6 +189,18 @@ async fn stale_sequencer_is_refused_on_etcd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_sequencer_is_refused_on_redis() {
     let backend = Backend::redis();
+    stale_sequencer_is_refused(backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_sequencer_is_refused_on_postgres() {
+    let backend = Backend::postgres();
+    stale_sequencer_is_refused(backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_sequencer_is_refused_on_mariadb() {
+    let backend = Backend::mariadb();
     stale_sequencer_is_refused(backend).await;
 }
 

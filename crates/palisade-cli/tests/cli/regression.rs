@@ -182,6 +182,72 @@ async fn etcd_with_a_wiped_data_dir_is_named_and_raise_floor_recovers() {
     .await;
 }
 
+/// A database restored from an old backup: the lock row's generation went
+/// back to an earlier value. The SQL backend's `raise-floor` lifts it.
+async fn sql_restored_from_an_old_backup_is_named_and_raise_floor_recovers(backend: Backend) {
+    let Backend::Sql(sql) = &backend else {
+        unreachable!("a SQL backend")
+    };
+    let live_check = vec![
+        "--live-check".to_owned(),
+        backend.name().into(),
+        "--database-url".into(),
+        sql.url(),
+    ];
+    let mut backend = backend;
+    regression_is_named_and_recovered(&mut backend, &[], live_check, |backend| {
+        let Backend::Sql(sql) = backend else {
+            unreachable!("a SQL backend")
+        };
+        // The lock table as a backup from before the three grants had it.
+        sql.query("UPDATE palisade_locks SET generation = 1")
+            .expect("roll the lock table back");
+    })
+    .await;
+
+    // A lock that has no row yet: the raise creates it, and the first
+    // grant is above the floor.
+    let lock = unique_name(backend.name(), "fresh-floor");
+    let mut raise = vec![
+        "raise-floor".to_owned(),
+        lock.as_str().to_owned(),
+        "--above".into(),
+        "5000".into(),
+    ];
+    raise.extend(backend.flags());
+    let raised = run(raise.clone()).await;
+    raised.assert_code(code::OK);
+    assert!(
+        raised.stderr.contains(&format!(
+            "raised the generation floor of lock `{lock}` on {} from 0 to 5000",
+            backend.name()
+        )),
+        "{}",
+        raised.stderr
+    );
+    // Never lowered: a second, lower raise changes nothing.
+    raise[3] = "10".into();
+    let again = run(raise).await;
+    again.assert_code(code::OK);
+    assert!(again.stderr.contains("is already 5000"), "{}", again.stderr);
+    let mut taken = vec!["lock".to_owned()];
+    taken.extend(backend.flags());
+    taken.extend([lock.as_str().to_owned(), "--".into(), "true".into()]);
+    let taken = run(taken).await;
+    taken.assert_code(code::OK);
+    assert!(printed_sequencer(&taken.stderr).generation().get() > 5000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restored_from_an_old_backup_is_named_and_raise_floor_recovers() {
+    sql_restored_from_an_old_backup_is_named_and_raise_floor_recovers(Backend::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_restored_from_an_old_backup_is_named_and_raise_floor_recovers() {
+    sql_restored_from_an_old_backup_is_named_and_raise_floor_recovers(Backend::mariadb()).await;
+}
+
 /// etcd raises its floor one put per revision: an absurd gap is refused
 /// with the limit and the flag that sets it, before anything is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -73,13 +73,13 @@ async fn sequencer_under_lock(
 
 /// With a key file and an issuer, the command's sequencer is signed: it
 /// verifies under the ring and the issuer, and under no other key.
-async fn signs_with_the_key_file(backend: Backend) {
+async fn signs_with_the_key_file(backend: &Backend) {
     let files = scratch();
     let line = keygen("k1").await;
     let (ring, ring_file) = write_ring(files.path(), "ring", &[&line]);
     let ring_arg = ring_file.to_str().expect("UTF-8 temp path");
     let (seen, printed) = sequencer_under_lock(
-        &backend,
+        backend,
         "signed",
         &["--sign-key-file", ring_arg, "--issuer", "cli-signing-test"],
     )
@@ -107,7 +107,7 @@ async fn signs_with_the_key_file(backend: Backend) {
 /// From the environment, during a rotation: a ring with two keys, the
 /// signing one named by `PALISADE_SIGN_KEY_ID`, no issuer given: the
 /// sequencer is signed as the lock service itself.
-async fn signs_from_the_environment_as_the_lock_service(backend: Backend) {
+async fn signs_from_the_environment_as_the_lock_service(backend: &Backend) {
     let files = scratch();
     let old = keygen("k1").await;
     let new = keygen("k2").await;
@@ -127,6 +127,7 @@ async fn signs_from_the_environment_as_the_lock_service(backend: Backend) {
     let own_issuer = match backend {
         Backend::Etcd(_) => "etcd-",
         Backend::Redis(_) => "redis@",
+        Backend::Sql(_) => "postgres@127.0.0.1:",
     };
     let issuer = seen.issuer().expect("an issuer");
     assert!(issuer.starts_with(own_issuer), "{issuer}");
@@ -134,8 +135,8 @@ async fn signs_from_the_environment_as_the_lock_service(backend: Backend) {
 }
 
 /// Without any signing flag nothing changes: the sequencer is unsigned.
-async fn unsigned_without_a_key(backend: Backend) {
-    let (seen, _) = sequencer_under_lock(&backend, "unsigned", &[]).await;
+async fn unsigned_without_a_key(backend: &Backend) {
+    let (seen, _) = sequencer_under_lock(backend, "unsigned", &[]).await;
     assert_eq!(seen.signature(), None);
     assert!(!seen.to_string().contains(";sig="));
 }
@@ -143,27 +144,35 @@ async fn unsigned_without_a_key(backend: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_signs_with_the_key_file() {
     let backend = Backend::etcd();
-    signs_with_the_key_file(backend).await;
+    signs_with_the_key_file(&backend).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_signs_with_the_key_file() {
     let backend = Backend::redis();
-    signs_with_the_key_file(backend).await;
+    signs_with_the_key_file(&backend).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_signs_from_the_environment_as_the_cluster() {
     let backend = Backend::etcd();
-    signs_from_the_environment_as_the_lock_service(backend).await;
+    signs_from_the_environment_as_the_lock_service(&backend).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_signs_from_the_environment_as_the_deployment() {
     let backend = Backend::redis();
-    signs_from_the_environment_as_the_lock_service(backend).await;
+    signs_from_the_environment_as_the_lock_service(&backend).await;
     let backend = Backend::redis();
-    unsigned_without_a_key(backend).await;
+    unsigned_without_a_key(&backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_signs_with_the_key_file_and_as_the_database() {
+    let backend = Backend::postgres();
+    signs_with_the_key_file(&backend).await;
+    signs_from_the_environment_as_the_lock_service(&backend).await;
+    unsigned_without_a_key(&backend).await;
 }
 
 /// A bad key file is one line and exit code 1, before the lock service is
@@ -285,4 +294,44 @@ async fn keygen_prints_a_fresh_ring_line() {
         .await
         .one_line_error(code::ERROR);
     assert!(line.contains("--key-id"), "{line}");
+}
+
+/// Signed on PostgreSQL, checked live: the server's live check derives the
+/// same issuer from its `--database-url` as the lock side, so a signed
+/// holder's write is accepted (another issuer would be `not_held`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_signed_sequencers_pass_the_live_check() {
+    let backend = Backend::postgres();
+    let Backend::Sql(postgres) = &backend else {
+        unreachable!("a SQL backend")
+    };
+    let files = scratch();
+    let (_, ring_file) = write_ring(files.path(), "ring", &[&keygen("k1").await]);
+    let served = crate::fixtures::serve_with(&[
+        "--verify-keys-file".as_ref(),
+        ring_file.as_os_str(),
+        "--live-check".as_ref(),
+        "postgres".as_ref(),
+        "--database-url".as_ref(),
+        std::ffi::OsStr::new(&postgres.url()),
+    ])
+    .await;
+    let name = unique_name(backend.name(), "signed-live");
+    let mut locked = command(["lock"]);
+    locked
+        .args(backend.flags())
+        .arg("--sign-key-file")
+        .arg(&ring_file)
+        .args([name.as_str(), "--", crate::fixtures::PALISADE])
+        .args(["put", name.as_str(), "k", "signed"])
+        .env("PALISADE_SERVER", &served.url);
+    let locked = finish(locked).await;
+    locked.assert_code(code::OK);
+    let read = finish({
+        let mut get = command(["get", "--server", &served.url, name.as_str(), "k"]);
+        get.env_remove("PALISADE_SEQUENCER");
+        get
+    })
+    .await;
+    assert_eq!(read.assert_code(code::OK).stdout, b"signed");
 }
