@@ -52,7 +52,7 @@ impl Marks {
     /// Returns the marks after the request, or `None` if it is stale.
     ///
     /// ```
-    /// use crate::{Generation, Mode};
+    /// use palisade_core::{Generation, Mode};
     /// use palisade_core::marks::Marks;
     ///
     /// let g = |n| Generation::new(n).unwrap();
