@@ -95,9 +95,9 @@ pub mod mysql {
     pub const CREATE_VERSION: &str =
         "CREATE TABLE IF NOT EXISTS palisade_sql_schema (version BIGINT NOT NULL) ENGINE=InnoDB";
     /// Creates the row if missing and takes its exclusive lock in one step
-    /// (first statement of the fence). Locking an existing row this way
-    /// avoids the gap-lock deadlock of `SELECT .. FOR UPDATE` on a missing
-    /// row followed by an insert.
+    /// (first statement of the fence). Measured: `SELECT .. FOR UPDATE`
+    /// first, inserting only a missing row, deadlocks on InnoDB's gap locks
+    /// when first fences of *different* new locks run at once.
     pub const UPSERT_MARKS: &str = "INSERT INTO palisade_marks (lock_name, h_excl, h_shared) \
         VALUES (?, 0, 0) ON DUPLICATE KEY UPDATE lock_name = lock_name";
     /// Reads the locked row. A locking read: it sees the newest committed

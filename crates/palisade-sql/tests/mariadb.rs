@@ -94,3 +94,8 @@ async fn write_counter(conn: &mut sqlx::MySqlConnection, v: i64) {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_fences_of_many_new_locks_all_pass() {
+    suite::first_fences_of_many_new_locks_all_pass::<MySql>().await;
+}

@@ -35,3 +35,8 @@ async fn shared_sequencers_cannot_fence_writes_and_signatures_are_checked() {
 async fn per_row_fencing_tells_stale_from_missing() {
     suite::per_row_fencing_tells_stale_from_missing::<Postgres>().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_fences_of_many_new_locks_all_pass() {
+    suite::first_fences_of_many_new_locks_all_pass::<Postgres>().await;
+}

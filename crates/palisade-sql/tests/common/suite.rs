@@ -301,3 +301,26 @@ pub(crate) async fn per_row_fencing_tells_stale_from_missing<D: TestDb>() {
         [1]
     );
 }
+
+/// The first fences of many new locks at once all pass: creating a marks
+/// row must not deadlock with the creation of another lock's row.
+pub(crate) async fn first_fences_of_many_new_locks_all_pass<D: TestDb>() {
+    const TASKS: usize = 16;
+    let env = Arc::new(Env::<D>::start(TASKS as u32 + 2).await);
+    let start = Arc::new(tokio::sync::Barrier::new(TASKS));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let env = Arc::clone(&env);
+            let start = Arc::clone(&start);
+            tokio::spawn(async move {
+                start.wait().await;
+                let tx =
+                    palisade_sql::begin_fenced(&env.pool, &excl(&format!("new/{task}"), 1)).await?;
+                tx.commit().await.map_err(FenceError::from)
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().expect("a first fence failed");
+    }
+}
