@@ -115,7 +115,7 @@ pub(crate) async fn a_stale_holder_waits_for_the_row_lock_then_is_refused<D: Tes
     let newer = palisade_sql::begin_fenced(&env.pool, &excl("ledger", 5))
         .await
         .unwrap();
-    let older = tokio::spawn({
+    let mut older = tokio::spawn({
         let env = Arc::clone(&env);
         async move {
             palisade_sql::begin_fenced(&env.pool, &excl("ledger", 3))
@@ -123,8 +123,10 @@ pub(crate) async fn a_stale_holder_waits_for_the_row_lock_then_is_refused<D: Tes
                 .map(drop)
         }
     });
-    env.until_a_transaction_waits_for_a_lock().await;
-    assert!(!older.is_finished(), "the older holder did not wait");
+    tokio::select! {
+        () = env.until_a_transaction_waits_for_a_lock() => {}
+        outcome = &mut older => panic!("the older holder did not wait: {outcome:?}"),
+    }
     newer.commit().await.unwrap();
     let outcome = older.await.unwrap();
     assert!(
