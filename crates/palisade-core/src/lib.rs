@@ -29,6 +29,7 @@ mod generation;
 mod lease;
 mod live_check;
 mod lock;
+pub mod marks;
 mod mode;
 mod name;
 mod raise_cap;

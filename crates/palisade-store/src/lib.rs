@@ -96,7 +96,6 @@ mod error;
 mod group_commit;
 mod idempotency;
 mod keys;
-mod marks;
 mod op;
 mod store;
 
@@ -105,7 +104,8 @@ pub use durable_sled::DurableSled;
 pub use error::StoreError;
 pub use group_commit::{FlushStats, Pending};
 pub use idempotency::RequestId;
-pub use marks::Marks;
 pub use op::{Applied, Op, OpResult, Read, Refused};
+/// The marks and the fencing rule live in core, shared with every fence.
+pub use palisade_core::marks::Marks;
 pub use sled::IVec;
 pub use store::Store;

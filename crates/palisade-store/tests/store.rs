@@ -791,3 +791,39 @@ fn a_retry_queued_behind_its_original_is_replayed() {
     assert!(second.replayed);
     assert_eq!(first.results, second.results);
 }
+
+/// Raises `lock`'s marks to `before` through the store itself: an exclusive
+/// admit at `H_excl`, then a shared one at `H_shared`.
+fn raise_to(store: &Store, name: &str, before: Marks) {
+    if before.exclusive > 0 {
+        put(store, &excl(name, before.exclusive), "setup", "x").unwrap();
+    }
+    if before.shared > 0 {
+        store
+            .get(&lock(name), b"setup", Some(&shared(name, before.shared)))
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(store.marks(&lock(name)).unwrap(), before);
+}
+
+#[tokio::test]
+async fn the_shared_rule_table_of_core_holds_for_the_store() {
+    let (_dir, store) = open_default();
+    for (index, case) in palisade_core::marks::RULE_CASES.iter().enumerate() {
+        let name = format!("rule-case/{index}");
+        raise_to(&store, &name, case.before_marks());
+        let sequencer = seq(&name, case.mode, case.generation);
+        let outcome = store.submit_admit(&sequencer).unwrap().await.unwrap();
+        match case.expected_marks() {
+            Some(after) => assert_eq!(outcome, Ok(after), "{case:?}"),
+            None => {
+                assert!(
+                    matches!(outcome, Err(Refused::Stale { marks, .. }) if marks == case.before_marks()),
+                    "{case:?}: {outcome:?}"
+                );
+                assert_eq!(store.marks(&lock(&name)).unwrap(), case.before_marks());
+            }
+        }
+    }
+}

@@ -1,8 +1,12 @@
 //! The two high-water marks of a lock, and the fencing rule.
+//!
+//! The rule lives here, in core, so every place that fences (the fenced
+//! store, the SQL fence of `palisade-sql`) applies the same function, and
+//! [`RULE_CASES`] is the one table of cases all of them are tested against.
 
 use std::fmt;
 
-use palisade_core::{Generation, Mode};
+use crate::{Generation, Mode};
 
 /// A lock's high-water marks: the highest generations honoured so far.
 ///
@@ -49,7 +53,7 @@ impl Marks {
     ///
     /// ```
     /// use palisade_core::{Generation, Mode};
-    /// use palisade_store::Marks;
+    /// use palisade_core::marks::Marks;
     ///
     /// let g = |n| Generation::new(n).unwrap();
     /// let marks = Marks::ZERO.admit(Mode::Exclusive, g(5)).unwrap();
@@ -84,6 +88,83 @@ impl fmt::Display for Marks {
     }
 }
 
+/// One case of the fencing rule: the marks before, a request, and the marks
+/// after (`None`: the request is stale and nothing changes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleCase {
+    /// `(H_excl, H_shared)` before the request.
+    pub before: (u64, u64),
+    /// The mode of the request.
+    pub mode: Mode,
+    /// The generation presented (never 0).
+    pub generation: u64,
+    /// `(H_excl, H_shared)` after, or `None` when the request is refused.
+    pub expected: Option<(u64, u64)>,
+}
+
+impl RuleCase {
+    /// The marks before the request.
+    pub fn before_marks(&self) -> Marks {
+        Marks {
+            exclusive: self.before.0,
+            shared: self.before.1,
+        }
+    }
+
+    /// The marks after the request, `None` when it must be refused.
+    pub fn expected_marks(&self) -> Option<Marks> {
+        self.expected
+            .map(|(exclusive, shared)| Marks { exclusive, shared })
+    }
+
+    /// The generation presented.
+    pub fn generation(&self) -> Generation {
+        Generation::new(self.generation).expect("rule cases never present generation 0")
+    }
+}
+
+const fn case(
+    before: (u64, u64),
+    mode: Mode,
+    generation: u64,
+    expected: Option<(u64, u64)>,
+) -> RuleCase {
+    RuleCase {
+        before,
+        mode,
+        generation,
+        expected,
+    }
+}
+
+/// The rules of DESIGN.md as a table. Every implementation of the rule runs
+/// all of it: [`Marks::admit`] here, the fenced store, and the SQL fence
+/// against real databases. Marks fit in a signed 64-bit column, so the
+/// extremes stop at `i64::MAX`.
+pub const RULE_CASES: &[RuleCase] = {
+    use Mode::{Exclusive as X, Shared as S};
+    const TOP: u64 = i64::MAX as u64;
+    &[
+        // A lock never seen accepts anything.
+        case((0, 0), X, 1, Some((1, 0))),
+        case((0, 0), S, 1, Some((0, 1))),
+        // Exclusive: g >= max(H_excl, H_shared), then H_excl = g.
+        case((5, 0), X, 5, Some((5, 0))),
+        case((5, 0), X, 6, Some((6, 0))),
+        case((5, 0), X, 4, None),
+        case((5, 9), X, 8, None),
+        case((5, 9), X, 9, Some((9, 9))),
+        case((5, 9), X, 10, Some((10, 9))),
+        // Shared: g >= H_excl, then H_shared = max(H_shared, g).
+        case((5, 0), S, 4, None),
+        case((5, 0), S, 5, Some((5, 5))),
+        case((5, 9), S, 7, Some((5, 9))),
+        case((5, 9), S, 12, Some((5, 12))),
+        // Extremes.
+        case((TOP, 0), X, TOP, Some((TOP, 0))),
+        case((TOP, 0), S, TOP - 1, None),
+    ]
+};
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,41 +174,22 @@ mod tests {
         Generation::new(n).unwrap()
     }
 
-    /// One row: marks before, request, expected marks after (None = stale).
-    fn check(before: (u64, u64), mode: Mode, generation: u64, expected: Option<(u64, u64)>) {
-        let before = Marks {
-            exclusive: before.0,
-            shared: before.1,
-        };
-        let expected = expected.map(|(exclusive, shared)| Marks { exclusive, shared });
-        assert_eq!(
-            before.admit(mode, g(generation)),
-            expected,
-            "{before} {mode} {generation}"
-        );
-    }
-
     #[test]
     fn the_rules_of_design_md() {
-        use Mode::{Exclusive as X, Shared as S};
-        // A lock never seen accepts anything.
-        check((0, 0), X, 1, Some((1, 0)));
-        check((0, 0), S, 1, Some((0, 1)));
-        // Exclusive: g >= max(H_excl, H_shared), then H_excl = g.
-        check((5, 0), X, 5, Some((5, 0)));
-        check((5, 0), X, 6, Some((6, 0)));
-        check((5, 0), X, 4, None);
-        check((5, 9), X, 8, None);
-        check((5, 9), X, 9, Some((9, 9)));
-        check((5, 9), X, 10, Some((10, 9)));
-        // Shared: g >= H_excl, then H_shared = max(H_shared, g).
-        check((5, 0), S, 4, None);
-        check((5, 0), S, 5, Some((5, 5)));
-        check((5, 9), S, 7, Some((5, 9)));
-        check((5, 9), S, 12, Some((5, 12)));
-        // Extremes.
-        check((u64::MAX, 0), X, u64::MAX, Some((u64::MAX, 0)));
-        check((u64::MAX, 0), S, u64::MAX - 1, None);
+        for case in RULE_CASES {
+            assert_eq!(
+                case.before_marks().admit(case.mode, case.generation()),
+                case.expected_marks(),
+                "{case:?}"
+            );
+        }
+        // Beyond what a signed SQL column holds.
+        let top = Marks {
+            exclusive: u64::MAX,
+            shared: 0,
+        };
+        assert_eq!(top.admit(Mode::Exclusive, g(u64::MAX)), Some(top));
+        assert_eq!(top.admit(Mode::Shared, g(u64::MAX - 1)), None);
     }
 
     proptest! {
