@@ -61,117 +61,82 @@ where
     total as f64 / started.elapsed().as_secs_f64()
 }
 
-async fn postgres(rounds: u64, secs: u64) -> (f64, f64) {
-    let server = SqlServer::postgres();
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(CLIENTS as u32)
-        .connect(&server.url())
-        .await
-        .expect("connect");
-    palisade_sql::migrate(&pool).await.expect("migrate");
-    sqlx::query("CREATE TABLE items (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)")
-        .execute(&pool)
-        .await
-        .expect("create");
-    for client in 0..CLIENTS {
-        sqlx::query("INSERT INTO items VALUES ($1, 0)")
-            .bind(client as i64)
-            .execute(&pool)
-            .await
-            .expect("insert");
-    }
-    const UPDATE: &str = "UPDATE items SET v = v + 1 WHERE id = $1";
-    let (mut plain, mut fenced) = (0.0, 0.0);
-    for _ in 0..rounds {
-        let p = pool.clone();
-        plain += measure(secs, move |client| {
-            let p = p.clone();
-            async move {
-                let mut tx = p.begin().await.expect("begin");
-                sqlx::query(UPDATE)
+/// One benchmark per database: the same transactions, only the pool type
+/// and the placeholder syntax differ (sqlx's types are per database).
+macro_rules! bench_database {
+    ($name:ident, $server:expr, $options:expr, $insert:literal, $update:literal) => {
+        async fn $name(rounds: u64, secs: u64) -> (f64, f64) {
+            let server = $server;
+            let pool = $options
+                .max_connections(CLIENTS as u32)
+                .connect(&server.url())
+                .await
+                .expect("connect");
+            palisade_sql::migrate(&pool).await.expect("migrate");
+            sqlx::query("CREATE TABLE items (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)")
+                .execute(&pool)
+                .await
+                .expect("create");
+            for client in 0..CLIENTS {
+                sqlx::query($insert)
                     .bind(client as i64)
-                    .execute(&mut *tx)
+                    .execute(&pool)
                     .await
-                    .expect("update");
-                tx.commit().await.expect("commit");
+                    .expect("insert");
             }
-        })
-        .await;
-        let p = pool.clone();
-        fenced += measure(secs, move |client| {
-            let p = p.clone();
-            async move {
-                let mut tx = palisade_sql::begin_fenced(&p, &sequencer(client))
-                    .await
-                    .expect("fence");
-                sqlx::query(UPDATE)
-                    .bind(client as i64)
-                    .execute(&mut *tx)
-                    .await
-                    .expect("update");
-                tx.commit().await.expect("commit");
+            const UPDATE: &str = $update;
+            let (mut plain, mut fenced) = (0.0, 0.0);
+            for _ in 0..rounds {
+                let p = pool.clone();
+                plain += measure(secs, move |client| {
+                    let p = p.clone();
+                    async move {
+                        let mut tx = p.begin().await.expect("begin");
+                        sqlx::query(UPDATE)
+                            .bind(client as i64)
+                            .execute(&mut *tx)
+                            .await
+                            .expect("update");
+                        tx.commit().await.expect("commit");
+                    }
+                })
+                .await;
+                let p = pool.clone();
+                fenced += measure(secs, move |client| {
+                    let p = p.clone();
+                    async move {
+                        let mut tx = palisade_sql::begin_fenced(&p, &sequencer(client))
+                            .await
+                            .expect("fence");
+                        sqlx::query(UPDATE)
+                            .bind(client as i64)
+                            .execute(&mut *tx)
+                            .await
+                            .expect("update");
+                        tx.commit().await.expect("commit");
+                    }
+                })
+                .await;
             }
-        })
-        .await;
-    }
-    (plain / rounds as f64, fenced / rounds as f64)
+            (plain / rounds as f64, fenced / rounds as f64)
+        }
+    };
 }
 
-async fn mariadb(rounds: u64, secs: u64) -> (f64, f64) {
-    let server = SqlServer::mariadb();
-    let pool = sqlx::mysql::MySqlPoolOptions::new()
-        .max_connections(CLIENTS as u32)
-        .connect(&server.url())
-        .await
-        .expect("connect");
-    palisade_sql::migrate(&pool).await.expect("migrate");
-    sqlx::query("CREATE TABLE items (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)")
-        .execute(&pool)
-        .await
-        .expect("create");
-    for client in 0..CLIENTS {
-        sqlx::query("INSERT INTO items VALUES (?, 0)")
-            .bind(client as i64)
-            .execute(&pool)
-            .await
-            .expect("insert");
-    }
-    const UPDATE: &str = "UPDATE items SET v = v + 1 WHERE id = ?";
-    let (mut plain, mut fenced) = (0.0, 0.0);
-    for _ in 0..rounds {
-        let p = pool.clone();
-        plain += measure(secs, move |client| {
-            let p = p.clone();
-            async move {
-                let mut tx = p.begin().await.expect("begin");
-                sqlx::query(UPDATE)
-                    .bind(client as i64)
-                    .execute(&mut *tx)
-                    .await
-                    .expect("update");
-                tx.commit().await.expect("commit");
-            }
-        })
-        .await;
-        let p = pool.clone();
-        fenced += measure(secs, move |client| {
-            let p = p.clone();
-            async move {
-                let mut tx = palisade_sql::begin_fenced(&p, &sequencer(client))
-                    .await
-                    .expect("fence");
-                sqlx::query(UPDATE)
-                    .bind(client as i64)
-                    .execute(&mut *tx)
-                    .await
-                    .expect("update");
-                tx.commit().await.expect("commit");
-            }
-        })
-        .await;
-    }
-    (plain / rounds as f64, fenced / rounds as f64)
-}
+bench_database!(
+    postgres,
+    SqlServer::postgres(),
+    sqlx::postgres::PgPoolOptions::new(),
+    "INSERT INTO items VALUES ($1, 0)",
+    "UPDATE items SET v = v + 1 WHERE id = $1"
+);
+bench_database!(
+    mariadb,
+    SqlServer::mariadb(),
+    sqlx::mysql::MySqlPoolOptions::new(),
+    "INSERT INTO items VALUES (?, 0)",
+    "UPDATE items SET v = v + 1 WHERE id = ?"
+);
 
 fn report(name: &str, (plain, fenced): (f64, f64)) {
     println!(
