@@ -68,7 +68,9 @@ fn gap(read_boottime: BootClock) -> Duration {
     for _ in 0..3 {
         let before = origin().elapsed();
         gap = read_boottime().saturating_sub(before);
-        if origin().elapsed() - before < Duration::from_millis(1) {
+        // Saturating: a monotonic clock seen going back (libfaketime, a
+        // broken VM clock) must not panic the lease tracker.
+        if origin().elapsed().saturating_sub(before) < Duration::from_millis(1) {
             break;
         }
     }
