@@ -83,7 +83,7 @@ impl FenceArgs {
             match outcome {
                 Ok(marks) => {
                     if !quiet {
-                        eprintln!(
+                        say!(
                             "palisade: fenced lock `{lock}` at {url} ({}): older holders are refused from now on",
                             marks_text(marks)
                         );

@@ -150,7 +150,7 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
     let sequencer = match guard.sequencer() {
         Ok(sequencer) => sequencer,
         Err(error) => {
-            eprintln!(
+            say!(
                 "palisade: {}; the command did not run",
                 lock_error_text(&error)
             );
@@ -162,7 +162,7 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
     let generation = sequencer.generation();
     tracing::info!(lock = %name, %mode, generation = generation.get(), backend = lock.backend_name(), "lock acquired");
     if !args.quiet {
-        eprintln!(
+        say!(
             "palisade: acquired lock `{name}` ({mode}, generation {generation}), sequencer {sequencer}"
         );
     }
@@ -181,7 +181,7 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
     // A slow fence may have outlasted the lease: then the command never
     // starts either.
     if let Err(error) = guard.sequencer() {
-        eprintln!(
+        say!(
             "palisade: {}; the command did not run",
             lock_error_text(&error)
         );
@@ -294,7 +294,7 @@ async fn acquire(
                 let waited = started.elapsed();
                 tracing::debug!(lock = %name, waited_s = waited.as_secs(), "waiting for the lock");
                 if !args.quiet {
-                    eprintln!("palisade: waiting for lock `{name}` ({} s)", waited.as_secs());
+                    say!("palisade: waiting for lock `{name}` ({} s)", waited.as_secs());
                 }
                 let periods = waited.as_secs() / PROGRESS_EVERY.as_secs() + 1;
                 next_progress = started + PROGRESS_EVERY * u32::try_from(periods).unwrap_or(u32::MAX);
@@ -353,7 +353,7 @@ async fn supervise(
                 tracing::warn!(lock = %name, generation = generation.get(), %reason, "lease lost; stopping the command");
                 child.signal(Signal::SIGTERM);
                 kill_at = Some(Instant::now() + grace);
-                eprintln!(
+                say!(
                     "palisade: lease lost on lock `{name}` (generation {generation}): {reason}; sent SIGTERM to the command (SIGKILL after {})",
                     human(grace)
                 );
@@ -388,7 +388,7 @@ async fn supervise(
 fn kill(child: &Child, name: &LockName, grace: Duration) {
     tracing::warn!(lock = %name, "grace period over; sending SIGKILL");
     child.signal(Signal::SIGKILL);
-    eprintln!(
+    say!(
         "palisade: the command did not exit within {} of SIGTERM; sent SIGKILL",
         human(grace)
     );
@@ -410,11 +410,11 @@ async fn release(guard: AnyGuard, name: &LockName) {
         Ok(Ok(())) => {
             tracing::info!(lock = %name, generation = generation.get(), "lock released");
         }
-        Ok(Err(error)) => eprintln!(
+        Ok(Err(error)) => say!(
             "palisade: releasing lock `{name}` (generation {generation}) failed: {}; it ends with its lease",
             lock_error_text(&error)
         ),
-        Err(_elapsed) => eprintln!(
+        Err(_elapsed) => say!(
             "palisade: releasing lock `{name}` (generation {generation}) took longer than {}; it ends with its lease",
             human(CLEANUP_TIMEOUT)
         ),

@@ -29,6 +29,15 @@
 //! - `signing.rs`: the lock side's `--sign-key-file`, `--sign-key-id` and
 //!   `--issuer` (flattened into the backend flags), and `keygen`.
 
+/// `eprintln!` in one `write(2)`: the command under `palisade lock` shares
+/// our stderr, and `eprintln!` writes a formatted line in pieces, so the
+/// command's output could land inside one of our lines.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::say_line(format!($($arg)*))
+    };
+}
+
 mod backend;
 mod child;
 mod data;
@@ -131,7 +140,7 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime.block_on(run(cli)),
         Err(error) => {
-            eprintln!("palisade: cannot start the async runtime: {error}");
+            say!("palisade: cannot start the async runtime: {error}");
             ExitCode::from(exit::ERROR)
         }
     }
@@ -168,8 +177,16 @@ async fn run(cli: Cli) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             let (code, line) = exit::describe(&error);
-            eprintln!("palisade: {line}");
+            say!("palisade: {line}");
             ExitCode::from(code)
         }
     }
+}
+
+/// Writes `line` and a newline to stderr at once; a line shorter than
+/// `PIPE_BUF` (4 KiB) reaches a shared pipe whole.
+pub(crate) fn say_line(mut line: String) {
+    use std::io::Write as _;
+    line.push('\n');
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }

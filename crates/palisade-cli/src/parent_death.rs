@@ -237,7 +237,7 @@ pub(crate) struct LaunchArgs {
 /// for "go", and `exec`s the command. Returns only if it cannot.
 pub(crate) fn launch(args: &LaunchArgs) -> ExitCode {
     let refuse = |why: String| {
-        eprintln!("palisade: {why}; the command did not run");
+        say!("palisade: {why}; the command did not run");
         ExitCode::from(exit::CANNOT_RUN)
     };
     if let Err(error) = set_pdeathsig(Signal::SIGKILL) {
@@ -261,10 +261,10 @@ pub(crate) fn launch(args: &LaunchArgs) -> ExitCode {
     let error = std::process::Command::new(program).args(rest).exec();
     let shown = program.to_string_lossy();
     if error.kind() == io::ErrorKind::NotFound {
-        eprintln!("palisade: `{shown}`: command not found");
+        say!("palisade: `{shown}`: command not found");
         ExitCode::from(exit::COMMAND_NOT_FOUND)
     } else {
-        eprintln!("palisade: cannot run `{shown}`: {error}");
+        say!("palisade: cannot run `{shown}`: {error}");
         ExitCode::from(exit::CANNOT_RUN)
     }
 }

@@ -85,7 +85,7 @@ pub(crate) async fn run(args: RaiseFloorArgs) -> anyhow::Result<()> {
         None => highest_mark(&args, &lock).await?,
     };
     if above == 0 {
-        eprintln!("palisade: lock `{lock}` has no marks; nothing to raise");
+        say!("palisade: lock `{lock}` has no marks; nothing to raise");
         return Ok(());
     }
     let started = Instant::now();
@@ -93,7 +93,7 @@ pub(crate) async fn run(args: RaiseFloorArgs) -> anyhow::Result<()> {
     let mut progress = |step: FloorStep| {
         if last_report.elapsed() >= PROGRESS_EVERY {
             last_report = Instant::now();
-            eprintln!(
+            say!(
                 "palisade: raising the floor: revision {} of {} ({} puts, {:.0?})",
                 step.revision,
                 step.target,
@@ -110,12 +110,12 @@ pub(crate) async fn run(args: RaiseFloorArgs) -> anyhow::Result<()> {
         .raise_floor(&lock, above, options, &mut progress)
         .await?;
     if raised.before >= above {
-        eprintln!(
+        say!(
             "palisade: the generation floor of lock `{lock}` on {} is already {} (not below {above}); nothing changed",
             raised.backend, raised.before
         );
     } else {
-        eprintln!(
+        say!(
             "palisade: raised the generation floor of lock `{lock}` on {} from {} to {}: the next holder gets a generation above {above}",
             raised.backend, raised.before, raised.after
         );
@@ -136,7 +136,7 @@ async fn highest_mark(args: &RaiseFloorArgs, lock: &LockName) -> anyhow::Result<
                 crate::backend::cause_chain(&error)
             )
         })?;
-        eprintln!(
+        say!(
             "palisade: {server}: lock `{lock}` marks: exclusive {}, shared {}",
             marks.exclusive, marks.shared
         );
