@@ -112,12 +112,15 @@ pub(crate) async fn run(args: RaiseFloorArgs) -> anyhow::Result<()> {
     if raised.before >= above {
         say!(
             "palisade: the generation floor of lock `{lock}` on {} is already {} (not below {above}); nothing changed",
-            raised.backend, raised.before
+            raised.backend,
+            raised.before
         );
     } else {
         say!(
             "palisade: raised the generation floor of lock `{lock}` on {} from {} to {}: the next holder gets a generation above {above}",
-            raised.backend, raised.before, raised.after
+            raised.backend,
+            raised.before,
+            raised.after
         );
     }
     Ok(())
@@ -138,7 +141,8 @@ async fn highest_mark(args: &RaiseFloorArgs, lock: &LockName) -> anyhow::Result<
         })?;
         say!(
             "palisade: {server}: lock `{lock}` marks: exclusive {}, shared {}",
-            marks.exclusive, marks.shared
+            marks.exclusive,
+            marks.shared
         );
         highest = highest.max(marks.exclusive).max(marks.shared);
     }

@@ -92,6 +92,7 @@ mod background_sync;
 mod committer;
 mod config;
 mod durable_sled;
+mod engine;
 mod error;
 mod group_commit;
 mod idempotency;
@@ -101,6 +102,7 @@ mod store;
 
 pub use config::{Durability, DurabilityParseError, LimitKind, Limits, StoreConfig};
 pub use durable_sled::DurableSled;
+pub use engine::{Engine, EngineFuture, EngineInfo, WriteRequest};
 pub use error::StoreError;
 pub use group_commit::{FlushStats, Pending};
 pub use idempotency::RequestId;

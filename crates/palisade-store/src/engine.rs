@@ -1,0 +1,158 @@
+//! The storage engine trait: where a lock's marks and data live.
+//!
+//! [`Store`](crate::Store) is the one public face of the fenced store. It
+//! validates a request (limits, empty keys, a shared sequencer on a write,
+//! a read whose sequencer names another lock) and hands what is left to an
+//! [`Engine`], which does the fenced step itself. sled (the embedded
+//! default), PostgreSQL and etcd are engines; each lives behind this trait,
+//! and none of their types appear in the API of the store, the server or
+//! the guard.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use palisade_core::{LockName, Sequencer};
+
+use crate::{Applied, Limits, Marks, Op, Read, Refused, RequestId, StoreError};
+
+/// What every [`Engine`] call returns: a boxed future, so the trait can be
+/// used as `dyn Engine`. The outer `Result` is a failure of the engine (the
+/// server's 5xx); the inner one, where there is one, an expected refusal.
+pub type EngineFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'static>>;
+
+/// A write request, already validated by [`Store`](crate::Store): the
+/// sequencer is exclusive, every key is non-empty and every size is within
+/// the store's [`Limits`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRequest {
+    /// The holder's sequencer; its lock is the keyspace written.
+    pub sequencer: Sequencer,
+    /// The ops, applied in order, all or none. Empty: only raise the mark.
+    pub ops: Vec<Op>,
+    /// The idempotency key, if the client sent one.
+    pub request_id: Option<RequestId>,
+    /// What the engine records next to `request_id` and compares on a
+    /// retry, to tell a true retry from a reused key: a digest of the
+    /// sequencer and the ops, computed once by the store. Engines treat it
+    /// as opaque bytes.
+    pub fingerprint: Vec<u8>,
+}
+
+impl WriteRequest {
+    /// A request with its fingerprint computed the store's way.
+    pub fn new(sequencer: Sequencer, ops: Vec<Op>, request_id: Option<RequestId>) -> WriteRequest {
+        let fingerprint = crate::idempotency::fingerprint(&sequencer, &ops)
+            .to_be_bytes()
+            .to_vec();
+        WriteRequest {
+            sequencer,
+            ops,
+            request_id,
+            fingerprint,
+        }
+    }
+}
+
+/// What an engine says about itself, for logs, `/v1/health` and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// A short stable name: `sled`, `postgres`, `etcd`.
+    pub name: &'static str,
+    /// When a 2xx is sent, in words (e.g. `flushed`, `committed with
+    /// synchronous_commit on`, `committed by a Raft majority`).
+    pub durability: String,
+    /// Where the data lives, with no secret in it (a directory, a
+    /// host:port/database, etcd endpoints and the key prefix).
+    pub location: String,
+}
+
+/// A fenced storage engine.
+///
+/// # To ensure correctness
+///
+/// An implementation must meet every obligation below; the engine
+/// conformance suite in `palisade-testkit` checks each one against a real
+/// instance of the engine.
+///
+/// 1. **One atomic, isolated step per request.** For a write: the
+///    idempotency lookup, the fencing check ([`Marks::admit`]), every op,
+///    the raise of the mark and the idempotency record are applied together
+///    or not at all, and two requests on the same lock never interleave,
+///    whichever process (replica) of the engine's database they come
+///    through. A crash at any point leaves all of them or none.
+/// 2. **Marks never go down.** A lock never seen has marks 0, which is not
+///    an error. Nothing but an admitted request raises a mark.
+/// 3. **A refusal changes nothing**: not the data, not the marks, not the
+///    idempotency records. The refusal carries the marks the decision was
+///    made against ([`Refused::Stale`]).
+/// 4. **Acknowledge only what is durable.** A future resolves with an
+///    outcome only once the engine has made that outcome durable in its
+///    own terms (sled: fsynced; PostgreSQL: committed with
+///    `synchronous_commit` on; etcd: committed by a Raft majority). Reads
+///    and refusals report only state a crash cannot take back. An engine
+///    that cannot tell whether a write committed (a connection lost during
+///    the commit) returns a [`StoreError`], never a guess: the client
+///    retries with the same request id and idempotency settles it.
+/// 5. **Idempotent retries.** A write whose `request_id` is recorded on its
+///    lock returns the original [`Applied`] with `replayed: true` and the
+///    original `commit_seq`, and applies nothing; the same id with another
+///    fingerprint is [`Refused::IdempotencyKeyReused`]. Each lock remembers
+///    at least its last [`StoreConfig::idempotency_window`](crate::StoreConfig)
+///    ids; the window may be cut from the oldest end.
+/// 6. **Compare-and-swap** ([`Op::Cas`]) compares against the value as left
+///    by the earlier ops of the same request; a mismatch anywhere refuses
+///    the whole request with [`Refused::CasMismatch`] (the op's index and
+///    the key's current value).
+/// 7. **Fenced reads.** A read with a sequencer (shared or exclusive) is
+///    checked by the same rule and raises the mark of its mode in the same
+///    step as the read; a read without one changes nothing.
+/// 8. **Commit order is visible.** [`Applied::commit_seq`] is strictly
+///    increasing in commit order across every lock of the engine, across
+///    restarts and across replicas (not contiguous). A replay carries the
+///    original number.
+/// 9. **Never split a request.** A request the engine cannot apply in one
+///    step (etcd's request size or `--max-txn-ops`) is refused whole with
+///    [`StoreError::TooLarge`] before anything is written.
+pub trait Engine: Send + Sync + fmt::Debug + 'static {
+    /// Name, durability and location, for logs and health.
+    fn info(&self) -> EngineInfo;
+
+    /// Limits the engine itself imposes, tighter than or equal to the
+    /// store's (etcd's request size and transaction ops). The store
+    /// checks both before calling [`Engine::write`].
+    fn limits(&self) -> Limits {
+        Limits {
+            max_key_bytes: usize::MAX,
+            max_value_bytes: usize::MAX,
+            max_batch_ops: usize::MAX,
+        }
+    }
+
+    /// Applies a write: obligations 1–6, 8, 9.
+    fn write(&self, request: WriteRequest) -> EngineFuture<Result<Applied, Refused>>;
+
+    /// Reads `key` in `lock`'s keyspace, fenced when a sequencer (for that
+    /// same lock, checked by the store) is given: obligation 7.
+    fn read(
+        &self,
+        lock: &LockName,
+        key: &[u8],
+        sequencer: Option<&Sequencer>,
+    ) -> EngineFuture<Result<Read, Refused>>;
+
+    /// The fencing step alone, touching no data: an exclusive sequencer is
+    /// an empty write, a shared one a fenced read of nothing. Returns the
+    /// marks after the step.
+    fn admit(&self, sequencer: &Sequencer) -> EngineFuture<Result<Marks, Refused>>;
+
+    /// The current marks of `lock` (0 for a lock never seen).
+    fn marks(&self, lock: &LockName) -> EngineFuture<Marks>;
+
+    /// `Ok` while the engine can serve requests; the server's readiness.
+    fn health(&self) -> EngineFuture<()>;
+
+    /// Makes everything acknowledged so far durable and releases what can
+    /// be released, at shutdown. Requests after it may fail.
+    fn close(&self) -> EngineFuture<()>;
+}
