@@ -9,7 +9,9 @@
 //! Scenarios per database:
 //! - **1 client**: `raw` (the grant and release transactions written out
 //!   here and sent straight through sqlx on one dedicated connection) and
-//!   `palisade` (`SqlLock::acquire` + `LockGuard::release`); cycles/s.
+//!   `palisade` (`SqlLock::acquire` + `LockGuard::release`); cycles/s. On
+//!   MariaDB also the requests per cycle the server counted (statements
+//!   and pings), raw and palisade.
 //! - **8 clients, one name**: eight separate `SqlLockClient`s (each its own
 //!   pool and, on PostgreSQL, its own `LISTEN` connection, as eight
 //!   processes would have), exclusive. The hand-off is from the holder's
@@ -50,7 +52,11 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// holders, queue) and write, and what a release must do.
 struct RawSql {
     lock_row: &'static str,
-    now: &'static str,
+    /// The grant's first read: the lock row, and on MariaDB the clock with
+    /// it (its select list is evaluated after the row lock is granted).
+    grant_lock_row: &'static str,
+    /// The clock, where `grant_lock_row` does not read it.
+    now: Option<&'static str>,
     sessions: &'static str,
     holders: &'static str,
     waiters: &'static str,
@@ -60,7 +66,8 @@ struct RawSql {
 
 const RAW_POSTGRES: RawSql = RawSql {
     lock_row: "SELECT generation, delay_until_us FROM palisade_locks WHERE name = $1 FOR UPDATE",
-    now: "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)",
+    grant_lock_row: "SELECT generation, delay_until_us FROM palisade_locks WHERE name = $1 FOR UPDATE",
+    now: Some("SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"),
     sessions: "SELECT id, expires_at_us, lock_delay_us, ended FROM palisade_sessions \
                WHERE id = $1 OR id IN (SELECT session_id FROM palisade_holders WHERE name = $2) \
                ORDER BY id FOR UPDATE",
@@ -85,7 +92,10 @@ const RAW_POSTGRES: RawSql = RawSql {
 
 const RAW_MARIADB: RawSql = RawSql {
     lock_row: "SELECT generation, delay_until_us FROM palisade_locks WHERE name = ? FOR UPDATE",
-    now: "SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)",
+    grant_lock_row: "SELECT generation, delay_until_us, \
+                     CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED) \
+                     FROM palisade_locks WHERE name = ? FOR UPDATE",
+    now: None,
     sessions: "SELECT id, expires_at_us, lock_delay_us, ended FROM palisade_sessions \
                WHERE id = ? OR id IN (SELECT session_id FROM palisade_holders WHERE name = ?) \
                ORDER BY id FOR UPDATE",
@@ -106,16 +116,18 @@ const RAW_MARIADB: RawSql = RawSql {
 /// One raw cycle: the grant transaction, then the release transaction.
 async fn raw_cycle(connection: &mut AnyConnection, sql: &RawSql, name: &str, session: &str) {
     let mut tx = connection.begin().await.expect("begin");
-    sqlx::query(sql.lock_row)
+    sqlx::query(sql.grant_lock_row)
         .bind(name)
         .fetch_one(&mut *tx)
         .await
         .expect("lock row");
-    let _now: i64 = sqlx::query(sql.now)
-        .fetch_one(&mut *tx)
-        .await
-        .expect("now")
-        .get(0);
+    if let Some(now) = sql.now {
+        let _now: i64 = sqlx::query(now)
+            .fetch_one(&mut *tx)
+            .await
+            .expect("now")
+            .get(0);
+    }
     sqlx::query(sql.sessions)
         .bind(session)
         .bind(name)
@@ -232,6 +244,61 @@ impl Raw {
         }
         (cycles, started.elapsed())
     }
+}
+
+/// MariaDB's count of what clients asked of it: statements (`Questions`)
+/// and pings (`Com_admin_commands`). `None` on PostgreSQL, which keeps no
+/// such counter without an extension.
+async fn server_requests(counter: &mut AnyConnection, dialect: Dialect) -> Option<f64> {
+    if dialect != Dialect::MariaDb {
+        return None;
+    }
+    let row = sqlx::query(
+        "SELECT CAST(SUM(VARIABLE_VALUE) AS DOUBLE) FROM information_schema.GLOBAL_STATUS \
+         WHERE VARIABLE_NAME IN ('QUESTIONS', 'COM_ADMIN_COMMANDS')",
+    )
+    .fetch_one(&mut *counter)
+    .await
+    .expect("server counters");
+    Some(row.get::<f64, _>(0))
+}
+
+/// Requests the server saw per uncontended cycle, raw and palisade, over
+/// `cycles` cycles each (MariaDB only). Each reading of the counter is one
+/// statement itself, subtracted.
+async fn requests_per_cycle(
+    server: &SqlServer,
+    raw: &mut Raw,
+    locks: &palisade_lock_sql::SqlLock,
+    cycles: u32,
+) -> Option<(f64, f64)> {
+    let mut counter = AnyConnection::connect(&server.url())
+        .await
+        .expect("connect");
+    let name = LockName::new("bench-palisade").expect("name");
+    // sqlx pings a connection in the background as it returns to the pool:
+    // let the last one land before reading.
+    let settle = Duration::from_millis(200);
+    let start = server_requests(&mut counter, server.dialect()).await?;
+    for _ in 0..cycles {
+        raw.cycle().await;
+    }
+    tokio::time::sleep(settle).await;
+    let after_raw = server_requests(&mut counter, server.dialect()).await?;
+    for _ in 0..cycles {
+        let guard = locks
+            .acquire(&name, Mode::Exclusive)
+            .await
+            .expect("acquire");
+        guard.release().await.expect("release");
+    }
+    tokio::time::sleep(settle).await;
+    let after_ours = server_requests(&mut counter, server.dialect()).await?;
+    let per_cycle = |from: f64, to: f64| (to - from - 1.0) / f64::from(cycles);
+    Some((
+        per_cycle(start, after_raw),
+        per_cycle(after_raw, after_ours),
+    ))
 }
 
 async fn client(server: &SqlServer) -> SqlLockClient {
@@ -362,6 +429,7 @@ async fn bench(server: SqlServer, label: &str, rounds: usize, duration: Duration
         clients.push(client);
     }
     let mut raw_client = Raw::new(&server).await;
+    let requests = requests_per_cycle(&server, &mut raw_client, &single, 200).await;
     let mut total = Contended {
         grants: vec![0; CLIENTS],
         ..Contended::default()
@@ -404,6 +472,12 @@ async fn bench(server: SqlServer, label: &str, rounds: usize, duration: Duration
         "{label}, 1 client: raw {raw_rate:.0} cycles/s, palisade {our_rate:.0} cycles/s ({:.2}x raw)",
         our_rate / raw_rate
     );
+    if let Some((raw, ours)) = requests {
+        println!(
+            "{label}, 1 client: requests per cycle (statements and pings, server counters): \
+             raw {raw:.1}, palisade {ours:.1}"
+        );
+    }
     println!(
         "{label}, 8 clients on one name: {:.0} grants/s; hand-off p50 {} p90 {} p99 {} max {}; \
          wait p50 {} max {}; grants per client {}..{} (max/min {:.2}); failed attempts {}; \

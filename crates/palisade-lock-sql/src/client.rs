@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use palisade_core::{SessionOptions, Signer};
-use sqlx::Executor;
 use sqlx::any::AnyPoolOptions;
+use sqlx::{Connection, Executor};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
@@ -17,6 +17,12 @@ use crate::{Dialect, SqlConfig, SqlLock, SqlLockError};
 /// Session rows that ended this long ago, with nothing left pointing at
 /// them, are deleted when a session opens.
 const FORGET_SESSIONS_AFTER: Duration = Duration::from_secs(3600);
+
+/// A pooled connection idle at least this long is pinged before use: it
+/// may have been cut while it sat there. A database killed and restarted
+/// takes far longer than this, so a connection that sat through the outage
+/// is always pinged; a busy one is not.
+const PING_IF_IDLE_FOR: Duration = Duration::from_millis(100);
 
 /// A connection to the lock tables, shared by many sessions.
 ///
@@ -61,6 +67,19 @@ impl SqlLockClient {
         let pool = AnyPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.operation_timeout)
+            // sqlx pings every connection as it returns to the pool; a ping
+            // again on the way out costs a round trip per transaction. Only
+            // a connection idle long enough to have outlived a database
+            // restart is pinged (and replaced if dead) before use.
+            .test_before_acquire(false)
+            .before_acquire(|connection, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IF_IDLE_FOR {
+                        connection.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .after_connect(move |connection, _meta| {
                 Box::pin(async move {
                     // READ COMMITTED on both: every grant reads the rows it

@@ -207,7 +207,8 @@ impl Store {
         let name = request.name.as_str();
         Counters::count(&self.counters.grant_transactions);
         let mut tx = self.pool.begin().await?;
-        let Some(lock_row) = sqlx::query(safe(&self.sql.lock_row))
+        let lock_row = self.sql.lock_row_now.as_ref().unwrap_or(&self.sql.lock_row);
+        let Some(lock_row) = sqlx::query(safe(lock_row))
             .bind(name)
             .fetch_optional(&mut *tx)
             .await?
@@ -327,10 +328,14 @@ impl Store {
         name: &str,
         session: &str,
     ) -> Result<LockView, sqlx::Error> {
-        let now_us: i64 = sqlx::query(safe(&self.sql.now))
-            .fetch_one(&mut **tx)
-            .await?
-            .try_get(0)?;
+        // Read with the lock row where the dialect can (`lock_row_now`).
+        let now_us: i64 = match self.sql.lock_row_now {
+            Some(_) => lock_row.try_get(2)?,
+            None => sqlx::query(safe(&self.sql.now))
+                .fetch_one(&mut **tx)
+                .await?
+                .try_get(0)?,
+        };
         let sessions = sqlx::query(safe(&self.sql.lock_sessions))
             .bind(session)
             .bind(name)

@@ -3,6 +3,8 @@
 //! Every statement here is quoted verbatim in `docs/own-database.md`; keep
 //! the two in step.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use futures::future::BoxFuture;
 use sqlx::{MySql, Pool, Postgres};
 
@@ -94,15 +96,26 @@ pub mod mysql {
     /// The schema version table.
     pub const CREATE_VERSION: &str =
         "CREATE TABLE IF NOT EXISTS palisade_sql_schema (version BIGINT NOT NULL) ENGINE=InnoDB";
-    /// Creates the row if missing and takes its exclusive lock in one step
-    /// (first statement of the fence). Measured: `SELECT .. FOR UPDATE`
-    /// first, inserting only a missing row, deadlocks on InnoDB's gap locks
-    /// when first fences of *different* new locks run at once.
+    /// The whole fence read in one statement (its first): creates the row
+    /// if missing, takes its exclusive lock, and returns the marks as last
+    /// committed (the duplicate-key path reads the row with a locking read,
+    /// after waiting for its holder; `RETURNING` needs MariaDB 10.5+).
+    ///
+    /// Not `SELECT .. FOR UPDATE` first: on a missing row that takes a gap
+    /// lock, and first fences of two *different* new locks in the same gap
+    /// then each wait, to insert, for the other's gap lock: a deadlock. An
+    /// insert takes only an insert-intention lock on the gap, which does
+    /// not conflict with another insert's.
+    pub const LOCK_MARKS: &str = "INSERT INTO palisade_marks (lock_name, h_excl, h_shared) \
+        VALUES (?, 0, 0) ON DUPLICATE KEY UPDATE lock_name = lock_name \
+        RETURNING h_excl, h_shared";
+    /// MySQL, which has no `RETURNING`: the same upsert, then
+    /// [`LOCK_MARKS_READ`].
     pub const UPSERT_MARKS: &str = "INSERT INTO palisade_marks (lock_name, h_excl, h_shared) \
         VALUES (?, 0, 0) ON DUPLICATE KEY UPDATE lock_name = lock_name";
-    /// Reads the locked row. A locking read: it sees the newest committed
-    /// marks, not the transaction's snapshot.
-    pub const LOCK_MARKS: &str =
+    /// MySQL: reads the row the upsert locked. A locking read: it sees the
+    /// newest committed marks, not the transaction's snapshot.
+    pub const LOCK_MARKS_READ: &str =
         "SELECT h_excl, h_shared FROM palisade_marks WHERE lock_name = ? FOR UPDATE";
     /// Raises the marks (only when the rule raised them).
     pub const STORE_MARKS: &str =
@@ -110,6 +123,21 @@ pub mod mysql {
 }
 
 const SELECT_VERSION: &str = "SELECT MAX(version) FROM palisade_sql_schema";
+
+/// Set once a server refused `INSERT ... RETURNING` as a syntax error
+/// (MySQL): from then on this process fences with the two statements.
+static NO_RETURNING: AtomicBool = AtomicBool::new(false);
+
+/// MySQL's `ER_PARSE_ERROR`: the statement was not run at all, so the
+/// transaction goes on unchanged.
+fn is_parse_error(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|db| db.number() == 1064),
+        _ => false,
+    }
+}
 
 impl FenceDatabase for Postgres {
     fn lock_marks<'a>(
@@ -209,11 +237,23 @@ impl FenceDatabase for MySql {
         lock: &'a str,
     ) -> BoxFuture<'a, Result<Option<(i64, i64)>, sqlx::Error>> {
         Box::pin(async move {
+            if !NO_RETURNING.load(Ordering::Relaxed) {
+                match sqlx::query_as::<_, (i64, i64)>(mysql::LOCK_MARKS)
+                    .bind(lock)
+                    .fetch_optional(&mut *conn)
+                    .await
+                {
+                    Err(error) if is_parse_error(&error) => {
+                        NO_RETURNING.store(true, Ordering::Relaxed);
+                    }
+                    done => return done,
+                }
+            }
             sqlx::query(mysql::UPSERT_MARKS)
                 .bind(lock)
                 .execute(&mut *conn)
                 .await?;
-            sqlx::query_as::<_, (i64, i64)>(mysql::LOCK_MARKS)
+            sqlx::query_as::<_, (i64, i64)>(mysql::LOCK_MARKS_READ)
                 .bind(lock)
                 .fetch_optional(&mut *conn)
                 .await
