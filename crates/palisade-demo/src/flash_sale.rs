@@ -15,6 +15,14 @@
 //!    refused (409); the buyer takes the lock again and re-reads. Never
 //!    oversold.
 //!
+//! With `--store postgres://...` the stock is a row of a table in that
+//! PostgreSQL (`palisade_demo_stock`) instead: runs 1 and 2 read and write
+//! it with plain statements, run 3 in `palisade_sql` fenced transactions,
+//! which refuse the stale buyer inside the database. Each run then uses a
+//! lock name of its own (`flash-sale/sku-42/<run>`), because the marks
+//! `palisade_sql` keeps in the database outlive a run while a fresh lock
+//! service may count generations from 1 again.
+//!
 //! On the embedded backend the buyers are tasks of this process (its lock
 //! service lives in one process); on etcd and Redis each buyer is a
 //! separate process.
@@ -35,6 +43,7 @@ use crate::child::{ChildCommand, ChildLauncher, ChildMessage, ChildSpec};
 use crate::client::LocalClient;
 use crate::plain_store::PlainStore;
 use crate::rng::DemoRng;
+use crate::sql_stock;
 use crate::storage::{ResourceServer, Storage, StorageTarget, WriteOutcome};
 
 /// The lock every buyer takes.
@@ -77,6 +86,12 @@ pub struct FlashSaleArgs {
     /// Seed of the pauses: the same seed gives the same pauses.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+
+    /// Keep the stock in a table of this PostgreSQL (postgres://...)
+    /// instead of the demo's own stores: plain statements without fencing,
+    /// `palisade_sql` fenced transactions with it.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
 }
 
 impl FlashSaleArgs {
@@ -89,6 +104,7 @@ impl FlashSaleArgs {
             ttl_ms: None,
             pause_percent: 30,
             seed: 42,
+            store: None,
         }
     }
 
@@ -186,7 +202,7 @@ impl SaleRun {
         let sold = format!("sold {} of {}", self.sold, self.items);
         match self.kind {
             SaleKind::LockWithFencing if self.is_safe() => format!(
-                "SAFE: {sold}, {} stale writes refused (409) and retried, none accepted",
+                "SAFE: {sold}, {} stale writes refused and retried, none accepted",
                 self.stale_writes_refused.unwrap_or(0)
             ),
             SaleKind::LockWithFencing => format!(
@@ -453,6 +469,13 @@ pub async fn run(
     if ttl < Duration::from_millis(50) {
         return Err(DemoError::usage("--ttl-ms must be at least 50"));
     }
+    if let Some(store) = &args.store
+        && !(store.starts_with("postgres://") || store.starts_with("postgresql://"))
+    {
+        return Err(DemoError::usage(
+            "--store takes a PostgreSQL URL (postgres://user@host:port/database)",
+        ));
+    }
     let tag = invocation_tag();
     let kind = args.backend.backend;
     println!(
@@ -474,12 +497,23 @@ pub async fn run(
         "Pauses (seed {}): {}% of purchases; with a lock, half of them outlast the lease, and buyer 0's first purchase always does.",
         args.seed, args.pause_percent
     );
+    if args.store.is_some() {
+        println!(
+            "The stock is a row of the table {} in your PostgreSQL (--store).",
+            sql_stock::TABLE
+        );
+    }
 
     let mut runs = Vec::new();
     for (index, sale) in SaleKind::ALL.into_iter().enumerate() {
-        println!("\nRun {}: {}", index + 1, describe_run(sale));
-        let target = args.backend.target(&format!("{tag}-{}", index + 1));
-        let run = run_sale(sale, args, ttl, &target, launcher).await?;
+        println!(
+            "\nRun {}: {}",
+            index + 1,
+            describe_run(sale, args.store.is_some())
+        );
+        let run_tag = format!("{tag}-{}", index + 1);
+        let target = args.backend.target(&run_tag);
+        let run = run_sale(sale, args, ttl, &target, &run_tag, launcher).await?;
         println!("  verdict: {}", run.verdict());
         runs.push(run);
     }
@@ -499,14 +533,21 @@ pub async fn run(
     Ok(report)
 }
 
-fn describe_run(sale: SaleKind) -> &'static str {
-    match sale {
-        SaleKind::NoLock => "no lock; a plain store that applies whatever it is sent",
-        SaleKind::LockWithoutFencing => {
+fn describe_run(sale: SaleKind, sql_store: bool) -> &'static str {
+    match (sale, sql_store) {
+        (SaleKind::NoLock, false) => "no lock; a plain store that applies whatever it is sent",
+        (SaleKind::NoLock, true) => "no lock; plain statements read and write the stock row",
+        (SaleKind::LockWithoutFencing, false) => {
             "a lock around every purchase; the plain store trusts the lock (no fencing)"
         }
-        SaleKind::LockWithFencing => {
+        (SaleKind::LockWithoutFencing, true) => {
+            "a lock around every purchase; plain statements on the stock row trust the lock (no fencing)"
+        }
+        (SaleKind::LockWithFencing, false) => {
             "a lock around every purchase; Palisade's resource server checks every sequencer"
+        }
+        (SaleKind::LockWithFencing, true) => {
+            "a lock around every purchase; every read and write is a palisade_sql fenced transaction"
         }
     }
 }
@@ -516,10 +557,33 @@ async fn run_sale(
     args: &FlashSaleArgs,
     ttl: Duration,
     target: &BackendTarget,
+    run_tag: &str,
     launcher: &ChildLauncher,
 ) -> Result<SaleRun, DemoError> {
-    let lock = LockName::new(LOCK)?;
-    let (storage_target, plain_store, resource_server) = if sale.fenced() {
+    let lock = match &args.store {
+        Some(_) => LockName::new(format!("{LOCK}/{run_tag}"))?,
+        None => LockName::new(LOCK)?,
+    };
+    let (storage_target, plain_store, resource_server) = if let Some(url) = &args.store {
+        let target = StorageTarget::Postgres {
+            url: url.clone(),
+            fenced: sale.fenced(),
+        };
+        if let Storage::Sql(stock) = Storage::connect(&target)? {
+            stock.prepare().await?;
+        }
+        println!(
+            "  (stock row `{}` of {}{})",
+            sql_stock::item(&lock, STOCK_KEY),
+            sql_stock::TABLE,
+            if sale.fenced() {
+                "; fences in palisade_marks"
+            } else {
+                ""
+            }
+        );
+        (target, None, None)
+    } else if sale.fenced() {
         let server = ResourceServer::start().await?;
         println!(
             "  (resource server on {}, data in {})",
@@ -563,7 +627,7 @@ async fn run_sale(
             pause_percent: args.pause_percent,
             locked: sale.locked(),
             storage: storage_target.clone(),
-            lock: LOCK.to_owned(),
+            lock: lock.as_str().to_owned(),
         })
         .collect();
 
@@ -646,6 +710,18 @@ async fn run_sale(
     };
     let stale_writes_accepted = match sale {
         SaleKind::NoLock => None,
+        SaleKind::LockWithoutFencing if args.store.is_some() => match &storage {
+            Storage::Sql(stock) => {
+                let stale = stock
+                    .stale_writes(&sql_stock::item(&lock, STOCK_KEY))
+                    .await?;
+                println!(
+                    "  the stock row took {stale} writes older than one it had already applied"
+                );
+                Some(stale)
+            }
+            _ => None,
+        },
         SaleKind::LockWithoutFencing => {
             let stale = plain_store
                 .as_ref()
@@ -699,7 +775,7 @@ fn print_event(at: Duration, ttl: Duration, event: &BuyerEvent) {
             presented,
             mark,
         } => println!(
-            "  {at:>6} ms  buyer {buyer}: write refused, 409 stale (generation {presented} < mark {mark}); takes the lock again and re-reads"
+            "  {at:>6} ms  buyer {buyer}: write refused as stale (generation {presented} < mark {mark}); takes the lock again and re-reads"
         ),
         BuyerEvent::StaleAccepted {
             buyer,

@@ -15,6 +15,10 @@
 //! - The **fenced** runs go through Palisade's resource server
 //!   (`palisade_server::run` on a free port with a temporary directory,
 //!   see [`ResourceServer`]) and `palisade_client`.
+//! - The flash sale with `--store postgres://...` keeps its stock in a
+//!   table of that PostgreSQL instead (`palisade_demo_stock`): plain
+//!   statements without fencing, `palisade_sql` fenced transactions with
+//!   it.
 //!
 //! # Where to start
 //!
@@ -42,6 +46,7 @@ mod backend;
 mod client;
 mod error;
 mod rng;
+mod sql_stock;
 mod storage;
 
 pub mod child;

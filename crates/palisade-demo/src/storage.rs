@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::DemoError;
 use crate::plain_store::PlainClient;
+use crate::sql_stock::{self, SqlStock};
 
 /// How to reach a storage; sent to client processes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,6 +24,9 @@ pub(crate) enum StorageTarget {
     Plain { url: String },
     /// A Palisade resource server at `url`.
     Fenced { url: String },
+    /// A table in the user's own PostgreSQL at `url` (`--store`); `fenced`:
+    /// every read and write in a `palisade_sql` fenced transaction.
+    Postgres { url: String, fenced: bool },
 }
 
 /// A refusal of a stale sequencer: a newer holder has been honoured.
@@ -53,6 +57,8 @@ pub(crate) enum Storage {
     Plain(PlainClient),
     /// Palisade's resource server: refuses stale sequencers.
     Fenced(Client),
+    /// The user's own PostgreSQL table, fenced or not.
+    Sql(SqlStock),
 }
 
 impl Storage {
@@ -60,11 +66,18 @@ impl Storage {
         Ok(match target {
             StorageTarget::Plain { url } => Storage::Plain(PlainClient::new(url)?),
             StorageTarget::Fenced { url } => Storage::Fenced(Client::new(url)?),
+            StorageTarget::Postgres { url, fenced } => {
+                Storage::Sql(SqlStock::connect(url, *fenced)?)
+            }
         })
     }
 
     pub(crate) fn is_fenced(&self) -> bool {
-        matches!(self, Storage::Fenced(_))
+        match self {
+            Storage::Plain(_) => false,
+            Storage::Fenced(_) => true,
+            Storage::Sql(stock) => stock.is_fenced(),
+        }
     }
 
     /// Reads the number under `key` of `lock`. With fencing the read
@@ -77,6 +90,7 @@ impl Storage {
         sequencer: Option<&Sequencer>,
     ) -> Result<Result<Option<i64>, Stale>, DemoError> {
         let text = match self {
+            Storage::Sql(stock) => return stock.read(&sql_stock::item(lock, key), sequencer).await,
             Storage::Plain(client) => client.get(&plain_key(lock, key)).await?,
             Storage::Fenced(client) => match client.get(lock, key.as_bytes(), sequencer).await? {
                 Ok(read) => read
@@ -120,6 +134,11 @@ impl Storage {
         value: i64,
     ) -> Result<WriteOutcome, DemoError> {
         match self {
+            Storage::Sql(stock) => {
+                stock
+                    .write(&sql_stock::item(lock, key), sequencer, value)
+                    .await
+            }
             Storage::Plain(client) => {
                 client
                     .put(&plain_key(lock, key), value.to_string(), sequencer)

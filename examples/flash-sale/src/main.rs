@@ -23,6 +23,10 @@
 //! cargo run -p example-flash-sale -- --help
 //! ```
 //!
+//! `--store postgres://...` keeps the stock in a table of that PostgreSQL
+//! instead; the fenced run then reads and writes it in `palisade_sql`
+//! fenced transactions, which refuse the stale buyer in the database.
+//!
 //! Prints sold, oversold and refused counts and the elapsed time of each
 //! run, and exits 1 if the fenced run ever accepts a stale write or
 //! oversells (2 if it could not run).

@@ -1,6 +1,7 @@
 //! The demos as checks: the GC-pause story and the flash sale of
 //! `palisade-demo`, on the embedded backend, real etcd, Redis and PostgreSQL, with
-//! both pause variants where they apply.
+//! both pause variants where they apply; and the flash sale with its stock
+//! in a real PostgreSQL table, fenced by `palisade_sql`.
 //!
 //! Every test asserts both halves of a demo's verdict:
 //!
@@ -307,6 +308,67 @@ async fn flash_sale_on_etcd_with_buyer_processes() -> anyhow::Result<()> {
 async fn flash_sale_on_redis_with_buyer_processes() -> anyhow::Result<()> {
     let redis = RedisServer::start();
     flash_sale_checked(flash_sale_args(BackendArgs::redis(redis.url()))).await
+}
+
+/// The stock in the user's own PostgreSQL (`--store`): buyers with
+/// `--backend` locks, the stock row read and written with plain statements
+/// in runs 1 and 2, with `palisade_sql` fenced transactions in run 3.
+/// Besides the verdicts, the database itself shows the fenced run: its
+/// lock's marks row was raised, and its stock row ends at 0.
+async fn flash_sale_with_stock_in_postgres(
+    postgres: &SqlServer,
+    backend: BackendArgs,
+) -> anyhow::Result<()> {
+    let args = FlashSaleArgs {
+        store: Some(postgres.url()),
+        ..flash_sale_args(backend)
+    };
+    flash_sale_checked(args).await?;
+    let fenced_locks = postgres.query(
+        "SELECT count(*) FROM palisade_marks \
+         WHERE lock_name LIKE 'flash-sale/sku-42/%-3' AND h_excl > 0",
+    )?;
+    assert_eq!(
+        fenced_locks, "1",
+        "the fenced run's lock must have raised marks in palisade_marks"
+    );
+    let stock = postgres.query(
+        "SELECT stock FROM palisade_demo_stock WHERE item LIKE 'flash-sale/sku-42/%-3/stock'",
+    )?;
+    assert_eq!(stock, "0", "the fenced run's stock row");
+    Ok(())
+}
+
+/// Buyers in processes of their own on the PostgreSQL lock backend, the
+/// stock in the same database.
+#[tokio::test]
+async fn flash_sale_with_stock_in_postgres_and_postgres_locks() -> anyhow::Result<()> {
+    let postgres = SqlServer::postgres();
+    flash_sale_with_stock_in_postgres(&postgres, BackendArgs::sql(postgres.url())).await
+}
+
+/// Buyer tasks on the in-process lock backend: the fence in the database
+/// works with any lock backend's sequencers.
+#[tokio::test]
+async fn flash_sale_with_stock_in_postgres_and_embedded_locks() -> anyhow::Result<()> {
+    let postgres = SqlServer::postgres();
+    flash_sale_with_stock_in_postgres(&postgres, BackendArgs::embedded()).await
+}
+
+/// `--store` takes PostgreSQL URLs only: anything else is a usage error
+/// before any buyer starts.
+#[tokio::test]
+async fn flash_sale_refuses_a_store_that_is_not_postgres() -> anyhow::Result<()> {
+    let args = FlashSaleArgs {
+        store: Some("mysql://root@127.0.0.1:1/test".into()),
+        ..FlashSaleArgs::new(BackendArgs::embedded())
+    };
+    let error = flash_sale::run(&args, &launcher())
+        .await
+        .expect_err("only PostgreSQL");
+    assert!(error.is_usage(), "{error}");
+    assert!(error.to_string().contains("--store"), "{error}");
+    Ok(())
 }
 
 #[tokio::test]
