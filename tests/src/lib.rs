@@ -4,12 +4,14 @@
 //! - `fencing`: the vertical slice on the embedded backend: lock, sequencer,
 //!   HTTP resource server, sled, and the stale write refused.
 //! - `gc_pause`: a lock holder in its own process (`fence-client`) is
-//!   stopped with SIGSTOP past its lease, on real etcd and real Redis; its
-//!   late write is refused.
+//!   stopped with SIGSTOP past its lease, on real etcd, Redis, PostgreSQL
+//!   and MariaDB; its late write is refused.
 //! - `redis_fencing`: Redis-specific fencing: no watchdog, and the counter
 //!   lost in a restart without persistence.
 //! - `etcd_fencing`: a 3-member etcd cluster losing its leader while the
 //!   resource server keeps every write in generation order.
+//! - `sql_fencing`: the SQL lock backend on PostgreSQL and MariaDB: fencing
+//!   on acquire refuses a holder whose session the database ended.
 //! - `demos`: the GC-pause and flash-sale demos on every backend, with
 //!   their verdicts asserted (`src/bin/demo-child.rs` hosts their client
 //!   processes).
@@ -31,8 +33,9 @@ use palisade_testkit::process::{Signal, send_signal};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-use palisade::client::Client;
+use palisade::client::{Client, Refused, Written};
 use palisade::server::{ServerConfig, run};
+use palisade::{Lock, LockGuard, LockName, Mode};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -185,4 +188,84 @@ impl HolderProcess {
         send_signal(self.child.id().context("exited")?, Signal::SIGCONT)?;
         Ok(())
     }
+}
+
+/// Fencing on acquire, on any lock service: `holder` takes `lock` and keeps
+/// the sequencer it was granted; `end_lease` ends that lease (an expiry
+/// during a pause, or what stands in for one), given the holder's session
+/// and guard; `contender` takes
+/// the lock within `wait` and writes nothing itself. With `fence` it
+/// fences at once, so the holder's late write, sent next, is refused as
+/// stale; without, nothing newer has reached the server and it lands.
+/// Returns the late write's outcome.
+pub async fn late_write_after_a_silent_new_holder<A: Lock, B: Lock>(
+    holder: A,
+    end_lease: impl AsyncFnOnce(&A, &A::Guard) -> anyhow::Result<()>,
+    contender: &B,
+    resource: &Client,
+    lock: &LockName,
+    fence: bool,
+    wait: Duration,
+) -> anyhow::Result<Result<Written, Refused>> {
+    let guard_a = holder.acquire(lock, Mode::Exclusive).await?;
+    let sequencer_a = guard_a.sequencer()?;
+    end_lease(&holder, &guard_a).await?;
+
+    let guard_b = contender
+        .acquire_timeout(lock, Mode::Exclusive, wait)
+        .await?;
+    anyhow::ensure!(guard_b.generation() > sequencer_a.generation());
+    if fence {
+        let marks = resource
+            .fence_with(&guard_b)
+            .await?
+            .expect("a new holder's fence is accepted");
+        assert_eq!(marks.exclusive, guard_b.generation().get());
+    }
+    let late = resource.put(&sequencer_a, b"k", "from-A", None).await?;
+    guard_b.release().await?;
+    drop(guard_a);
+    Ok(late)
+}
+
+/// Both halves of fencing on acquire on one lock service, each with a
+/// fresh holder from `new_holder` (see
+/// [`late_write_after_a_silent_new_holder`]): fenced, A's late write is
+/// refused and nothing is written under `fenced`; unfenced (the window the
+/// fence closes), A's late write lands under `unfenced`.
+pub async fn fence_on_acquire_refuses_a_silent_holder<A: Lock, B: Lock>(
+    new_holder: impl AsyncFn() -> anyhow::Result<A>,
+    end_lease: impl AsyncFn(&A, &A::Guard) -> anyhow::Result<()>,
+    contender: &B,
+    resource: &Client,
+    (fenced, unfenced): (&LockName, &LockName),
+    wait: Duration,
+) -> anyhow::Result<()> {
+    let refused = late_write_after_a_silent_new_holder(
+        new_holder().await?,
+        &end_lease,
+        contender,
+        resource,
+        fenced,
+        true,
+        wait,
+    )
+    .await?
+    .expect_err("the new holder fenced: A's late write is stale");
+    assert!(matches!(refused, Refused::Stale { .. }), "{refused:?}");
+    let read = resource.get(fenced, b"k", None).await?.expect("read");
+    assert_eq!(read.value, None, "nothing was written");
+
+    late_write_after_a_silent_new_holder(
+        new_holder().await?,
+        &end_lease,
+        contender,
+        resource,
+        unfenced,
+        false,
+        wait,
+    )
+    .await?
+    .expect("without a fence nothing newer has reached the server");
+    Ok(())
 }

@@ -21,12 +21,16 @@ use palisade::client::{Client, Refused};
 use palisade::etcd::{EtcdConfig, EtcdLock};
 use palisade::redis::RedisLock;
 use palisade::{LeaseState, Lock, LockGuard, LockName, Mode, SessionOptions};
+use palisade_lock_sql::{SqlConfig, SqlLockClient};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Backend {
     Etcd,
     Redis,
+    /// The SQL lock backend on PostgreSQL or MariaDB; the URL's scheme
+    /// says which.
+    Sql,
 }
 
 /// A lock holder for fencing tests.
@@ -35,7 +39,8 @@ struct Args {
     /// Which lock service.
     #[arg(long, value_enum)]
     backend: Backend,
-    /// etcd endpoints (comma-separated) or a Redis URL.
+    /// etcd endpoints (comma-separated), a Redis URL, or a database URL
+    /// (`postgres://` or `mysql://`).
     #[arg(long)]
     endpoint: String,
     /// The lock to take.
@@ -63,6 +68,10 @@ async fn main() -> anyhow::Result<()> {
             hold(EtcdLock::connect(config, options).await?, &args).await
         }
         Backend::Redis => hold(RedisLock::connect(&args.endpoint, options).await?, &args).await,
+        Backend::Sql => {
+            let client = SqlLockClient::connect(SqlConfig::new(&args.endpoint)).await?;
+            hold(client.session(options).await?, &args).await
+        }
     }
 }
 

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use palisade::client::Refused;
-use palisade::etcd::{EtcdConfig, EtcdLock};
+use palisade::etcd::{EtcdConfig, EtcdGuard, EtcdLock};
 use palisade::{Lock, LockGuard, LockName, Mode, SessionOptions};
 use palisade_testkit::etcd::{EtcdCluster, EtcdServer};
-use palisade_tests::ResourceServer;
+use palisade_tests::{ResourceServer, fence_on_acquire_refuses_a_silent_holder};
 
 /// Longer than an election (about 2 s here), so a session can ride out the
 /// leader change; a session that does not is reported lost, never doubled.
@@ -151,64 +151,39 @@ async fn leader_kill_keeps_generations_ordered_and_writes_fenced() -> anyhow::Re
 /// A holder whose lease ended while it was paused (`etcdctl lease revoke`
 /// stands in for the expiry) still has a write in hand; B takes the lock
 /// and writes nothing. A's late write lands unless B fenced on acquire;
-/// with `fence_with` it is refused as stale. Returns A's outcome.
-async fn late_write_after_a_silent_new_holder(
-    etcd: &EtcdServer,
-    resource: &palisade::client::Client,
-    lock: &LockName,
-    fence: bool,
-) -> anyhow::Result<Result<palisade::client::Written, Refused>> {
-    let config = || EtcdConfig::new(etcd.endpoints());
-    let client_a = EtcdLock::connect(config()?, options()).await?;
-    let guard_a = client_a.acquire(lock, Mode::Exclusive).await?;
-    let sequencer_a = guard_a.sequencer()?;
-    let lease = sequencer_a
-        .lease()
-        .context("etcd sequencers name their lease")?;
-    let etcdctl = palisade_testkit::process::require_binary("etcdctl");
-    let revoked = std::process::Command::new(etcdctl)
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", etcd.endpoints().join(",")))
-        .args(["lease", "revoke", lease])
-        .output()?;
-    anyhow::ensure!(revoked.status.success(), "etcdctl lease revoke {lease}");
-
-    let client_b = EtcdLock::connect(config()?, options()).await?;
-    let guard_b = client_b
-        .acquire_timeout(lock, Mode::Exclusive, RECOVERY_BOUND)
-        .await?;
-    anyhow::ensure!(guard_b.generation() > sequencer_a.generation());
-    if fence {
-        let marks = resource
-            .fence_with(&guard_b)
-            .await?
-            .expect("a new holder's fence is accepted");
-        assert_eq!(marks.exclusive, guard_b.generation().get());
-    }
-    let late = resource.put(&sequencer_a, b"k", "from-A", None).await?;
-    guard_b.release().await?;
-    Ok(late)
-}
-
+/// with `fence_with` it is refused as stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_on_acquire_refuses_a_paused_holder_before_the_new_one_writes() -> anyhow::Result<()>
 {
     let etcd = EtcdServer::start();
     let server = ResourceServer::start().await?;
-    let resource = server.client();
-
-    let fenced = LockName::new("etcd-fencing/fence-on-acquire")?;
-    let refused = late_write_after_a_silent_new_holder(&etcd, &resource, &fenced, true)
-        .await?
-        .expect_err("the new holder fenced: A's late write is stale");
-    assert!(matches!(refused, Refused::Stale { .. }), "{refused:?}");
-    let read = resource.get(&fenced, b"k", None).await?.expect("read");
-    assert_eq!(read.value, None, "nothing was written");
-
-    // The window the fence closes: without it, A's late write lands.
-    let unfenced = LockName::new("etcd-fencing/no-fence-on-acquire")?;
-    late_write_after_a_silent_new_holder(&etcd, &resource, &unfenced, false)
-        .await?
-        .expect("without a fence nothing newer has reached the server");
+    let config = || EtcdConfig::new(etcd.endpoints());
+    let etcdctl = palisade_testkit::process::require_binary("etcdctl");
+    let revoke = async |_: &EtcdLock, guard: &EtcdGuard| {
+        let sequencer = guard.sequencer()?;
+        let lease = sequencer
+            .lease()
+            .context("etcd sequencers name their lease")?;
+        let revoked = std::process::Command::new(&etcdctl)
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", etcd.endpoints().join(",")))
+            .args(["lease", "revoke", lease])
+            .output()?;
+        anyhow::ensure!(revoked.status.success(), "etcdctl lease revoke {lease}");
+        anyhow::Ok(())
+    };
+    let contender = EtcdLock::connect(config()?, options()).await?;
+    fence_on_acquire_refuses_a_silent_holder(
+        async || anyhow::Ok(EtcdLock::connect(config()?, options()).await?),
+        revoke,
+        &contender,
+        &server.client(),
+        (
+            &LockName::new("etcd-fencing/fence-on-acquire")?,
+            &LockName::new("etcd-fencing/no-fence-on-acquire")?,
+        ),
+        RECOVERY_BOUND,
+    )
+    .await?;
     server.stop().await
 }

@@ -1,6 +1,7 @@
-//! The GC-pause story across processes, on real lock services: a holder in
-//! its own process is stopped with SIGSTOP past its lease, another client
-//! takes the lock and writes, and the holder's late write is refused.
+//! The GC-pause story across processes, on real lock services (etcd, Redis,
+//! and the SQL backend on PostgreSQL and MariaDB): a holder in its own
+//! process is stopped with SIGSTOP past its lease, another client takes the
+//! lock and writes, and the holder's late write is refused.
 
 use std::time::Duration;
 
@@ -8,11 +9,14 @@ use palisade::client::Refused;
 use palisade::etcd::{EtcdConfig, EtcdLock};
 use palisade::redis::RedisLock;
 use palisade::{Lock, LockGuard, LockName, Mode, SessionOptions};
+use palisade_lock_sql::{SqlConfig, SqlLockClient};
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::redis::RedisServer;
+use palisade_testkit::sql::SqlServer;
 use palisade_tests::{HolderProcess, ResourceServer};
 
-/// etcd's smallest lease is 2 s; Redis uses the same so both stories match.
+/// etcd's smallest lease is 2 s; Redis and the SQL backend use the same so
+/// every story matches.
 const TTL: Duration = Duration::from_secs(2);
 /// How long the contender may wait for the stopped holder's lease to end:
 /// the TTL plus a wide margin for a loaded 2-core machine.
@@ -128,4 +132,29 @@ async fn redis_holder_stopped_past_its_lease_is_fenced() -> anyhow::Result<()> {
     let args = holder_args("redis", &redis.url(), &lock, &server);
     paused_holder_is_fenced(args, contender, &lock, &server).await?;
     server.stop().await
+}
+
+/// The SQL lock backend: the holder's session row expires by the
+/// database's clock while its process is stopped.
+async fn sql_holder_stopped_past_its_lease_is_fenced(
+    database: SqlServer,
+    lock: &str,
+) -> anyhow::Result<()> {
+    let server = ResourceServer::start().await?;
+    let lock = LockName::new(lock)?;
+    let client = SqlLockClient::connect(SqlConfig::new(database.url())).await?;
+    let contender = client.session(options()).await?;
+    let args = holder_args("sql", &database.url(), &lock, &server);
+    paused_holder_is_fenced(args, contender, &lock, &server).await?;
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_holder_stopped_past_its_lease_is_fenced() -> anyhow::Result<()> {
+    sql_holder_stopped_past_its_lease_is_fenced(SqlServer::postgres(), "gc-pause/postgres").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_holder_stopped_past_its_lease_is_fenced() -> anyhow::Result<()> {
+    sql_holder_stopped_past_its_lease_is_fenced(SqlServer::mariadb(), "gc-pause/mariadb").await
 }

@@ -6,10 +6,10 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade::client::Refused;
-use palisade::redis::{GenerationScheme, RedisConfig, RedisLock, RedisLockClient};
+use palisade::redis::{GenerationScheme, RedisConfig, RedisGuard, RedisLock, RedisLockClient};
 use palisade::{Generation, Lock, LockGuard, LockName, Mode, Sequencer, SessionOptions};
 use palisade_testkit::redis::{Persistence, RedisOptions, RedisServer};
-use palisade_tests::ResourceServer;
+use palisade_tests::{ResourceServer, fence_on_acquire_refuses_a_silent_holder};
 
 const TTL: Duration = Duration::from_millis(1500);
 /// Bound on any wait for a lease to end: many TTLs, for a loaded CI box.
@@ -199,57 +199,36 @@ async fn default_generations_stay_above_the_mark_after_a_restart() -> anyhow::Re
 /// Holder A (no watchdog: a task that stopped renewing) outlives its TTL
 /// with a write in hand; B takes the lock and writes nothing. A's late
 /// write lands unless B fenced on acquire; with `fence_with` it is
-/// refused as stale. Returns A's outcome.
-async fn late_write_after_a_silent_new_holder(
-    redis: &RedisServer,
-    resource: &palisade::client::Client,
-    lock: &LockName,
-    fence: bool,
-) -> anyhow::Result<Result<palisade::client::Written, Refused>> {
-    let slow = RedisLock::connect(&redis.url(), options())
-        .await?
-        .without_watchdog();
-    let guard_a = slow.acquire(lock, Mode::Exclusive).await?;
-    let sequencer_a = guard_a.sequencer()?;
-    let mut lease = guard_a.lease();
-    tokio::time::timeout(LEASE_WAIT, lease.lost()).await?;
-
-    let other = RedisLock::connect(&redis.url(), options()).await?;
-    let guard_b = other
-        .acquire_timeout(lock, Mode::Exclusive, LEASE_WAIT)
-        .await?;
-    if fence {
-        let marks = resource
-            .fence_with(&guard_b)
-            .await?
-            .expect("a new holder's fence is accepted");
-        assert_eq!(marks.exclusive, guard_b.generation().get());
-    }
-    let late = resource.put(&sequencer_a, b"k", "from-A", None).await?;
-    guard_b.release().await?;
-    Ok(late)
-}
-
+/// refused as stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_on_acquire_refuses_a_paused_holder_before_the_new_one_writes() -> anyhow::Result<()>
 {
     let redis = RedisServer::start();
     let server = ResourceServer::start().await?;
-    let resource = server.client();
-
-    let fenced = LockName::new("redis-fencing/fence-on-acquire")?;
-    let refused = late_write_after_a_silent_new_holder(&redis, &resource, &fenced, true)
-        .await?
-        .expect_err("the new holder fenced: A's late write is stale");
-    assert!(matches!(refused, Refused::Stale { .. }), "{refused:?}");
-    let read = resource.get(&fenced, b"k", None).await?.expect("read");
-    assert_eq!(read.value, None, "nothing was written");
-
-    // The window the fence closes: without it, A's late write lands.
-    let unfenced = LockName::new("redis-fencing/no-fence-on-acquire")?;
-    late_write_after_a_silent_new_holder(&redis, &resource, &unfenced, false)
-        .await?
-        .expect("without a fence nothing newer has reached the server");
+    let outlive_the_ttl = async |_: &RedisLock, guard: &RedisGuard| {
+        let mut lease = guard.lease();
+        tokio::time::timeout(LEASE_WAIT, lease.lost()).await?;
+        anyhow::Ok(())
+    };
+    let contender = RedisLock::connect(&redis.url(), options()).await?;
+    fence_on_acquire_refuses_a_silent_holder(
+        async || {
+            anyhow::Ok(
+                RedisLock::connect(&redis.url(), options())
+                    .await?
+                    .without_watchdog(),
+            )
+        },
+        outlive_the_ttl,
+        &contender,
+        &server.client(),
+        (
+            &LockName::new("redis-fencing/fence-on-acquire")?,
+            &LockName::new("redis-fencing/no-fence-on-acquire")?,
+        ),
+        LEASE_WAIT,
+    )
+    .await?;
     server.stop().await
 }
 
