@@ -552,3 +552,51 @@ async fn postgres_a_release_sends_only_the_head_waiter_into_a_grant() {
         guard.release().await.expect("release");
     }
 }
+
+/// Connections that sat idle in the pool through a `kill -9` and restart
+/// are tested before a grant gets one (the pool pings a connection idle for
+/// a while): the first acquire after the restart succeeds instead of
+/// failing on a connection the dead server cut. Nothing touches the pool
+/// during the outage (the keep-alive is 15 s away), so every idle
+/// connection is a dead one.
+async fn idle_connections_cut_by_a_restart_are_replaced(mut server: SqlServer) {
+    let client = common::client(&server).await;
+    let session = client
+        .session(common::options(Duration::from_secs(60)))
+        .await
+        .expect("session");
+    // Several connections in the pool: holds of different locks at once.
+    let mut holds = tokio::task::JoinSet::new();
+    for index in 0..4 {
+        let session = session.clone();
+        holds.spawn(async move {
+            let guard = session
+                .acquire(&name(&format!("pool/{index}")), Mode::Exclusive)
+                .await
+                .expect("acquire");
+            guard.release().await.expect("release");
+        });
+    }
+    holds.join_all().await;
+
+    server.kill().expect("kill -9 the database");
+    server.restart().expect("restart the database");
+
+    let guard = session
+        .acquire(&name("pool/after-restart"), Mode::Exclusive)
+        .await
+        .expect("the first acquire after the restart must not get a dead connection");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_idle_connections_cut_by_a_restart_are_replaced() {
+    common::trace();
+    idle_connections_cut_by_a_restart_are_replaced(SqlServer::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_idle_connections_cut_by_a_restart_are_replaced() {
+    common::trace();
+    idle_connections_cut_by_a_restart_are_replaced(SqlServer::mariadb()).await;
+}
