@@ -11,6 +11,10 @@ use crate::backend::SqlTarget;
 use crate::backend::lock_error_text;
 
 /// A lock service's inspection API.
+#[cfg_attr(
+    not(any(feature = "etcd", feature = "redis", feature = "sql")),
+    allow(unused_variables, dead_code)
+)]
 #[derive(Debug)]
 pub(crate) enum AnyInspector {
     /// etcd's connection.
@@ -89,6 +93,10 @@ impl AnyInspector {
     }
 }
 
+#[cfg_attr(
+    not(any(feature = "etcd", feature = "redis", feature = "sql")),
+    allow(unused_variables, dead_code)
+)]
 impl Inspect for AnyInspector {
     async fn inspect(&self, name: &LockName) -> Result<LockInfo, LockError> {
         match self {
@@ -117,6 +125,10 @@ impl Inspect for AnyInspector {
     }
 }
 
+#[cfg_attr(
+    not(any(feature = "etcd", feature = "redis", feature = "sql")),
+    allow(unused_variables, dead_code)
+)]
 impl ForceRelease for AnyInspector {
     async fn force_release(
         &self,
