@@ -135,7 +135,35 @@ async fn forced_unlock_fences_the_paused_holder(backend: Backend) {
         evicted
     );
 
-    let forced = unlock(&backend, &name, &["--server", &served.url]).await;
+    // Another generation than the holder's: nothing is evicted.
+    let other = (evicted + 1).to_string();
+    let missed = unlock(
+        &backend,
+        &name,
+        &["--generation", &other, "--server", &served.url],
+    )
+    .await;
+    let line = missed.one_line_error(code::NOT_FOUND);
+    assert!(
+        line.contains(&format!("is not held with generation {other}")),
+        "{line}"
+    );
+    assert_eq!(
+        show(&backend, &name).await["holders"][0]["generation"],
+        evicted
+    );
+
+    let forced = unlock(
+        &backend,
+        &name,
+        &[
+            "--generation",
+            &evicted.to_string(),
+            "--server",
+            &served.url,
+        ],
+    )
+    .await;
     forced.assert_code(code::OK);
     assert!(
         forced.stderr.contains(&format!(
@@ -248,4 +276,104 @@ async fn etcd_without_the_fence_the_late_write_lands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_without_the_fence_the_late_write_lands() {
     without_the_fence_the_late_write_lands(Backend::redis()).await;
+}
+
+/// The library call under `unlock --force`: it ends only the hold with the
+/// generation given (a stale request never evicts a newer holder), the
+/// evicted guard learns of it as a lost lease, and the next waiter is
+/// granted with a newer generation.
+async fn force_release_compares_the_generation<L, F>(
+    locks: &L,
+    waiting: &L,
+    service: &F,
+    test: &str,
+) where
+    L: palisade_core::Lock,
+    F: palisade_core::ForceRelease + palisade_core::Inspect,
+{
+    use palisade_core::{Generation, LockGuard as _, Mode};
+    let name = unique_name("lib", test);
+    let guard = locks
+        .acquire(&name, Mode::Exclusive)
+        .await
+        .expect("acquire");
+    let generation = guard.generation();
+    let newer = Generation::new(generation.get() + 1).expect("a generation");
+    assert!(
+        !service
+            .force_release(&name, newer)
+            .await
+            .expect("force_release"),
+        "a generation nobody holds evicted something"
+    );
+    let info = service.inspect(&name).await.expect("inspect");
+    assert_eq!(info.newest_generation(), Some(generation), "{info:?}");
+
+    let waiter = waiting.acquire_timeout(&name, Mode::Exclusive, Duration::from_secs(30));
+    let evict = async {
+        // The waiter queues first, so the eviction must hand the lock on.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let info = service.inspect(&name).await.expect("inspect");
+            if info
+                .waiters
+                .as_ref()
+                .is_some_and(|waiters| waiters.len() == 1)
+            {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no waiter shown: {info:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            service
+                .force_release(&name, generation)
+                .await
+                .expect("force_release"),
+            "the holder was not evicted"
+        );
+    };
+    let (next, ()) = tokio::join!(waiter, evict);
+    let next = next.expect("the waiter is granted after the eviction");
+    assert!(next.generation() > generation);
+    let mut lease = guard.lease();
+    tokio::time::timeout(Duration::from_secs(30), lease.lost())
+        .await
+        .expect("the evicted guard reports its lease lost");
+    assert!(
+        guard.sequencer().is_err(),
+        "an evicted guard hands out its sequencer"
+    );
+    next.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_force_release_compares_the_generation() {
+    use palisade_core::SessionOptions;
+    use palisade_lock_etcd::{EtcdConfig, EtcdConnection};
+    let etcd = palisade_testkit::etcd::EtcdServer::start();
+    let connection = EtcdConnection::connect(EtcdConfig::new(etcd.endpoints()).expect("config"))
+        .await
+        .expect("connect");
+    let options = SessionOptions::default();
+    let holder = connection.session(options.clone()).await.expect("session");
+    let waiter = connection.session(options).await.expect("session");
+    force_release_compares_the_generation(&holder, &waiter, &connection, "lib-etcd").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_force_release_compares_the_generation() {
+    use palisade_core::SessionOptions;
+    use palisade_lock_redis::{RedisConfig, RedisLockClient};
+    let redis = palisade_testkit::redis::RedisServer::start();
+    let client = RedisLockClient::connect(RedisConfig::new(redis.url()))
+        .await
+        .expect("connect");
+    let options = SessionOptions::default();
+    let holder = client.session(options.clone()).expect("session");
+    let waiter = client.session(options).expect("session");
+    force_release_compares_the_generation(&holder, &waiter, &client, "lib-redis").await;
 }
