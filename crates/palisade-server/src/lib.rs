@@ -61,6 +61,7 @@ mod tokens;
 pub use config::{DurabilityMode, ServerConfig};
 pub use error::{ApiError, ServerError};
 pub use limits::ServerLimits;
+pub use metrics::exported_metric_names;
 pub use routes::{
     IDEMPOTENCY_KEY_HEADER, MARK_EXCLUSIVE_HEADER, MARK_SHARED_HEADER, REPLAYED_HEADER, app,
 };
