@@ -51,6 +51,7 @@ mod encoding;
 mod error;
 mod limits;
 mod metrics;
+mod openapi;
 mod routes;
 mod sequencer_policy;
 mod serve;
@@ -62,6 +63,7 @@ pub use config::{DurabilityMode, ServerConfig};
 pub use error::{ApiError, ServerError};
 pub use limits::ServerLimits;
 pub use metrics::exported_metric_names;
+pub use openapi::openapi_document;
 pub use routes::{
     IDEMPOTENCY_KEY_HEADER, MARK_EXCLUSIVE_HEADER, MARK_SHARED_HEADER, REPLAYED_HEADER, app,
 };

@@ -49,6 +49,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/locks/{lock}/marks", get(marks))
         .route("/healthz", get(health))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi_json))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -390,6 +391,22 @@ async fn refusal(state: &AppState, sequencer: &Sequencer, refused: Refused) -> A
     }
 }
 
+/// `GET /v1/locks/{lock}/keys/{key}`: a key's value.
+#[utoipa::path(
+    get,
+    path = "/v1/locks/{lock}/keys/{key}",
+    tag = "keys",
+    params(
+        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+        ("key" = String, Path, description = "The key, percent-encoded (any bytes)."),
+        ("palisade-sequencer" = Option<String>, Header, description = "The caller's sequencer (`v1;lock=NAME;mode=exclusive|shared;gen=N`, optionally signed); a read may carry one, and is then fenced."),
+    ),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "The value's bytes; the marks in the palisade-mark-* headers.", content_type = "application/octet-stream", body = crate::openapi::RawBytes),
+        crate::openapi::ReadErrors,
+    ),
+)]
 async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     handle(&state, OpKind::Get, &uri, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
@@ -424,6 +441,24 @@ async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) ->
     .await
 }
 
+/// `PUT /v1/locks/{lock}/keys/{key}`: store the body as the key's value.
+#[utoipa::path(
+    put,
+    path = "/v1/locks/{lock}/keys/{key}",
+    tag = "keys",
+    params(
+        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+        ("key" = String, Path, description = "The key, percent-encoded (any bytes)."),
+        ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
+        ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
+    ),
+    request_body(content = crate::openapi::RawBytes, content_type = "application/octet-stream", description = "The value's bytes."),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteResponse),
+        crate::openapi::WriteErrors,
+    ),
+)]
 async fn put_key(
     State(state): State<AppState>,
     uri: Uri,
@@ -442,6 +477,23 @@ async fn put_key(
     .await
 }
 
+/// `DELETE /v1/locks/{lock}/keys/{key}`.
+#[utoipa::path(
+    delete,
+    path = "/v1/locks/{lock}/keys/{key}",
+    tag = "keys",
+    params(
+        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+        ("key" = String, Path, description = "The key, percent-encoded (any bytes)."),
+        ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
+        ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
+    ),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteResponse),
+        crate::openapi::WriteErrors,
+    ),
+)]
 async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     handle(&state, OpKind::Delete, &uri, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
@@ -454,6 +506,24 @@ async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap)
     .await
 }
 
+/// `POST /v1/locks/{lock}/cas/{key}`: compare-and-swap.
+#[utoipa::path(
+    post,
+    path = "/v1/locks/{lock}/cas/{key}",
+    tag = "keys",
+    params(
+        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+        ("key" = String, Path, description = "The key, percent-encoded (any bytes)."),
+        ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
+        ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
+    ),
+    request_body = CasBody,
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteResponse),
+        crate::openapi::WriteErrors,
+    ),
+)]
 async fn cas_key(
     State(state): State<AppState>,
     uri: Uri,
@@ -472,6 +542,23 @@ async fn cas_key(
     .await
 }
 
+/// `POST /v1/locks/{lock}/batch`: several ops, all or none.
+#[utoipa::path(
+    post,
+    path = "/v1/locks/{lock}/batch",
+    tag = "keys",
+    params(
+        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+        ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
+        ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
+    ),
+    request_body = BatchBody,
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteResponse),
+        crate::openapi::WriteErrors,
+    ),
+)]
 async fn batch(
     State(state): State<AppState>,
     uri: Uri,
@@ -494,6 +581,20 @@ async fn batch(
     .await
 }
 
+/// `GET /v1/locks/{lock}/marks`.
+#[utoipa::path(
+    get,
+    path = "/v1/locks/{lock}/marks",
+    tag = "locks",
+    params(
+        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+    ),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "The lock's marks (also in the palisade-mark-* headers).", body = crate::openapi::MarksResponse),
+        crate::openapi::ReadErrors,
+    ),
+)]
 async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     handle(&state, OpKind::Marks, &uri, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
@@ -506,6 +607,16 @@ async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
     .await
 }
 
+/// `GET /healthz`.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The store accepts requests.", body = crate::openapi::HealthResponse),
+        (status = 503, description = "A flush failed: the server is fail-stopped.", body = crate::openapi::ErrorBody),
+    ),
+)]
 async fn health(State(state): State<AppState>) -> Response {
     match state.store.check_health() {
         Ok(()) => axum::Json(json!({
@@ -521,10 +632,36 @@ async fn health(State(state): State<AppState>) -> Response {
     }
 }
 
+/// `GET /metrics`.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The metrics, as OpenMetrics text.", content_type = "application/openmetrics-text", body = String),
+    ),
+)]
 async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         state.metrics.render(state.store.flush_stats()),
+    )
+        .into_response()
+}
+
+/// `GET /openapi.json`: this API's OpenAPI 3.1 document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The OpenAPI document (also committed as docs/openapi.json).", content_type = "application/json", body = Object),
+    ),
+)]
+async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::openapi::openapi_document(),
     )
         .into_response()
 }
