@@ -6,7 +6,8 @@
 #    (etcd-client builds its protobufs), PostgreSQL and MariaDB,
 #    and the fault suite's tools: libfaketime (client clock jumps), libfiu
 #    (fsync failures), xfs_io (a disk that dies), mkfs.ext4 and losetup
-#    (loop-mounted data directories).
+#    (loop-mounted data directories), and Chromium with its WebDriver
+#    (the dashboard's browser test).
 # 2. Checks formatting and lints (cargo fmt, clippy -D warnings).
 # 3. Runs every test: unit tests, doctests, and the integration tests, which
 #    start real etcd, Redis, PostgreSQL and MariaDB processes on free loopback ports in temporary
@@ -43,6 +44,9 @@ command -v mkfs.ext4    >/dev/null || missing+=(e2fsprogs)
 command -v losetup      >/dev/null || missing+=(mount)
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
 command -v mariadbd     >/dev/null || missing+=(mariadb-server)
+# The dashboard's browser test (/ui in headless Chromium via chromedriver).
+command -v chromium     >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if ((${#missing[@]})); then
   step "installing ${missing[*]}"
   sudo=""

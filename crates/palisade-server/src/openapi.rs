@@ -197,6 +197,8 @@ impl Modify for BearerToken {
         crate::routes::health,
         crate::routes::metrics,
         crate::routes::openapi_json,
+        crate::events::events,
+        crate::events::ui,
     ),
     components(schemas(ErrorBody, RawBytes, MarksBody, MarksResponse, HealthResponse, WriteResponse, CasBody, BatchBody)),
     modifiers(&BearerToken),

@@ -16,6 +16,7 @@ use palisade_store::{Applied, IVec, Marks, Op, Refused, RequestId};
 use serde_json::json;
 use tracing::Instrument as _;
 
+use crate::decisions::{MarksView, Outcome};
 use crate::dto::{BatchBody, CasBody, WriteResponse};
 use crate::encoding::percent_decode;
 use crate::error::{ApiError, marks_json};
@@ -50,6 +51,8 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi_json))
+        .route("/v1/events", get(crate::events::events))
+        .route("/ui", get(crate::events::ui))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -58,11 +61,13 @@ pub fn app(state: AppState) -> Router {
 /// Runs one request's work in a span, and counts and times it: the
 /// common frame of every `/v1/locks/...` route. The request first needs a
 /// place among those in flight; without one it is refused at once (503
-/// `overloaded`) before anything is parsed.
+/// `overloaded`) before anything is parsed. Writes are recorded in the
+/// decision log (`/ui`, `/v1/events`).
 async fn handle(
     state: &AppState,
     op: OpKind,
     uri: &Uri,
+    headers: &HeaderMap,
     work: impl Future<Output = Result<Response, ApiError>>,
 ) -> Response {
     let started = Instant::now();
@@ -75,16 +80,90 @@ async fn handle(
     let response = match work.instrument(span).await {
         Ok(response) => {
             state.metrics.accepted(op);
+            record_accepted(state, op, uri, headers, &response);
             response
         }
         Err(error) => {
             state.metrics.rejected(error.code());
             tracing::debug!(op = op.as_str(), code = error.code(), status = %error.status(), "request refused");
+            record_refused(state, op, uri, headers, &error);
             error.into_response()
         }
     };
     state.metrics.observe(op, started.elapsed());
     response
+}
+
+fn is_write(op: OpKind) -> bool {
+    matches!(
+        op,
+        OpKind::Put | OpKind::Delete | OpKind::Cas | OpKind::Batch
+    )
+}
+
+/// The generation of the request's sequencer, if it has one that parses.
+fn presented_generation(headers: &HeaderMap) -> Option<u64> {
+    let text = headers.get(Sequencer::HTTP_HEADER)?.to_str().ok()?;
+    Some(text.parse::<Sequencer>().ok()?.generation().get())
+}
+
+fn record_accepted(
+    state: &AppState,
+    op: OpKind,
+    uri: &Uri,
+    headers: &HeaderMap,
+    response: &Response,
+) {
+    if !is_write(op) {
+        return;
+    }
+    let Ok(lock) = path_lock(uri) else { return };
+    let mark =
+        |name: &str| -> Option<u64> { response.headers().get(name)?.to_str().ok()?.parse().ok() };
+    let marks = mark(MARK_EXCLUSIVE_HEADER)
+        .zip(mark(MARK_SHARED_HEADER))
+        .map(|(exclusive, shared)| MarksView { exclusive, shared });
+    state.decisions.record(Outcome {
+        lock: lock.as_str().to_owned(),
+        op: op.as_str(),
+        reason: None,
+        status: response.status().as_u16(),
+        generation: presented_generation(headers),
+        marks,
+    });
+}
+
+/// Records a refused write, or a refused read that was fenced (stale or
+/// no longer held). A request whose lock name does not parse is not
+/// recorded: there is no lock to show it under.
+fn record_refused(state: &AppState, op: OpKind, uri: &Uri, headers: &HeaderMap, error: &ApiError) {
+    let fenced_read = op == OpKind::Get && matches!(error.code(), "stale" | "not_held");
+    if !is_write(op) && !fenced_read {
+        return;
+    }
+    let Ok(lock) = path_lock(uri) else { return };
+    let regression = error.field("regression") == Some(&serde_json::Value::Bool(true));
+    let marks = error.field("marks").and_then(|marks| {
+        Some(MarksView {
+            exclusive: marks.get("exclusive")?.as_u64()?,
+            shared: marks.get("shared")?.as_u64()?,
+        })
+    });
+    state.decisions.record(Outcome {
+        lock: lock.as_str().to_owned(),
+        op: op.as_str(),
+        reason: Some(if regression {
+            "regression"
+        } else {
+            error.code()
+        }),
+        status: error.status().as_u16(),
+        generation: error
+            .field("presented")
+            .and_then(serde_json::Value::as_u64)
+            .or_else(|| presented_generation(headers)),
+        marks,
+    });
 }
 
 /// The raw (still percent-encoded) path segments after `/v1/locks/`:
@@ -408,7 +487,7 @@ async fn refusal(state: &AppState, sequencer: &Sequencer, refused: Refused) -> A
     ),
 )]
 async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
-    handle(&state, OpKind::Get, &uri, async {
+    handle(&state, OpKind::Get, &uri, &headers, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
         let key = path_key(&uri, &state)?;
         let sequencer = sequencer_header(&state, &headers, &lock)?;
@@ -465,7 +544,7 @@ async fn put_key(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&state, OpKind::Put, &uri, async {
+    handle(&state, OpKind::Put, &uri, &headers, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
         let key = path_key(&uri, &state)?;
         let sequencer = write_sequencer(&state, &headers, &lock)?;
@@ -495,7 +574,7 @@ async fn put_key(
     ),
 )]
 async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
-    handle(&state, OpKind::Delete, &uri, async {
+    handle(&state, OpKind::Delete, &uri, &headers, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
         let key = path_key(&uri, &state)?;
         let sequencer = write_sequencer(&state, &headers, &lock)?;
@@ -530,7 +609,7 @@ async fn cas_key(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&state, OpKind::Cas, &uri, async {
+    handle(&state, OpKind::Cas, &uri, &headers, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
         let key = path_key(&uri, &state)?;
         let sequencer = write_sequencer(&state, &headers, &lock)?;
@@ -565,7 +644,7 @@ async fn batch(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&state, OpKind::Batch, &uri, async {
+    handle(&state, OpKind::Batch, &uri, &headers, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
         let sequencer = write_sequencer(&state, &headers, &lock)?;
         let request_id = request_id(&headers)?;
@@ -596,7 +675,7 @@ async fn batch(
     ),
 )]
 async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
-    handle(&state, OpKind::Marks, &uri, async {
+    handle(&state, OpKind::Marks, &uri, &headers, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
         let marks = state.store.submit_marks(&lock)?.await?;
         let mut response =

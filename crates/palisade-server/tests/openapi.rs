@@ -106,6 +106,9 @@ fn cases() -> Vec<Case> {
         case(Method::GET, "/healthz", "/healthz", 200),
         case(Method::GET, "/metrics", "/metrics", 200),
         case(Method::GET, "/openapi.json", "/openapi.json", 200),
+        case(Method::GET, "/ui", "/ui", 200),
+        // A 200 here is an endless stream: tests/events.rs reads those.
+        case(Method::GET, "/v1/events", "/v1/events", 401).header("authorization", ""),
         case(Method::PUT, KEYS, key, 200)
             .sequencer("orders/a", "exclusive", 5)
             .body("v"),
