@@ -14,6 +14,9 @@
 #    directories and kill them by PID when done, including the fault suite
 #    (scripts/faults.sh runs only that, and --soak its long form); prints the
 #    fault suite's table.
+#    Then a property-based run of the HTTP API against its OpenAPI document
+#    (scripts/api-fuzz.sh: schemathesis in a venv under target/, installing
+#    python3-venv if missing), which must find no failure.
 # 4. Runs the demos as checks (they exit non-zero if fencing ever fails).
 #
 # Usage: scripts/test.sh            everything
@@ -89,6 +92,9 @@ echo "|---|---|---:|---:|---:|---:|---:|---|"
 sort -t '|' -b -k2,2V "$fault_table"
 rm -f "$fault_table"
 ((tests_status == 0)) || { echo "cargo test failed (exit $tests_status)" >&2; exit "$tests_status"; }
+
+step "API fuzz: schemathesis against the OpenAPI document, on a live server"
+scripts/api-fuzz.sh
 
 # --- 4. Demos as checks -------------------------------------------------------
 if ((quick == 0)); then
