@@ -47,6 +47,7 @@ mod duration;
 mod exit;
 mod fence;
 mod lock;
+mod metrics;
 #[cfg(target_os = "linux")]
 mod parent_death;
 mod raise_floor;

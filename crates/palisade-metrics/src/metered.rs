@@ -28,6 +28,12 @@ impl<L: Lock> Metered<L> {
         &self.inner
     }
 
+    /// The wrapped session, unwrapped. Holds taken through `self` keep
+    /// reporting their lease losses.
+    pub fn into_inner(self) -> L {
+        self.inner
+    }
+
     /// The metrics this session reports into.
     pub fn metrics(&self) -> &LockMetrics {
         &self.metrics
@@ -104,6 +110,11 @@ impl<G: LockGuard> MeteredGuard<G> {
     /// The backend's guard.
     pub fn inner(&self) -> &G {
         &self.inner
+    }
+
+    /// The backend's guard, unwrapped; its lease loss is still counted.
+    pub fn into_inner(self) -> G {
+        self.inner
     }
 }
 

@@ -26,6 +26,7 @@ mod fixtures;
 mod lease_lost;
 mod lock_killed;
 mod lock_write;
+mod metrics_listen;
 mod redis_tls;
 mod regression;
 mod signing;
