@@ -184,3 +184,70 @@ async fn the_ui_page_is_self_contained() {
     assert!(page.contains("/v1/events"));
     server.shut_down().await;
 }
+
+/// A live check whose answer the test sets: held or not.
+struct ScriptedLiveCheck(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl palisade_core::LiveCheck for ScriptedLiveCheck {
+    async fn check(
+        &self,
+        _sequencer: &palisade_core::Sequencer,
+    ) -> Result<palisade_core::Liveness, palisade_core::LockError> {
+        Ok(if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            palisade_core::Liveness::Held
+        } else {
+            palisade_core::Liveness::NotHeld
+        })
+    }
+}
+
+#[tokio::test]
+async fn each_refusal_reason_the_page_shows_is_recorded() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let held = Arc::new(AtomicBool::new(true));
+    let live_check = Arc::new(ScriptedLiveCheck(Arc::clone(&held)));
+    let server = start_with(|state| state.with_tokens(tokens()).with_live_check(live_check)).await;
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    let mut events = Events::open(&http, base, TOKEN).await;
+    assert_eq!(events.next().await.0, "snapshot");
+
+    assert_eq!(put(&http, base, "orders/a", 5, TOKEN).await, 200);
+    // Still granted by the lock service yet below the mark: a regression.
+    assert_eq!(put(&http, base, "orders/a", 4, TOKEN).await, 409);
+    held.store(false, Ordering::SeqCst);
+    assert_eq!(put(&http, base, "orders/a", 6, TOKEN).await, 409);
+    let mut reasons = Vec::new();
+    for _ in 0..3 {
+        let (name, decision) = events.next().await;
+        assert_eq!(name, "decision");
+        reasons.push((decision["reason"].clone(), decision["generation"].clone()));
+    }
+    assert_eq!(
+        reasons,
+        [
+            (Value::Null, 5.into()),
+            ("regression".into(), 4.into()),
+            ("not_held".into(), 6.into()),
+        ]
+    );
+    drop(events);
+    server.shut_down().await;
+
+    // Unsigned, on a server that requires signatures.
+    let verifier = palisade_core::Verifier::new()
+        .with_key(palisade_core::SigningKey::new("k1", vec![1; 32]).unwrap())
+        .unwrap();
+    let server =
+        start_with(|state| state.with_tokens(tokens()).with_verifier(verifier, true)).await;
+    let mut events = Events::open(&http, &server.base, TOKEN).await;
+    assert_eq!(events.next().await.0, "snapshot");
+    assert_eq!(put(&http, &server.base, "orders/a", 7, TOKEN).await, 401);
+    let (_, decision) = events.next().await;
+    assert_eq!(decision["reason"], "unsigned", "{decision}");
+    assert_eq!(decision["generation"], 7);
+    drop(events);
+    server.shut_down().await;
+}
