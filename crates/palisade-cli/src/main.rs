@@ -55,6 +55,7 @@ mod inspector;
 mod lock;
 mod locks;
 mod man;
+mod metrics;
 #[cfg(target_os = "linux")]
 mod parent_death;
 mod raise_floor;

@@ -50,6 +50,7 @@ pub async fn run(
     let limits = *state.limits();
     let tls = state.tls.clone();
     let metrics = Arc::clone(&state.metrics);
+    let decisions = Arc::clone(&state.decisions);
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(
             %addr,
@@ -135,6 +136,9 @@ pub async fn run(
     drop(listener);
     tracing::info!("shutting down: finishing the requests in flight");
     let _ = stop_connections.send(true);
+    // Event streams never end by themselves: end them, or their
+    // connections would hold the shutdown forever.
+    decisions.close();
     let total = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let _all_closed = permits.acquire_many(total).await;
     tracing::info!("shutting down: flushing the store");

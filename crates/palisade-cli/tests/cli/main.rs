@@ -28,6 +28,7 @@ mod lease_lost;
 mod lock_killed;
 mod lock_write;
 mod meta;
+mod metrics_listen;
 mod redis_tls;
 mod regression;
 mod signing;
