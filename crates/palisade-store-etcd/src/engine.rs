@@ -4,9 +4,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, KvClient, Txn, TxnOp, TxnOpResponse, TxnResponse,
-};
+use etcd_client::{Client, Compare, CompareOp, KvClient, Txn, TxnOp};
 use palisade_core::{LockName, Mode, Sequencer};
 use palisade_store::{
     Applied, Engine, EngineFuture, EngineInfo, LimitKind, Limits, Marks, Op, Read, Refused,
@@ -17,7 +15,11 @@ use tokio::sync::Mutex;
 use crate::config::EtcdEngineConfig;
 use crate::errors::{self, ENGINE};
 use crate::keys::{FORMAT_VERSION, PrefixKeys};
-use crate::plan::{self, Commit, Found, Range, ReadPlan, ReadSet, Snapshot, WritePlan};
+use crate::memory::LockMemory;
+use crate::plan::{
+    self, Cached, Commit, Found, Range, ReadPlan, ReadSet, Results, Snapshot, WritePlan,
+};
+use crate::txn::{self, Outcome};
 
 /// How many stripes of in-process turn-taking: requests on locks that hash
 /// to one stripe take turns, so writers on one lock in this process never
@@ -47,6 +49,7 @@ struct Inner {
     config: EtcdEngineConfig,
     keys: PrefixKeys,
     stripes: Box<[Mutex<()>]>,
+    memory: LockMemory,
 }
 
 impl std::fmt::Debug for EtcdEngine {
@@ -85,6 +88,7 @@ impl EtcdEngine {
                 config,
                 keys,
                 stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+                memory: LockMemory::default(),
             }),
         };
         engine.inner.check_format().await?;
@@ -208,7 +212,8 @@ impl Inner {
     }
 
     async fn write(&self, request: WriteRequest) -> Result<Result<Applied, Refused>, StoreError> {
-        let keys = self.keys.lock(request.sequencer.lock());
+        let lock = request.sequencer.lock().clone();
+        let keys = self.keys.lock(&lock);
         // Refused whole before anything is sent: etcd would refuse it, and
         // splitting it into two Txns would break atomicity.
         self.check_limits(&request)?;
@@ -221,42 +226,116 @@ impl Inner {
             });
         }
         let reads = ReadSet::for_write(&keys, &request);
-        let _turn = self.stripe(request.sequencer.lock()).lock().await;
+        let window = self.config.idempotency_window();
+        let _turn = self.stripe(&lock).lock().await;
+        // The snapshot a failed commit's failure branch read, if any.
+        let mut snapshot: Option<Snapshot> = None;
         for attempt in 1..=self.config.max_attempts() {
-            let snapshot = self
-                .read_snapshot("read before write", &reads.ranges)
-                .await?;
-            let plan = plan::plan_write(
-                &keys,
-                &request,
-                &reads,
-                &snapshot,
-                self.config.idempotency_window(),
-            )
-            .map_err(|e| {
-                errors::corrupt(format!("{} of lock `{}`", e.0, request.sequencer.lock()))
-            })?;
-            match plan {
-                WritePlan::Replay(applied) => return Ok(Ok(applied)),
-                WritePlan::Refuse(refused) => return Ok(Err(refused)),
-                WritePlan::Commit {
-                    commit,
-                    results,
-                    marks,
-                } => match self.commit("write", commit).await? {
-                    Some(revision) => {
-                        return Ok(Ok(Applied {
-                            results,
-                            marks,
-                            commit_seq: plan::revision_seq(revision),
-                            replayed: false,
-                        }));
+            let optimistic = match &snapshot {
+                None => self.memory.recall(&lock).and_then(|cached| {
+                    plan::plan_optimistic(&keys, &request, &reads, &cached, window)
+                }),
+                Some(_) => None,
+            };
+            let fresh = optimistic.is_none();
+            let admitted = match optimistic {
+                Some(admitted) => admitted,
+                None => {
+                    let snapshot = match snapshot.take() {
+                        Some(snapshot) => snapshot,
+                        None => {
+                            self.read_snapshot("read before write", &reads.ranges)
+                                .await?
+                        }
+                    };
+                    self.note_snapshot(&lock, &snapshot, request.request_id.is_some())?;
+                    let plan = plan::plan_write(&keys, &request, &reads, &snapshot, window)
+                        .map_err(|e| errors::corrupt(format!("{} of lock `{lock}`", e.0)))?;
+                    match plan {
+                        WritePlan::Replay(applied) => return Ok(Ok(applied)),
+                        WritePlan::Refuse(refused) => return Ok(Err(refused)),
+                        WritePlan::Commit(admitted) => *admitted,
                     }
-                    None => self.contended(request.sequencer.lock(), attempt).await,
-                },
+                }
+            };
+            match self.commit("write", &lock, &admitted.commit).await? {
+                Outcome::Committed {
+                    revision,
+                    existed,
+                    then_found,
+                } => {
+                    let results = match admitted.results {
+                        Results::Known(results) => results,
+                        Results::FromPrevious => {
+                            plan::replay_results(&keys, &request.ops, &existed)
+                        }
+                    };
+                    let oldest_slot = match request.request_id {
+                        Some(_) => Some(then_found.into_iter().next().flatten()),
+                        None => admitted.oldest_slot,
+                    };
+                    self.memory.remember(
+                        &lock,
+                        Cached {
+                            state: admitted.after,
+                            state_revision: revision,
+                            oldest_slot,
+                        },
+                    );
+                    return Ok(Ok(Applied {
+                        results,
+                        marks: admitted.marks,
+                        commit_seq: plan::revision_seq(revision),
+                        replayed: false,
+                    }));
+                }
+                Outcome::Failed { else_found } => {
+                    snapshot = Some(Snapshot { found: else_found });
+                    // A remembered state gone stale is no contention; a
+                    // fresh reading overtaken is.
+                    if fresh {
+                        self.contended(&lock, attempt).await;
+                    }
+                }
             }
         }
         Err(errors::contended(self.config.max_attempts()))
+    }
+
+    /// Remembers the lock's state as `snapshot` shows it, with its oldest
+    /// slot when the snapshot read it.
+    fn note_snapshot(
+        &self,
+        lock: &LockName,
+        snapshot: &Snapshot,
+        read_oldest_slot: bool,
+    ) -> Result<(), StoreError> {
+        let (state, state_revision) = snapshot
+            .state()
+            .map_err(|e| errors::corrupt(format!("{} of lock `{lock}`", e.0)))?;
+        let oldest_slot = if read_oldest_slot {
+            Some(snapshot.found[2].clone())
+        } else {
+            self.oldest_slot_at(lock, state_revision)
+        };
+        self.memory.remember(
+            lock,
+            Cached {
+                state,
+                state_revision,
+                oldest_slot,
+            },
+        );
+        Ok(())
+    }
+
+    /// The remembered oldest slot, if it was remembered at `revision` of
+    /// the lock's state (slots change only with the state).
+    fn oldest_slot_at(&self, lock: &LockName, revision: i64) -> Option<Option<Found>> {
+        self.memory
+            .recall(lock)
+            .filter(|cached| cached.state_revision == revision)
+            .and_then(|cached| cached.oldest_slot)
     }
 
     /// The limits [`Engine::limits`] states, checked here too: the engine
@@ -299,19 +378,41 @@ impl Inner {
             Some(_) => Some(self.stripe(lock).lock().await),
             None => None,
         };
+        let mut snapshot: Option<Snapshot> = None;
         for attempt in 1..=self.config.max_attempts() {
-            let snapshot = self.read_snapshot("read", &reads.ranges).await?;
-            let plan = plan::plan_read(&keys, sequencer, &snapshot)
+            let snapshot_now = match snapshot.take() {
+                Some(snapshot) => snapshot,
+                None => self.read_snapshot("read", &reads.ranges).await?,
+            };
+            self.note_snapshot(lock, &snapshot_now, false)?;
+            let plan = plan::plan_read(&keys, &reads, sequencer, &snapshot_now)
                 .map_err(|e| errors::corrupt(format!("{} of lock `{lock}`", e.0)))?;
             match plan {
                 ReadPlan::Answer(read) => return Ok(Ok(read)),
                 ReadPlan::Refuse(refused) => return Ok(Err(refused)),
-                ReadPlan::Commit { commit, read } => {
-                    match self.commit("raise mark on read", commit).await? {
-                        Some(_) => return Ok(Ok(read)),
-                        None => self.contended(lock, attempt).await,
+                ReadPlan::Commit {
+                    commit,
+                    read,
+                    after,
+                } => match self.commit("raise mark on read", lock, &commit).await? {
+                    Outcome::Committed { revision, .. } => {
+                        let (_, before) = snapshot_now.state().unwrap_or_default();
+                        let oldest_slot = self.oldest_slot_at(lock, before);
+                        self.memory.remember(
+                            lock,
+                            Cached {
+                                state: after,
+                                state_revision: revision,
+                                oldest_slot,
+                            },
+                        );
+                        return Ok(Ok(read));
                     }
-                }
+                    Outcome::Failed { else_found } => {
+                        snapshot = Some(Snapshot { found: else_found });
+                        self.contended(lock, attempt).await;
+                    }
+                },
             }
         }
         Err(errors::contended(self.config.max_attempts()))
@@ -335,20 +436,7 @@ impl Inner {
         operation: &'static str,
         ranges: &[Range],
     ) -> Result<Snapshot, StoreError> {
-        let ops: Vec<TxnOp> = ranges
-            .iter()
-            .map(|range| match range {
-                Range::Key { key, keys_only } => {
-                    let options = keys_only.then(|| GetOptions::new().with_keys_only());
-                    TxnOp::get(key.clone(), options)
-                }
-                Range::FirstUnder { prefix } => TxnOp::get(
-                    prefix.clone(),
-                    Some(GetOptions::new().with_prefix().with_limit(1)),
-                ),
-            })
-            .collect();
-        let txn = Txn::new().and_then(ops);
+        let txn = txn::read_txn(ranges);
         let after = self.config.request_timeout();
         let deadline = tokio::time::Instant::now() + after;
         let mut pause = Duration::from_millis(2);
@@ -373,42 +461,37 @@ impl Inner {
             pause = (pause * 2).min(Duration::from_millis(100));
         };
         Ok(Snapshot {
-            found: first_kvs(&response),
+            found: txn::snapshot_of(&response),
         })
     }
 
-    /// Sends a commit Txn once. `Some(revision)` when it applied, `None`
-    /// when a compare failed (something read has changed: nothing was
-    /// applied). Sent again only when it never left; any other failure
-    /// is in doubt.
+    /// Sends a commit Txn. Sent again only when it never left; any other
+    /// failure is in doubt, and the lock's remembered state is dropped.
     async fn commit(
         &self,
         operation: &'static str,
-        commit: Commit,
-    ) -> Result<Option<i64>, StoreError> {
-        let compares: Vec<Compare> = commit
-            .compares
-            .into_iter()
-            .map(|seen| Compare::mod_revision(seen.key, CompareOp::Equal, seen.mod_revision))
-            .collect();
-        let mut ops: Vec<TxnOp> = commit
-            .puts
-            .into_iter()
-            .map(|(key, value)| TxnOp::put(key, value, None))
-            .collect();
-        ops.extend(
-            commit
-                .deletes
-                .into_iter()
-                .map(|key| TxnOp::delete(key, None)),
-        );
-        let txn = Txn::new().when(compares).and_then(ops);
+        lock: &LockName,
+        commit: &Commit,
+    ) -> Result<Outcome, StoreError> {
+        let result = self.send_commit(operation, commit).await;
+        if result.is_err() {
+            self.memory.forget(lock);
+        }
+        result
+    }
+
+    async fn send_commit(
+        &self,
+        operation: &'static str,
+        commit: &Commit,
+    ) -> Result<Outcome, StoreError> {
+        let txn = txn::commit_txn(commit);
         let after = self.config.request_timeout();
         let deadline = tokio::time::Instant::now() + after;
         loop {
             let mut kv = self.kv.clone();
             let error = match tokio::time::timeout_at(deadline, kv.txn(txn.clone())).await {
-                Ok(Ok(response)) => return Ok(committed_revision(&response)),
+                Ok(Ok(response)) => return Ok(txn::outcome(commit, &response)),
                 Ok(Err(error)) => error,
                 Err(_elapsed) => {
                     return Err(errors::in_doubt(
@@ -423,6 +506,9 @@ impl Inner {
                     "etcd refused a commit as over its limits: configure the engine's \
                      max request bytes and max txn ops to the cluster's"
                 );
+                return Err(errors::failed(operation, &error));
+            }
+            if errors::is_refused_outright(&error) {
                 return Err(errors::failed(operation, &error));
             }
             if !errors::is_unsent(&error) {
@@ -453,7 +539,7 @@ impl Inner {
         if response.succeeded() {
             return Ok(());
         }
-        match first_kvs(&response).into_iter().next().flatten() {
+        match txn::snapshot_of(&response).into_iter().next().flatten() {
             Some(found) if found.value == FORMAT_VERSION => Ok(()),
             Some(found) => Err(StoreError::Corrupt {
                 what: format!(
@@ -466,28 +552,4 @@ impl Inner {
             None => Err(errors::corrupt("the layout version key")),
         }
     }
-}
-
-/// The first key-value of each range response, in order.
-fn first_kvs(response: &TxnResponse) -> Vec<Option<Found>> {
-    response
-        .op_responses()
-        .into_iter()
-        .map(|op| match op {
-            TxnOpResponse::Get(get) => get.kvs().first().map(|kv| Found {
-                key: kv.key().to_vec(),
-                value: kv.value().to_vec(),
-                mod_revision: kv.mod_revision(),
-            }),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The revision a successful commit created; `None` when a compare failed.
-fn committed_revision(response: &TxnResponse) -> Option<i64> {
-    if !response.succeeded() {
-        return None;
-    }
-    Some(response.header().map_or(0, |header| header.revision()))
 }

@@ -116,6 +116,22 @@ pub(crate) fn is_transient(error: &EtcdError) -> bool {
     }
 }
 
+/// Whether etcd refused the request as invalid before applying anything
+/// (a malformed Txn, a permission, a limit): a definite "not applied".
+pub(crate) fn is_refused_outright(error: &EtcdError) -> bool {
+    let EtcdError::GRpcStatus(status) = error else {
+        return false;
+    };
+    matches!(
+        status.code(),
+        Code::InvalidArgument
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::ResourceExhausted
+            | Code::OutOfRange
+    )
+}
+
 /// Whether etcd answered that the request breaks one of its limits
 /// (`--max-request-bytes`, `--max-txn-ops`): the engine's configured
 /// limits are above the cluster's.
@@ -175,6 +191,11 @@ mod tests {
             Code::InvalidArgument,
             "etcdserver: request is too large"
         )));
+        assert!(is_refused_outright(&status(
+            Code::InvalidArgument,
+            "etcdserver: duplicate key given in txn request"
+        )));
+        assert!(!is_refused_outright(&status(Code::Unavailable, "x")));
         let broken = EtcdError::GRpcStatus(tonic::Status::from_error(Box::new(
             std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe"),
         )));

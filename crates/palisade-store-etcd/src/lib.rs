@@ -19,10 +19,23 @@
 //!    data (one put or delete per key, its final value), the new marks and
 //!    the idempotency record (evicting the oldest id beyond the window)
 //!    together. A compare that fails means another request on the lock
-//!    committed in between: nothing was applied, and the request starts
-//!    again from the read, up to
-//!    [`EtcdEngineConfig::with_max_attempts`] times. A refusal or a
-//!    replay commits nothing.
+//!    committed in between: nothing was applied, and the request is decided
+//!    again on what the Txn's failure branch read, up to
+//!    [`EtcdEngineConfig::with_max_attempts`] times. A refusal or a replay
+//!    commits nothing.
+//!
+//! **One round trip when nothing changed.** The engine remembers each
+//! lock's marks as of the state key's last `mod_revision` it saw. A write
+//! it can decide from that memory alone skips step 1: its commit compares
+//! the state key against the remembered revision, a compare-and-swap's
+//! expectation against the key's value, and a request id's record against
+//! absence; the results of plain puts and deletes come back from the
+//! commit itself (the previous key of each write; for a request id, a
+//! nested Txn picks the record matching the one key whose prior existence
+//! decides the results). If another engine wrote since, the compare fails,
+//! the failure branch reads step 1's snapshot in the same round trip, and
+//! the request continues from step 2. Refusals are always decided on a
+//! fresh read.
 //!
 //! Every write rewrites its lock's marks key, so that key's
 //! `mod_revision` moves with anything in the lock's keyspace: two requests
@@ -60,7 +73,9 @@ mod config;
 mod engine;
 mod errors;
 mod keys;
+mod memory;
 mod plan;
+mod txn;
 
 pub use config::{
     ConfigError, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS, DEFAULT_PREFIX, EtcdEngineConfig,
@@ -68,6 +83,7 @@ pub use config::{
 pub use engine::EtcdEngine;
 
 /// Txn operations the engine takes for its own keys in a write: the marks,
-/// the idempotency record and its slot, and the evicted slot and record.
-/// A request may carry `--max-txn-ops` minus these.
-pub const RESERVED_TXN_OPS: usize = 5;
+/// the idempotency record and its slot, the evicted slot and record, and
+/// the read-back of the oldest remembered id. A request may carry
+/// `--max-txn-ops` minus these.
+pub const RESERVED_TXN_OPS: usize = 6;

@@ -14,12 +14,15 @@ use palisade_store::{Applied, Marks, Op, OpResult, Read, Refused, WriteRequest};
 
 use crate::keys::{LockKeys, LockState, Record};
 
-/// A key and the `mod_revision` it had when read (0: absent), which the
-/// commit compares.
+/// A condition of a commit Txn: all must hold for its writes to apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Seen {
-    pub(crate) key: Vec<u8>,
-    pub(crate) mod_revision: i64,
+pub(crate) enum Condition {
+    /// The key is as it was read: same `mod_revision` (0: still absent).
+    Unchanged { key: Vec<u8>, mod_revision: i64 },
+    /// The key does not exist.
+    Absent { key: Vec<u8> },
+    /// The key exists with exactly this value.
+    Holds { key: Vec<u8>, value: Vec<u8> },
 }
 
 /// One range of the read Txn.
@@ -153,13 +156,66 @@ impl Snapshot {
     }
 }
 
-/// The commit Txn of an admitted request: every compare must hold, then
-/// every put and delete is applied, in one etcd revision.
+/// What an engine remembers of a lock after its last request on it, so
+/// the next write can commit at once, compared against it, without a read
+/// first. A wrong memory (another engine wrote since) only costs a failed
+/// compare, whose failure branch reads what the slow path needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Cached {
+    pub(crate) state: LockState,
+    /// The state key's `mod_revision` (0: absent).
+    pub(crate) state_revision: i64,
+    /// The oldest remembered id's slot at that revision: `Some(None)` when
+    /// there is none, `None` when not known.
+    pub(crate) oldest_slot: Option<Option<Found>>,
+}
+
+/// The record to write when it depends on whether one data key existed
+/// before the request (its op results do): etcd picks it in a nested Txn,
+/// evaluated before the data writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RecordChoice {
+    pub(crate) data_key: Vec<u8>,
+    pub(crate) record_key: Vec<u8>,
+    pub(crate) if_present: Vec<u8>,
+    pub(crate) if_absent: Vec<u8>,
+}
+
+/// A commit Txn: when every condition holds, the record choice, the data
+/// writes (one per key, its final value: `None` deletes), the metadata puts
+/// and deletes, then the `then_read` ranges, in one etcd revision;
+/// otherwise only the `else_read` ranges, as one snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Commit {
-    pub(crate) compares: Vec<Seen>,
+    pub(crate) conditions: Vec<Condition>,
+    pub(crate) record_choice: Option<RecordChoice>,
+    pub(crate) data: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Whether the data writes report whether each key existed before.
+    pub(crate) data_reports_previous: bool,
     pub(crate) puts: Vec<(Vec<u8>, Vec<u8>)>,
     pub(crate) deletes: Vec<Vec<u8>>,
+    pub(crate) then_read: Vec<Range>,
+    pub(crate) else_read: Vec<Range>,
+}
+
+/// The op results of an admitted write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Results {
+    Known(Vec<OpResult>),
+    /// Known once the commit reports which data keys existed before it.
+    FromPrevious,
+}
+
+/// An admitted write: commit this, then answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Admitted {
+    pub(crate) commit: Commit,
+    pub(crate) results: Results,
+    pub(crate) marks: Marks,
+    /// The lock's state once committed.
+    pub(crate) after: LockState,
+    /// The oldest slot the decision was based on, when known.
+    pub(crate) oldest_slot: Option<Option<Found>>,
 }
 
 /// How a write is decided.
@@ -170,13 +226,7 @@ pub(crate) enum WritePlan {
     Replay(Applied),
     /// Refused: nothing to write.
     Refuse(Refused),
-    /// Admitted: commit this, then answer with these results and marks
-    /// and the commit's revision.
-    Commit {
-        commit: Commit,
-        results: Vec<OpResult>,
-        marks: Marks,
-    },
+    Commit(Box<Admitted>),
 }
 
 /// How a fenced read is decided.
@@ -188,8 +238,9 @@ pub(crate) enum ReadPlan {
     /// Commit the raised mark (unchanged data and marks compared), then
     /// answer.
     Commit {
-        commit: Commit,
+        commit: Box<Commit>,
         read: Read,
+        after: LockState,
     },
 }
 
@@ -210,8 +261,233 @@ fn stale(sequencer: &Sequencer, marks: Marks) -> Refused {
     }
 }
 
-/// Decides a write: idempotency, fencing, then every op against an
-/// overlay; builds the commit only when every op passed.
+/// The results of `ops` given whether each data key existed before them;
+/// every compare-and-swap swapped (the caller knows its comparison held).
+pub(crate) fn replay_results(
+    keys: &LockKeys,
+    ops: &[Op],
+    existed: &HashMap<Vec<u8>, bool>,
+) -> Vec<OpResult> {
+    let mut present = existed.clone();
+    ops.iter()
+        .map(|op| {
+            let key = keys.data(op.key());
+            let was = present.get(&key).copied().unwrap_or(false);
+            let (result, now) = match op {
+                Op::Put { .. } if was => (OpResult::Replaced, true),
+                Op::Put { .. } => (OpResult::Created, true),
+                Op::Delete { .. } if was => (OpResult::Deleted, false),
+                Op::Delete { .. } => (OpResult::Absent, false),
+                Op::Cas { new, .. } => (OpResult::Swapped, new.is_some()),
+            };
+            present.insert(key, now);
+            result
+        })
+        .collect()
+}
+
+/// The idempotency record of an admitted write, its slot, and the eviction
+/// of the oldest id beyond the window, added to `commit`.
+fn record_idempotency(
+    keys: &LockKeys,
+    request_id: &str,
+    record: Option<Vec<u8>>,
+    oldest_slot: Option<&Found>,
+    after: &mut LockState,
+    commit: &mut Commit,
+    window: u32,
+) -> Result<(), Undecodable> {
+    if let Some(record) = record {
+        commit.puts.push((keys.record(request_id), record));
+    }
+    commit
+        .puts
+        .push((keys.slot(after.recorded), request_id.as_bytes().to_vec()));
+    after.recorded += 1;
+    // Keep the last `window` ids: cut one from the oldest end once there
+    // are more (one per write, so a window made smaller shrinks the kept
+    // set over the next writes).
+    if let Some(found) = oldest_slot {
+        let number = keys
+            .slot_number(&found.key)
+            .ok_or_else(|| Undecodable("an idempotency slot key".to_owned()))?;
+        if after.recorded.saturating_sub(number) > u64::from(window) {
+            let evicted = std::str::from_utf8(&found.value)
+                .ok()
+                .filter(|evicted| *evicted != request_id)
+                .ok_or_else(|| Undecodable("an idempotency slot".to_owned()))?;
+            commit.deletes.push(found.key.clone());
+            commit.deletes.push(keys.record(evicted));
+        }
+    }
+    // Read after the writes, in the same Txn: the oldest id now, for the
+    // next write's eviction.
+    commit.then_read.push(Range::FirstUnder {
+        prefix: keys.slots(),
+    });
+    Ok(())
+}
+
+/// Decides a write from what the engine remembers of its lock, with no
+/// read: `None` when the memory cannot decide it (a refusal, which is
+/// always decided on a fresh read; a compare-and-swap that fails within
+/// the request; an eviction from an unknown oldest slot; a request id with
+/// more than one key of unknown prior existence). The commit's conditions
+/// make it apply only if the memory was right; its failure branch reads
+/// the slow path's snapshot.
+pub(crate) fn plan_optimistic(
+    keys: &LockKeys,
+    request: &WriteRequest,
+    reads: &ReadSet,
+    cached: &Cached,
+    window: u32,
+) -> Option<Admitted> {
+    let sequencer = &request.sequencer;
+    if sequencer.mode() != Mode::Exclusive {
+        return None;
+    }
+    let marks = cached
+        .state
+        .marks
+        .admit(sequencer.mode(), sequencer.generation())?;
+    let mut commit = Commit {
+        conditions: vec![Condition::Unchanged {
+            key: keys.state(),
+            mod_revision: cached.state_revision,
+        }],
+        data_reports_previous: true,
+        else_read: reads.ranges.clone(),
+        ..Commit::default()
+    };
+    // Each key's value as the ops leave it, and, for keys first touched by
+    // a compare-and-swap, whether it existed before (from its condition).
+    let mut overlay: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+    let mut existed: HashMap<Vec<u8>, bool> = HashMap::new();
+    let mut order: Vec<Vec<u8>> = Vec::new();
+    let mut unknown: Vec<Vec<u8>> = Vec::new();
+    for op in &request.ops {
+        let key = keys.data(op.key());
+        let first = !overlay.contains_key(&key);
+        if first {
+            order.push(key.clone());
+        }
+        let value = match op {
+            Op::Put { value, .. } => {
+                if first {
+                    unknown.push(key.clone());
+                }
+                Some(value[..].to_vec())
+            }
+            Op::Delete { .. } => {
+                if first {
+                    unknown.push(key.clone());
+                }
+                None
+            }
+            Op::Cas { expected, new, .. } => {
+                if first {
+                    existed.insert(key.clone(), expected.is_some());
+                    commit.conditions.push(match expected {
+                        Some(value) => Condition::Holds {
+                            key: key.clone(),
+                            value: value[..].to_vec(),
+                        },
+                        None => Condition::Absent { key: key.clone() },
+                    });
+                } else if overlay[&key].as_deref() != expected.as_deref() {
+                    return None;
+                }
+                new.as_ref().map(|new| new[..].to_vec())
+            }
+        };
+        overlay.insert(key, value);
+    }
+    commit.data = order
+        .into_iter()
+        .map(|key| {
+            let value = overlay.remove(&key).flatten();
+            (key, value)
+        })
+        .collect();
+
+    let mut after = LockState {
+        marks,
+        recorded: cached.state.recorded,
+    };
+    let results = match (&request.request_id, unknown.as_slice()) {
+        (None, []) | (Some(_), []) => Results::Known(replay_results(keys, &request.ops, &existed)),
+        (None, _) => Results::FromPrevious,
+        (Some(_), [_]) => Results::FromPrevious,
+        (Some(_), _) => return None,
+    };
+    if let Some(request_id) = &request.request_id {
+        // More than `window` ids once this one is added: one is evicted,
+        // which needs the oldest slot.
+        let oldest_slot = match &cached.oldest_slot {
+            _ if after.recorded < u64::from(window) => None,
+            Some(Some(found)) => Some(found),
+            Some(None) | None => return None,
+        };
+        // The oldest id is this one: a retry, whose record a read finds.
+        // (Evicting and recording one key in one Txn is refused by etcd.)
+        if oldest_slot.is_some_and(|found| found.value == request_id.as_str().as_bytes()) {
+            return None;
+        }
+        commit.conditions.push(Condition::Absent {
+            key: keys.record(request_id.as_str()),
+        });
+        let encode = |results: Vec<OpResult>| {
+            Record {
+                fingerprint: request.fingerprint.clone(),
+                marks,
+                results,
+            }
+            .encode()
+        };
+        let record = match (&results, unknown.as_slice()) {
+            (Results::Known(results), _) => Some(encode(results.clone())),
+            (Results::FromPrevious, [key]) => {
+                let with = |present: bool| {
+                    let mut existed = existed.clone();
+                    existed.insert(key.clone(), present);
+                    encode(replay_results(keys, &request.ops, &existed))
+                };
+                commit.record_choice = Some(RecordChoice {
+                    data_key: key.clone(),
+                    record_key: keys.record(request_id.as_str()),
+                    if_present: with(true),
+                    if_absent: with(false),
+                });
+                None
+            }
+            (Results::FromPrevious, _) => return None,
+        };
+        record_idempotency(
+            keys,
+            request_id.as_str(),
+            record,
+            oldest_slot,
+            &mut after,
+            &mut commit,
+            window,
+        )
+        .ok()?;
+    }
+    // Always rewritten, even unchanged: the new revision is this write's
+    // commit sequence number, and the state key's mod_revision is what
+    // concurrent requests on the lock compare.
+    commit.puts.push((keys.state(), after.encode()));
+    Some(Admitted {
+        commit,
+        results,
+        marks,
+        after,
+        oldest_slot: cached.oldest_slot.clone(),
+    })
+}
+
+/// Decides a write on a fresh snapshot: idempotency, fencing, then every op
+/// against an overlay; builds the commit only when every op passed.
 pub(crate) fn plan_write(
     keys: &LockKeys,
     request: &WriteRequest,
@@ -221,11 +497,14 @@ pub(crate) fn plan_write(
 ) -> Result<WritePlan, Undecodable> {
     let (before, state_revision) = snapshot.state()?;
     let sequencer = &request.sequencer;
-    let mut commit = Commit::default();
-    commit.compares.push(Seen {
-        key: keys.state(),
-        mod_revision: state_revision,
-    });
+    let mut commit = Commit {
+        conditions: vec![Condition::Unchanged {
+            key: keys.state(),
+            mod_revision: state_revision,
+        }],
+        else_read: reads.ranges.clone(),
+        ..Commit::default()
+    };
 
     let mut oldest_slot = None;
     if let Some(request_id) = &request.request_id {
@@ -246,23 +525,16 @@ pub(crate) fn plan_write(
                     replayed: true,
                 }));
             }
-            None => commit.compares.push(Seen {
-                key: record_key,
-                mod_revision: 0,
-            }),
+            None => commit
+                .conditions
+                .push(Condition::Absent { key: record_key }),
         }
+        oldest_slot = Some(snapshot.found[2].clone());
         if let Some(found) = &snapshot.found[2] {
-            let number = keys
-                .slot_number(&found.key)
-                .ok_or_else(|| Undecodable("an idempotency slot key".to_owned()))?;
-            let evicted = std::str::from_utf8(&found.value)
-                .map_err(|_| Undecodable("an idempotency slot".to_owned()))?
-                .to_owned();
-            commit.compares.push(Seen {
+            commit.conditions.push(Condition::Unchanged {
                 key: found.key.clone(),
                 mod_revision: found.mod_revision,
             });
-            oldest_slot = Some((number, found.key.clone(), evicted));
         }
     }
 
@@ -283,7 +555,7 @@ pub(crate) fn plan_write(
             None => Current::Absent,
             Some(found) => Current::Present(with_value.then(|| found.value.clone())),
         };
-        commit.compares.push(Seen {
+        commit.conditions.push(Condition::Unchanged {
             key: key.clone(),
             mod_revision: found.as_ref().map_or(0, |found| found.mod_revision),
         });
@@ -291,7 +563,6 @@ pub(crate) fn plan_write(
     }
 
     let mut results = Vec::with_capacity(request.ops.len());
-    let mut finals: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
     for (op_index, op) in request.ops.iter().enumerate() {
         let key = keys.data(op.key());
         let current = overlay.get(&key).cloned().unwrap_or(Current::Absent);
@@ -334,17 +605,11 @@ pub(crate) fn plan_write(
             None => Current::Absent,
         };
         overlay.insert(key.clone(), after);
-        match finals.iter_mut().find(|(k, _)| *k == key) {
+        // etcd refuses two writes to one key in a Txn: one per key, its
+        // final value.
+        match commit.data.iter_mut().find(|(k, _)| *k == key) {
             Some(entry) => entry.1 = new_value,
-            None => finals.push((key, new_value)),
-        }
-    }
-    // etcd refuses two writes to one key in a Txn: one per key, its
-    // final value.
-    for (key, value) in finals {
-        match value {
-            Some(value) => commit.puts.push((key, value)),
-            None => commit.deletes.push(key),
+            None => commit.data.push((key, new_value)),
         }
     }
 
@@ -358,38 +623,33 @@ pub(crate) fn plan_write(
             marks,
             results: results.clone(),
         };
-        commit
-            .puts
-            .push((keys.record(request_id.as_str()), record.encode()));
-        commit.puts.push((
-            keys.slot(before.recorded),
-            request_id.as_str().as_bytes().to_vec(),
-        ));
-        after.recorded += 1;
-        // Keep the last `window` ids: cut one from the oldest end once
-        // there are more (one per write, so a window made smaller shrinks
-        // the kept set over the next writes).
-        if let Some((number, slot_key, evicted)) = oldest_slot
-            && after.recorded.saturating_sub(number) > u64::from(window)
-        {
-            commit.deletes.push(slot_key);
-            commit.deletes.push(keys.record(&evicted));
-        }
+        record_idempotency(
+            keys,
+            request_id.as_str(),
+            Some(record.encode()),
+            oldest_slot.as_ref().and_then(Option::as_ref),
+            &mut after,
+            &mut commit,
+            window,
+        )?;
     }
     // Always rewritten, even unchanged: the new revision is this write's
     // commit sequence number, and the state key's mod_revision is what
     // concurrent requests on the lock compare.
     commit.puts.push((keys.state(), after.encode()));
-    Ok(WritePlan::Commit {
+    Ok(WritePlan::Commit(Box::new(Admitted {
         commit,
-        results,
+        results: Results::Known(results),
         marks,
-    })
+        after,
+        oldest_slot,
+    })))
 }
 
 /// Decides a read: fenced when a sequencer is given.
 pub(crate) fn plan_read(
     keys: &LockKeys,
+    reads: &ReadSet,
     sequencer: Option<&Sequencer>,
     snapshot: &Snapshot,
 ) -> Result<ReadPlan, Undecodable> {
@@ -411,20 +671,25 @@ pub(crate) fn plan_read(
     }
     let after = LockState { marks, ..before };
     let mut commit = Commit {
-        compares: vec![Seen {
+        conditions: vec![Condition::Unchanged {
             key: keys.state(),
             mod_revision: state_revision,
         }],
         puts: vec![(keys.state(), after.encode())],
-        deletes: Vec::new(),
+        else_read: reads.ranges.clone(),
+        ..Commit::default()
     };
     if let Some(found) = found {
-        commit.compares.push(Seen {
+        commit.conditions.push(Condition::Unchanged {
             key: found.key,
             mod_revision: found.mod_revision,
         });
     }
-    Ok(ReadPlan::Commit { commit, read })
+    Ok(ReadPlan::Commit {
+        commit: Box::new(commit),
+        read,
+        after,
+    })
 }
 
 /// An etcd revision as a commit sequence number (revisions start at 1).
@@ -436,25 +701,29 @@ pub(crate) fn revision_seq(revision: i64) -> u64 {
 /// field tags, lengths, the compare's target and result.
 const ENTRY_OVERHEAD: usize = 32;
 
-/// The largest commit a write can need, from the request alone: each
-/// distinct data key compared and written with its largest value, the
-/// state key, and with a request id the record, its slot, and an evicted
-/// slot and record (an evicted id is at most
-/// [`RequestId::MAX_LEN`](palisade_store::RequestId::MAX_LEN) bytes).
+/// The largest commit a write can need, from the request alone, on either
+/// path: each distinct data key compared (with the expected value of a
+/// compare-and-swap) and written with its largest value, the state key,
+/// and with a request id two candidate records, the slot, an evicted slot
+/// and record (an evicted id is at most
+/// [`RequestId::MAX_LEN`](palisade_store::RequestId::MAX_LEN) bytes) and
+/// the read-back of the oldest slot.
 pub(crate) fn commit_bytes_bound(keys: &LockKeys, request: &WriteRequest) -> usize {
     let mut largest: HashMap<Vec<u8>, usize> = HashMap::new();
     for op in &request.ops {
         let size = match op {
             Op::Put { value, .. } => value.len(),
             Op::Delete { .. } => 0,
-            Op::Cas { new, .. } => new.as_ref().map_or(0, |new| new.len()),
+            Op::Cas { expected, new, .. } => {
+                expected.as_ref().map_or(0, |v| v.len()) + new.as_ref().map_or(0, |v| v.len())
+            }
         };
         let entry = largest.entry(keys.data(op.key())).or_default();
-        *entry = (*entry).max(size);
+        *entry += size;
     }
     let data: usize = largest
         .iter()
-        .map(|(key, value)| 2 * (key.len() + ENTRY_OVERHEAD) + value)
+        .map(|(key, value)| 3 * (key.len() + ENTRY_OVERHEAD) + value)
         .sum();
     let state = 2 * (keys.state().len() + ENTRY_OVERHEAD) + 24;
     let idempotency = request.request_id.as_ref().map_or(0, |id| {
@@ -464,11 +733,12 @@ pub(crate) fn commit_bytes_bound(keys: &LockKeys, request: &WriteRequest) -> usi
             .len();
         let slot_key = keys.slot(0).len();
         let record = 2 + request.fingerprint.len() + 16 + request.ops.len();
-        2 * (record_key + ENTRY_OVERHEAD)
-            + record
-            + 2 * (slot_key + ENTRY_OVERHEAD)
+        4 * (record_key + ENTRY_OVERHEAD)
+            + 2 * record
+            + 4 * (slot_key + ENTRY_OVERHEAD)
             + id.as_str().len()
             + (evicted_key + ENTRY_OVERHEAD)
+            + 4 * ENTRY_OVERHEAD
     });
     ENTRY_OVERHEAD + data + state + idempotency
 }
@@ -514,9 +784,14 @@ mod tests {
 
     fn commit(plan: WritePlan) -> (Commit, Vec<OpResult>) {
         match plan {
-            WritePlan::Commit {
-                commit, results, ..
-            } => (commit, results),
+            WritePlan::Commit(admitted) => match *admitted {
+                Admitted {
+                    commit,
+                    results: Results::Known(results),
+                    ..
+                } => (commit, results),
+                other => panic!("expected known results, got {other:?}"),
+            },
             other => panic!("expected a commit, got {other:?}"),
         }
     }
@@ -550,14 +825,14 @@ mod tests {
             ]
         );
         assert_eq!(
-            commit.puts[..2],
+            commit.data,
             [
-                (keys().data(b"k"), b"2".to_vec()),
-                (keys().data(b"j"), b"3".to_vec())
+                (keys().data(b"k"), Some(b"2".to_vec())),
+                (keys().data(b"j"), Some(b"3".to_vec()))
             ]
         );
         assert!(commit.deletes.is_empty());
-        assert_eq!(commit.compares.len(), 3);
+        assert_eq!(commit.conditions.len(), 3);
         assert!(commit_bytes_bound(&keys(), &request) > 100);
     }
 
@@ -651,20 +926,135 @@ mod tests {
         let snapshot = Snapshot {
             found: vec![state(5, 0), None],
         };
+        let reads = ReadSet::for_read(&keys(), b"k");
         assert!(matches!(
-            plan_read(&keys(), Some(&shared), &snapshot).unwrap(),
+            plan_read(&keys(), &reads, Some(&shared), &snapshot).unwrap(),
             ReadPlan::Commit { .. }
         ));
         assert!(matches!(
-            plan_read(&keys(), None, &snapshot).unwrap(),
+            plan_read(&keys(), &reads, None, &snapshot).unwrap(),
             ReadPlan::Answer(_)
         ));
         let snapshot = Snapshot {
             found: vec![state(6, 0), None],
         };
         assert!(matches!(
-            plan_read(&keys(), Some(&shared), &snapshot).unwrap(),
+            plan_read(&keys(), &reads, Some(&shared), &snapshot).unwrap(),
             ReadPlan::Refuse(Refused::Stale { .. })
         ));
+    }
+
+    fn cached(exclusive: u64, recorded: u64, oldest_slot: Option<Option<Found>>) -> Cached {
+        Cached {
+            state: LockState {
+                marks: Marks {
+                    exclusive,
+                    shared: 0,
+                },
+                recorded,
+            },
+            state_revision: 7,
+            oldest_slot,
+        }
+    }
+
+    #[test]
+    fn the_optimistic_path_compares_what_it_assumed() {
+        let request = request(
+            3,
+            vec![
+                Op::cas("c", Some("old".into()), Some("new".into())),
+                Op::put("k", "v"),
+                Op::delete("k"),
+            ],
+            None,
+        );
+        let reads = ReadSet::for_write(&keys(), &request);
+        let admitted = plan_optimistic(&keys(), &request, &reads, &cached(2, 0, None), 4).unwrap();
+        assert_eq!(
+            admitted.commit.conditions,
+            [
+                Condition::Unchanged {
+                    key: keys().state(),
+                    mod_revision: 7
+                },
+                Condition::Holds {
+                    key: keys().data(b"c"),
+                    value: b"old".to_vec()
+                },
+            ]
+        );
+        assert_eq!(
+            admitted.commit.data,
+            [
+                (keys().data(b"c"), Some(b"new".to_vec())),
+                (keys().data(b"k"), None)
+            ]
+        );
+        assert_eq!(admitted.results, Results::FromPrevious);
+        assert_eq!(admitted.commit.else_read, reads.ranges);
+        let existed = HashMap::from([(keys().data(b"c"), true), (keys().data(b"k"), true)]);
+        assert_eq!(
+            replay_results(&keys(), &request.ops, &existed),
+            [OpResult::Swapped, OpResult::Replaced, OpResult::Deleted]
+        );
+    }
+
+    #[test]
+    fn the_optimistic_path_leaves_to_a_fresh_read_what_it_cannot_decide() {
+        let reads_of = |request: &WriteRequest| ReadSet::for_write(&keys(), request);
+        // Stale on the remembered marks: refusals are decided on a read.
+        let stale = request(1, vec![Op::put("k", "v")], None);
+        assert!(
+            plan_optimistic(&keys(), &stale, &reads_of(&stale), &cached(2, 0, None), 4).is_none()
+        );
+        // A compare-and-swap that fails within the request.
+        let mismatch = request(
+            3,
+            vec![Op::put("k", "1"), Op::cas("k", Some("2".into()), None)],
+            None,
+        );
+        assert!(
+            plan_optimistic(
+                &keys(),
+                &mismatch,
+                &reads_of(&mismatch),
+                &cached(2, 0, None),
+                4
+            )
+            .is_none()
+        );
+        // A request id with two keys of unknown prior existence.
+        let two = request(3, vec![Op::put("a", "1"), Op::put("b", "2")], Some("r"));
+        assert!(plan_optimistic(&keys(), &two, &reads_of(&two), &cached(2, 0, None), 4).is_none());
+        // An eviction from an unknown oldest slot.
+        let one = request(3, vec![Op::put("a", "1")], Some("r"));
+        assert!(plan_optimistic(&keys(), &one, &reads_of(&one), &cached(2, 4, None), 4).is_none());
+        // A retry of the oldest remembered id: evicting and recording one
+        // key in one Txn would be refused by etcd as a duplicate key.
+        let oldest = Found {
+            key: keys().slot(0),
+            value: b"r".to_vec(),
+            mod_revision: 3,
+        };
+        assert!(
+            plan_optimistic(
+                &keys(),
+                &one,
+                &reads_of(&one),
+                &cached(2, 4, Some(Some(oldest))),
+                4
+            )
+            .is_none()
+        );
+        // With room in the window, one key: the record is chosen by etcd.
+        let admitted =
+            plan_optimistic(&keys(), &one, &reads_of(&one), &cached(2, 1, None), 4).unwrap();
+        let choice = admitted.commit.record_choice.expect("a record choice");
+        assert_eq!(choice.data_key, keys().data(b"a"));
+        assert_ne!(choice.if_present, choice.if_absent);
+        assert!(admitted.commit.conditions.contains(&Condition::Absent {
+            key: keys().record("r")
+        }));
     }
 }
