@@ -127,10 +127,16 @@ pub struct StoredRecord {
 /// 7. **Fenced reads.** A read with a sequencer (shared or exclusive) is
 ///    checked by the same rule and raises the mark of its mode in the same
 ///    step as the read; a read without one changes nothing.
-/// 8. **Commit order is visible.** [`Applied::commit_seq`] is strictly
-///    increasing in commit order across every lock of the engine, across
-///    restarts and across replicas (not contiguous). A replay carries the
-///    original number.
+/// 8. **Commit order is visible.** [`Applied::commit_seq`] is unique across
+///    the engine, its restarts and its replicas (not contiguous), and
+///    - among the writes of one lock, strictly increasing in commit order;
+///    - a write acknowledged before another write is sent (on any lock,
+///      through any replica) has the smaller number.
+///
+///    Concurrent writes on *different* locks may carry numbers out of
+///    their commit order (a PostgreSQL sequence value is taken before the
+///    commit): nothing orders writes of different locks by it, since the
+///    fence itself is per lock. A replay carries the original number.
 /// 9. **Never split a request.** A request the engine cannot apply in one
 ///    step (etcd's request size or `--max-txn-ops`) is refused whole with
 ///    [`StoreError::TooLarge`] before anything is written.
