@@ -99,7 +99,7 @@ mod store;
 
 pub use config::{Durability, DurabilityParseError, LimitKind, Limits, StoreConfig};
 pub use durable_sled::DurableSled;
-pub use engine::sled::FlushStats;
+pub use engine::sled::{FlushStats, open_sled_engine};
 pub use engine::{Engine, EngineFuture, EngineInfo, StoredRecord, WriteRequest};
 pub use error::StoreError;
 pub use idempotency::RequestId;

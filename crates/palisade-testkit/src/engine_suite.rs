@@ -1113,14 +1113,21 @@ pub async fn concurrent_writers<F: EngineFactory>(factory: &F) {
     let lock = case.lock("contended");
     let seed = Random::new(&case).seed;
     let mut tasks = Vec::new();
+    // Every task sends its step-n request together: real contention on the
+    // mark, step after step.
+    let steps = Arc::new(tokio::sync::Barrier::new((WRITERS + READERS) as usize));
     for task in 0..WRITERS + READERS {
         let engine = Arc::clone(&case.engine);
         let lock = lock.clone();
+        let steps = Arc::clone(&steps);
         tasks.push(tokio::spawn(async move {
             let mut random = Random::from_seed(seed ^ (task + 1).wrapping_mul(0x9e37_79b9));
             let mut seen = Vec::new();
             for step in 0..STEPS {
-                let generation = generation(1 + random.below(40));
+                steps.wait().await;
+                // Rising with jitter: tasks overtake each other, so many
+                // writes are accepted and many are stale.
+                let generation = generation(1 + 2 * step + random.below(8));
                 if task < WRITERS {
                     let tag = format!("{task}-{step}");
                     let request = WriteRequest::new(

@@ -44,6 +44,21 @@ pub(crate) fn sled_error(error: sled::Error) -> StoreError {
     }
 }
 
+/// Opens the sled engine in directory `path` on its own, for code that
+/// takes any [`Engine`] (the engine conformance suite, a
+/// [`Store::with_engine`](crate::Store::with_engine) of your own).
+/// [`Store::open`](crate::Store::open) is the usual way in: it also keeps
+/// sled's group-commit counters ([`Store::flush_stats`](crate::Store::flush_stats)).
+///
+/// The `config`'s durability, cache capacity and idempotency window apply;
+/// its limits are the store's business.
+pub fn open_sled_engine(
+    path: impl AsRef<Path>,
+    config: &StoreConfig,
+) -> Result<Arc<dyn Engine>, StoreError> {
+    Ok(Arc::new(SledEngine::open(path.as_ref(), config)?))
+}
+
 /// The sled engine. Dropping it (with the last store that holds it) ends
 /// the committer, which flushes one last time, and the interval sync.
 #[derive(Debug)]
