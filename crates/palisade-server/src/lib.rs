@@ -49,6 +49,7 @@ mod connections;
 mod dto;
 mod encoding;
 mod error;
+mod etcd_store;
 mod limits;
 mod metrics;
 mod routes;

@@ -306,7 +306,10 @@ impl ServerConfig {
         let spec = self.store_spec()?;
         let store = match &spec {
             StoreSpec::Sled { dir } => Store::open(dir, self.store_config())?,
-            StoreSpec::Postgres { .. } | StoreSpec::Etcd { .. } => {
+            StoreSpec::Etcd { endpoints, prefix } => {
+                crate::etcd_store::open(endpoints, prefix.as_deref(), self.store_config())?
+            }
+            StoreSpec::Postgres { .. } => {
                 return Err(ServerError::Config(format!(
                     "--store {spec}: the {} engine is not built into this server",
                     spec.engine()
