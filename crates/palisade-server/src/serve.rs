@@ -53,7 +53,9 @@ pub async fn run(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(
             %addr,
-            durability = %store.durability(),
+            engine = store.engine_info().name,
+            location = %store.engine_info().location,
+            durability = %store.engine_info().durability,
             tls = tls.is_some(),
             max_connections = limits.max_connections,
             max_in_flight = limits.max_in_flight,
