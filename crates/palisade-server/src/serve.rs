@@ -23,7 +23,7 @@ use crate::connection_service::ConnectionService;
 use crate::connections::{ConnectionHandle, Connections};
 use crate::metrics::{ConnectionEnd, Metrics};
 use crate::tls::TlsConfig;
-use crate::{AppState, ServerConfig, ServerError, app};
+use crate::{AppState, ServerConfig, ServerError, StoreSpec, app};
 
 /// hyper's own bound on header fields, kept on the stack.
 const HYPER_DEFAULT_MAX_HEADERS: usize = 100;
@@ -54,7 +54,6 @@ pub async fn run(
         tracing::info!(
             %addr,
             engine = store.engine_info().name,
-            location = %store.engine_info().location,
             durability = %store.engine_info().durability,
             tls = tls.is_some(),
             max_connections = limits.max_connections,
@@ -268,7 +267,7 @@ impl ServerConfig {
         let tokens = self.tokens()?;
         let tls = self.tls()?;
 
-        let store = Store::open(&self.data_dir, self.store_config())?;
+        let store = self.open_store()?;
         let mut state = AppState::new(store)
             .with_max_body_bytes(self.max_body_bytes)
             .with_limits(limits)
@@ -299,6 +298,29 @@ impl ServerConfig {
             Some(live_check) => state.with_live_check(live_check),
             None => state,
         })
+    }
+
+    /// Opens the store that `--store` (or `--data-dir`) names. Blocks
+    /// while sled opens.
+    pub fn open_store(&self) -> Result<Store, ServerError> {
+        let spec = self.store_spec()?;
+        let store = match &spec {
+            StoreSpec::Sled { dir } => Store::open(dir, self.store_config())?,
+            StoreSpec::Postgres { .. } | StoreSpec::Etcd { .. } => {
+                return Err(ServerError::Config(format!(
+                    "--store {spec}: the {} engine is not built into this server",
+                    spec.engine()
+                )));
+            }
+        };
+        let engine = store.engine_info();
+        tracing::info!(
+            engine = engine.name,
+            location = %engine.location,
+            durability = %engine.durability,
+            "store opened"
+        );
+        Ok(store)
     }
 
     /// Binds the listen address.

@@ -134,10 +134,12 @@ pub struct Applied {
     pub results: Vec<OpResult>,
     /// The lock's marks right after the request.
     pub marks: Marks,
-    /// The store's commit sequence number of this write: strictly
-    /// increasing in commit order across every lock, and across restarts
-    /// (each engine says how it keeps that). Not contiguous. A replay carries
-    /// the original write's number. Fault tests order accepted writes by it.
+    /// The engine's commit sequence number of this write: unique across the
+    /// engine (restarts, replicas), strictly increasing in commit order per
+    /// lock, and a write acknowledged before another is sent has the smaller
+    /// number (any lock). Not contiguous. A replay carries the original
+    /// write's number. sled numbers every write in one global commit order.
+    /// Fault tests order accepted writes by it.
     pub commit_seq: u64,
     /// `true` when this is the remembered outcome of an earlier request with
     /// the same idempotency key: nothing was applied this time.
