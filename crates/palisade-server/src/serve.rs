@@ -14,7 +14,8 @@ use std::time::Duration;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use palisade_core::SharedLiveCheck;
-use palisade_store::Store;
+use palisade_store::{Engine, Store};
+use palisade_store_postgres::{PostgresConfig, PostgresEngine};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -306,14 +307,11 @@ impl ServerConfig {
         let spec = self.store_spec()?;
         let store = match &spec {
             StoreSpec::Sled { dir } => Store::open(dir, self.store_config())?,
-            StoreSpec::Etcd { endpoints, prefix } => {
-                crate::etcd_store::open(endpoints, prefix.as_deref(), self.store_config())?
+            StoreSpec::Postgres { url } => {
+                Store::with_engine(self.open_postgres(&spec, url)?, self.store_config())
             }
-            StoreSpec::Postgres { .. } => {
-                return Err(ServerError::Config(format!(
-                    "--store {spec}: the {} engine is not built into this server",
-                    spec.engine()
-                )));
+            StoreSpec::Etcd { endpoints, prefix } => {
+                crate::etcd_store::open(&spec, endpoints, prefix.as_deref(), self.store_config())?
             }
         };
         let engine = store.engine_info();
@@ -324,6 +322,29 @@ impl ServerConfig {
             "store opened"
         );
         Ok(store)
+    }
+
+    /// Connects the PostgreSQL engine. Its connections belong to the
+    /// runtime that opens them, so this waits for them in place on the
+    /// caller's (multi-threaded) tokio runtime.
+    fn open_postgres(&self, spec: &StoreSpec, url: &str) -> Result<Arc<dyn Engine>, ServerError> {
+        let failed = |message: String| ServerError::OpenEngine {
+            store: spec.to_string(),
+            message,
+        };
+        let runtime = tokio::runtime::Handle::try_current()
+            .ok()
+            .filter(|runtime| {
+                runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+            })
+            .ok_or_else(|| {
+                failed("the PostgreSQL engine is opened on a multi-threaded tokio runtime".into())
+            })?;
+        let config = PostgresConfig::new(url)
+            .with_idempotency_window(self.store_config().idempotency_window);
+        let engine = tokio::task::block_in_place(|| runtime.block_on(PostgresEngine::open(config)))
+            .map_err(|error| failed(error.to_string()))?;
+        Ok(Arc::new(engine))
     }
 
     /// Binds the listen address.

@@ -34,7 +34,7 @@
 //! | [`rule_table`] | every row of `palisade_core::marks::RULE_CASES` through `admit`, `write` and fenced `read`; a refusal carries the marks it was decided against (1, 2, 3, 7) |
 //! | [`marks_never_go_down`] | a random mix of writes, reads and admits against the `Marks::admit` model (2, 3) |
 //! | [`locks_are_isolated`] | keys, marks and idempotency ids of `a`, `a/b`, `ab` never mix (1, 5) |
-//! | [`refusal_changes_nothing`] | stale write, stale read, stale admit, CAS mismatch, reused id: data, marks and idempotency records unchanged (3, 5) |
+//! | [`refusal_changes_nothing`] | stale write, stale read, stale admit, CAS mismatch, reused id: data, marks and idempotency records unchanged, and every record where the engine can list them (`Engine::dump`) (3, 5) |
 //! | [`batches_are_all_or_nothing`] | a batch failing at its last op leaves no op and no mark behind; an empty batch only raises the mark (1, 3, 6) |
 //! | [`compare_and_swap`] | absent/present expectations, delete via CAS, CAS against earlier ops of the same request, per-op results (6) |
 //! | [`idempotent_replay`] | a retry returns the original outcome with `replayed` and the same `commit_seq`, even after a newer holder; another fingerprint is refused (5, 8) |
@@ -68,7 +68,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use palisade_core::marks::RULE_CASES;
 use palisade_core::{Generation, LockName, Mode, Sequencer};
 use palisade_store::{
-    Applied, Engine, Marks, Op, OpResult, Read, Refused, RequestId, StoreError, WriteRequest,
+    Applied, Engine, Marks, Op, OpResult, Read, Refused, RequestId, StoreError, StoredRecord,
+    WriteRequest,
 };
 use tokio::time::Instant;
 
@@ -399,14 +400,18 @@ pub async fn refusal_changes_nothing<F: EngineFactory>(factory: &F) {
     .await;
     let before = marks(7, 9);
     case.expect_marks(&lock, before, "after setup").await;
+    // Every record of the engine, where it can list them (`Engine::dump`).
+    let snapshot = case.snapshot().await;
 
     let check_unchanged = |what: String| {
         let case = &case;
         let lock = &lock;
+        let snapshot = &snapshot;
         async move {
             case.expect_marks(lock, before, &what).await;
             case.expect_value(lock, "k", Some("v"), &what).await;
             case.expect_value(lock, "new", None, &what).await;
+            case.expect_unchanged(snapshot, &what).await;
         }
     };
 
@@ -548,6 +553,7 @@ pub async fn batches_are_all_or_nothing<F: EngineFactory>(factory: &F) {
         // `c` was deleted by op 1.
         cas("c", Some("current"), Some("never")),
     ];
+    let snapshot = case.snapshot().await;
     match case.write(&excl(&lock, 5), ops, None, "a batch failing at op 3").await {
         Err(Refused::CasMismatch {
             op_index: 3,
@@ -558,6 +564,7 @@ pub async fn batches_are_all_or_nothing<F: EngineFactory>(factory: &F) {
         )),
     }
     let what = "after the failed batch";
+    case.expect_unchanged(&snapshot, what).await;
     case.expect_value(&lock, "a", None, what).await;
     case.expect_value(&lock, "b", None, what).await;
     case.expect_value(&lock, "c", Some("current"), what).await;
@@ -1316,11 +1323,13 @@ pub async fn over_limit_is_refused_whole<F: EngineFactory>(factory: &F) {
         ));
     }
     for (what, ops) in oversized {
+        let snapshot = case.snapshot().await;
         let request = WriteRequest::new(excl(&lock, 5), ops, None);
         match case.bounded(case.engine.write(request), &what).await {
             Err(StoreError::TooLarge { .. }) => {}
             other => case.fail(format_args!("{what}: expected TooLarge, got {other:?}")),
         }
+        case.expect_unchanged(&snapshot, &what).await;
         case.expect_marks(&lock, Marks::ZERO, &what).await;
         case.expect_value(&lock, "b0", None, &what).await;
         case.expect_value(&lock, "small", None, &what).await;
@@ -1635,6 +1644,29 @@ impl<'f, F: EngineFactory> Case<'f, F> {
             self.fail(format_args!(
                 "{what}: key `{key}` of `{lock}` is {:?}; expected {expected:?}",
                 got.as_deref().map(String::from_utf8_lossy)
+            ));
+        }
+    }
+
+    /// Every record of the engine (`Engine::dump`), or `None` for an
+    /// engine that cannot list them: the explicit checks of each case
+    /// still run.
+    async fn snapshot(&self) -> Option<Vec<StoredRecord>> {
+        self.bounded(self.engine.dump(), "dump").await.ok()
+    }
+
+    /// The engine's records are exactly those of `snapshot`.
+    async fn expect_unchanged(&self, snapshot: &Option<Vec<StoredRecord>>, what: &str) {
+        let Some(before) = snapshot else {
+            return;
+        };
+        let after = self.call(self.engine.dump(), "dump").await;
+        if &after != before {
+            let added: Vec<&StoredRecord> = after.iter().filter(|r| !before.contains(r)).collect();
+            let removed: Vec<&StoredRecord> =
+                before.iter().filter(|r| !after.contains(r)).collect();
+            self.fail(format_args!(
+                "{what}: a refusal changed the engine's records: added {added:?}, removed {removed:?}"
             ));
         }
     }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use palisade_core::{LockName, Sequencer};
 use palisade_store::{
     Applied, Engine, EngineFuture, EngineInfo, Marks, Op, OpResult, Read, Refused, RequestId,
-    WriteRequest,
+    StoredRecord, WriteRequest,
 };
 use palisade_testkit::engine_suite::{self, EngineFactory, EngineOptions};
 
@@ -26,6 +26,9 @@ enum Flaw {
     Amnesia,
     /// Numbers commits per lock instead of across the engine.
     PerLockSeq,
+    /// Creates a lock's state even for a refused request (a trace only a
+    /// full dump shows).
+    RefusalTrace,
 }
 
 #[derive(Debug, Default)]
@@ -73,6 +76,22 @@ impl ModelEngine {
     }
 
     fn write_now(&self, request: WriteRequest) -> Result<Applied, Refused> {
+        let lock = request.sequencer.lock().clone();
+        let outcome = self.write_inner(request);
+        if self.flaw == Flaw::RefusalTrace && outcome.is_err() {
+            let trace = LockName::new(format!("{lock}/trace")).unwrap();
+            self.state
+                .lock()
+                .unwrap()
+                .locks
+                .entry(trace)
+                .or_default()
+                .seq += 1;
+        }
+        outcome
+    }
+
+    fn write_inner(&self, request: WriteRequest) -> Result<Applied, Refused> {
         let mut state = self.state.lock().unwrap();
         let state = &mut *state;
         let lock = state
@@ -219,6 +238,35 @@ impl Engine for ModelEngine {
     fn close(&self) -> EngineFuture<()> {
         ready(())
     }
+
+    fn dump(&self) -> EngineFuture<Vec<StoredRecord>> {
+        let state = self.state.lock().unwrap();
+        let mut records = Vec::new();
+        for (name, lock) in &state.locks {
+            let place = |what: &str| format!("{what}/{name}");
+            records.push(StoredRecord {
+                place: place("marks"),
+                key: Vec::new(),
+                value: format!("{} {}", lock.marks, lock.seq).into_bytes(),
+            });
+            for (key, value) in &lock.data {
+                records.push(StoredRecord {
+                    place: place("data"),
+                    key: key.clone(),
+                    value: value.clone(),
+                });
+            }
+            for (id, fingerprint, applied) in &lock.ids {
+                records.push(StoredRecord {
+                    place: place("ids"),
+                    key: id.as_str().as_bytes().to_vec(),
+                    value: format!("{fingerprint:?} {applied:?}").into_bytes(),
+                });
+            }
+        }
+        records.sort();
+        ready(records)
+    }
 }
 
 struct ModelFactory(Flaw);
@@ -292,4 +340,5 @@ async fn flawed_models_are_caught() {
     caught(engine_suite::concurrent_retries_apply_once, Flaw::NoReplay).await;
     caught(engine_suite::durable_across_reopen, Flaw::Amnesia).await;
     caught(engine_suite::commit_seq_increases, Flaw::PerLockSeq).await;
+    caught(engine_suite::refusal_changes_nothing, Flaw::RefusalTrace).await;
 }
