@@ -28,6 +28,7 @@ pub(crate) use self::committer::{DurableFiles, flush_durably};
 pub use self::group_commit::FlushStats;
 use self::group_commit::{Acknowledged, Epochs, Slot};
 use self::keys::{FORMAT_KEY, FORMAT_VERSION, LockKeys, LockState};
+use crate::idempotency::FINGERPRINT_LEN;
 use crate::{
     Applied, Durability, Engine, EngineFuture, EngineInfo, Marks, Read, Refused, StoreConfig,
     StoreError, StoredRecord, WriteRequest,
@@ -260,14 +261,12 @@ impl SledEngine {
     ) -> Result<Acknowledged<Result<Applied, Refused>>, StoreError> {
         let fingerprint = match (&request.request_id, request.fingerprint.as_slice()) {
             (None, _) => None,
-            (Some(_), bytes) => Some(u64::from_be_bytes(bytes.try_into().map_err(|_| {
-                StoreError::Corrupt {
-                    what: format!(
-                        "a request fingerprint of {} bytes; the sled engine records 8",
-                        bytes.len()
-                    ),
-                }
-            })?)),
+            (Some(_), bytes) => Some(bytes.try_into().map_err(|_| StoreError::Corrupt {
+                what: format!(
+                    "a request fingerprint of {} bytes; the sled engine records {FINGERPRINT_LEN}",
+                    bytes.len()
+                ),
+            })?),
         };
         let slot = Slot::new();
         self.enqueue(Job::Write(WriteJob {
