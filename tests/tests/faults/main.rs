@@ -1,6 +1,7 @@
 //! The fault suite, part one: clients, lock services and their clocks
 //! (scenarios 1, 2, 3, 4, 9, 10, the SQL backend's 13, 14, 15, the
-//! PostgreSQL engine's replicas 16, and the mutation check).
+//! PostgreSQL engine's replicas 16, the etcd engine's replicas 17, and the
+//! mutation check).
 //!
 //! Every scenario runs real processes on loopback: etcd, Redis, PostgreSQL
 //! or MariaDB from the testkit, the resource server
@@ -26,6 +27,7 @@ mod s13_sql_restart;
 mod s14_sql_holder_paused;
 mod s15_sql_connection_cut;
 mod s16_postgres_replicas;
+mod s17_etcd_replicas;
 mod story;
 
 use std::time::Duration;
