@@ -10,7 +10,7 @@
 //! palisade locks ls [PREFIX] | show <lock>   who holds a lock, who waits (table or --json)
 //! palisade unlock --force <lock> --server U  end a stuck hold and fence it at the servers
 //! palisade raise-floor <lock>               lift the lock service's generations above the marks
-//! palisade serve --data-dir DIR             run the resource server (optionally with a live check)
+//! palisade serve --data-dir DIR             run the resource server (or --store SPEC; optionally with a live check)
 //! palisade demo gc-pause|flash-sale         the demos
 //! palisade keygen --key-id k2               a fresh signing key, as a key ring line
 //! palisade completions bash|zsh|fish         a shell completion script

@@ -41,6 +41,9 @@ pub struct ResourceServerOptions {
     /// The port of the first start (default: a free one). Restarts always
     /// reuse the port of the previous start.
     pub port: Option<u16>,
+    /// `--store SPEC` instead of `--data-dir` (e.g. a PostgreSQL URL: the
+    /// data directory is then unused).
+    pub store: Option<String>,
     /// `RUST_LOG` for the server (default `warn,palisade_store::fence=info`).
     pub log_filter: Option<String>,
 }
@@ -84,6 +87,12 @@ impl ResourceServerOptions {
     /// Adds a server flag.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.extra_args.push(arg.into());
+        self
+    }
+
+    /// Keeps marks and data in the engine `spec` names (`--store`).
+    pub fn store(mut self, spec: impl Into<String>) -> Self {
+        self.store = Some(spec.into());
         self
     }
 
@@ -177,10 +186,12 @@ impl ResourceServerProcess {
             None => (self.binary.clone().into_os_string(), Vec::new()),
         };
         let mut command = Command::new(program);
+        command.args(prefix_args);
+        match &self.options.store {
+            Some(store) => command.arg("--store").arg(store),
+            None => command.arg("--data-dir").arg(&self.data_dir),
+        };
         command
-            .args(prefix_args)
-            .arg("--data-dir")
-            .arg(&self.data_dir)
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
             .args(&self.options.extra_args)

@@ -1,5 +1,6 @@
 //! The fault suite, part one: clients, lock services and their clocks
-//! (scenarios 1, 2, 3, 4, 9, 10, the SQL backend's 13, 14, 15, and the
+//! (scenarios 1, 2, 3, 4, 9, 10, the SQL backend's 13, 14, 15, the
+//! PostgreSQL engine's replicas 16, the etcd engine's replicas 17, and the
 //! mutation check).
 //!
 //! Every scenario runs real processes on loopback: etcd, Redis, PostgreSQL
@@ -25,6 +26,8 @@ mod s10_early_expiry;
 mod s13_sql_restart;
 mod s14_sql_holder_paused;
 mod s15_sql_connection_cut;
+mod s16_postgres_replicas;
+mod s17_etcd_replicas;
 mod story;
 
 use std::time::Duration;
