@@ -35,6 +35,7 @@ mod lock;
 pub mod marks;
 mod mode;
 mod name;
+mod op_result;
 mod raise_cap;
 mod sequencer;
 mod signing;
@@ -48,6 +49,7 @@ pub use live_check::{DynLiveCheck, LiveCheck, LiveCheckFuture, Liveness, SharedL
 pub use lock::{Lock, LockGuard, SessionOptions};
 pub use mode::{Mode, ModeParseError};
 pub use name::{LockName, LockNameError};
+pub use op_result::{OpResult, OpResultParseError};
 pub use raise_cap::RaiseCap;
 pub use sequencer::{Sequencer, SequencerError, Signature};
 pub use signing::{KeyError, KeyRing, SignatureError, Signer, SigningKey, Verifier};

@@ -52,7 +52,7 @@ impl Record {
         out.extend_from_slice(&self.applied.marks.exclusive.to_be_bytes());
         out.extend_from_slice(&self.applied.marks.shared.to_be_bytes());
         out.extend_from_slice(&self.applied.commit_seq.to_be_bytes());
-        out.extend(self.applied.results.iter().map(|r| r.to_byte()));
+        out.extend(self.applied.results.iter().map(|r| result_byte(*r)));
         out
     }
 
@@ -78,7 +78,7 @@ impl Record {
         };
         let results = results
             .iter()
-            .map(|b| OpResult::from_byte(*b))
+            .map(|b| result_of_byte(*b))
             .collect::<Option<Vec<_>>>()?;
         Some(Record {
             fingerprint,
@@ -93,6 +93,28 @@ impl Record {
             },
         })
     }
+}
+
+/// An op result as one stored byte.
+fn result_byte(result: OpResult) -> u8 {
+    match result {
+        OpResult::Created => 1,
+        OpResult::Replaced => 2,
+        OpResult::Deleted => 3,
+        OpResult::Absent => 4,
+        OpResult::Swapped => 5,
+    }
+}
+
+fn result_of_byte(byte: u8) -> Option<OpResult> {
+    Some(match byte {
+        1 => OpResult::Created,
+        2 => OpResult::Replaced,
+        3 => OpResult::Deleted,
+        4 => OpResult::Absent,
+        5 => OpResult::Swapped,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
