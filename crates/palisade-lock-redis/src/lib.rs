@@ -70,6 +70,7 @@ mod inbox;
 mod keeper;
 mod keys;
 mod live_check;
+pub mod redlock;
 pub mod scripts;
 mod session;
 
@@ -79,4 +80,5 @@ pub use error::RedisLockError;
 pub use guard::RedisGuard;
 pub use keys::LockKeys;
 pub use live_check::RedisLiveCheck;
+pub use redlock::{Redlock, RedlockClient, RedlockConfig, RedlockGuard};
 pub use session::RedisLock;
