@@ -26,6 +26,8 @@ const TTL: Duration = Duration::from_millis(1500);
 const LEASE_WAIT: Duration = Duration::from_secs(30);
 const CONTENDERS: usize = 4;
 const COUNTER: &[u8] = b"counter";
+/// Grants the contenders must get while one master of three is out.
+const MIN_GRANTS_DURING_FAULT: usize = 5;
 
 fn options() -> SessionOptions {
     SessionOptions::default()
@@ -169,9 +171,12 @@ async fn under_contention(
         "an accepted write was lost: a stale holder's write got through"
     );
     assert!(accepted >= 10, "too little progress: {accepted} writes");
+    // A grant waits for a majority of masters, never for the one that is
+    // out: grants go on at a useful rate while it is (minting that waited
+    // for every master managed one or two in the whole window).
     assert!(
-        during_fault >= 1,
-        "no grant while a minority of masters was out"
+        during_fault >= MIN_GRANTS_DURING_FAULT,
+        "only {during_fault} grants while a minority of masters was out"
     );
     assert!(
         grants.windows(2).all(|pair| pair[0] < pair[1]),

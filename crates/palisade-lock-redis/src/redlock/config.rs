@@ -102,7 +102,7 @@ impl RedlockConfig {
     /// How long a waiter that holds some masters but not a majority keeps
     /// them before giving them back (so that waiters split across masters
     /// cannot wait for each other forever). Randomised by up to 50 % each
-    /// time. Default: half the session TTL.
+    /// time. Default: an eighth of the session TTL, between 50 and 500 ms.
     pub fn with_split_timeout(mut self, timeout: Duration) -> Self {
         self.split_timeout = Some(timeout);
         self

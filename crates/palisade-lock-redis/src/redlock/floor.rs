@@ -17,7 +17,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures::StreamExt;
 use futures::future::join_all;
+use futures::stream::FuturesUnordered;
 use palisade_core::{LockError, LockName};
 use redis::Value;
 
@@ -48,51 +50,97 @@ pub(crate) async fn read_floors(
     masters: &[Option<RedisLockClient>],
     name: &LockName,
 ) -> Vec<Option<u64>> {
-    join_all(masters.iter().map(|master| async move {
-        let master = master.as_ref()?;
-        let key = floor_key(master.config().key_prefix(), name);
-        let mut get = redis::cmd("GET");
-        get.arg(&key);
-        match query(master, &get, "read generation floor").await {
-            Ok(Value::Nil) => Some(0),
-            Ok(Value::BulkString(bytes)) => std::str::from_utf8(&bytes).ok()?.parse().ok(),
-            Ok(other) => {
-                tracing::warn!(backend = BACKEND, error = %bad_reply("read generation floor", &other), "floor unreadable");
-                None
-            }
-            Err(error) => {
-                tracing::debug!(backend = BACKEND, %error, "floor read failed");
-                None
-            }
-        }
-    }))
+    join_all(
+        masters
+            .iter()
+            .map(|master| read_floor(master.as_ref(), name)),
+    )
     .await
 }
 
-/// Asks every master to raise its floor to `generation`; how many did.
+/// The floors of the first `majority` masters to answer (fewer if too many
+/// fail): a master that is down or cut off does not hold the grant up.
+async fn read_majority_floors(
+    masters: &[Option<RedisLockClient>],
+    majority: usize,
+    name: &LockName,
+) -> Vec<u64> {
+    let mut reads: FuturesUnordered<_> = masters
+        .iter()
+        .map(|master| read_floor(master.as_ref(), name))
+        .collect();
+    let mut floors = Vec::with_capacity(majority);
+    while let Some(answer) = reads.next().await {
+        if let Some(floor) = answer {
+            floors.push(floor);
+            if floors.len() >= majority {
+                break;
+            }
+        }
+    }
+    floors
+}
+
+async fn read_floor(master: Option<&RedisLockClient>, name: &LockName) -> Option<u64> {
+    let master = master?;
+    let key = floor_key(master.config().key_prefix(), name);
+    let mut get = redis::cmd("GET");
+    get.arg(&key);
+    match query(master, &get, "read generation floor").await {
+        Ok(Value::Nil) => Some(0),
+        Ok(Value::BulkString(bytes)) => std::str::from_utf8(&bytes).ok()?.parse().ok(),
+        Ok(other) => {
+            tracing::warn!(backend = BACKEND, error = %bad_reply("read generation floor", &other), "floor unreadable");
+            None
+        }
+        Err(error) => {
+            tracing::debug!(backend = BACKEND, %error, "floor read failed");
+            None
+        }
+    }
+}
+
+/// Asks every master to raise its floor to `generation`; returns once a
+/// majority accepted (or no longer can), with how many accepted. Requests
+/// still on the wire may land later: late floor writes are harmless (the
+/// model checks it).
 async fn compare_and_set(
     masters: &[Option<RedisLockClient>],
+    majority: usize,
     name: &LockName,
     generation: u64,
 ) -> usize {
-    let accepted = join_all(masters.iter().map(|master| async move {
-        let Some(master) = master.as_ref() else {
-            return false;
-        };
-        let key = floor_key(master.config().key_prefix(), name);
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(COMPARE_AND_SET).arg(1).arg(&key).arg(generation);
-        match query(master, &eval, "set generation floor").await {
-            Ok(Value::Int(1)) => true,
-            Ok(_) => false,
-            Err(error) => {
-                tracing::debug!(backend = BACKEND, %error, "floor compare-and-set failed");
-                false
+    let mut writes: FuturesUnordered<_> = masters
+        .iter()
+        .map(|master| async move {
+            let Some(master) = master.as_ref() else {
+                return false;
+            };
+            let key = floor_key(master.config().key_prefix(), name);
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(COMPARE_AND_SET).arg(1).arg(&key).arg(generation);
+            match query(master, &eval, "set generation floor").await {
+                Ok(Value::Int(1)) => true,
+                Ok(_) => false,
+                Err(error) => {
+                    tracing::debug!(backend = BACKEND, %error, "floor compare-and-set failed");
+                    false
+                }
             }
+        })
+        .collect();
+    let (mut accepted, mut refused) = (0, 0);
+    while let Some(answer) = writes.next().await {
+        if answer {
+            accepted += 1;
+        } else {
+            refused += 1;
         }
-    }))
-    .await;
-    accepted.into_iter().filter(|accepted| *accepted).count()
+        if accepted >= majority || refused > masters.len() - majority {
+            break;
+        }
+    }
+    accepted
 }
 
 async fn query(
@@ -130,8 +178,7 @@ pub(crate) async fn mint(
     majority: usize,
     name: &LockName,
 ) -> Result<u64, MintError> {
-    let floors = read_floors(masters, name).await;
-    let answered: Vec<u64> = floors.into_iter().flatten().collect();
+    let answered = read_majority_floors(masters, majority, name).await;
     if answered.len() < majority {
         return Err(MintError::NoQuorum {
             answered: answered.len(),
@@ -145,7 +192,7 @@ pub(crate) async fn mint(
     if generation >= MAX_GENERATION {
         return Err(MintError::Exhausted { floor });
     }
-    let accepted = compare_and_set(masters, name, generation).await;
+    let accepted = compare_and_set(masters, majority, name, generation).await;
     if accepted < majority {
         return Err(MintError::Contended { accepted });
     }

@@ -350,11 +350,9 @@ impl RedlockSessionInner {
     }
 
     fn split_timeout(&self) -> Duration {
-        self.client
-            .inner
-            .config
-            .split_timeout
-            .unwrap_or(self.options.ttl() / 2)
+        self.client.inner.config.split_timeout.unwrap_or_else(|| {
+            (self.options.ttl() / 8).clamp(Duration::from_millis(50), Duration::from_millis(500))
+        })
     }
 
     fn member_attempt(
