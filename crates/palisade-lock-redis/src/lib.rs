@@ -40,6 +40,9 @@
 //! - [`RedisGuard`]: the hold, its sequencer and its lease watch;
 //!   [`RedisConfig::with_signer`] signs every sequencer handed out.
 //! - [`RedisLiveCheck`]: the live check for resource servers.
+//! - [`Redlock`] ([`RedlockClient::connect`] with a [`RedlockConfig`]): the
+//!   lock over N independent masters, a grant on a majority, with a
+//!   generation minted by a quorum of masters ([`redlock`]).
 //! - [`RedisLockClient::raise_floor`]: recovery after Redis lost a counter.
 //! - Passwords and ACL users go in the URL (`redis://user:pass@host`);
 //!   `rediss://` turns on TLS, with [`RedisConfig::with_tls_root_cert_pem`]

@@ -6,7 +6,7 @@
 //!   majority within its validity. The lease is valid while a majority of
 //!   per-master leases are, less a clock drift allowance (`ttl × drift
 //!   factor + 2 ms`).
-//! - **Generation** ([`floor`]): read every master's floor, choose above
+//! - **Generation** (`floor.rs`): read every master's floor, choose above
 //!   the highest of a majority, and keep it only if a majority accepted it
 //!   with a compare-and-set. Two grants never share a generation, and a
 //!   grant that starts after another finished gets a higher one. The

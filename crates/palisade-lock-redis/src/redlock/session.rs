@@ -161,7 +161,7 @@ impl RedlockClient {
 ///
 /// A grant holds the lock (the single-master scripts: FIFO queue, shared
 /// mode, lock-delay, watchdog) on a majority of masters, then mints the
-/// generation ([`super::floor`]); its lease is valid while a majority of
+/// generation (`redlock/floor.rs`); its lease is valid while a majority of
 /// its per-master leases are, less the clock drift allowance.
 #[derive(Clone, Debug)]
 pub struct Redlock {
