@@ -18,7 +18,8 @@
 //!
 //! The protocol, per attempt: `SET NX PX` on every master (majority
 //! needed); read every master's generation floor (majority of answers);
-//! choose `max + 1`; compare-and-set "raise the floor to g if it is below
+//! choose `max + 1` (in the three-minter search also `max + 2`, as the
+//! implementation's clock term may choose any value above); compare-and-set "raise the floor to g if it is below
 //! g" on every master (majority needed); granted if still valid by the
 //! client's clock (start of the attempt + TTL - drift).
 //!
@@ -40,7 +41,7 @@ const TTL: u8 = 3;
 /// one TTL: a key set at tick t may expire at `t + TTL - MASTER_FAST`.
 const MASTER_FAST: u8 = 1;
 /// A search that grows past this many states is stopped (memory).
-const STATE_LIMIT: usize = 4_000_000;
+const STATE_LIMIT: usize = 5_000_000;
 
 /// The variant of the protocol under check.
 #[derive(Clone, Copy, Debug)]
@@ -68,6 +69,8 @@ struct Bounds {
     clients: usize,
     attempts: u8,
     horizon: u8,
+    /// Whether a client may choose a generation above `floor + 1`.
+    jumps: bool,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
@@ -208,7 +211,10 @@ struct State {
 enum Step {
     Tick,
     Deliver(Packet),
-    Client(usize),
+    /// The client moves; when it chooses a generation, it takes the
+    /// highest floor read plus 1 plus this much (the implementation's
+    /// clock term can choose any value above the floors).
+    Client(usize, u8),
 }
 
 /// What the checker found.
@@ -276,7 +282,10 @@ impl Checker {
         }
         for (index, client) in state.clients.iter().enumerate() {
             if self.client_can_move(client) {
-                steps.push(Step::Client(index));
+                steps.push(Step::Client(index, 0));
+                if client.phase == Phase::Reading && self.bounds.jumps {
+                    steps.push(Step::Client(index, 1));
+                }
             }
         }
         steps
@@ -313,7 +322,7 @@ impl Checker {
                 state.network.remove(at);
                 self.deliver(state, packet);
             }
-            Step::Client(index) => self.client_step(state, index)?,
+            Step::Client(index, jump) => self.client_step(state, index, jump)?,
         }
         state.network.sort();
         self.check_exclusive(state)
@@ -408,7 +417,12 @@ impl Checker {
         }
     }
 
-    fn client_step(&self, state: &mut State, index: usize) -> Result<(), (&'static str, String)> {
+    fn client_step(
+        &self,
+        state: &mut State,
+        index: usize,
+        jump: u8,
+    ) -> Result<(), (&'static str, String)> {
         let client = state.clients[index];
         match client.phase {
             Phase::Idle => {
@@ -436,7 +450,7 @@ impl Checker {
             }
             Phase::Reading => {
                 let highest = client.answers.highest_floor;
-                let generation = highest + 1;
+                let generation = highest + 1 + jump;
                 state.clients[index].generation = generation;
                 Self::enter(
                     state,
@@ -609,6 +623,7 @@ fn generations_are_unique_and_ordered_for_three_minters() {
             clients: 3,
             attempts: 1,
             horizon: 0,
+            jumps: true,
         },
     );
 }
@@ -621,6 +636,7 @@ fn generations_are_unique_and_ordered_for_two_minters_twice() {
             clients: 2,
             attempts: 2,
             horizon: 0,
+            jumps: false,
         },
     );
 }
@@ -633,6 +649,7 @@ fn the_lock_excludes_within_validity_with_pauses_and_expiry() {
             clients: 2,
             attempts: 1,
             horizon: 6,
+            jumps: false,
         },
     );
     passes(
@@ -641,6 +658,7 @@ fn the_lock_excludes_within_validity_with_pauses_and_expiry() {
             clients: 3,
             attempts: 1,
             horizon: 2,
+            jumps: false,
         },
     );
 }
@@ -653,6 +671,7 @@ fn lock_and_generation_together_keep_every_property() {
             clients: 2,
             attempts: 1,
             horizon: 3,
+            jumps: false,
         },
     );
 }
@@ -669,6 +688,7 @@ fn the_checker_finds_the_bug_without_the_compare_and_set() {
             clients: 2,
             attempts: 2,
             horizon: 0,
+            jumps: true,
         },
     );
     assert!(
@@ -689,6 +709,7 @@ fn the_checker_finds_the_overlap_without_the_drift_allowance() {
             clients: 2,
             attempts: 1,
             horizon: 6,
+            jumps: false,
         },
     );
     assert_eq!(violation.property, "exclusive", "{violation}");
