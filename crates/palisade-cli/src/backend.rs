@@ -31,6 +31,9 @@ pub(crate) enum BackendKind {
     Etcd,
     /// Redis (single server): generations minted in the lock script.
     Redis,
+    /// Redlock over several independent Redis masters (one `--redis-url`
+    /// each): a grant on a majority, generations minted by a quorum.
+    Redlock,
     /// PostgreSQL: a lock table whose generation column never goes back.
     Postgres,
     /// MariaDB (or MySQL): the same lock table.
@@ -46,6 +49,7 @@ impl BackendKind {
         match self {
             BackendKind::Etcd => "etcd",
             BackendKind::Redis => "redis",
+            BackendKind::Redlock => "redlock",
             BackendKind::Postgres => "postgres",
             BackendKind::MariaDb => "mariadb",
             BackendKind::Embedded => "embedded",
@@ -125,14 +129,16 @@ pub(crate) struct BackendArgs {
     #[arg(long, env = "PALISADE_ETCD_ENDPOINTS", value_name = "ENDPOINTS")]
     etcd_endpoints: Option<String>,
 
-    /// Redis URL (`redis://[user:password@]host:port[/db]`).
+    /// Redis URL (`redis://[user:password@]host:port[/db]`). Repeat it
+    /// for `--backend redlock`, once per independent master.
     #[arg(
         long,
         env = "PALISADE_REDIS_URL",
         hide_env_values = true,
-        value_name = "URL"
+        value_name = "URL",
+        action = clap::ArgAction::Append
     )]
-    redis_url: Option<String>,
+    redis_url: Vec<String>,
 
     /// CA certificate (PEM) to trust for a `rediss://` server, instead of
     /// the system's trust store.
@@ -211,8 +217,10 @@ impl BackendArgs {
                 if self.etcd_endpoints.is_some() {
                     configured.push(BackendKind::Etcd);
                 }
-                if self.redis_url.is_some() {
-                    configured.push(BackendKind::Redis);
+                match self.redis_url.len() {
+                    0 => {}
+                    1 => configured.push(BackendKind::Redis),
+                    _ => configured.push(BackendKind::Redlock),
                 }
                 if let Some(url) = &self.database_url {
                     configured.push(BackendKind::of_database_url(url)?);
@@ -266,13 +274,14 @@ impl BackendArgs {
                 raise_etcd_floor(endpoints, self.prefix.as_deref(), above, options, progress).await
             }
             BackendKind::Redis => {
-                let url = self.redis_url.as_deref().ok_or_else(|| {
-                    anyhow::anyhow!("--backend redis needs --redis-url (or PALISADE_REDIS_URL)")
-                })?;
+                let url = self.single_redis_url()?;
                 let ca_pem = read_redis_ca(self.redis_ca_cert.as_deref())?;
                 let _ = (options, progress);
                 raise_redis_floor(url, self.prefix.as_deref(), ca_pem, name, above).await
             }
+            BackendKind::Redlock => anyhow::bail!(
+                "raise-floor is not available for --backend redlock: each grant takes max(floor + 1, the clock in µs), which passes a mark minted earlier by the clock"
+            ),
             kind @ (BackendKind::Postgres | BackendKind::MariaDb) => {
                 let _ = (options, progress);
                 let config = self.sql_config(kind)?;
@@ -302,12 +311,27 @@ impl BackendArgs {
                 connect_etcd(endpoints, self.prefix.as_deref(), options, stamp).await
             }
             BackendKind::Redis => {
-                let url = self.redis_url.as_deref().ok_or_else(|| {
-                    anyhow::anyhow!("--backend redis needs --redis-url (or PALISADE_REDIS_URL)")
-                })?;
+                let url = self.single_redis_url()?;
                 let ca_pem = read_redis_ca(self.redis_ca_cert.as_deref())?;
                 let scheme = self.redis_generations;
                 connect_redis(url, self.prefix.as_deref(), ca_pem, scheme, options, stamp).await
+            }
+            BackendKind::Redlock => {
+                if self.redis_url.len() < 3 {
+                    anyhow::bail!(
+                        "--backend redlock needs at least 3 independent masters, one --redis-url each (got {})",
+                        self.redis_url.len()
+                    );
+                }
+                let ca_pem = read_redis_ca(self.redis_ca_cert.as_deref())?;
+                connect_redlock(
+                    &self.redis_url,
+                    self.prefix.as_deref(),
+                    ca_pem,
+                    options,
+                    stamp,
+                )
+                .await
             }
             kind @ (BackendKind::Postgres | BackendKind::MariaDb) => {
                 let config = self.sql_config(kind)?;
@@ -330,16 +354,28 @@ impl BackendArgs {
                 AnyInspector::etcd(endpoints, self.prefix.as_deref()).await
             }
             BackendKind::Redis => {
-                let url = self.redis_url.as_deref().ok_or_else(|| {
-                    anyhow::anyhow!("--backend redis needs --redis-url (or PALISADE_REDIS_URL)")
-                })?;
+                let url = self.single_redis_url()?;
                 let ca_pem = read_redis_ca(self.redis_ca_cert.as_deref())?;
                 AnyInspector::redis(url, self.prefix.as_deref(), ca_pem).await
             }
             kind @ (BackendKind::Postgres | BackendKind::MariaDb) => {
                 AnyInspector::sql(kind, self.sql_config(kind)?).await
             }
+            BackendKind::Redlock => anyhow::bail!(
+                "`palisade locks` and `unlock --force` do not support --backend redlock yet; inspect each master with --backend redis"
+            ),
             BackendKind::Embedded => unreachable!("refused by kind()"),
+        }
+    }
+
+    /// The one `--redis-url` of `--backend redis`.
+    fn single_redis_url(&self) -> anyhow::Result<&str> {
+        match self.redis_url.as_slice() {
+            [url] => Ok(url),
+            [] => anyhow::bail!("--backend redis needs --redis-url (or PALISADE_REDIS_URL)"),
+            _ => anyhow::bail!(
+                "--backend redis takes one --redis-url; for several independent masters use --backend redlock"
+            ),
         }
     }
 
@@ -725,6 +761,61 @@ async fn connect_redis(
     Ok(AnyLock::Redis(client.session(options)?))
 }
 
+#[cfg(feature = "redis")]
+async fn connect_redlock(
+    urls: &[String],
+    prefix: Option<&str>,
+    ca_pem: Option<Vec<u8>>,
+    options: SessionOptions,
+    stamp: Stamp,
+) -> anyhow::Result<AnyLock> {
+    use palisade_lock_redis::{RedlockClient, RedlockConfig};
+    let mut config = RedlockConfig::from_masters(
+        urls.iter()
+            .map(|url| redis_config(url, prefix, ca_pem.clone())),
+    );
+    if let Some(issuer) = &stamp.issuer {
+        config = config.with_issuer(issuer);
+    }
+    let unreachable = |error: palisade_lock_redis::RedisLockError| {
+        let masters: Vec<String> = urls.iter().map(|url| redact(url)).collect();
+        let reason = match &error {
+            palisade_lock_redis::RedisLockError::Lock(error) => lock_error_text(error),
+            other => cause_chain(other),
+        };
+        anyhow::anyhow!(
+            "cannot reach a majority of the Redlock masters {}: {reason}",
+            masters.join(", ")
+        )
+    };
+    if let Some(key) = stamp.key {
+        // Without --issuer, sign as the deployment itself
+        // (`redlock@<host:port>,...`).
+        let issuer = match stamp.issuer {
+            Some(issuer) => issuer,
+            None => RedlockClient::connect(config.clone())
+                .await
+                .map_err(unreachable)?
+                .issuer()
+                .to_owned(),
+        };
+        config = config.with_signer(Stamp::signer(&issuer, key)?);
+    }
+    let client = RedlockClient::connect(config).await.map_err(unreachable)?;
+    Ok(AnyLock::Redlock(client.session(options)?))
+}
+
+#[cfg(not(feature = "redis"))]
+async fn connect_redlock(
+    _urls: &[String],
+    _prefix: Option<&str>,
+    _ca_pem: Option<Vec<u8>>,
+    _options: SessionOptions,
+    _stamp: Stamp,
+) -> anyhow::Result<AnyLock> {
+    anyhow::bail!("this build of palisade has no Redis support (feature `redis`)")
+}
+
 #[cfg(not(feature = "redis"))]
 async fn connect_redis(
     _url: &str,
@@ -855,6 +946,9 @@ pub(crate) enum AnyLock {
     /// A Redis session.
     #[cfg(feature = "redis")]
     Redis(palisade_lock_redis::RedisLock),
+    /// A Redlock session over several Redis masters.
+    #[cfg(feature = "redis")]
+    Redlock(palisade_lock_redis::Redlock),
     /// A PostgreSQL or MariaDB session, and which of the two.
     #[cfg(feature = "sql")]
     Sql(palisade_lock_sql::SqlLock, BackendKind),
@@ -875,6 +969,9 @@ pub(crate) enum AnyGuard {
     /// Granted by Redis.
     #[cfg(feature = "redis")]
     Redis(palisade_lock_redis::RedisGuard),
+    /// Granted by a majority of Redlock masters.
+    #[cfg(feature = "redis")]
+    Redlock(palisade_lock_redis::RedlockGuard),
     /// Granted by PostgreSQL or MariaDB.
     #[cfg(feature = "sql")]
     Sql(palisade_lock_sql::SqlGuard),
@@ -893,6 +990,8 @@ impl AnyLock {
             AnyLock::Etcd(_) => BackendKind::Etcd.name(),
             #[cfg(feature = "redis")]
             AnyLock::Redis(_) => BackendKind::Redis.name(),
+            #[cfg(feature = "redis")]
+            AnyLock::Redlock(_) => BackendKind::Redlock.name(),
             #[cfg(feature = "sql")]
             AnyLock::Sql(_, kind) => kind.name(),
         }
@@ -917,7 +1016,7 @@ impl AnyLock {
                 lock.close().await
             }
             #[cfg(feature = "redis")]
-            AnyLock::Redis(_) => {
+            AnyLock::Redis(_) | AnyLock::Redlock(_) => {
                 if abandoned_attempt {
                     tokio::time::sleep(REDIS_CLEANUP_GRACE).await;
                 }
@@ -949,6 +1048,8 @@ impl Lock for AnyLock {
             AnyLock::Etcd(lock) => lock.acquire(name, mode).await.map(AnyGuard::Etcd),
             #[cfg(feature = "redis")]
             AnyLock::Redis(lock) => lock.acquire(name, mode).await.map(AnyGuard::Redis),
+            #[cfg(feature = "redis")]
+            AnyLock::Redlock(lock) => lock.acquire(name, mode).await.map(AnyGuard::Redlock),
             #[cfg(feature = "sql")]
             AnyLock::Sql(lock, _) => lock.acquire(name, mode).await.map(AnyGuard::Sql),
         }
@@ -966,6 +1067,10 @@ impl Lock for AnyLock {
             AnyLock::Etcd(lock) => Ok(lock.try_acquire(name, mode).await?.map(AnyGuard::Etcd)),
             #[cfg(feature = "redis")]
             AnyLock::Redis(lock) => Ok(lock.try_acquire(name, mode).await?.map(AnyGuard::Redis)),
+            #[cfg(feature = "redis")]
+            AnyLock::Redlock(lock) => {
+                Ok(lock.try_acquire(name, mode).await?.map(AnyGuard::Redlock))
+            }
             #[cfg(feature = "sql")]
             AnyLock::Sql(lock, _) => Ok(lock.try_acquire(name, mode).await?.map(AnyGuard::Sql)),
         }
@@ -992,6 +1097,11 @@ impl Lock for AnyLock {
                 .acquire_timeout(name, mode, timeout)
                 .await
                 .map(AnyGuard::Redis),
+            #[cfg(feature = "redis")]
+            AnyLock::Redlock(lock) => lock
+                .acquire_timeout(name, mode, timeout)
+                .await
+                .map(AnyGuard::Redlock),
             #[cfg(feature = "sql")]
             AnyLock::Sql(lock, _) => lock
                 .acquire_timeout(name, mode, timeout)
@@ -1010,6 +1120,8 @@ impl LockGuard for AnyGuard {
             AnyGuard::Etcd(guard) => guard.issued(),
             #[cfg(feature = "redis")]
             AnyGuard::Redis(guard) => guard.issued(),
+            #[cfg(feature = "redis")]
+            AnyGuard::Redlock(guard) => guard.issued(),
             #[cfg(feature = "sql")]
             AnyGuard::Sql(guard) => guard.issued(),
         }
@@ -1023,6 +1135,8 @@ impl LockGuard for AnyGuard {
             AnyGuard::Etcd(guard) => guard.lease(),
             #[cfg(feature = "redis")]
             AnyGuard::Redis(guard) => guard.lease(),
+            #[cfg(feature = "redis")]
+            AnyGuard::Redlock(guard) => guard.lease(),
             #[cfg(feature = "sql")]
             AnyGuard::Sql(guard) => guard.lease(),
         }
@@ -1036,6 +1150,8 @@ impl LockGuard for AnyGuard {
             AnyGuard::Etcd(guard) => guard.release().await,
             #[cfg(feature = "redis")]
             AnyGuard::Redis(guard) => guard.release().await,
+            #[cfg(feature = "redis")]
+            AnyGuard::Redlock(guard) => guard.release().await,
             #[cfg(feature = "sql")]
             AnyGuard::Sql(guard) => guard.release().await,
         }
@@ -1076,6 +1192,34 @@ mod tests {
         }
         let redis = flags(&["--backend", "redis", "--redis-url", "redis://x"]);
         assert_eq!(redis.kind().unwrap(), BackendKind::Redis);
+        if std::env::var_os("PALISADE_REDIS_URL").is_none()
+            && std::env::var_os("PALISADE_ETCD_ENDPOINTS").is_none()
+            && std::env::var_os("PALISADE_DATABASE_URL").is_none()
+        {
+            let masters = flags(&[
+                "--redis-url",
+                "redis://a",
+                "--redis-url",
+                "redis://b",
+                "--redis-url",
+                "redis://c",
+            ]);
+            assert_eq!(masters.kind().unwrap(), BackendKind::Redlock);
+        }
+    }
+
+    #[test]
+    fn redis_takes_one_url_and_redlock_at_least_three() {
+        let two = flags(&[
+            "--backend",
+            "redis",
+            "--redis-url",
+            "redis://a",
+            "--redis-url",
+            "redis://b",
+        ]);
+        let error = two.single_redis_url().unwrap_err().to_string();
+        assert!(error.contains("--backend redlock"), "{error}");
     }
 
     #[test]

@@ -261,6 +261,15 @@ impl LeaseWatch {
             .unwrap_or(Duration::ZERO)
     }
 
+    /// Waits until the backend publishes a new state (a renewal moved the
+    /// deadline, or a final state), or the tracker is gone. Does not wait
+    /// for the deadline itself: use [`LeaseWatch::lost`] for that. For
+    /// leases built on other leases (a quorum of holds follows its
+    /// members' renewals). Cancel-safe.
+    pub async fn changed(&mut self) {
+        let _ = self.receiver.changed().await;
+    }
+
     /// Waits until the hold is no longer valid and returns the final state:
     /// `Lost(reason)` or `Released`.
     ///

@@ -42,6 +42,9 @@
 //! - [`RedisLiveCheck`]: the live check for resource servers.
 //! - `inspect.rs`: [`palisade_core::Inspect`] and
 //!   [`palisade_core::ForceRelease`] on [`RedisLockClient`], for operators.
+//! - [`Redlock`] ([`RedlockClient::connect`] with a [`RedlockConfig`]): the
+//!   lock over N independent masters, a grant on a majority, with a
+//!   generation minted by a quorum of masters ([`redlock`]).
 //! - [`RedisLockClient::raise_floor`]: recovery after Redis lost a counter.
 //! - Passwords and ACL users go in the URL (`redis://user:pass@host`);
 //!   `rediss://` turns on TLS, with [`RedisConfig::with_tls_root_cert_pem`]
@@ -73,6 +76,7 @@ mod inspect;
 mod keeper;
 mod keys;
 mod live_check;
+pub mod redlock;
 pub mod scripts;
 mod session;
 
@@ -82,4 +86,5 @@ pub use error::RedisLockError;
 pub use guard::RedisGuard;
 pub use keys::LockKeys;
 pub use live_check::RedisLiveCheck;
+pub use redlock::{Redlock, RedlockClient, RedlockConfig, RedlockGuard};
 pub use session::RedisLock;

@@ -201,6 +201,8 @@ pub(crate) async fn next_line<R: AsyncRead + Unpin>(
 pub(crate) enum Backend {
     Etcd(Box<EtcdServer>),
     Redis(RedisServer),
+    /// Three independent Redis masters for `--backend redlock`.
+    Redlock(Vec<RedisServer>),
     /// PostgreSQL or MariaDB.
     Sql(SqlServer),
 }
@@ -214,6 +216,15 @@ impl Backend {
     /// A Redis server from the testkit.
     pub(crate) fn redis() -> Backend {
         Backend::Redis(RedisServer::start())
+    }
+
+    /// Three Redis masters from the testkit, for Redlock.
+    pub(crate) fn redlock() -> Backend {
+        Backend::Redlock(
+            (0..3)
+                .map(|_| RedisServer::spawn(Default::default()))
+                .collect(),
+        )
     }
 
     /// A PostgreSQL server from the testkit.
@@ -230,6 +241,7 @@ impl Backend {
         match self {
             Backend::Etcd(_) => "etcd",
             Backend::Redis(_) => "redis",
+            Backend::Redlock(_) => "redlock",
             Backend::Sql(sql) => match sql.dialect() {
                 palisade_testkit::sql::Dialect::Postgres => "postgres",
                 palisade_testkit::sql::Dialect::MariaDb => "mariadb",
@@ -252,6 +264,14 @@ impl Backend {
                 "--redis-url".into(),
                 redis.url(),
             ],
+            Backend::Redlock(masters) => {
+                let mut flags = vec!["--backend".into(), "redlock".into()];
+                for master in masters {
+                    flags.push("--redis-url".into());
+                    flags.push(master.url());
+                }
+                flags
+            }
             Backend::Sql(sql) => vec![
                 "--backend".into(),
                 self.name().into(),
@@ -293,6 +313,17 @@ impl Backend {
                     .command(&["DEL", keys.lock()])
                     .expect("DEL the lock key");
                 assert_eq!(deleted.trim(), "1", "the lock key existed");
+            }
+            Backend::Redlock(masters) => {
+                let keys = palisade_lock_redis::LockKeys::new(
+                    palisade_lock_redis::RedisConfig::DEFAULT_KEY_PREFIX,
+                    sequencer.lock(),
+                );
+                for master in masters {
+                    master
+                        .command(&["DEL", keys.lock()])
+                        .expect("DEL the lock key");
+                }
             }
             Backend::Sql(sql) => {
                 // Expire the holder's session row by the database's clock,

@@ -96,6 +96,12 @@ async fn lock_then_put_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_then_put_on_redlock() {
+    let backend = Backend::redlock();
+    lock_then_put(backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_then_put_on_postgres() {
     let backend = Backend::postgres();
     lock_then_put(backend).await;
@@ -183,6 +189,12 @@ async fn stale_sequencer_is_refused(backend: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_sequencer_is_refused_on_etcd() {
     let backend = Backend::etcd();
+    stale_sequencer_is_refused(backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_sequencer_is_refused_on_redlock() {
+    let backend = Backend::redlock();
     stale_sequencer_is_refused(backend).await;
 }
 

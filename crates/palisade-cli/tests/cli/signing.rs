@@ -127,6 +127,7 @@ async fn signs_from_the_environment_as_the_lock_service(backend: &Backend) {
     let own_issuer = match backend {
         Backend::Etcd(_) => "etcd-",
         Backend::Redis(_) => "redis@",
+        Backend::Redlock(_) => "redlock@",
         Backend::Sql(_) => "postgres@127.0.0.1:",
     };
     let issuer = seen.issuer().expect("an issuer");
@@ -334,4 +335,11 @@ async fn postgres_signed_sequencers_pass_the_live_check() {
     })
     .await;
     assert_eq!(read.assert_code(code::OK).stdout, b"signed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_signs_from_the_environment_as_the_deployment() {
+    let backend = Backend::redlock();
+    signs_from_the_environment_as_the_lock_service(&backend).await;
+    unsigned_without_a_key(&backend).await;
 }

@@ -1,0 +1,177 @@
+//! [`RedlockConfig`]: the masters and the settings of a Redlock client.
+
+use std::time::Duration;
+
+use palisade_core::Signer;
+
+use crate::{RedisConfig, RedisLockError};
+
+/// The settings of a [`RedlockClient`](super::RedlockClient): N independent
+/// Redis masters (no replication between them, no cluster) and how far to
+/// trust their clocks.
+///
+/// ```
+/// use palisade_lock_redis::RedlockConfig;
+///
+/// let config = RedlockConfig::new([
+///     "redis://10.0.0.1:6379",
+///     "redis://10.0.0.2:6379",
+///     "redis://10.0.0.3:6379",
+/// ])
+/// .with_key_prefix("shop:")
+/// .with_issuer("redlock@shop");
+/// assert_eq!(config.majority(), 2);
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedlockConfig {
+    pub(crate) masters: Vec<RedisConfig>,
+    pub(crate) drift_factor: f64,
+    pub(crate) issuer: Option<String>,
+    pub(crate) signer: Option<Signer>,
+    pub(crate) split_timeout: Option<Duration>,
+}
+
+impl RedlockConfig {
+    /// The clock drift allowed per unit of TTL, as in the Redlock
+    /// description: validity loses `ttl × 0.01 + 2 ms`.
+    pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
+    /// One master per URL, each with the defaults of [`RedisConfig::new`].
+    pub fn new<I, S>(urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::from_masters(urls.into_iter().map(RedisConfig::new))
+    }
+
+    /// One master per configuration (for TLS settings or passwords per
+    /// master). Each must be a single server; they must share one key
+    /// prefix.
+    pub fn from_masters(masters: impl IntoIterator<Item = RedisConfig>) -> Self {
+        RedlockConfig {
+            masters: masters.into_iter().collect(),
+            drift_factor: Self::DEFAULT_DRIFT_FACTOR,
+            issuer: None,
+            signer: None,
+            split_timeout: None,
+        }
+    }
+
+    /// Sets the key prefix on every master.
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into();
+        self.masters = self
+            .masters
+            .into_iter()
+            .map(|master| master.with_key_prefix(prefix.clone()))
+            .collect();
+        self
+    }
+
+    /// Sets the response timeout on every master.
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
+        self.masters = self
+            .masters
+            .into_iter()
+            .map(|master| master.with_response_timeout(timeout))
+            .collect();
+        self
+    }
+
+    /// The issuer put in every sequencer; by default `redlock@` and the
+    /// masters' `host:port`s joined with `,`.
+    pub fn with_issuer(mut self, issuer: impl Into<String>) -> Self {
+        self.issuer = Some(issuer.into());
+        self
+    }
+
+    /// Signs every sequencer (the signer's issuer is stamped on it).
+    pub fn with_signer(mut self, signer: Signer) -> Self {
+        self.signer = Some(signer);
+        self
+    }
+
+    /// Sets the clock drift factor (between 0 and 0.5).
+    pub fn with_drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// How long a waiter that holds some masters but not a majority keeps
+    /// them before giving them back (so that waiters split across masters
+    /// cannot wait for each other forever). Randomised by up to 50 % each
+    /// time. Default: an eighth of the session TTL, between 50 and 500 ms.
+    pub fn with_split_timeout(mut self, timeout: Duration) -> Self {
+        self.split_timeout = Some(timeout);
+        self
+    }
+
+    /// The masters' configurations.
+    pub fn masters(&self) -> &[RedisConfig] {
+        &self.masters
+    }
+
+    /// How many masters a grant needs: more than half.
+    pub fn majority(&self) -> usize {
+        self.masters.len() / 2 + 1
+    }
+
+    /// The clock drift factor.
+    pub fn drift_factor(&self) -> f64 {
+        self.drift_factor
+    }
+
+    /// What validity loses to clock drift for a lease of `ttl`.
+    pub fn drift(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.drift_factor) + Duration::from_millis(2)
+    }
+
+    /// Checks what can be checked without connecting.
+    pub fn validate(&self) -> Result<(), RedisLockError> {
+        let invalid = |reason: String| Err(RedisLockError::InvalidConfig { reason });
+        if self.masters.len() < 3 {
+            return invalid(format!(
+                "Redlock needs at least 3 independent masters, got {}: with fewer, one failure stops every grant",
+                self.masters.len()
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for master in &self.masters {
+            master.validate()?;
+            if master.is_cluster() || master.urls().len() != 1 {
+                return invalid(
+                    "each Redlock master is one independent server (one URL, no cluster)".into(),
+                );
+            }
+            if !seen.insert(master.urls()[0].clone()) {
+                return invalid(format!(
+                    "master {} is listed twice: a majority must be of distinct servers",
+                    crate::connection::redacted(&master.urls()[0])
+                ));
+            }
+            if master.key_prefix() != self.masters[0].key_prefix() {
+                return invalid("every master must use the same key prefix".into());
+            }
+        }
+        if !(0.0..=0.5).contains(&self.drift_factor) {
+            return invalid(format!(
+                "drift factor {} must be between 0 and 0.5",
+                self.drift_factor
+            ));
+        }
+        if let (Some(configured), Some(signer)) = (&self.issuer, &self.signer) {
+            if configured != signer.issuer() {
+                return invalid(format!(
+                    "issuer {configured:?} is configured, but the signer signs as {:?}",
+                    signer.issuer()
+                ));
+            }
+        }
+        if self.split_timeout.is_some_and(|timeout| timeout.is_zero()) {
+            return invalid("the split timeout must be positive".into());
+        }
+        Ok(())
+    }
+}

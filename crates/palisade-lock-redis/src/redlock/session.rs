@@ -1,0 +1,674 @@
+//! [`RedlockClient`] and [`Redlock`]: a lock over N independent masters
+//! whose grants carry a quorum-minted generation.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use futures::future::join_all;
+use futures::stream::FuturesUnordered;
+use palisade_core::{
+    Generation, LeaseState, LeaseTracker, Lock, LockError, LockGuard, LockName, LostReason, Mode,
+    Sequencer, SessionOptions,
+};
+use tokio::time::Instant;
+
+use super::RedlockConfig;
+use super::floor::{MintError, mint};
+use super::guard::{RedlockGuard, RedlockHold, follow_members};
+use crate::error::BACKEND;
+use crate::{RedisGuard, RedisLock, RedisLockClient, RedisLockError};
+
+/// How many minting rounds one grant tries before giving its masters back.
+const MINT_ROUNDS: usize = 5;
+/// The first pause before a master that failed is asked again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// A client of N independent Redis masters (one [`RedisLockClient`] per
+/// master). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct RedlockClient {
+    inner: Arc<ClientInner>,
+}
+
+#[derive(Debug)]
+struct ClientInner {
+    config: RedlockConfig,
+    /// One per configured master, in order; `None` for a master that could
+    /// not be reached at connect (it takes no part: the others must still
+    /// form a majority of all N).
+    masters: Vec<Option<RedisLockClient>>,
+    issuer: String,
+    client_id: String,
+    sessions: AtomicU64,
+}
+
+impl RedlockClient {
+    /// Connects to every master at once. Succeeds if a majority connected;
+    /// the others are left out for this client's life (logged).
+    pub async fn connect(config: RedlockConfig) -> Result<Self, RedisLockError> {
+        config.validate()?;
+        let attempts = join_all(config.masters.iter().map(|master| {
+            // The per-master sequencers are never handed out; they carry
+            // no signature and a fixed issuer.
+            RedisLockClient::connect(master.clone().with_issuer("redlock-member"))
+        }))
+        .await;
+        let mut masters = Vec::with_capacity(attempts.len());
+        let mut first_error = None;
+        for (attempt, master) in attempts.into_iter().zip(&config.masters) {
+            match attempt {
+                Ok(client) => masters.push(Some(client)),
+                Err(error) => {
+                    tracing::warn!(backend = BACKEND, master = %crate::connection::redacted(&master.urls()[0]), %error, "Redlock master unreachable at connect; left out");
+                    first_error.get_or_insert(error);
+                    masters.push(None);
+                }
+            }
+        }
+        let connected = masters.iter().flatten().count();
+        if connected < config.majority() {
+            return Err(
+                first_error.unwrap_or_else(|| RedisLockError::InvalidConfig {
+                    reason: "no master connected".into(),
+                }),
+            );
+        }
+        let issuer = match (&config.issuer, &config.signer) {
+            (Some(issuer), _) => issuer.clone(),
+            (None, Some(signer)) => signer.issuer().to_owned(),
+            (None, None) => {
+                let mut hosts = Vec::new();
+                for master in &config.masters {
+                    hosts.push(crate::connection::host_port(&master.urls()[0])?);
+                }
+                let issuer = format!("redlock@{}", hosts.join(","));
+                // The sequencer's issuer field is at most 128 bytes.
+                issuer.chars().take(128).collect()
+            }
+        };
+        Ok(RedlockClient {
+            inner: Arc::new(ClientInner {
+                config,
+                masters,
+                issuer,
+                client_id: format!("{:016x}", rand::random::<u64>()),
+                sessions: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Opens a session with `options` (its own holder identity, re-entry
+    /// scope and lease settings): one session per master underneath.
+    pub fn session(&self, options: SessionOptions) -> Result<Redlock, RedisLockError> {
+        options
+            .validate()
+            .map_err(|reason| RedisLockError::InvalidConfig { reason })?;
+        let mut members = Vec::with_capacity(self.inner.masters.len());
+        for master in &self.inner.masters {
+            members.push(match master {
+                Some(client) => Some(client.session(options.clone())?),
+                None => None,
+            });
+        }
+        let number = self.inner.sessions.fetch_add(1, Ordering::Relaxed);
+        Ok(Redlock {
+            inner: Arc::new(RedlockSessionInner {
+                client: self.clone(),
+                holder: format!("{}.{number}", self.inner.client_id),
+                options,
+                members,
+                holds: Mutex::default(),
+                gates: Mutex::default(),
+            }),
+        })
+    }
+
+    /// The issuer put in every sequencer.
+    pub fn issuer(&self) -> &str {
+        &self.inner.issuer
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RedlockConfig {
+        &self.inner.config
+    }
+
+    /// How many masters a grant needs.
+    pub fn majority(&self) -> usize {
+        self.inner.config.majority()
+    }
+
+    /// How many masters this client reached at connect.
+    pub fn masters_connected(&self) -> usize {
+        self.inner.masters.iter().flatten().count()
+    }
+
+    /// Each master's generation floor for `name` as it is now (`None` for
+    /// a master that did not answer; `Some(0)` for one that has none).
+    pub async fn generation_floors(&self, name: &LockName) -> Vec<Option<u64>> {
+        super::floor::read_floors(&self.inner.masters, name).await
+    }
+}
+
+/// A lock session over N Redis masters (Redlock), with a generation that a
+/// majority of masters accepted by compare-and-set: the [`Lock`]
+/// implementation. Cheap to clone (clones are the same session).
+///
+/// A grant holds the lock (the single-master scripts: FIFO queue, shared
+/// mode, lock-delay, watchdog) on a majority of masters, then mints the
+/// generation (`redlock/floor.rs`); its lease is valid while a majority of
+/// its per-master leases are, less the clock drift allowance.
+#[derive(Clone, Debug)]
+pub struct Redlock {
+    pub(crate) inner: Arc<RedlockSessionInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct RedlockSessionInner {
+    client: RedlockClient,
+    holder: String,
+    options: SessionOptions,
+    /// One single-master session per master (`None`: not connected).
+    members: Vec<Option<RedisLock>>,
+    holds: Mutex<HashMap<LockName, Arc<RedlockHold>>>,
+    /// Acquires of one name by this session go one at a time, so the
+    /// second re-enters the first's hold.
+    gates: Mutex<HashMap<LockName, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+type MemberAttempt = Pin<Box<dyn Future<Output = (usize, Result<RedisGuard, LockError>)> + Send>>;
+
+impl Redlock {
+    /// Connects a client to `urls` (one per master) and opens a session.
+    pub async fn connect<I, S>(urls: I, options: SessionOptions) -> Result<Self, RedisLockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedlockClient::connect(RedlockConfig::new(urls))
+            .await?
+            .session(options)
+    }
+
+    /// This session without the per-master watchdogs: each hold lapses one
+    /// TTL after its grant. The "holder outlives its TTL" setting of the
+    /// fencing tests. Must be called before the first acquire.
+    pub fn without_watchdog(self) -> Self {
+        let inner = &self.inner;
+        Redlock {
+            inner: Arc::new(RedlockSessionInner {
+                client: inner.client.clone(),
+                holder: inner.holder.clone(),
+                options: inner.options.clone(),
+                members: inner
+                    .members
+                    .iter()
+                    .map(|member| member.clone().map(RedisLock::without_watchdog))
+                    .collect(),
+                holds: Mutex::default(),
+                gates: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The client this session runs on.
+    pub fn client(&self) -> &RedlockClient {
+        &self.inner.client
+    }
+
+    /// The public holder id put in this session's sequencers.
+    pub fn holder_id(&self) -> &str {
+        &self.inner.holder
+    }
+
+    /// Ends every hold of this session on every master *without* releasing,
+    /// as a crash would: the guards report `Lost(Revoked)`, the lock-delay
+    /// starts. Fails only if a majority of masters could not be told.
+    pub async fn expire_session(&self) -> Result<(), LockError> {
+        let holds: Vec<Arc<RedlockHold>> = {
+            let mut map = self.inner.holds.lock().expect("holds poisoned");
+            map.drain().map(|(_, hold)| hold).collect()
+        };
+        for hold in &holds {
+            hold.tracker.lose(LostReason::Revoked);
+        }
+        let outcomes = join_all(
+            self.inner
+                .members
+                .iter()
+                .flatten()
+                .map(RedisLock::expire_session),
+        )
+        .await;
+        let done = outcomes.iter().filter(|outcome| outcome.is_ok()).count();
+        if done < self.inner.client.majority() {
+            if let Some(Err(error)) = outcomes.into_iter().find(Result::is_err) {
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    async fn acquire_inner(
+        &self,
+        name: &LockName,
+        mode: Mode,
+        wait: bool,
+    ) -> Result<Option<RedlockGuard>, LockError> {
+        if let Some(guard) = self.inner.reenter(name, mode)? {
+            return Ok(Some(guard));
+        }
+        let gate = self.inner.gate(name);
+        let gate_guard = if wait {
+            gate.lock().await
+        } else {
+            match gate.try_lock() {
+                Ok(held) => held,
+                Err(_) => return Ok(None),
+            }
+        };
+        let result = async {
+            if let Some(guard) = self.inner.reenter(name, mode)? {
+                return Ok(Some(guard));
+            }
+            loop {
+                let members = if wait {
+                    self.inner.hold_majority(name, mode).await?
+                } else {
+                    match self.inner.try_majority(name, mode).await? {
+                        Some(members) => members,
+                        None => return Ok(None),
+                    }
+                };
+                match self.inner.grant(name, mode, members).await {
+                    Ok(guard) => return Ok(Some(guard)),
+                    Err(Retry::Again(why)) if wait => {
+                        tracing::debug!(backend = BACKEND, lock = %name, why, "redlock grant abandoned; trying again");
+                        tokio::time::sleep(jitter(Duration::from_millis(20))).await;
+                    }
+                    Err(Retry::Again(_)) => return Ok(None),
+                    Err(Retry::Fail(error)) => return Err(error),
+                }
+            }
+        }
+        .await;
+        drop(gate_guard);
+        self.inner.retire_gate(name, gate);
+        result
+    }
+}
+
+impl Lock for Redlock {
+    type Guard = RedlockGuard;
+
+    async fn acquire(&self, name: &LockName, mode: Mode) -> Result<RedlockGuard, LockError> {
+        self.acquire_inner(name, mode, true)
+            .await?
+            .ok_or_else(|| LockError::Backend {
+                backend: BACKEND,
+                source: "a waiting acquire ended without a grant".into(),
+            })
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        mode: Mode,
+    ) -> Result<Option<RedlockGuard>, LockError> {
+        self.acquire_inner(name, mode, false).await
+    }
+}
+
+/// Why a majority of per-master holds did not become a grant.
+enum Retry {
+    /// Not granted this time (validity ran out, a concurrent mint won).
+    Again(&'static str),
+    Fail(LockError),
+}
+
+/// `base` plus up to half of it again, at random.
+fn jitter(base: Duration) -> Duration {
+    base + base.mul_f64(rand::random::<f64>() / 2.0)
+}
+
+async fn give_back_all(guards: Vec<RedisGuard>) {
+    join_all(guards.into_iter().map(LockGuard::release)).await;
+}
+
+impl RedlockSessionInner {
+    fn majority(&self) -> usize {
+        self.client.majority()
+    }
+
+    fn drift(&self) -> Duration {
+        self.client.inner.config.drift(self.options.ttl())
+    }
+
+    fn split_timeout(&self) -> Duration {
+        self.client.inner.config.split_timeout.unwrap_or_else(|| {
+            (self.options.ttl() / 8).clamp(Duration::from_millis(50), Duration::from_millis(500))
+        })
+    }
+
+    fn member_attempt(
+        &self,
+        index: usize,
+        name: &LockName,
+        mode: Mode,
+        after: Duration,
+    ) -> MemberAttempt {
+        let member = self.members[index].clone();
+        let name = name.clone();
+        Box::pin(async move {
+            if !after.is_zero() {
+                tokio::time::sleep(after).await;
+            }
+            let result = match member {
+                Some(member) => member.acquire(&name, mode).await,
+                None => Err(LockError::Unavailable {
+                    backend: BACKEND,
+                    source: "master not connected".into(),
+                }),
+            };
+            (index, result)
+        })
+    }
+
+    /// Waits (queued on every master) until a majority granted the lock.
+    ///
+    /// A waiter holding some masters but not a majority gives them back
+    /// after the split timeout and queues there again, so waiters split
+    /// across masters cannot wait for each other forever. A master that
+    /// fails is asked again after a pause; if a majority is failing at
+    /// once, the acquire fails.
+    async fn hold_majority(
+        &self,
+        name: &LockName,
+        mode: Mode,
+    ) -> Result<Vec<RedisGuard>, LockError> {
+        let total = self.members.len();
+        let majority = self.majority();
+        let mut pending: FuturesUnordered<MemberAttempt> = FuturesUnordered::new();
+        let mut failing = vec![false; total];
+        let mut pauses = vec![RETRY_PAUSE; total];
+        for (index, member) in self.members.iter().enumerate() {
+            match member {
+                Some(_) => pending.push(self.member_attempt(index, name, mode, Duration::ZERO)),
+                None => failing[index] = true,
+            }
+        }
+        let mut granted: Vec<(usize, RedisGuard)> = Vec::new();
+        let mut split_deadline: Option<Instant> = None;
+        let mut last_error = None;
+        loop {
+            if granted.len() >= majority {
+                return Ok(granted.into_iter().map(|(_, guard)| guard).collect());
+            }
+            if failing.iter().filter(|failing| **failing).count() > total - majority {
+                give_back_all(granted.into_iter().map(|(_, guard)| guard).collect()).await;
+                return Err(last_error.unwrap_or_else(|| LockError::Unavailable {
+                    backend: BACKEND,
+                    source: "fewer than a majority of masters are reachable".into(),
+                }));
+            }
+            let split = async {
+                match split_deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some((index, result)) = pending.next() => match result {
+                    Ok(guard) => {
+                        failing[index] = false;
+                        pauses[index] = RETRY_PAUSE;
+                        granted.push((index, guard));
+                        split_deadline.get_or_insert_with(|| Instant::now() + jitter(self.split_timeout()));
+                    }
+                    Err(error) if matches!(error, LockError::Busy { .. } | LockError::ModeConflict { .. }) => {
+                        give_back_all(granted.into_iter().map(|(_, guard)| guard).collect()).await;
+                        return Err(error);
+                    }
+                    Err(error) => {
+                        tracing::debug!(backend = BACKEND, lock = %name, master = index, %error, "master failed; asking again after a pause");
+                        failing[index] = true;
+                        pending.push(self.member_attempt(index, name, mode, pauses[index]));
+                        pauses[index] = (pauses[index] * 2).min(Duration::from_secs(1));
+                        last_error = Some(error);
+                    }
+                },
+                () = split => {
+                    tracing::debug!(backend = BACKEND, lock = %name, held = granted.len(), "split between waiters: giving back a minority and queueing again");
+                    split_deadline = None;
+                    for (index, guard) in std::mem::take(&mut granted) {
+                        let _ = guard.release().await;
+                        pending.push(self.member_attempt(index, name, mode, Duration::ZERO));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `try_acquire` on every master at once: the grants if a majority
+    /// granted, `None` (after giving the minority back) otherwise.
+    async fn try_majority(
+        &self,
+        name: &LockName,
+        mode: Mode,
+    ) -> Result<Option<Vec<RedisGuard>>, LockError> {
+        let outcomes = join_all(self.members.iter().map(|member| async move {
+            match member {
+                Some(member) => member.try_acquire(name, mode).await,
+                None => Err(LockError::Unavailable {
+                    backend: BACKEND,
+                    source: "master not connected".into(),
+                }),
+            }
+        }))
+        .await;
+        let (mut granted, mut failures) = (Vec::new(), Vec::new());
+        for outcome in outcomes {
+            match outcome {
+                Ok(Some(guard)) => granted.push(guard),
+                Ok(None) => {}
+                Err(error) => failures.push(error),
+            }
+        }
+        if granted.len() >= self.majority() {
+            return Ok(Some(granted));
+        }
+        give_back_all(granted).await;
+        if failures.len() > self.members.len() - self.majority() {
+            return Err(failures.remove(0));
+        }
+        Ok(None)
+    }
+
+    /// The deadline a majority of `members`' leases guarantee, less drift.
+    fn quorum_deadline(&self, members: &[RedisGuard]) -> Option<Instant> {
+        let mut held: Vec<Instant> = members
+            .iter()
+            .filter_map(|member| match member.lease().state() {
+                LeaseState::Held { valid_until } => Some(valid_until),
+                _ => None,
+            })
+            .collect();
+        if held.len() < self.majority() {
+            return None;
+        }
+        held.sort_unstable_by(|a, b| b.cmp(a));
+        held[self.majority() - 1].checked_sub(self.drift())
+    }
+
+    /// Mints the generation for a majority of per-master holds and makes
+    /// the guard; gives the holds back if that fails.
+    async fn grant(
+        self: &Arc<Self>,
+        name: &LockName,
+        mode: Mode,
+        members: Vec<RedisGuard>,
+    ) -> Result<RedlockGuard, Retry> {
+        let masters = &self.client.inner.masters;
+        let mut minted = Err(MintError::Contended { accepted: 0 });
+        for round in 0..MINT_ROUNDS {
+            minted = mint(masters, self.majority(), name).await;
+            match minted {
+                Ok(_) | Err(MintError::NoQuorum { .. } | MintError::Exhausted { .. }) => break,
+                // Shared holders mint side by side; the loser reads again.
+                Err(MintError::Contended { .. }) => {
+                    tokio::time::sleep(jitter(Duration::from_millis(2 << round))).await;
+                }
+            }
+        }
+        let generation = match minted {
+            Ok(generation) => generation,
+            Err(MintError::Contended { .. }) => {
+                give_back_all(members).await;
+                return Err(Retry::Again("another grant won the generation"));
+            }
+            Err(error) => {
+                give_back_all(members).await;
+                return Err(Retry::Fail(error.into_lock_error(name)));
+            }
+        };
+        let Some(valid_until) = self
+            .quorum_deadline(&members)
+            .filter(|deadline| *deadline > Instant::now())
+        else {
+            give_back_all(members).await;
+            return Err(Retry::Again(
+                "validity ran out before the generation was minted",
+            ));
+        };
+        let sequencer = match self.sequencer(name, mode, generation) {
+            Ok(sequencer) => sequencer,
+            Err(error) => {
+                give_back_all(members).await;
+                return Err(Retry::Fail(error));
+            }
+        };
+        let tracker = Arc::new(LeaseTracker::new(valid_until));
+        let follower = follow_members(
+            tracker.clone(),
+            members.iter().map(LockGuard::lease).collect(),
+            self.majority(),
+            self.drift(),
+        );
+        let hold = Arc::new(RedlockHold {
+            name: name.clone(),
+            mode,
+            sequencer,
+            tracker,
+            members: Mutex::new(members),
+            majority: self.majority(),
+            guards: Mutex::new(1),
+            follower,
+        });
+        self.holds
+            .lock()
+            .expect("holds poisoned")
+            .insert(name.clone(), hold.clone());
+        tracing::debug!(backend = BACKEND, lock = %name, %mode, generation, "redlock granted");
+        Ok(RedlockGuard {
+            hold,
+            session: self.clone(),
+            released: false,
+        })
+    }
+
+    fn sequencer(
+        &self,
+        name: &LockName,
+        mode: Mode,
+        generation: u64,
+    ) -> Result<Sequencer, LockError> {
+        let generation = Generation::new(generation).ok_or_else(|| LockError::Backend {
+            backend: BACKEND,
+            source: "minted generation 0".into(),
+        })?;
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_millis() as u64)
+            .unwrap_or_default();
+        let sequencer = Sequencer::new(name.clone(), mode, generation)
+            .with_issuer(self.client.issuer())
+            .and_then(|sequencer| sequencer.with_holder(&self.holder))
+            .and_then(|sequencer| sequencer.with_lease(&format!("{:016x}", rand::random::<u64>())))
+            .map_err(|error| LockError::Backend {
+                backend: BACKEND,
+                source: Box::new(error),
+            })?
+            .with_expiry_hint(now_ms + self.options.ttl().as_millis() as u64);
+        Ok(match &self.client.inner.config.signer {
+            Some(signer) => signer.sign(sequencer),
+            None => sequencer,
+        })
+    }
+
+    fn reenter(
+        self: &Arc<Self>,
+        name: &LockName,
+        mode: Mode,
+    ) -> Result<Option<RedlockGuard>, LockError> {
+        let mut holds = self.holds.lock().expect("holds poisoned");
+        let Some(hold) = holds.get(name) else {
+            return Ok(None);
+        };
+        if !hold.tracker.watch().is_valid() {
+            holds.remove(name);
+            return Ok(None);
+        }
+        if hold.mode != mode {
+            return Err(LockError::ModeConflict {
+                name: name.clone(),
+                held: hold.mode,
+                requested: mode,
+            });
+        }
+        *hold.guards.lock().expect("guard count poisoned") += 1;
+        Ok(Some(RedlockGuard {
+            hold: hold.clone(),
+            session: self.clone(),
+            released: false,
+        }))
+    }
+
+    /// Drops one guard of `hold`; the hold itself if that was its last.
+    pub(crate) fn forget_guard(&self, hold: &Arc<RedlockHold>) -> Option<Arc<RedlockHold>> {
+        let mut holds = self.holds.lock().expect("holds poisoned");
+        let mut count = hold.guards.lock().expect("guard count poisoned");
+        *count = count.saturating_sub(1);
+        if *count > 0 {
+            return None;
+        }
+        if holds
+            .get(&hold.name)
+            .is_some_and(|current| Arc::ptr_eq(current, hold))
+        {
+            holds.remove(&hold.name);
+        }
+        Some(hold.clone())
+    }
+
+    fn gate(&self, name: &LockName) -> Arc<tokio::sync::Mutex<()>> {
+        self.gates
+            .lock()
+            .expect("gates poisoned")
+            .entry(name.clone())
+            .or_default()
+            .clone()
+    }
+
+    fn retire_gate(&self, name: &LockName, gate: Arc<tokio::sync::Mutex<()>>) {
+        let mut gates = self.gates.lock().expect("gates poisoned");
+        // The map's reference and ours: nobody else is waiting at it.
+        if Arc::strong_count(&gate) == 2 {
+            gates.remove(name);
+        }
+    }
+}
