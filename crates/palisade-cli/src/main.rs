@@ -8,7 +8,7 @@
 //! palisade put|get|del <lock> <key> ...     the resource server, with the sequencer from the environment
 //! palisade marks <lock>                     the lock's high-water marks on the resource server
 //! palisade raise-floor <lock>               lift the lock service's generations above the marks
-//! palisade serve --data-dir DIR             run the resource server (optionally with a live check)
+//! palisade serve --data-dir DIR             run the resource server (or --store SPEC; optionally with a live check)
 //! palisade demo gc-pause|flash-sale         the demos
 //! palisade keygen --key-id k2               a fresh signing key, as a key ring line
 //! ```

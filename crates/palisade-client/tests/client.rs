@@ -328,12 +328,16 @@ async fn failures_are_typed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storage_failures_are_unavailable() {
     let dir = tempfile::tempdir().unwrap();
-    let db = sled::open(dir.path()).unwrap();
-    db.open_tree("palisade-meta")
-        .unwrap()
-        .insert(b"L", b"damaged".to_vec())
-        .unwrap();
-    let store = Store::from_db(db, StoreConfig::default()).unwrap();
+    {
+        // Damaged with sled itself, then closed: the store opens it.
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree("palisade-meta")
+            .unwrap()
+            .insert(b"L", b"damaged".to_vec())
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
     let server = start_on(dir, AppState::new(store)).await;
     let client = Client::new(&server.base).unwrap();
     match client.put(&excl("L", 1), b"k", "v", None).await {

@@ -42,10 +42,11 @@ pub struct SledMarks {
 }
 
 impl SledMarks {
-    /// Marks kept in `store`, as durable as that store is: prefer
-    /// [`SledMarks::open`] (or a store from [`Store::open`]), which owns its
-    /// directory and syncs its files; a store made with [`Store::from_db`]
-    /// over a database shared with other data relies on sled's own flush.
+    /// Marks kept in `store`, as durable as that store is. Admissions are
+    /// decided in call order only on sled (a store from [`Store::open`] or
+    /// [`SledMarks::open`]); over another engine ([`Store::with_engine`])
+    /// each admission is still one atomic check-and-raise, but two in
+    /// flight at once may be decided in either order.
     pub fn new(store: Store) -> Self {
         SledMarks { store }
     }

@@ -228,11 +228,7 @@ fn store_direct(
                     i += 1;
                     let t0 = Instant::now();
                     store
-                        .apply(
-                            &sequencer,
-                            &[Op::put(key.as_bytes(), value.as_slice())],
-                            None,
-                        )
+                        .apply(&sequencer, &[Op::put(key, value.clone())], None)
                         .unwrap()
                         .unwrap();
                     latencies.push((Instant::now(), t0.elapsed().as_micros() as u32));

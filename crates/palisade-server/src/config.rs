@@ -7,7 +7,7 @@ use std::time::Duration;
 use palisade_core::{KeyRing, Verifier};
 use palisade_store::{Durability, Limits, StoreConfig};
 
-use crate::{ServerError, ServerLimits, TlsConfig, TokenTable};
+use crate::{ServerError, ServerLimits, StoreSpec, TlsConfig, TokenTable};
 
 /// The `--durability` flag: see [`Durability`] for what each one means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -38,9 +38,23 @@ pub enum DurabilityMode {
 /// ```
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServerConfig {
-    /// Directory of the sled database (created if missing).
-    #[arg(long, env = "PALISADE_DATA_DIR")]
-    pub data_dir: PathBuf,
+    /// Directory of the sled database (created if missing): the same as
+    /// `--store sled:DIR`.
+    #[arg(long, env = "PALISADE_DATA_DIR", required_unless_present = "store")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Where marks and data live: `sled:DIR`, `postgres://...` or
+    /// `etcd://host:port,...[/prefix]`. Instead of --data-dir.
+    #[arg(
+        long,
+        env = "PALISADE_STORE",
+        conflicts_with = "data_dir",
+        value_name = "SPEC",
+        // A PostgreSQL URL may carry a password: never echo it in --help,
+        // and parse it in `store_spec` (clap would quote it in its error).
+        hide_env_values = true
+    )]
+    pub store: Option<String>,
 
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, env = "PALISADE_LISTEN", default_value = "127.0.0.1:7411")]
@@ -235,10 +249,12 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// A configuration with every default and the given data directory.
+    /// A configuration with every default and the given data directory
+    /// (sled).
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
-            data_dir: data_dir.into(),
+            data_dir: Some(data_dir.into()),
+            store: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 7411)),
             durability: DurabilityMode::Flushed,
             buffered_flush_ms: 500,
@@ -385,6 +401,22 @@ impl ServerConfig {
                 flush_every: Duration::from_millis(self.buffered_flush_ms.max(1)),
             },
             DurabilityMode::Flushed => Durability::Flushed,
+        }
+    }
+
+    /// Where the store lives: `--store`, or `--data-dir` as `sled:DIR`.
+    pub fn store_spec(&self) -> Result<StoreSpec, ServerError> {
+        match (&self.store, &self.data_dir) {
+            (Some(spec), None) => spec
+                .parse()
+                .map_err(|error: crate::StoreSpecError| ServerError::Config(error.to_string())),
+            (None, Some(dir)) => Ok(StoreSpec::Sled { dir: dir.clone() }),
+            (Some(_), Some(_)) => Err(ServerError::Config(
+                "--store and --data-dir both name the store; give one".into(),
+            )),
+            (None, None) => Err(ServerError::Config(
+                "no store: give --data-dir DIR or --store SPEC".into(),
+            )),
         }
     }
 

@@ -2,8 +2,9 @@
 //! travels in its header, in its canonical text form.
 
 use base64::Engine as _;
+use bytes::Bytes;
 use palisade_core::LockName;
-use palisade_store::{Applied, IVec, Op};
+use palisade_store::{Applied, Op};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -18,19 +19,19 @@ pub(crate) enum JsonBytes {
 }
 
 impl JsonBytes {
-    pub(crate) fn into_ivec(self, field: &str) -> Result<IVec, ApiError> {
+    pub(crate) fn decode(self, field: &str) -> Result<Bytes, ApiError> {
         match self {
-            JsonBytes::Text(text) => Ok(IVec::from(text.into_bytes())),
+            JsonBytes::Text(text) => Ok(Bytes::from(text.into_bytes())),
             JsonBytes::Base64 { base64 } => base64::engine::general_purpose::STANDARD
                 .decode(base64.as_bytes())
-                .map(IVec::from)
+                .map(Bytes::from)
                 .map_err(|e| ApiError::bad_request(format!("`{field}`: invalid base64: {e}"))),
         }
     }
 }
 
-fn optional(bytes: Option<JsonBytes>, field: &str) -> Result<Option<IVec>, ApiError> {
-    bytes.map(|b| b.into_ivec(field)).transpose()
+fn optional(bytes: Option<JsonBytes>, field: &str) -> Result<Option<Bytes>, ApiError> {
+    bytes.map(|b| b.decode(field)).transpose()
 }
 
 /// `POST /v1/locks/{lock}/cas/{key}`.
@@ -90,11 +91,11 @@ impl BatchBody {
             .map(|op| {
                 Ok(match op {
                     BatchOp::Put { key, value } => {
-                        Op::put(key.into_ivec("key")?, value.into_ivec("value")?)
+                        Op::put(key.decode("key")?, value.decode("value")?)
                     }
-                    BatchOp::Delete { key } => Op::delete(key.into_ivec("key")?),
+                    BatchOp::Delete { key } => Op::delete(key.decode("key")?),
                     BatchOp::Cas { key, expected, new } => Op::cas(
-                        key.into_ivec("key")?,
+                        key.decode("key")?,
                         optional(expected, "expected")?,
                         optional(new, "new")?,
                     ),

@@ -276,6 +276,15 @@ pub enum ServerError {
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The storage engine `--store` names could not be opened (its
+    /// database unreachable, its schema newer than this binary, ...).
+    #[error("cannot open --store {store}: {message}")]
+    OpenEngine {
+        /// The `--store` value, password redacted.
+        store: String,
+        /// Why.
+        message: String,
+    },
     /// A file named by the configuration could not be read.
     #[error("cannot read {what} file {}: {source}", path.display())]
     ReadFile {

@@ -55,6 +55,7 @@ mod routes;
 mod sequencer_policy;
 mod serve;
 mod state;
+mod store_spec;
 mod tls;
 mod tokens;
 
@@ -66,5 +67,6 @@ pub use routes::{
 };
 pub use serve::{run, serve, shutdown_signal};
 pub use state::AppState;
+pub use store_spec::{StoreSpec, StoreSpecError};
 pub use tls::TlsConfig;
 pub use tokens::TokenTable;

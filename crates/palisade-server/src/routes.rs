@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use palisade_core::{Liveness, LockName, Mode, Sequencer};
-use palisade_store::{Applied, IVec, Marks, Op, Refused, RequestId};
+use palisade_store::{Applied, Marks, Op, Refused, RequestId};
 use serde_json::json;
 use tracing::Instrument as _;
 
@@ -436,7 +436,7 @@ async fn put_key(
         let sequencer = write_sequencer(&state, &headers, &lock)?;
         let request_id = request_id(&headers)?;
         let value = read_body(&state, &headers, body).await?;
-        let ops = [Op::put(key, IVec::from(&value[..]))];
+        let ops = [Op::put(key, value)];
         apply_write(&state, &lock, &sequencer, request_id.as_ref(), &ops).await
     })
     .await
@@ -507,12 +507,18 @@ async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
 }
 
 async fn health(State(state): State<AppState>) -> Response {
-    match state.store.check_health() {
-        Ok(()) => axum::Json(json!({
-            "status": "ok",
-            "durability": state.store.durability().name(),
-        }))
-        .into_response(),
+    match state.store.health().await {
+        Ok(()) => {
+            // The engine's location (a directory, database or endpoints)
+            // stays in the start-up log: this endpoint needs no token.
+            let engine = state.store.engine_info();
+            axum::Json(json!({
+                "status": "ok",
+                "durability": state.store.durability().name(),
+                "engine": {"name": engine.name, "durability": engine.durability},
+            }))
+            .into_response()
+        }
         Err(error) => {
             let error = ApiError::from(error);
             state.metrics.rejected(error.code());

@@ -624,7 +624,11 @@ async fn health_and_metrics() {
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(
         answer.json(),
-        json!({"status": "ok", "durability": "flushed"})
+        json!({
+            "status": "ok",
+            "durability": "flushed",
+            "engine": {"name": "sled", "durability": "flushed"},
+        })
     );
 
     let before = server.metrics().await;
@@ -674,12 +678,16 @@ async fn a_storage_failure_is_503() {
     // A lock whose state record is damaged on disk: the store reports
     // corruption, which the server must answer with 503, not 500 or 200.
     let dir = tempfile::tempdir().unwrap();
-    let db = sled::open(dir.path()).unwrap();
-    db.open_tree("palisade-meta")
-        .unwrap()
-        .insert(b"L", b"short".to_vec())
-        .unwrap();
-    let store = Store::from_db(db, StoreConfig::default()).unwrap();
+    {
+        // Damaged with sled itself, then closed: the store opens it.
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree("palisade-meta")
+            .unwrap()
+            .insert(b"L", b"short".to_vec())
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
     let server = Server::over(dir, AppState::new(store));
     server
         .put("L", "k", &excl("L", 1), "v")

@@ -1,9 +1,9 @@
 //! The server on a real socket (127.0.0.1:0): `run` serves until its
 //! shutdown future resolves, then flushes; the data is there after a
-//! restart on the same directory.
+//! restart on the same directory; `--store` names the engine.
 
 use palisade_core::Sequencer;
-use palisade_server::{AppState, ServerConfig, run};
+use palisade_server::{AppState, ServerConfig, StoreSpec, run};
 use palisade_store::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -129,4 +129,110 @@ fn the_config_reads_flags_and_environment() {
         Cli::try_parse_from(["palisade-server"]).is_err()
             || std::env::var_os("PALISADE_DATA_DIR").is_some()
     );
+}
+
+#[derive(clap::Parser)]
+struct StoreCli {
+    #[command(flatten)]
+    server: ServerConfig,
+}
+
+fn parse_store_flags(args: &[&str]) -> Result<ServerConfig, clap::Error> {
+    use clap::Parser;
+    let argv = std::iter::once("palisade-server").chain(args.iter().copied());
+    StoreCli::try_parse_from(argv).map(|cli| cli.server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_sled_serves_from_its_directory_and_health_names_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = format!("sled:{}", dir.path().display());
+    let config = parse_store_flags(&["--store", &spec, "--listen", "127.0.0.1:0"]).unwrap();
+    assert_eq!(
+        config.store_spec().unwrap(),
+        StoreSpec::Sled {
+            dir: dir.path().into()
+        }
+    );
+    let state = config.open_state(None).unwrap();
+    let listener = config.bind().await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        run(listener, state, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    let http = reqwest::Client::new();
+    let health: serde_json::Value = http
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["engine"]["name"], "sled");
+    assert_eq!(health["engine"]["durability"], "flushed");
+    let put = http
+        .put(format!("{base}/v1/locks/s/keys/k"))
+        .header(Sequencer::HTTP_HEADER, "v1;lock=s;mode=exclusive;gen=3")
+        .body("in the named directory")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    stop.send(()).unwrap();
+    server.await.unwrap();
+
+    // The write is in the directory `--store` named.
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    let lock = palisade_core::LockName::new("s").unwrap();
+    let read = store.get(&lock, b"k", None).unwrap().unwrap();
+    assert_eq!(read.value.as_deref(), Some(&b"in the named directory"[..]));
+}
+
+#[test]
+fn store_flags_are_checked_and_engines_not_built_in_are_named() {
+    // One place names the store: --store and --data-dir together is an
+    // error, and so is a value no engine recognises.
+    assert!(parse_store_flags(&["--store", "sled:/x", "--data-dir", "/y"]).is_err());
+    for (spec, reason) in [
+        ("mysql://app:pw@db/x", "expected `sled:<dir>`"),
+        ("etcd://app:pw@db:2379", "credentials in an etcd URL"),
+        ("etcd://host-without-port", "needs a port"),
+    ] {
+        let config = parse_store_flags(&["--store", spec]).unwrap();
+        let error = config.store_spec().unwrap_err().to_string();
+        assert!(error.contains(reason), "{error}");
+        assert!(!error.contains(":pw@"), "the password is hidden: {error}");
+        let error = config.open_store().expect_err("refused").to_string();
+        assert!(error.contains(reason), "{error}");
+    }
+
+    // `--data-dir DIR` is `sled:DIR`.
+    let config = parse_store_flags(&["--data-dir", "/srv/palisade"]).unwrap();
+    assert_eq!(
+        config.store_spec().unwrap(),
+        StoreSpec::Sled {
+            dir: "/srv/palisade".into()
+        }
+    );
+
+    // PostgreSQL is built in: `tests/postgres_store.rs`.
+    #[allow(clippy::single_element_loop)]
+    for (spec, engine) in [("etcd://127.0.0.1:1/palisade", "etcd")] {
+        let config = parse_store_flags(&["--store", spec]).unwrap();
+        assert_eq!(config.store_spec().unwrap().engine(), engine);
+        let error = config.open_store().expect_err("not built in").to_string();
+        assert!(
+            error.contains(&format!(
+                "the {engine} engine is not built into this server"
+            )),
+            "{error}"
+        );
+        assert!(!error.contains(":pw@"), "the password is hidden: {error}");
+    }
 }

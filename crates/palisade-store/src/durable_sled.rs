@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::StoreError;
-use crate::committer::{DurableFiles, flush_durably};
+use crate::engine::sled::{DurableFiles, flush_durably, open_with_retry, sled_error};
 
 /// A sled database whose [`DurableSled::flush`] reaches the disk.
 ///
@@ -24,8 +24,8 @@ use crate::committer::{DurableFiles, flush_durably};
 /// ```
 /// use palisade_store::DurableSled;
 ///
-/// # fn main() -> Result<(), palisade_store::StoreError> {
-/// let dir = tempfile::tempdir().unwrap();
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
 /// let sled = DurableSled::open(dir.path())?;
 /// sled.db().insert("stock", "7")?;
 /// sled.flush()?; // on disk now, as far as the disk honours fsync
@@ -47,9 +47,8 @@ impl DurableSled {
     /// created durable.
     pub fn open(path: impl AsRef<Path>) -> Result<DurableSled, StoreError> {
         let path = path.as_ref();
-        let db =
-            crate::store::open_with_retry(&sled::Config::new().path(path).flush_every_ms(None))?;
-        let files = DurableFiles::open(path).map_err(sled::Error::Io)?;
+        let db = open_with_retry(&sled::Config::new().path(path).flush_every_ms(None))?;
+        let files = DurableFiles::open(path).map_err(|e| sled_error(sled::Error::Io(e)))?;
         Ok(DurableSled {
             db,
             files: Mutex::new(files),
@@ -73,7 +72,7 @@ impl DurableSled {
                 message: message.clone(),
             });
         }
-        match flush_durably(&self.db, Some(&self.files)) {
+        match flush_durably(&self.db, &self.files) {
             Ok(()) => {
                 self.syncs.fetch_add(1, Ordering::Relaxed);
                 Ok(())

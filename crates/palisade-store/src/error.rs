@@ -7,14 +7,31 @@ use crate::LimitKind;
 /// Fencing refusals are *not* here: they are the inner `Err` of the nested
 /// `Result` that [`Store::apply`](crate::Store::apply) returns, so `?` on a
 /// `StoreError` can never swallow a stale sequencer.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// sled failed (I/O error, or a corrupted file sled itself detected).
-    #[error("storage failure: {0}")]
-    Io(#[from] sled::Error),
-    /// A flush (fsync) failed earlier, or sled failed with an I/O error in
-    /// the middle of a transaction. Writes committed in memory since the
+    /// The engine failed (an I/O error, a file or row the engine itself
+    /// found damaged, an error the database returned). Whether the request
+    /// was applied is unknown: a retry with the same request id settles it.
+    #[error("the {engine} engine failed: {message}")]
+    Storage {
+        /// The engine's name ([`EngineInfo::name`](crate::EngineInfo::name)).
+        engine: &'static str,
+        /// What failed, as text (the original error is logged).
+        message: String,
+    },
+    /// The engine's database cannot be reached (connection refused, no
+    /// quorum, timed out). Nothing is known to have been applied by the
+    /// request that got this; a retry with the same request id is safe.
+    #[error("the {engine} engine is unavailable: {message}")]
+    Unavailable {
+        /// The engine's name.
+        engine: &'static str,
+        /// Why, as text.
+        message: String,
+    },
+    /// A flush (fsync) failed earlier, or the sled engine failed with an
+    /// I/O error in the middle of a transaction. Writes committed in memory since the
     /// last good flush may not be on disk, so the store stops acknowledging
     /// anything, reads included (fail-stop), until it is reopened.
     #[error("the store failed to flush and refuses further requests until restarted: {message}")]
@@ -48,7 +65,7 @@ pub enum StoreError {
         /// What could not be decoded.
         what: String,
     },
-    /// The store is closing; the background flusher is gone.
+    /// The store is closing; the engine's committer is gone.
     #[error("the store is shut down")]
     ShutDown,
 }
@@ -60,7 +77,8 @@ impl StoreError {
     pub fn is_storage_failure(&self) -> bool {
         matches!(
             self,
-            StoreError::Io(_)
+            StoreError::Storage { .. }
+                | StoreError::Unavailable { .. }
                 | StoreError::FlushFailed { .. }
                 | StoreError::Corrupt { .. }
                 | StoreError::ShutDown

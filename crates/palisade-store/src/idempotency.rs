@@ -1,13 +1,14 @@
 //! Idempotency keys: how a retried write gets its original outcome instead
 //! of being applied twice.
 //!
-//! A write may carry a [`RequestId`]. Inside the write's transaction the
-//! store records, under the lock, the id, a fingerprint of the request and
-//! the outcome. The last [`StoreConfig::idempotency_window`] ids of each
-//! lock are kept, in a ring of slots numbered by a per-lock counter: the
-//! write that takes slot `n mod window` evicts the id that held it. All of
-//! this is in the same sled transaction as the data, so a remembered id is
-//! exactly as durable as the write it stands for.
+//! A write may carry a [`RequestId`]. In the write's own atomic step the
+//! engine records, under the lock, the id, a fingerprint of the request
+//! (computed here, once, by the store) and the outcome. At least the last
+//! [`StoreConfig::idempotency_window`] ids of each lock are kept (the sled
+//! engine keeps them in a ring of slots numbered by a per-lock counter: the
+//! write that takes slot `n mod window` evicts the id that held it). All of
+//! this is in the same step as the data, so a remembered id is exactly as
+//! durable as the write it stands for.
 //!
 //! Only applied writes are remembered: a refused request changed nothing,
 //! so retrying it is the same as sending it for the first time.
@@ -18,7 +19,7 @@ use std::fmt;
 
 use palisade_core::{Mode, Sequencer};
 
-use crate::{Applied, Marks, Op, OpResult, StoreError};
+use crate::{Op, StoreError};
 
 /// A client-chosen idempotency key: 1 to 128 bytes of visible ASCII
 /// (`!` to `~`), scoped to one lock.
@@ -135,51 +136,6 @@ pub(crate) fn fingerprint(sequencer: &Sequencer, ops: &[Op]) -> u64 {
     hash.0
 }
 
-/// A remembered outcome, as stored:
-/// `[slot sequence: u64 BE][fingerprint: u64 BE][H_excl: u64 BE][H_shared: u64 BE][commit seq: u64 BE][one byte per op result]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Record {
-    pub(crate) fingerprint: u64,
-    pub(crate) applied: Applied,
-}
-
-/// The fixed part of a [`Record`]: five big-endian words.
-const HEADER_LEN: usize = 40;
-
-impl Record {
-    pub(crate) fn encode(&self, sequence: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER_LEN + self.applied.results.len());
-        out.extend_from_slice(&sequence.to_be_bytes());
-        out.extend_from_slice(&self.fingerprint.to_be_bytes());
-        out.extend_from_slice(&self.applied.marks.exclusive.to_be_bytes());
-        out.extend_from_slice(&self.applied.marks.shared.to_be_bytes());
-        out.extend_from_slice(&self.applied.commit_seq.to_be_bytes());
-        out.extend(self.applied.results.iter().map(|r| r.to_byte()));
-        out
-    }
-
-    pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
-        let (header, results) = bytes.split_at_checked(HEADER_LEN)?;
-        let word = |i: usize| u64::from_be_bytes(header[i * 8..i * 8 + 8].try_into().unwrap());
-        let results = results
-            .iter()
-            .map(|b| OpResult::from_byte(*b))
-            .collect::<Option<Vec<_>>>()?;
-        Some(Record {
-            fingerprint: word(1),
-            applied: Applied {
-                results,
-                marks: Marks {
-                    exclusive: word(2),
-                    shared: word(3),
-                },
-                commit_seq: word(4),
-                replayed: true,
-            },
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use palisade_core::{Generation, LockName};
@@ -220,25 +176,6 @@ mod tests {
         for other in others {
             assert_ne!(base, other);
         }
-    }
-
-    #[test]
-    fn records_round_trip_and_refuse_garbage() {
-        let record = Record {
-            fingerprint: 77,
-            applied: Applied {
-                results: vec![OpResult::Created, OpResult::Absent, OpResult::Swapped],
-                marks: Marks {
-                    exclusive: 9,
-                    shared: 4,
-                },
-                commit_seq: 12,
-                replayed: true,
-            },
-        };
-        assert_eq!(Record::decode(&record.encode(5)), Some(record));
-        assert_eq!(Record::decode(&[0; 39]), None);
-        assert_eq!(Record::decode(&[[0; 40].as_slice(), &[9]].concat()), None);
     }
 
     #[test]

@@ -88,26 +88,23 @@
 //! `idempotency_key_reused`, `lock_mismatch`). Flush failures are logged at
 //! `ERROR`.
 
-mod background_sync;
-mod committer;
 mod config;
 mod durable_sled;
 mod engine;
 mod error;
-mod group_commit;
 mod idempotency;
-mod keys;
 mod op;
+mod pending;
 mod store;
 
 pub use config::{Durability, DurabilityParseError, LimitKind, Limits, StoreConfig};
 pub use durable_sled::DurableSled;
-pub use engine::{Engine, EngineFuture, EngineInfo, WriteRequest};
+pub use engine::sled::FlushStats;
+pub use engine::{Engine, EngineFuture, EngineInfo, StoredRecord, WriteRequest};
 pub use error::StoreError;
-pub use group_commit::{FlushStats, Pending};
 pub use idempotency::RequestId;
 pub use op::{Applied, Op, OpResult, Read, Refused};
 /// The marks and the fencing rule live in core, shared with every fence.
 pub use palisade_core::marks::Marks;
-pub use sled::IVec;
+pub use pending::Pending;
 pub use store::Store;

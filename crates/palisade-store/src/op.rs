@@ -1,7 +1,7 @@
 //! What a request asks for, and what it gets back.
 
+use bytes::Bytes;
 use palisade_core::{Generation, LockName, Mode};
-use sled::IVec;
 
 use crate::{Marks, RequestId};
 
@@ -15,31 +15,31 @@ pub enum Op {
     /// Sets `key` to `value`.
     Put {
         /// The key.
-        key: IVec,
+        key: Bytes,
         /// The new value.
-        value: IVec,
+        value: Bytes,
     },
     /// Removes `key` (absent is fine).
     Delete {
         /// The key.
-        key: IVec,
+        key: Bytes,
     },
     /// Sets `key` to `new` (or removes it when `new` is `None`) only if its
-    /// current value is `expected` (`None`: only if absent), like sled's
-    /// `compare_and_swap`. A mismatch refuses the whole request.
+    /// current value is `expected` (`None`: only if absent), like a
+    /// compare-and-swap. A mismatch refuses the whole request.
     Cas {
         /// The key.
-        key: IVec,
+        key: Bytes,
         /// The value the key must have now; `None` = must be absent.
-        expected: Option<IVec>,
+        expected: Option<Bytes>,
         /// The value to set; `None` = remove.
-        new: Option<IVec>,
+        new: Option<Bytes>,
     },
 }
 
 impl Op {
     /// A [`Op::Put`].
-    pub fn put(key: impl Into<IVec>, value: impl Into<IVec>) -> Op {
+    pub fn put(key: impl Into<Bytes>, value: impl Into<Bytes>) -> Op {
         Op::Put {
             key: key.into(),
             value: value.into(),
@@ -47,12 +47,12 @@ impl Op {
     }
 
     /// A [`Op::Delete`].
-    pub fn delete(key: impl Into<IVec>) -> Op {
+    pub fn delete(key: impl Into<Bytes>) -> Op {
         Op::Delete { key: key.into() }
     }
 
     /// A [`Op::Cas`].
-    pub fn cas(key: impl Into<IVec>, expected: Option<IVec>, new: Option<IVec>) -> Op {
+    pub fn cas(key: impl Into<Bytes>, expected: Option<Bytes>, new: Option<Bytes>) -> Op {
         Op::Cas {
             key: key.into(),
             expected,
@@ -134,10 +134,12 @@ pub struct Applied {
     pub results: Vec<OpResult>,
     /// The lock's marks right after the request.
     pub marks: Marks,
-    /// The store's commit sequence number of this write: strictly
-    /// increasing in commit order across every lock, and across restarts
-    /// (sled's monotonic id generator). Not contiguous. A replay carries
-    /// the original write's number. Fault tests order accepted writes by it.
+    /// The engine's commit sequence number of this write: unique across the
+    /// engine (restarts, replicas), strictly increasing in commit order per
+    /// lock, and a write acknowledged before another is sent has the smaller
+    /// number (any lock). Not contiguous. A replay carries the original
+    /// write's number. sled numbers every write in one global commit order.
+    /// Fault tests order accepted writes by it.
     pub commit_seq: u64,
     /// `true` when this is the remembered outcome of an earlier request with
     /// the same idempotency key: nothing was applied this time.
@@ -148,7 +150,7 @@ pub struct Applied {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Read {
     /// The value, or `None` if the key is absent.
-    pub value: Option<IVec>,
+    pub value: Option<Bytes>,
     /// The lock's marks after the read (a read with a sequencer may raise
     /// them).
     pub marks: Marks,
@@ -196,7 +198,7 @@ pub enum Refused {
         /// Which op of the request (0-based).
         op_index: usize,
         /// The key's current value (`None`: absent).
-        current: Option<IVec>,
+        current: Option<Bytes>,
     },
     /// The idempotency key was already used for a *different* request on
     /// this lock (other ops, mode or generation).

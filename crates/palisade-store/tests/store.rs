@@ -5,9 +5,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use palisade_core::{Generation, LockName, Mode, Sequencer};
 use palisade_store::{
-    Applied, Durability, IVec, LimitKind, Limits, Marks, Op, OpResult, Refused, RequestId, Store,
+    Applied, Durability, LimitKind, Limits, Marks, Op, OpResult, Refused, RequestId, Store,
     StoreConfig, StoreError,
 };
 use proptest::prelude::*;
@@ -54,7 +55,7 @@ fn value(store: &Store, name: &str, key: &str) -> Option<Vec<u8>> {
 
 fn put(store: &Store, sequencer: &Sequencer, key: &str, val: &str) -> Result<Applied, Refused> {
     store
-        .apply(sequencer, &[Op::put(key.as_bytes(), val.as_bytes())], None)
+        .apply(sequencer, &[Op::put(key.to_owned(), val.to_owned())], None)
         .unwrap()
 }
 
@@ -485,7 +486,7 @@ fn keys_and_values_are_bytes() {
     let key = [0xff, 0x00, b'/', 0x80];
     let val = [0u8, 1, 2, 0xfe];
     store
-        .apply(&excl("L", 1), &[Op::put(&key[..], &val[..])], None)
+        .apply(&excl("L", 1), &[Op::put(key.to_vec(), val.to_vec())], None)
         .unwrap()
         .unwrap();
     let read = store.get(&lock("L"), &key, None).unwrap().unwrap();
@@ -523,7 +524,7 @@ fn concurrent_durable_writers_are_all_acknowledged_and_share_flushes() {
                     for i in 0..writes_per_thread {
                         let key = format!("t{t}-{i}");
                         store
-                            .apply(&excl("L", 1), &[Op::put(key.as_bytes(), "v")], None)
+                            .apply(&excl("L", 1), &[Op::put(key.clone(), "v")], None)
                             .unwrap()
                             .unwrap();
                     }
@@ -689,7 +690,7 @@ proptest! {
                         (Ok(read), Some(after)) => {
                             prop_assert_eq!(read.marks, after);
                             model_marks.insert(l, after);
-                            let expected_value = model_data.get(&(l, key)).map(|g| IVec::from(g.to_string().into_bytes()));
+                            let expected_value = model_data.get(&(l, key)).map(|g| Bytes::from(g.to_string().into_bytes()));
                             prop_assert_eq!(read.value, expected_value);
                         }
                         (Err(Refused::Stale { marks: reported, .. }), None) => prop_assert_eq!(reported, current),

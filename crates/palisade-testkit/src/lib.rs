@@ -3,6 +3,9 @@
 //!
 //! - [`lock_suite`]: the backend conformance suite. A backend is done when
 //!   `lock_suite::test_all(backend)` passes against it.
+//! - [`engine_suite`]: the storage engine conformance suite. An engine of
+//!   `palisade-store` is done when `engine_suite::test_all(factory)` passes
+//!   against it.
 //! - [`etcd`], [`redis`], [`sql`]: spawners that start real `etcd`,
 //!   `redis-server`, PostgreSQL and MariaDB processes on free loopback ports
 //!   in temporary directories and kill them (by PID) on drop;
@@ -18,10 +21,12 @@
 //!   drop, SIGSTOP/SIGCONT, waiting for a port, and failing a test with an
 //!   install hint when a binary it needs is missing.
 //!
-//! **Architecture Invariant:** the testkit depends on `palisade-core` only.
-//! Backends depend on it as a dev-dependency, never the other way round.
+//! **Architecture Invariant:** the testkit depends on `palisade-core`, and on
+//! `palisade-store` for the engine trait the engine suite drives. Backends
+//! and engines depend on it as a dev-dependency, never the other way round.
 
 pub mod checker;
+pub mod engine_suite;
 pub mod etcd;
 pub mod history;
 pub mod lock_suite;

@@ -5,9 +5,9 @@
 //! parser), and for each this test asserts:
 //!
 //! - the status and the JSON `code` the file names (always a 4xx);
-//! - that nothing was written: a full scan of every sled tree (marks, data,
-//!   idempotency records) is byte-for-byte the same after the request as
-//!   before it.
+//! - that nothing was written: a full listing of every record the store's
+//!   engine holds (sled: every tree; marks, data, idempotency records) is
+//!   byte-for-byte the same after the request as before it.
 //!
 //! The store is seeded first, so that marks are non-zero (a stale case
 //! needs them) and a path trick has something to reach for: lock
@@ -30,7 +30,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, Method, Request, Uri, header};
 use palisade::server::{AppState, app, run};
-use palisade::store::{Store, StoreConfig};
+use palisade::store::{Store, StoreConfig, StoredRecord};
 use palisade::{Sequencer, SigningKey, Verifier};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -55,25 +55,21 @@ const MAX_EXPANDED: usize = 1 << 20;
 /// How long one request over TCP may take before the test gives up.
 const TCP_LIMIT: Duration = Duration::from_secs(30);
 
-/// A sled database behind a resource server's state. The test keeps its
-/// own handle on the database to scan every tree directly.
+/// A store on sled behind a resource server's state. The test keeps its
+/// own handle on the store to list every record the engine holds.
 struct Harness {
-    db: sled::Db,
+    store: Store,
     state: AppState,
     _dir: tempfile::TempDir,
 }
 
-/// One entry of a full scan: tree, key, value.
-type Entry = (Vec<u8>, Vec<u8>, Vec<u8>);
-
 impl Harness {
     async fn start() -> anyhow::Result<Harness> {
         let dir = tempfile::tempdir()?;
-        let db = sled::Config::new().path(dir.path()).open()?;
-        let store = Store::from_db(db.clone(), StoreConfig::default())?;
-        let state = AppState::new(store).with_max_body_bytes(MAX_BODY_BYTES);
+        let store = Store::open(dir.path(), StoreConfig::default())?;
+        let state = AppState::new(store.clone()).with_max_body_bytes(MAX_BODY_BYTES);
         let harness = Harness {
-            db,
+            store,
             state,
             _dir: dir,
         };
@@ -110,17 +106,9 @@ impl Harness {
         Ok(())
     }
 
-    /// Every entry of every tree, in order.
-    fn scan(&self) -> anyhow::Result<Vec<Entry>> {
-        let mut entries = Vec::new();
-        for tree_name in self.db.tree_names() {
-            let tree = self.db.open_tree(&tree_name)?;
-            for entry in tree.iter() {
-                let (key, value) = entry?;
-                entries.push((tree_name.to_vec(), key.to_vec(), value.to_vec()));
-            }
-        }
-        Ok(entries)
+    /// Every record of every sled tree, in order.
+    async fn scan(&self) -> anyhow::Result<Vec<StoredRecord>> {
+        Ok(self.store.dump().await?)
     }
 }
 
@@ -314,7 +302,7 @@ async fn every_hostile_request_is_refused_with_its_code_and_writes_nothing() -> 
             n_tcp += 1;
         }
         for transport in transports {
-            let before = harness.scan()?;
+            let before = harness.scan().await?;
             let answer = match transport {
                 "tcp" => over_tcp(address, &request).await,
                 _ => in_process(&harness.state, &request).await,
@@ -330,7 +318,7 @@ async fn every_hostile_request_is_refused_with_its_code_and_writes_nothing() -> 
                 }
                 Err(error) => failures.push(format!("{name} ({transport}): {error:#}")),
             }
-            if harness.scan()? != before {
+            if harness.scan().await? != before {
                 failures.push(format!("{name} ({transport}): the store changed"));
             }
         }
@@ -362,11 +350,11 @@ async fn every_hostile_request_is_refused_with_its_code_and_writes_nothing() -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_scan_sees_a_write() -> anyhow::Result<()> {
     let harness = Harness::start().await?;
-    let before = harness.scan()?;
+    let before = harness.scan().await?;
     assert!(
         before
             .iter()
-            .any(|(_, _, value)| value.as_slice() == b"s3cr3t"),
+            .any(|record| record.value.as_slice() == b"s3cr3t"),
         "the seed is in the scan"
     );
     let refused = request_file::parse(
@@ -376,7 +364,7 @@ async fn the_store_scan_sees_a_write() -> anyhow::Result<()> {
     .expect("a valid request file");
     let answer = in_process(&harness.state, &refused).await?;
     assert_eq!(mismatch(&answer, 409, "stale"), None);
-    assert_eq!(harness.scan()?, before);
+    assert_eq!(harness.scan().await?, before);
 
     let accepted = request_file::parse(
         b"PUT /v1/locks/a/keys/secret\npalisade-sequencer: v1;lock=a;mode=exclusive;gen=5\n\nchanged\n",
@@ -390,7 +378,7 @@ async fn the_store_scan_sees_a_write() -> anyhow::Result<()> {
         "{:?}",
         String::from_utf8_lossy(&answer.body)
     );
-    assert_ne!(harness.scan()?, before);
+    assert_ne!(harness.scan().await?, before);
     Ok(())
 }
 

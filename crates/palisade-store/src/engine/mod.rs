@@ -8,6 +8,8 @@
 //! and none of their types appear in the API of the store, the server or
 //! the guard.
 
+pub(crate) mod sled;
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -35,16 +37,20 @@ pub struct WriteRequest {
     /// What the engine records next to `request_id` and compares on a
     /// retry, to tell a true retry from a reused key: a digest of the
     /// sequencer and the ops, computed once by the store. Engines treat it
-    /// as opaque bytes.
+    /// as opaque bytes. Empty when there is no `request_id` (nothing to
+    /// compare it with, and hashing large values costs time).
     pub fingerprint: Vec<u8>,
 }
 
 impl WriteRequest {
     /// A request with its fingerprint computed the store's way.
     pub fn new(sequencer: Sequencer, ops: Vec<Op>, request_id: Option<RequestId>) -> WriteRequest {
-        let fingerprint = crate::idempotency::fingerprint(&sequencer, &ops)
-            .to_be_bytes()
-            .to_vec();
+        let fingerprint = match request_id {
+            Some(_) => crate::idempotency::fingerprint(&sequencer, &ops)
+                .to_be_bytes()
+                .to_vec(),
+            None => Vec::new(),
+        };
         WriteRequest {
             sequencer,
             ops,
@@ -65,6 +71,20 @@ pub struct EngineInfo {
     /// Where the data lives, with no secret in it (a directory, a
     /// host:port/database, etcd endpoints and the key prefix).
     pub location: String,
+}
+
+/// One record an engine holds, as [`Engine::dump`] lists it: where it lives
+/// (a tree, a table, a key prefix: the engine's own name for it), its key
+/// and its value, as bytes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StoredRecord {
+    /// The engine's name of the place: `palisade-meta`, a table, a prefix.
+    pub place: String,
+    /// The record's key in that place.
+    pub key: Vec<u8>,
+    /// The record's value (a row may be encoded however the engine likes,
+    /// as long as equal rows give equal bytes).
+    pub value: Vec<u8>,
 }
 
 /// A fenced storage engine.
@@ -107,10 +127,16 @@ pub struct EngineInfo {
 /// 7. **Fenced reads.** A read with a sequencer (shared or exclusive) is
 ///    checked by the same rule and raises the mark of its mode in the same
 ///    step as the read; a read without one changes nothing.
-/// 8. **Commit order is visible.** [`Applied::commit_seq`] is strictly
-///    increasing in commit order across every lock of the engine, across
-///    restarts and across replicas (not contiguous). A replay carries the
-///    original number.
+/// 8. **Commit order is visible.** [`Applied::commit_seq`] is unique across
+///    the engine, its restarts and its replicas (not contiguous), and
+///    - among the writes of one lock, strictly increasing in commit order;
+///    - a write acknowledged before another write is sent (on any lock,
+///      through any replica) has the smaller number.
+///
+///    Concurrent writes on *different* locks may carry numbers out of
+///    their commit order (a PostgreSQL sequence value is taken before the
+///    commit): nothing orders writes of different locks by it, since the
+///    fence itself is per lock. A replay carries the original number.
 /// 9. **Never split a request.** A request the engine cannot apply in one
 ///    step (etcd's request size or `--max-txn-ops`) is refused whole with
 ///    [`StoreError::TooLarge`] before anything is written.
@@ -155,4 +181,19 @@ pub trait Engine: Send + Sync + fmt::Debug + 'static {
     /// Makes everything acknowledged so far durable and releases what can
     /// be released, at shutdown. Requests after it may fail.
     fn close(&self) -> EngineFuture<()>;
+
+    /// Every record the engine holds for Palisade (data, marks, idempotency
+    /// records, format markers), sorted, for tests that check that a
+    /// refusal changed nothing at all. Not for production paths: it reads
+    /// everything. An engine that cannot list its records returns a
+    /// [`StoreError`] (the default).
+    fn dump(&self) -> EngineFuture<Vec<StoredRecord>> {
+        let engine = self.info().name;
+        Box::pin(async move {
+            Err(StoreError::Storage {
+                engine,
+                message: "this engine cannot list its records".into(),
+            })
+        })
+    }
 }

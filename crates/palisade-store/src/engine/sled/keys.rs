@@ -23,19 +23,19 @@ use crate::Marks;
 
 /// The key of sled's `meta` tree that records the on-disk format. It starts
 /// with a NUL byte, which no lock segment contains.
-pub(crate) const FORMAT_KEY: &[u8] = b"\0palisade-store-format";
+pub(super) const FORMAT_KEY: &[u8] = b"\0palisade-store-format";
 
 /// The format this version writes and reads.
-pub(crate) const FORMAT_VERSION: &[u8] = b"1";
+pub(super) const FORMAT_VERSION: &[u8] = b"1";
 
 /// The stored prefix of one lock, computed once per request.
 #[derive(Debug, Clone)]
-pub(crate) struct LockKeys {
+pub(super) struct LockKeys {
     segment: Vec<u8>,
 }
 
 impl LockKeys {
-    pub(crate) fn new(lock: &LockName) -> Self {
+    pub(super) fn new(lock: &LockName) -> Self {
         LockKeys {
             segment: lock.key_segment().into_bytes(),
         }
@@ -50,22 +50,22 @@ impl LockKeys {
     }
 
     /// The `data` key of `user_key`.
-    pub(crate) fn data(&self, user_key: &[u8]) -> Vec<u8> {
+    pub(super) fn data(&self, user_key: &[u8]) -> Vec<u8> {
         self.with_suffix(b"/", user_key)
     }
 
     /// The `meta` key of the lock's state.
-    pub(crate) fn state(&self) -> &[u8] {
+    pub(super) fn state(&self) -> &[u8] {
         &self.segment
     }
 
     /// The `meta` key of an idempotency record.
-    pub(crate) fn request(&self, request_id: &str) -> Vec<u8> {
+    pub(super) fn request(&self, request_id: &str) -> Vec<u8> {
         self.with_suffix(b"/r/", request_id.as_bytes())
     }
 
     /// The `meta` key of a ring slot.
-    pub(crate) fn slot(&self, slot: u64) -> Vec<u8> {
+    pub(super) fn slot(&self, slot: u64) -> Vec<u8> {
         self.with_suffix(b"/s/", &slot.to_be_bytes())
     }
 }
@@ -73,18 +73,18 @@ impl LockKeys {
 /// What the store keeps per lock: `[H_excl][H_shared][ids recorded]`, three
 /// u64 big-endian. Absent = all zero.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct LockState {
+pub(super) struct LockState {
     /// The high-water marks. They sit in the same `meta` record that every
     /// write of this lock rewrites in its transaction, which is what makes
     /// "check, mark update and write" one atomic step.
-    pub(crate) marks: Marks,
+    pub(super) marks: Marks,
     /// How many idempotency ids this lock has ever recorded: the next id
     /// goes to ring slot `recorded mod window`.
-    pub(crate) recorded: u64,
+    pub(super) recorded: u64,
 }
 
 impl LockState {
-    pub(crate) fn encode(&self) -> [u8; 24] {
+    pub(super) fn encode(&self) -> [u8; 24] {
         let mut out = [0; 24];
         out[..8].copy_from_slice(&self.marks.exclusive.to_be_bytes());
         out[8..16].copy_from_slice(&self.marks.shared.to_be_bytes());
@@ -92,7 +92,7 @@ impl LockState {
         out
     }
 
-    pub(crate) fn decode(bytes: Option<&[u8]>) -> Option<LockState> {
+    pub(super) fn decode(bytes: Option<&[u8]>) -> Option<LockState> {
         let Some(bytes) = bytes else {
             return Some(LockState::default());
         };

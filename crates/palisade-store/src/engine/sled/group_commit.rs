@@ -1,5 +1,6 @@
-//! Waiting for outcomes: the slot a committed outcome is delivered into,
-//! the durability epochs plain reads wait on, and [`Pending`].
+//! Waiting for outcomes in the sled engine: the slot a committed outcome is
+//! delivered into, the durability epochs plain reads wait on, and
+//! [`Acknowledged`], the future the engine hands to the store.
 //!
 //! The committer thread (see `committer.rs`) applies a whole group of
 //! requests in one sled transaction, flushes once, and only then fills each
@@ -12,10 +13,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use crate::StoreError;
+use crate::{EngineFuture, StoreError};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section here is a few assignments that cannot leave
@@ -27,7 +28,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug)]
 pub(crate) struct Slot<T> {
     state: Mutex<SlotState<T>>,
-    filled: Condvar,
 }
 
 #[derive(Debug)]
@@ -46,7 +46,6 @@ impl<T> Slot<T> {
                 waker: None,
                 filled: false,
             }),
-            filled: Condvar::new(),
         })
     }
 
@@ -62,7 +61,6 @@ impl<T> Slot<T> {
             state.value = Some(value);
             state.waker.take()
         };
-        self.filled.notify_all();
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -80,16 +78,6 @@ impl<T> Slot<T> {
             }
         }
     }
-
-    fn wait_take(&self) -> Result<T, StoreError> {
-        let mut state = lock(&self.state);
-        loop {
-            if let Some(value) = state.value.take() {
-                return value;
-            }
-            state = self.filled.wait(state).unwrap_or_else(|e| e.into_inner());
-        }
-    }
 }
 
 /// The two epochs of the committer, for readers that bypass it.
@@ -100,7 +88,6 @@ pub(crate) struct Epochs {
     /// Raised to the group's number once the group is acknowledged (flushed,
     /// or found to have written nothing).
     durable: Mutex<DurableState>,
-    advanced: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -142,7 +129,6 @@ impl Epochs {
             state.wakers = waiting;
             ready
         };
-        self.advanced.notify_all();
         for (_, waker) in wakers {
             waker.wake();
         }
@@ -155,7 +141,6 @@ impl Epochs {
             state.failure.get_or_insert(message);
             std::mem::take(&mut state.wakers)
         };
-        self.advanced.notify_all();
         for (_, waker) in wakers {
             waker.wake();
         }
@@ -168,7 +153,6 @@ impl Epochs {
             state.closed = true;
             std::mem::take(&mut state.wakers)
         };
-        self.advanced.notify_all();
         for (_, waker) in wakers {
             waker.wake();
         }
@@ -213,26 +197,13 @@ impl Epochs {
         }
         Poll::Pending
     }
-
-    fn wait_epoch(&self, epoch: u64) -> Result<(), StoreError> {
-        let mut state = lock(&self.durable);
-        loop {
-            if let Some(result) = Self::check(&state, epoch) {
-                return result;
-            }
-            state = self.advanced.wait(state).unwrap_or_else(|e| e.into_inner());
-        }
-    }
 }
 
-/// An outcome that is decided, or about to be, but not yet acknowledged.
-///
-/// Await it in async code (it never blocks a thread), or call
-/// [`Pending::wait`] in blocking code. It resolves once the outcome is
-/// acknowledged in the store's [`Durability`](crate::Durability) mode.
+/// An outcome that is decided, or about to be, but not yet acknowledged:
+/// resolves once the outcome is acknowledged in the engine's
+/// [`Durability`](crate::Durability) mode. Never blocks a thread.
 #[derive(Debug)]
-#[must_use = "an outcome is acknowledged only once its Pending resolves"]
-pub struct Pending<T> {
+pub(crate) struct Acknowledged<T> {
     inner: PendingInner<T>,
 }
 
@@ -250,15 +221,15 @@ enum PendingInner<T> {
     Done,
 }
 
-impl<T> Pending<T> {
+impl<T> Acknowledged<T> {
     pub(crate) fn from_slot(slot: Arc<Slot<T>>) -> Self {
-        Pending {
+        Acknowledged {
             inner: PendingInner::Slot(slot),
         }
     }
 
     pub(crate) fn after_epoch(outcome: T, epoch: Option<u64>, epochs: Arc<Epochs>) -> Self {
-        Pending {
+        Acknowledged {
             inner: PendingInner::AfterEpoch {
                 outcome: Some(outcome),
                 epoch,
@@ -267,27 +238,16 @@ impl<T> Pending<T> {
         }
     }
 
-    /// Blocks the thread until the outcome is acknowledged. Do not call it
-    /// on an async runtime's worker thread; `.await` the `Pending` there.
-    pub fn wait(mut self) -> Result<T, StoreError> {
-        match std::mem::replace(&mut self.inner, PendingInner::Done) {
-            PendingInner::Slot(slot) => slot.wait_take(),
-            PendingInner::AfterEpoch {
-                outcome,
-                epoch,
-                epochs,
-            } => {
-                if let Some(epoch) = epoch {
-                    epochs.wait_epoch(epoch)?;
-                }
-                Ok(outcome.expect("an outcome is taken once"))
-            }
-            PendingInner::Done => panic!("a Pending is resolved once"),
-        }
+    /// Boxed, as every [`Engine`](crate::Engine) call returns it.
+    pub(crate) fn boxed(self) -> EngineFuture<T>
+    where
+        T: Send + Unpin + 'static,
+    {
+        Box::pin(self)
     }
 }
 
-impl<T: Unpin> Future for Pending<T> {
+impl<T: Unpin> Future for Acknowledged<T> {
     type Output = Result<T, StoreError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -309,11 +269,11 @@ impl<T: Unpin> Future for Pending<T> {
                 }
                 let outcome = outcome
                     .take()
-                    .expect("a Pending is not polled after it resolved");
+                    .expect("an outcome is not polled after it resolved");
                 this.inner = PendingInner::Done;
                 Poll::Ready(Ok(outcome))
             }
-            PendingInner::Done => panic!("a Pending is not polled after it resolved"),
+            PendingInner::Done => panic!("an outcome is not polled after it resolved"),
         }
     }
 }

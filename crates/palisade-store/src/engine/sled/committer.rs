@@ -52,17 +52,18 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use palisade_core::{LockName, Sequencer};
-use sled::IVec;
 use sled::Transactional as _;
 use sled::transaction::{
     ConflictableTransactionError, TransactionError, TransactionalTree, UnabortableTransactionError,
 };
 
-use crate::group_commit::{Epochs, Slot};
-use crate::idempotency::Record;
-use crate::keys::{LockKeys, LockState};
-use crate::{Applied, Durability, Marks, Op, OpResult, Read, Refused, RequestId, StoreError};
+use super::group_commit::{Epochs, Slot};
+use super::keys::{LockKeys, LockState};
+use super::record::Record;
+use super::sled_error;
+use crate::{Applied, Durability, Op, OpResult, Read, Refused, RequestId, StoreError};
 
 /// The most jobs applied in one transaction.
 const MAX_GROUP_JOBS: usize = 512;
@@ -147,7 +148,7 @@ impl Decision {
 /// sled's own flush falls short on Linux).
 ///
 /// Shared by the committer (after every group) and
-/// [`Store::flush`](crate::Store::flush), behind a mutex: the two never
+/// the engine's `close` ([`Store::flush`](crate::Store::flush)), behind a mutex: the two never
 /// sync at the same time, and the record of which blobs are already synced
 /// stays whole.
 #[derive(Debug)]
@@ -288,21 +289,15 @@ fn ignore_missing(error: io::Error) -> io::Result<()> {
     }
 }
 
-/// Flushes sled (its log write and `sync_file_range`) and then, when the
-/// store knows sled's files, syncs them ([`DurableFiles`]). The error is the
-/// text a fail-stopped store reports.
-pub(crate) fn flush_durably(
-    db: &sled::Db,
-    files: Option<&Mutex<DurableFiles>>,
-) -> Result<(), String> {
+/// Flushes sled (its log write and `sync_file_range`) and then syncs
+/// sled's files ([`DurableFiles`]). The error is the text a fail-stopped
+/// store reports.
+pub(crate) fn flush_durably(db: &sled::Db, files: &Mutex<DurableFiles>) -> Result<(), String> {
     db.flush().map_err(|error| error.to_string())?;
-    if let Some(files) = files {
-        let mut files = files.lock().unwrap_or_else(|e| e.into_inner());
-        files
-            .sync()
-            .map_err(|error| format!("syncing the data files failed: {error}"))?;
-    }
-    Ok(())
+    let mut files = files.lock().unwrap_or_else(|e| e.into_inner());
+    files
+        .sync()
+        .map_err(|error| format!("syncing the data files failed: {error}"))
 }
 
 pub(crate) struct Committer {
@@ -313,11 +308,8 @@ pub(crate) struct Committer {
     pub(crate) idempotency_window: u64,
     pub(crate) epochs: Arc<Epochs>,
     pub(crate) stats: Arc<Mutex<crate::FlushStats>>,
-    /// sled's files, when the store opened them by path: synced after every
-    /// flush. `None` for a store wrapped around a database the caller opened
-    /// ([`Store::from_db`](crate::Store::from_db)), where sled's own flush
-    /// is all there is.
-    pub(crate) files: Option<Arc<Mutex<DurableFiles>>>,
+    /// sled's files: synced after every flush.
+    pub(crate) files: Arc<Mutex<DurableFiles>>,
 }
 
 impl Committer {
@@ -369,7 +361,7 @@ impl Committer {
         }
         self.epochs.close();
         if self.epochs.failure().is_none() {
-            if let Err(error) = flush_durably(&self.db, self.files.as_deref()) {
+            if let Err(error) = flush_durably(&self.db, &self.files) {
                 tracing::error!(%error, "final flush failed while closing the store");
             }
         }
@@ -406,21 +398,22 @@ impl Committer {
             Ok(decisions) => decisions,
             Err(error) => {
                 let error = match error {
-                    TransactionError::Storage(error) => StoreError::Io(error),
+                    TransactionError::Storage(error) => {
+                        // sled hit an I/O error in the middle of a
+                        // transaction (a full disk while writing a large
+                        // value, say): its memory may now hold what its log
+                        // never got, and only a restart, recovering from
+                        // the log, is trustworthy again. Fail-stop, as
+                        // after a failed flush.
+                        self.epochs
+                            .fail(format!("sled failed in a transaction: {error}"));
+                        sled_error(error)
+                    }
                     TransactionError::Abort(()) => StoreError::Corrupt {
                         what: "a group transaction aborted".into(),
                     },
                 };
                 tracing::error!(%error, "group transaction failed");
-                if let StoreError::Io(sled_error) = &error {
-                    // sled hit an I/O error in the middle of a transaction
-                    // (a full disk while writing a large value, say): its
-                    // memory may now hold what its log never got, and only
-                    // a restart, recovering from the log, is trustworthy
-                    // again. Fail-stop, as after a failed flush.
-                    self.epochs
-                        .fail(format!("sled failed in a transaction: {sled_error}"));
-                }
                 self.epochs.finish_group(group_number);
                 for job in group {
                     deliver_error(job, &error);
@@ -431,7 +424,7 @@ impl Committer {
 
         let wrote = decisions.iter().any(Decision::wrote);
         if self.durability == Durability::Flushed && wrote {
-            if let Err(message) = flush_durably(&self.db, self.files.as_deref()) {
+            if let Err(message) = flush_durably(&self.db, &self.files) {
                 tracing::error!(error = %message, "flush failed; the store refuses further requests");
                 self.epochs.fail(message.clone());
                 for job in group {
@@ -452,14 +445,8 @@ impl Committer {
 
         for (job, decision) in group.into_iter().zip(decisions) {
             match (job, decision) {
-                (Job::Write(job), Decision::Write(outcome)) => {
-                    trace_write(&job, &outcome);
-                    job.slot.fill(outcome);
-                }
-                (Job::Read(job), Decision::Read(outcome, _)) => {
-                    trace_read(&job, &outcome);
-                    job.slot.fill(outcome);
-                }
+                (Job::Write(job), Decision::Write(outcome)) => job.slot.fill(outcome),
+                (Job::Read(job), Decision::Read(outcome, _)) => job.slot.fill(outcome),
                 (job, _) => deliver_error(
                     job,
                     &StoreError::Corrupt {
@@ -515,14 +502,15 @@ impl Committer {
 
         // Evaluate every op against an overlay first: nothing is written
         // unless all of them pass.
-        let mut overlay: HashMap<Vec<u8>, Option<IVec>> = HashMap::new();
-        let mut writes: Vec<(Vec<u8>, Option<IVec>)> = Vec::with_capacity(job.ops.len());
+        let mut overlay: HashMap<Vec<u8>, Option<Bytes>> = HashMap::new();
+        let mut writes: Vec<(Vec<u8>, Option<Bytes>)> = Vec::with_capacity(job.ops.len());
         let mut results = Vec::with_capacity(job.ops.len());
         for (op_index, op) in job.ops.iter().enumerate() {
             let data_key = keys.data(op.key());
             let current = match overlay.get(&data_key) {
                 Some(value) => value.clone(),
-                None => data.get(&data_key)?,
+                // sled's value, shared rather than copied.
+                None => data.get(&data_key)?.map(Bytes::from_owner),
             };
             let (result, new_value) = match op {
                 Op::Put { value, .. } => (
@@ -557,7 +545,7 @@ impl Committer {
         for (data_key, value) in writes {
             match value {
                 Some(value) => {
-                    data.insert(data_key, value)?;
+                    data.insert(data_key, &value[..])?;
                 }
                 None => {
                     data.remove(data_key)?;
@@ -623,7 +611,7 @@ fn apply_read(
         };
         return Ok((Ok(Err(refused)), false));
     };
-    let value = data.get(job.keys.data(&job.key))?;
+    let value = data.get(job.keys.data(&job.key))?.map(Bytes::from_owner);
     let raised_mark = marks != before.marks;
     if raised_mark {
         let after = LockState { marks, ..before };
@@ -647,79 +635,9 @@ pub(crate) fn corrupt_state(lock: &LockName) -> StoreError {
     }
 }
 
-fn clone_error(error: &StoreError) -> StoreError {
-    match error {
-        StoreError::Io(error) => StoreError::Io(error.clone()),
-        StoreError::FlushFailed { message } => StoreError::FlushFailed {
-            message: message.clone(),
-        },
-        StoreError::Corrupt { what } => StoreError::Corrupt { what: what.clone() },
-        other => StoreError::Corrupt {
-            what: other.to_string(),
-        },
-    }
-}
-
 fn deliver_error(job: Job, error: &StoreError) {
     match job {
-        Job::Write(job) => job.slot.fill(Err(clone_error(error))),
-        Job::Read(job) => job.slot.fill(Err(clone_error(error))),
+        Job::Write(job) => job.slot.fill(Err(error.clone())),
+        Job::Read(job) => job.slot.fill(Err(error.clone())),
     }
-}
-
-fn marks_fields(marks: Option<Marks>) -> (Option<u64>, Option<u64>) {
-    (marks.map(|m| m.exclusive), marks.map(|m| m.shared))
-}
-
-fn trace_write(job: &WriteJob, outcome: &Result<Result<Applied, Refused>, StoreError>) {
-    let sequencer = &job.sequencer;
-    match outcome {
-        Ok(Ok(applied)) => tracing::debug!(
-            target: "palisade_store::fence",
-            lock = %sequencer.lock(),
-            mode = %sequencer.mode(),
-            generation = sequencer.generation().get(),
-            h_excl = applied.marks.exclusive,
-            h_shared = applied.marks.shared,
-            n_ops = job.ops.len(),
-            replayed = applied.replayed,
-            "accepted write"
-        ),
-        Ok(Err(refused)) => trace_refusal(sequencer, refused),
-        Err(error) => tracing::error!(lock = %sequencer.lock(), %error, "write failed"),
-    }
-}
-
-fn trace_read(job: &ReadJob, outcome: &Result<Result<Read, Refused>, StoreError>) {
-    let sequencer = &job.sequencer;
-    match outcome {
-        Ok(Ok(read)) => tracing::debug!(
-            target: "palisade_store::fence",
-            lock = %sequencer.lock(),
-            mode = %sequencer.mode(),
-            generation = sequencer.generation().get(),
-            h_excl = read.marks.exclusive,
-            h_shared = read.marks.shared,
-            "accepted read"
-        ),
-        Ok(Err(refused)) => trace_refusal(sequencer, refused),
-        Err(error) => tracing::error!(lock = %sequencer.lock(), %error, "read failed"),
-    }
-}
-
-pub(crate) fn trace_refusal(sequencer: &Sequencer, refused: &Refused) {
-    let (h_excl, h_shared) = marks_fields(match refused {
-        Refused::Stale { marks, .. } => Some(*marks),
-        _ => None,
-    });
-    tracing::info!(
-        target: "palisade_store::fence",
-        lock = %sequencer.lock(),
-        mode = %sequencer.mode(),
-        generation = sequencer.generation().get(),
-        h_excl,
-        h_shared,
-        reason = refused.reason(),
-        "refused: {refused}"
-    );
 }

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::committer::{DurableFiles, flush_durably};
+use super::group_commit::Epochs;
 use crate::FlushStats;
-use crate::committer::{DurableFiles, flush_durably};
-use crate::group_commit::Epochs;
 
 /// The interval sync thread; stopped (and joined) on drop.
 #[derive(Debug)]
@@ -27,12 +27,12 @@ pub(crate) struct BackgroundSync {
 }
 
 impl BackgroundSync {
-    /// Starts syncing `db` (and `files`, when the store knows them) every
+    /// Starts syncing `db` and its `files` every
     /// `every`, counting each completed sync in `stats` and recording a
     /// failure in `epochs`.
     pub(crate) fn start(
         db: sled::Db,
-        files: Option<Arc<Mutex<DurableFiles>>>,
+        files: Arc<Mutex<DurableFiles>>,
         every: Duration,
         epochs: Arc<Epochs>,
         stats: Arc<Mutex<FlushStats>>,
@@ -47,7 +47,7 @@ impl BackgroundSync {
                     if epochs.failure().is_some() {
                         return;
                     }
-                    if let Err(message) = flush_durably(&db, files.as_deref()) {
+                    if let Err(message) = flush_durably(&db, &files) {
                         tracing::error!(error = %message, "the interval sync failed; the store refuses further requests");
                         epochs.fail(message);
                         return;

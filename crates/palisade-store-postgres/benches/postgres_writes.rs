@@ -1,0 +1,328 @@
+//! Fenced writes through the resource server over the PostgreSQL engine,
+//! against the same data writes sent straight to PostgreSQL, in one run.
+//!
+//! Run with: `cargo bench -p palisade-store-postgres --bench postgres_writes`
+//!
+//! One PostgreSQL (started by the testkit: `fsync` and `synchronous_commit`
+//! on), 32 clients, one lock per client, 100-byte values, each client
+//! cycling over its own 4096 keys. Cells, one after the other:
+//!
+//! - **raw transaction**: `BEGIN; INSERT INTO palisade_store_data ... ON
+//!   CONFLICT DO UPDATE; COMMIT` per write, over a pool of 32 sessions with
+//!   `synchronous_commit = on`: the same table, the same durability, no
+//!   fence;
+//! - **raw statement**: the same upsert as one auto-committed statement
+//!   (one round trip: the cheapest durable write there is);
+//! - **engine**: `Engine::write` in-process, no HTTP;
+//! - **HTTP**: `palisade serve`'s router over `Store::with_engine`, the
+//!   clients keep-alive HTTP/1.1 connections sending `PUT`s with an
+//!   exclusive sequencer.
+//!
+//! `PALISADE_BENCH_SECS` sets the seconds per cell (default 5);
+//! `PALISADE_BENCH_ROUNDS` how many times the cells are run, interleaved
+//! (default 2; the report gives the best of each).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use palisade_core::{Generation, LockName, Mode, Sequencer};
+use palisade_server::{AppState, run};
+use palisade_store::{Engine, Op, Store, StoreConfig, WriteRequest};
+use palisade_store_postgres::{PostgresConfig, PostgresEngine};
+use palisade_testkit::sql::SqlServer;
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+const CLIENTS: usize = 32;
+const VALUE_BYTES: usize = 100;
+const KEYS_PER_CLIENT: usize = 4096;
+
+const UPSERT: &str = "INSERT INTO palisade_store_data (lock_name, key, value) VALUES ($1, $2, $3) \
+    ON CONFLICT (lock_name, key) DO UPDATE SET value = EXCLUDED.value";
+
+fn value() -> Vec<u8> {
+    (0..VALUE_BYTES).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
+fn lock(client: usize, cell: &str) -> String {
+    format!("bench/{cell}/c{client}")
+}
+
+fn exclusive(lock: &str) -> Sequencer {
+    Sequencer::new(
+        LockName::new(lock).unwrap(),
+        Mode::Exclusive,
+        Generation::new(1).unwrap(),
+    )
+}
+
+/// Writes per second and the median latency of a cell.
+#[derive(Debug, Clone, Copy, Default)]
+struct Figures {
+    per_second: f64,
+    p50_us: u32,
+}
+
+/// Runs `write(client, i)` in a loop on `CLIENTS` tasks for `duration`.
+async fn measure<W, Fut>(duration: Duration, write: W) -> Figures
+where
+    W: Fn(usize, usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let started = Instant::now();
+    let deadline = started + duration;
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let write = write.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(1 << 14);
+                let mut i = 0;
+                while Instant::now() < deadline {
+                    let t0 = Instant::now();
+                    write(client, i).await;
+                    let done = Instant::now();
+                    if done <= deadline {
+                        latencies.push((done - t0).as_micros() as u32);
+                    }
+                    i += 1;
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.unwrap());
+    }
+    latencies.sort_unstable();
+    Figures {
+        per_second: latencies.len() as f64 / duration.as_secs_f64(),
+        p50_us: latencies.get(latencies.len() / 2).copied().unwrap_or(0),
+    }
+}
+
+async fn raw_pool(url: &str) -> PgPool {
+    let options: PgConnectOptions = url.parse().unwrap();
+    PgPoolOptions::new()
+        .max_connections(CLIENTS as u32)
+        .min_connections(CLIENTS as u32)
+        .connect_with(options.options([("synchronous_commit", "on")]))
+        .await
+        .unwrap()
+}
+
+async fn raw_transactions(pool: &PgPool, duration: Duration) -> Figures {
+    let pool = pool.clone();
+    measure(duration, move |client, i| {
+        let pool = pool.clone();
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            sqlx::query(UPSERT)
+                .bind(lock(client, "raw"))
+                .bind(format!("k{}", i % KEYS_PER_CLIENT).into_bytes())
+                .bind(value())
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+    })
+    .await
+}
+
+async fn raw_statements(pool: &PgPool, duration: Duration) -> Figures {
+    let pool = pool.clone();
+    measure(duration, move |client, i| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query(UPSERT)
+                .bind(lock(client, "raw"))
+                .bind(format!("k{}", i % KEYS_PER_CLIENT).into_bytes())
+                .bind(value())
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    })
+    .await
+}
+
+async fn engine_writes(engine: &Arc<PostgresEngine>, duration: Duration) -> Figures {
+    let engine = Arc::clone(engine);
+    measure(duration, move |client, i| {
+        let engine = Arc::clone(&engine);
+        async move {
+            let request = WriteRequest::new(
+                exclusive(&lock(client, "engine")),
+                vec![Op::put(
+                    format!("k{}", i % KEYS_PER_CLIENT).into_bytes(),
+                    value(),
+                )],
+                None,
+            );
+            engine.write(request).await.unwrap().unwrap();
+        }
+    })
+    .await
+}
+
+/// A minimal keep-alive HTTP/1.1 client: one connection, one request at a
+/// time, so the load generator takes little of the CPU it measures.
+struct Connection {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+}
+
+impl Connection {
+    async fn open(addr: SocketAddr) -> Connection {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Connection {
+            stream,
+            buffer: Vec::with_capacity(4096),
+        }
+    }
+
+    async fn put(&mut self, head: &str, body: &[u8]) -> u16 {
+        let mut request = Vec::with_capacity(head.len() + body.len() + 64);
+        request.extend_from_slice(head.as_bytes());
+        request.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
+        request.extend_from_slice(body);
+        self.stream.write_all(&request).await.unwrap();
+        loop {
+            if let Some(end) = self.buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = std::str::from_utf8(&self.buffer[..end]).unwrap().to_owned();
+                let status: u16 = head[9..12].parse().unwrap();
+                let length: usize = head
+                    .lines()
+                    .find_map(|line| {
+                        let (name, value) = line.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse().unwrap())
+                    })
+                    .unwrap_or(0);
+                let total = end + 4 + length;
+                while self.buffer.len() < total {
+                    self.fill().await;
+                }
+                self.buffer.drain(..total);
+                return status;
+            }
+            self.fill().await;
+        }
+    }
+
+    async fn fill(&mut self) {
+        let mut chunk = [0u8; 4096];
+        let n = self.stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the server closed the connection");
+        self.buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn http_puts(addr: SocketAddr, duration: Duration) -> Figures {
+    let connections: Vec<_> = {
+        let mut connections = Vec::new();
+        for _ in 0..CLIENTS {
+            connections.push(Arc::new(tokio::sync::Mutex::new(
+                Connection::open(addr).await,
+            )));
+        }
+        connections
+    };
+    let connections = Arc::new(connections);
+    measure(duration, move |client, i| {
+        let connections = Arc::clone(&connections);
+        async move {
+            let lock = lock(client, "http");
+            let head = format!(
+                "PUT /v1/locks/{}/keys/k{} HTTP/1.1\r\nhost: bench\r\npalisade-sequencer: {}\r\n",
+                lock.replace('/', "%2F"),
+                i % KEYS_PER_CLIENT,
+                exclusive(&lock)
+            );
+            let status = connections[client].lock().await.put(&head, &value()).await;
+            assert_eq!(status, 200);
+        }
+    })
+    .await
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::main]
+async fn main() {
+    let secs = env_number("PALISADE_BENCH_SECS", 5).max(1);
+    let rounds = env_number("PALISADE_BENCH_ROUNDS", 2).max(1);
+    let duration = Duration::from_secs(secs);
+    let server = SqlServer::postgres();
+    let url = server.url();
+    let engine = Arc::new(
+        PostgresEngine::open(PostgresConfig::new(&url).with_max_connections(CLIENTS as u32))
+            .await
+            .unwrap(),
+    );
+    let pool = raw_pool(&url).await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let store = Store::with_engine(
+        Arc::clone(&engine) as Arc<dyn Engine>,
+        StoreConfig::default(),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(async move {
+        run(listener, AppState::new(store), async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+
+    println!(
+        "postgres_writes: {CLIENTS} clients, lock per client, {VALUE_BYTES}-byte values, {rounds} rounds of {secs} s per cell"
+    );
+    let mut best = [Figures::default(); 4];
+    let names = [
+        "raw transaction (BEGIN; upsert; COMMIT)",
+        "raw statement (auto-committed upsert)",
+        "engine in-process (Engine::write)",
+        "engine through HTTP (PUT)",
+    ];
+    for round in 1..=rounds {
+        let figures = [
+            raw_transactions(&pool, duration).await,
+            raw_statements(&pool, duration).await,
+            engine_writes(&engine, duration).await,
+            http_puts(addr, duration).await,
+        ];
+        for (index, figure) in figures.iter().enumerate() {
+            println!(
+                "round {round}  {:<42} {:>8.0} writes/s  p50 {:>6} µs",
+                names[index], figure.per_second, figure.p50_us
+            );
+            if figure.per_second > best[index].per_second {
+                best[index] = *figure;
+            }
+        }
+    }
+    println!();
+    for (index, figure) in best.iter().enumerate() {
+        println!(
+            "best  {:<42} {:>8.0} writes/s  p50 {:>6} µs  = {:.2} × raw transaction",
+            names[index],
+            figure.per_second,
+            figure.p50_us,
+            figure.per_second / best[0].per_second
+        );
+    }
+    let _ = stop.send(());
+    serving.await.unwrap();
+}

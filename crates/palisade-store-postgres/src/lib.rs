@@ -1,0 +1,61 @@
+//! Palisade's storage engine on PostgreSQL.
+//!
+//! Marks, data and idempotency records live in tables of the user's
+//! PostgreSQL (created, or checked, on open: [`SCHEMA_VERSION`]). Every
+//! fenced step is one transaction that first locks the lock's row in
+//! `palisade_store_marks`, so steps on one lock are serialised by
+//! PostgreSQL, whichever `palisade serve` process (replica) they come
+//! through: any number of replicas may serve one database.
+//!
+//! # How a write flows
+//!
+//! One call of the SQL function `palisade_store_write` (created with the
+//! tables; its text is in `schema.rs`), auto-committed: one round trip,
+//! one transaction, READ COMMITTED. The function locks the lock's mark row
+//! (`SELECT ... FOR UPDATE`, inserting it first for a lock never seen),
+//! answers a recorded request id from its record, applies the rule, the
+//! ops in order (each reading its key first, so it sees the earlier ops),
+//! raises the mark, takes the commit number and records the id. A refusal
+//! is an error with the engine's own SQLSTATE (`PS001` stale, `PS002` CAS
+//! mismatch, `PS003` id reused), so PostgreSQL rolls the whole step back
+//! and the engine turns it into a [`Refused`](palisade_store::Refused).
+//!
+//! Fenced reads and admits are short transactions driven from Rust: lock
+//! the row, [`Marks::admit`](palisade_store::Marks::admit), raise, read,
+//! commit.
+//!
+//! # Durability
+//!
+//! Every session is opened with `synchronous_commit = on` (a startup option,
+//! stronger than any server or role default) and [`PostgresEngine::open`]
+//! checks it, and refuses a server with `fsync = off` unless told
+//! otherwise. So a write is acknowledged only once its COMMIT record is
+//! flushed to PostgreSQL's WAL. A write whose answer is lost (the
+//! connection drops) or is an error other than a refusal is reported as
+//! `StoreError::Storage` saying the outcome is unknown, never as success
+//! or failure: the client retries with the same request id and the
+//! idempotency record settles it.
+//!
+//! # Commit numbers
+//!
+//! `commit_seq` comes from the sequence `palisade_store_commit_seq`, taken
+//! while the lock's mark row is locked. So among the writes of one lock the
+//! numbers follow commit order, and a write acknowledged before another is
+//! sent has the smaller number. Two concurrent writes on different locks
+//! may commit in the other order than their numbers; nothing compares
+//! them (see obligation 8 of [`Engine`](palisade_store::Engine)).
+
+mod config;
+mod engine;
+mod error;
+mod record;
+mod schema;
+
+pub use config::PostgresConfig;
+pub use engine::PostgresEngine;
+pub use error::OpenError;
+pub use schema::SCHEMA_VERSION;
+
+/// The engine's name in [`EngineInfo`](palisade_store::EngineInfo) and
+/// errors.
+pub(crate) const ENGINE: &str = "postgres";

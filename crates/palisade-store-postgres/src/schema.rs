@@ -1,0 +1,237 @@
+//! The tables, every statement the engine runs, and the versioned
+//! migration. `docs/engines.md` quotes the tables; keep the two in step.
+
+use sqlx::PgPool;
+
+use crate::OpenError;
+
+/// The schema version this engine creates and understands.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Calls the write function.
+pub(crate) const WRITE: &str = "SELECT o_results, o_h_excl, o_h_shared, o_commit_seq, o_replayed \
+    FROM palisade_store_write($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// Every row the engine keeps, as `(place, key, value)` bytes, from one
+/// snapshot (`Engine::dump`, for tests). Lock names hold no NUL, so a NUL
+/// separates the parts of a key.
+pub(crate) const DUMP: &str = "SELECT place, key, value FROM ( \
+    SELECT 'palisade_store_schema' AS place, int8send(version) AS key, ''::bytea AS value \
+        FROM palisade_store_schema \
+    UNION ALL SELECT 'palisade_store_marks', convert_to(lock_name, 'UTF8'), \
+        int8send(h_excl) || int8send(h_shared) || int8send(id_count) FROM palisade_store_marks \
+    UNION ALL SELECT 'palisade_store_data', convert_to(lock_name, 'UTF8') || '\\x00'::bytea || key, \
+        value FROM palisade_store_data \
+    UNION ALL SELECT 'palisade_store_requests', \
+        convert_to(lock_name, 'UTF8') || '\\x00'::bytea || convert_to(request_id, 'UTF8'), \
+        int8send(slot) || int8send(h_excl) || int8send(h_shared) || int8send(commit_seq) \
+        || int4send(length(fingerprint)) || fingerprint || results FROM palisade_store_requests \
+    ) AS rows";
+
+/// Serialises first-time migrations of several replicas starting at once
+/// (`pg_advisory_xact_lock` key; palisade-sql's fence uses another).
+const MIGRATION_LOCK: i64 = 0x7061_6c69_7364_6501;
+
+/// Creates the tables, in order. Every statement is idempotent.
+///
+/// Marks and generations are `BIGINT`s holding the `u64` bit pattern
+/// (values above `i64::MAX` read back negative in `psql`), compared as the
+/// numbers they stand for (`palisade_store_u64`), so the full range of
+/// [`palisade_core::Generation`] is kept.
+const CREATE: &[&str] = &[
+    // One row per lock ever admitted. `id_count` numbers the idempotency
+    // records of the lock, so the window is cut by number.
+    "CREATE TABLE IF NOT EXISTS palisade_store_marks (\
+        lock_name TEXT COLLATE \"C\" PRIMARY KEY, \
+        h_excl BIGINT NOT NULL, \
+        h_shared BIGINT NOT NULL, \
+        id_count BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS palisade_store_data (\
+        lock_name TEXT COLLATE \"C\" NOT NULL, \
+        key BYTEA NOT NULL, \
+        value BYTEA NOT NULL, \
+        PRIMARY KEY (lock_name, key))",
+    "CREATE TABLE IF NOT EXISTS palisade_store_requests (\
+        lock_name TEXT COLLATE \"C\" NOT NULL, \
+        request_id TEXT COLLATE \"C\" NOT NULL, \
+        slot BIGINT NOT NULL, \
+        fingerprint BYTEA NOT NULL, \
+        results BYTEA NOT NULL, \
+        h_excl BIGINT NOT NULL, \
+        h_shared BIGINT NOT NULL, \
+        commit_seq BIGINT NOT NULL, \
+        PRIMARY KEY (lock_name, request_id))",
+    "CREATE INDEX IF NOT EXISTS palisade_store_requests_by_slot \
+        ON palisade_store_requests (lock_name, slot)",
+    // Taken under the lock's mark row, so numbers follow commit order
+    // among the writes of one lock (obligation 8 of `Engine`).
+    "CREATE SEQUENCE IF NOT EXISTS palisade_store_commit_seq",
+    U64_FUNCTION,
+    WRITE_FUNCTION,
+];
+
+/// A `BIGINT` holding a `u64` bit pattern, as the number it stands for.
+const U64_FUNCTION: &str = "CREATE OR REPLACE FUNCTION palisade_store_u64(v BIGINT) \
+    RETURNS NUMERIC LANGUAGE sql IMMUTABLE STRICT AS \
+    $$ SELECT CASE WHEN v < 0 THEN v::numeric + 18446744073709551616 ELSE v::numeric END $$";
+
+/// The whole write step, one call in its own (auto-committed) transaction,
+/// so a write costs one round trip. READ COMMITTED: each statement of the
+/// function takes a new snapshot, so everything after the `FOR UPDATE`
+/// sees what the previous holder of the row committed.
+///
+/// Refusals are errors with the engine's own SQLSTATEs (`PS001` stale,
+/// detail `h_excl h_shared`; `PS002` CAS mismatch, detail `index hex|-`;
+/// `PS003` id reused): the error aborts the statement's transaction, so
+/// nothing of a refused request, not even a new mark row, is kept. A
+/// replay returns the record and writes nothing.
+///
+/// `p_kinds`: 1 put, 2 delete, 3 compare-and-swap (`p_values[i]` NULL:
+/// delete; `p_expected[i]` NULL: must be absent).
+const WRITE_FUNCTION: &str = r#"CREATE OR REPLACE FUNCTION palisade_store_write(
+    p_lock TEXT, p_generation BIGINT, p_kinds SMALLINT[], p_keys BYTEA[],
+    p_values BYTEA[], p_expected BYTEA[], p_request_id TEXT, p_fingerprint BYTEA,
+    p_window BIGINT,
+    OUT o_results BYTEA, OUT o_h_excl BIGINT, OUT o_h_shared BIGINT,
+    OUT o_commit_seq BIGINT, OUT o_replayed BOOLEAN)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    m_excl BIGINT; m_shared BIGINT; m_count BIGINT;
+    r_fingerprint BYTEA;
+    cur BYTEA; present BOOLEAN; code INTEGER;
+    n INTEGER := coalesce(array_length(p_keys, 1), 0);
+    res BYTEA := ''::bytea;
+BEGIN
+    SELECT h_excl, h_shared, id_count INTO m_excl, m_shared, m_count
+        FROM palisade_store_marks WHERE lock_name = p_lock FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO palisade_store_marks (lock_name, h_excl, h_shared, id_count)
+            VALUES (p_lock, 0, 0, 0) ON CONFLICT (lock_name) DO NOTHING;
+        SELECT h_excl, h_shared, id_count INTO STRICT m_excl, m_shared, m_count
+            FROM palisade_store_marks WHERE lock_name = p_lock FOR UPDATE;
+    END IF;
+    IF p_request_id IS NOT NULL THEN
+        SELECT fingerprint, results, h_excl, h_shared, commit_seq
+            INTO r_fingerprint, o_results, o_h_excl, o_h_shared, o_commit_seq
+            FROM palisade_store_requests
+            WHERE lock_name = p_lock AND request_id = p_request_id;
+        IF FOUND THEN
+            IF r_fingerprint <> p_fingerprint THEN
+                RAISE EXCEPTION 'palisade_store: idempotency key reused' USING ERRCODE = 'PS003';
+            END IF;
+            o_replayed := true;
+            RETURN;
+        END IF;
+    END IF;
+    IF palisade_store_u64(p_generation)
+        < greatest(palisade_store_u64(m_excl), palisade_store_u64(m_shared)) THEN
+        RAISE EXCEPTION 'palisade_store: stale sequencer'
+            USING ERRCODE = 'PS001', DETAIL = m_excl || ' ' || m_shared;
+    END IF;
+    FOR i IN 1..n LOOP
+        SELECT value INTO cur FROM palisade_store_data
+            WHERE lock_name = p_lock AND key = p_keys[i];
+        present := FOUND;
+        IF p_kinds[i] = 3 AND (present <> (p_expected[i] IS NOT NULL)
+                OR (present AND cur <> p_expected[i])) THEN
+            RAISE EXCEPTION 'palisade_store: compare-and-swap mismatch' USING ERRCODE = 'PS002',
+                DETAIL = (i - 1) || ' ' || CASE WHEN present THEN encode(cur, 'hex') ELSE '-' END;
+        END IF;
+        IF p_kinds[i] = 2 OR (p_kinds[i] = 3 AND p_values[i] IS NULL) THEN
+            IF present THEN
+                DELETE FROM palisade_store_data WHERE lock_name = p_lock AND key = p_keys[i];
+            END IF;
+            code := CASE WHEN p_kinds[i] = 3 THEN 5 WHEN present THEN 3 ELSE 4 END;
+        ELSE
+            INSERT INTO palisade_store_data (lock_name, key, value)
+                VALUES (p_lock, p_keys[i], p_values[i])
+                ON CONFLICT (lock_name, key) DO UPDATE SET value = EXCLUDED.value;
+            code := CASE WHEN p_kinds[i] = 3 THEN 5 WHEN present THEN 2 ELSE 1 END;
+        END IF;
+        res := res || set_byte('\x00'::bytea, 0, code);
+    END LOOP;
+    IF p_request_id IS NOT NULL THEN
+        m_count := m_count + 1;
+    END IF;
+    UPDATE palisade_store_marks SET h_excl = p_generation, id_count = m_count
+        WHERE lock_name = p_lock;
+    o_commit_seq := nextval('palisade_store_commit_seq');
+    IF p_request_id IS NOT NULL THEN
+        DELETE FROM palisade_store_requests
+            WHERE lock_name = p_lock AND slot <= m_count - p_window;
+        INSERT INTO palisade_store_requests
+            (lock_name, request_id, slot, fingerprint, results, h_excl, h_shared, commit_seq)
+            VALUES (p_lock, p_request_id, m_count, p_fingerprint, res, p_generation,
+                    m_shared, o_commit_seq);
+    END IF;
+    o_results := res;
+    o_h_excl := p_generation;
+    o_h_shared := m_shared;
+    o_replayed := false;
+END
+$fn$"#;
+
+const CREATE_VERSION: &str =
+    "CREATE TABLE IF NOT EXISTS palisade_store_schema (version BIGINT NOT NULL)";
+const SELECT_VERSION: &str = "SELECT MAX(version) FROM palisade_store_schema";
+const INSERT_VERSION: &str = "INSERT INTO palisade_store_schema (version) VALUES ($1)";
+
+/// Locks and reads a lock's mark row (the first statement of a fenced read
+/// or admit). Under READ COMMITTED a row another transaction holds is read
+/// again once it commits, so the decision is always on the newest marks.
+pub(crate) const LOCK_MARKS: &str = "SELECT h_excl, h_shared \
+    FROM palisade_store_marks WHERE lock_name = $1 FOR UPDATE";
+/// Creates the mark row of a lock never seen; a concurrent creator wins and
+/// this one waits for it, then does nothing.
+pub(crate) const INSERT_MARKS: &str = "INSERT INTO palisade_store_marks \
+    (lock_name, h_excl, h_shared, id_count) VALUES ($1, 0, 0, 0) \
+    ON CONFLICT (lock_name) DO NOTHING";
+/// Raises the marks (the row is locked by this transaction).
+pub(crate) const STORE_MARKS: &str = "UPDATE palisade_store_marks \
+    SET h_excl = $2, h_shared = $3 WHERE lock_name = $1";
+/// A lock's committed marks, without locking.
+pub(crate) const SELECT_MARKS: &str =
+    "SELECT h_excl, h_shared FROM palisade_store_marks WHERE lock_name = $1";
+/// A plain read: value and marks from one snapshot.
+pub(crate) const PLAIN_READ: &str = "SELECT m.h_excl, m.h_shared, d.value \
+    FROM (SELECT 1) AS one \
+    LEFT JOIN palisade_store_marks m ON m.lock_name = $1 \
+    LEFT JOIN palisade_store_data d ON d.lock_name = $1 AND d.key = $2";
+/// The value of one key (inside a fenced read, after the mark row lock).
+pub(crate) const SELECT_VALUE: &str =
+    "SELECT value FROM palisade_store_data WHERE lock_name = $1 AND key = $2";
+
+/// Creates or checks the tables. Refuses a database whose schema is newer
+/// than this engine ([`OpenError::SchemaTooNew`]). Safe to run from several
+/// replicas at once.
+pub(crate) async fn migrate(pool: &PgPool) -> Result<(), OpenError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(CREATE_VERSION).execute(&mut *tx).await?;
+    let found: Option<i64> = sqlx::query_scalar(SELECT_VERSION)
+        .fetch_one(&mut *tx)
+        .await?;
+    // Checked before anything else is created: a newer schema may have
+    // other tables, and this engine must not write beside them.
+    if let Some(found) = found.filter(|found| *found > SCHEMA_VERSION) {
+        return Err(OpenError::SchemaTooNew {
+            found,
+            known: SCHEMA_VERSION,
+        });
+    }
+    for statement in CREATE {
+        sqlx::query(*statement).execute(&mut *tx).await?;
+    }
+    // Version 1 is the first: nothing older to migrate from yet.
+    if found.is_none() {
+        sqlx::query(INSERT_VERSION)
+            .bind(SCHEMA_VERSION)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}

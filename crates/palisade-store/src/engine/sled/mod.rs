@@ -1,0 +1,418 @@
+//! The sled engine: the embedded default. Marks, idempotency records and
+//! data in two sled trees of one directory, every request applied by one
+//! committer thread in groups (one sled transaction and one durable flush
+//! per group, see `committer.rs`).
+//!
+//! Everything here is private to the crate: [`Store::open`](crate::Store::open)
+//! is the way in, and no sled type leaves this module except through
+//! [`DurableSled`](crate::DurableSled), a utility that is about sled.
+
+mod background_sync;
+mod committer;
+mod group_commit;
+mod keys;
+mod record;
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use palisade_core::{LockName, Mode, Sequencer};
+
+use self::background_sync::BackgroundSync;
+use self::committer::{Committer, Job, ReadJob, WriteJob};
+pub(crate) use self::committer::{DurableFiles, flush_durably};
+pub use self::group_commit::FlushStats;
+use self::group_commit::{Acknowledged, Epochs, Slot};
+use self::keys::{FORMAT_KEY, FORMAT_VERSION, LockKeys, LockState};
+use crate::{
+    Applied, Durability, Engine, EngineFuture, EngineInfo, Marks, Read, Refused, StoreConfig,
+    StoreError, StoredRecord, WriteRequest,
+};
+
+/// The engine's name in [`EngineInfo`] and in errors.
+pub(crate) const NAME: &str = "sled";
+
+/// A sled failure as the store reports it.
+pub(crate) fn sled_error(error: sled::Error) -> StoreError {
+    StoreError::Storage {
+        engine: NAME,
+        message: error.to_string(),
+    }
+}
+
+/// The sled engine. Dropping it (with the last store that holds it) ends
+/// the committer, which flushes one last time, and the interval sync.
+#[derive(Debug)]
+pub(crate) struct SledEngine {
+    db: sled::Db,
+    /// Key → value, keyed by lock segment + `/` + user key.
+    data: sled::Tree,
+    /// Per-lock state (the marks) and idempotency records.
+    meta: sled::Tree,
+    path: PathBuf,
+    durability: Durability,
+    /// The committer's queue. Dropping it ends the committer.
+    jobs: Option<Sender<Job>>,
+    committer: Option<JoinHandle<()>>,
+    epochs: Arc<Epochs>,
+    stats: Arc<Mutex<FlushStats>>,
+    /// sled's files, synced after every flush (see `committer.rs` for why
+    /// sled's own flush is not durable on Linux).
+    files: Arc<Mutex<DurableFiles>>,
+    /// Buffered mode's interval sync (`background_sync.rs`).
+    syncer: Option<BackgroundSync>,
+}
+
+impl Drop for SledEngine {
+    fn drop(&mut self) {
+        drop(self.syncer.take());
+        drop(self.jobs.take());
+        if let Some(committer) = self.committer.take() {
+            let _ = committer.join();
+        }
+    }
+}
+
+impl SledEngine {
+    /// Opens (or creates) the engine's database in directory `path`.
+    ///
+    /// sled locks the directory. When an engine in this same process closed
+    /// it a moment ago, sled's IO threads may hold that lock for a few more
+    /// milliseconds after the last handle is dropped; `open` retries such a
+    /// lock error for up to two seconds before giving up.
+    pub(crate) fn open(path: &Path, config: &StoreConfig) -> Result<SledEngine, StoreError> {
+        let sled_config = sled::Config::new()
+            .path(path)
+            .cache_capacity(config.cache_capacity_bytes)
+            // The engine does every flush: the committer after each group
+            // (flushed), the interval sync (buffered). sled's own background
+            // flush would not sync (see `background_sync.rs`) and would only
+            // hold sled's lock against them.
+            .flush_every_ms(None);
+        let db = open_with_retry(&sled_config)?;
+        let files = DurableFiles::open(path).map_err(|e| sled_error(sled::Error::Io(e)))?;
+        let data = db.open_tree("palisade-data").map_err(sled_error)?;
+        let meta = db.open_tree("palisade-meta").map_err(sled_error)?;
+        let files = Arc::new(Mutex::new(files));
+        match meta.get(FORMAT_KEY).map_err(sled_error)? {
+            None => {
+                meta.insert(FORMAT_KEY, FORMAT_VERSION)
+                    .map_err(sled_error)?;
+                flush_durably(&db, &files)
+                    .map_err(|message| StoreError::FlushFailed { message })?;
+            }
+            Some(version) if version == FORMAT_VERSION => {}
+            Some(version) => {
+                return Err(StoreError::Corrupt {
+                    what: format!(
+                        "the data directory has format {:?}; this version reads format {:?}",
+                        String::from_utf8_lossy(&version),
+                        String::from_utf8_lossy(FORMAT_VERSION)
+                    ),
+                });
+            }
+        }
+        let epochs = Arc::new(Epochs::default());
+        let stats = Arc::new(Mutex::new(FlushStats::default()));
+        let (sender, receiver) = channel();
+        let committer = Committer {
+            db: db.clone(),
+            data: data.clone(),
+            meta: meta.clone(),
+            durability: config.durability,
+            idempotency_window: u64::from(config.idempotency_window.max(1)),
+            epochs: Arc::clone(&epochs),
+            stats: Arc::clone(&stats),
+            files: Arc::clone(&files),
+        };
+        let handle = std::thread::Builder::new()
+            .name("palisade-committer".into())
+            .spawn(move || committer.run(receiver))
+            .map_err(|e| sled_error(sled::Error::Io(e)))?;
+        let syncer = match config.durability {
+            Durability::Flushed => None,
+            Durability::Buffered { flush_every } => Some(
+                BackgroundSync::start(
+                    db.clone(),
+                    Arc::clone(&files),
+                    flush_every.max(Duration::from_millis(1)),
+                    Arc::clone(&epochs),
+                    Arc::clone(&stats),
+                )
+                .map_err(|e| sled_error(sled::Error::Io(e)))?,
+            ),
+        };
+        Ok(SledEngine {
+            db,
+            data,
+            meta,
+            path: path.to_path_buf(),
+            durability: config.durability,
+            jobs: Some(sender),
+            committer: Some(handle),
+            epochs,
+            stats,
+            files,
+            syncer,
+        })
+    }
+
+    /// Group-commit counters.
+    pub(crate) fn flush_stats(&self) -> FlushStats {
+        *self.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `Ok` unless a flush has failed (then the engine is fail-stopped).
+    fn check_health(&self) -> Result<(), StoreError> {
+        match self.epochs.failure() {
+            Some(message) => Err(StoreError::FlushFailed { message }),
+            None => Ok(()),
+        }
+    }
+
+    /// Flushes everything to disk now, blocking: sled's flush, then a sync
+    /// of sled's files. A failure fail-stops the engine, and a fail-stopped
+    /// engine refuses to flush: after a failed fsync the kernel may have
+    /// dropped the pages it could not write, so a later flush that succeeds
+    /// proves nothing about them.
+    fn flush(&self) -> Result<(), StoreError> {
+        self.check_health()?;
+        flush_durably(&self.db, &self.files).map_err(|message| {
+            tracing::error!(error = %message, "flush failed; the store refuses further requests");
+            self.epochs.fail(message.clone());
+            StoreError::FlushFailed { message }
+        })
+    }
+
+    /// The fault suite's I-DUR mutation: acknowledge after sled's own
+    /// flush, without syncing sled's files. See
+    /// [`Store::skip_file_sync_unsafe_for_mutation_tests`](crate::Store::skip_file_sync_unsafe_for_mutation_tests).
+    pub(crate) fn skip_file_sync(&self) {
+        tracing::warn!("the store acknowledges writes WITHOUT syncing its files (test only)");
+        self.files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .skip_sync();
+    }
+
+    fn enqueue(&self, job: Job) -> Result<(), StoreError> {
+        match self.jobs.as_ref() {
+            Some(sender) => sender.send(job).map_err(|_| StoreError::ShutDown),
+            None => Err(StoreError::ShutDown),
+        }
+    }
+
+    /// Wraps an outcome read outside the committer: it waits for the flush
+    /// of any group that may have committed before the read.
+    fn observed<T: Send + Unpin + 'static>(&self, outcome: T) -> EngineFuture<T> {
+        let epoch = match self.durability {
+            Durability::Flushed => self.epochs.needed_by_reader(),
+            Durability::Buffered { .. } => None,
+        };
+        Acknowledged::after_epoch(outcome, epoch, Arc::clone(&self.epochs)).boxed()
+    }
+
+    fn read_marks(&self, lock: &LockName, keys: &LockKeys) -> Result<Marks, StoreError> {
+        let raw = self.meta.get(keys.state()).map_err(sled_error)?;
+        LockState::decode(raw.as_deref())
+            .map(|state| state.marks)
+            .ok_or_else(|| committer::corrupt_state(lock))
+    }
+
+    /// Queues a fenced read of `key` (empty: of nothing) to the committer.
+    fn queue_read(
+        &self,
+        sequencer: &Sequencer,
+        key: Vec<u8>,
+    ) -> Result<Acknowledged<Result<Read, Refused>>, StoreError> {
+        let slot = Slot::new();
+        self.enqueue(Job::Read(ReadJob {
+            sequencer: sequencer.clone(),
+            keys: LockKeys::new(sequencer.lock()),
+            key,
+            slot: Arc::clone(&slot),
+        }))?;
+        Ok(Acknowledged::from_slot(slot))
+    }
+
+    fn queue_write(
+        &self,
+        request: WriteRequest,
+    ) -> Result<Acknowledged<Result<Applied, Refused>>, StoreError> {
+        let fingerprint = match (&request.request_id, request.fingerprint.as_slice()) {
+            (None, _) => None,
+            (Some(_), bytes) => Some(u64::from_be_bytes(bytes.try_into().map_err(|_| {
+                StoreError::Corrupt {
+                    what: format!(
+                        "a request fingerprint of {} bytes; the sled engine records 8",
+                        bytes.len()
+                    ),
+                }
+            })?)),
+        };
+        let slot = Slot::new();
+        self.enqueue(Job::Write(WriteJob {
+            keys: LockKeys::new(request.sequencer.lock()),
+            sequencer: request.sequencer,
+            ops: request.ops,
+            request_id: request.request_id,
+            fingerprint,
+            slot: Arc::clone(&slot),
+        }))?;
+        Ok(Acknowledged::from_slot(slot))
+    }
+}
+
+/// A future that fails at once: for calls refused before anything queued.
+fn failed<T: Send + 'static>(error: StoreError) -> EngineFuture<T> {
+    Box::pin(std::future::ready(Err(error)))
+}
+
+impl Engine for SledEngine {
+    fn info(&self) -> EngineInfo {
+        EngineInfo {
+            name: NAME,
+            durability: self.durability.to_string(),
+            location: self.path.display().to_string(),
+        }
+    }
+
+    fn write(&self, request: WriteRequest) -> EngineFuture<Result<Applied, Refused>> {
+        // Queued now, not when the future is first polled: requests made
+        // one after another are decided in that order.
+        match self.check_health().and_then(|()| self.queue_write(request)) {
+            Ok(queued) => queued.boxed(),
+            Err(error) => failed(error),
+        }
+    }
+
+    fn read(
+        &self,
+        lock: &LockName,
+        key: &[u8],
+        sequencer: Option<&Sequencer>,
+    ) -> EngineFuture<Result<Read, Refused>> {
+        if let Err(error) = self.check_health() {
+            return failed(error);
+        }
+        match sequencer {
+            Some(sequencer) => match self.queue_read(sequencer, key.to_vec()) {
+                Ok(queued) => queued.boxed(),
+                Err(error) => failed(error),
+            },
+            None => {
+                let keys = LockKeys::new(lock);
+                let read = self
+                    .data
+                    .get(keys.data(key))
+                    .map_err(sled_error)
+                    .and_then(|value| {
+                        let marks = self.read_marks(lock, &keys)?;
+                        Ok(Read {
+                            value: value.map(Bytes::from_owner),
+                            marks,
+                        })
+                    });
+                match read {
+                    Ok(read) => self.observed(Ok(read)),
+                    Err(error) => failed(error),
+                }
+            }
+        }
+    }
+
+    fn admit(&self, sequencer: &Sequencer) -> EngineFuture<Result<Marks, Refused>> {
+        if let Err(error) = self.check_health() {
+            return failed(error);
+        }
+        // Queued now, so admissions are decided in call order (the guard
+        // relies on it).
+        match sequencer.mode() {
+            Mode::Exclusive => {
+                match self.queue_write(WriteRequest::new(sequencer.clone(), Vec::new(), None)) {
+                    Ok(queued) => {
+                        Box::pin(async move { Ok(queued.await?.map(|applied| applied.marks)) })
+                    }
+                    Err(error) => failed(error),
+                }
+            }
+            // The data key of the empty user key is `<segment>/`, which
+            // never holds a value: user keys are never empty.
+            Mode::Shared => match self.queue_read(sequencer, Vec::new()) {
+                Ok(queued) => Box::pin(async move { Ok(queued.await?.map(|read| read.marks)) }),
+                Err(error) => failed(error),
+            },
+        }
+    }
+
+    fn marks(&self, lock: &LockName) -> EngineFuture<Marks> {
+        match self
+            .check_health()
+            .and_then(|()| self.read_marks(lock, &LockKeys::new(lock)))
+        {
+            Ok(marks) => self.observed(marks),
+            Err(error) => failed(error),
+        }
+    }
+
+    fn health(&self) -> EngineFuture<()> {
+        Box::pin(std::future::ready(self.check_health()))
+    }
+
+    /// Flushes (blocking the calling thread for the flush: call it off
+    /// async worker threads). The engine keeps serving afterwards.
+    fn close(&self) -> EngineFuture<()> {
+        Box::pin(std::future::ready(self.flush()))
+    }
+
+    fn dump(&self) -> EngineFuture<Vec<StoredRecord>> {
+        let mut records = Vec::new();
+        let mut scan = || -> Result<(), sled::Error> {
+            for tree_name in self.db.tree_names() {
+                let place = String::from_utf8_lossy(&tree_name).into_owned();
+                for entry in self.db.open_tree(&tree_name)?.iter() {
+                    let (key, value) = entry?;
+                    records.push(StoredRecord {
+                        place: place.clone(),
+                        key: key.to_vec(),
+                        value: value.to_vec(),
+                    });
+                }
+            }
+            Ok(())
+        };
+        match scan() {
+            Ok(()) => {
+                records.sort();
+                Box::pin(std::future::ready(Ok(records)))
+            }
+            Err(error) => failed(sled_error(error)),
+        }
+    }
+}
+
+/// Opens sled, retrying (bounded) while another handle in this process is
+/// still releasing the directory lock. There is no event to wait for: sled
+/// releases the lock when its IO threads drop their last file handle.
+pub(crate) fn open_with_retry(config: &sled::Config) -> Result<sled::Db, StoreError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        match config.open() {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(error))
+                if error.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(error) => return Err(sled_error(error)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
