@@ -31,6 +31,9 @@ pub struct ResourceServerOptions {
     /// Point it into a small tmpfs or a loop-mounted file system for disk
     /// faults.
     pub data_dir: Option<PathBuf>,
+    /// The storage engine (`--store postgres://...`, ...) instead of the
+    /// sled data directory.
+    pub store: Option<String>,
     /// A command the server runs under, e.g. `["fiu-run", "-x"]`; the
     /// wrapper must `exec` the server so the PID is the server's.
     pub command_prefix: Vec<OsString>,
@@ -62,6 +65,13 @@ impl ResourceServerOptions {
     /// Uses `data_dir` as the data directory.
     pub fn data_dir(mut self, data_dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(data_dir.into());
+        self
+    }
+
+    /// Keeps the data in the engine `spec` names (`--store`), e.g. a
+    /// PostgreSQL URL, instead of a sled data directory.
+    pub fn store(mut self, spec: impl Into<String>) -> Self {
+        self.store = Some(spec.into());
         self
     }
 
@@ -177,10 +187,12 @@ impl ResourceServerProcess {
             None => (self.binary.clone().into_os_string(), Vec::new()),
         };
         let mut command = Command::new(program);
+        command.args(prefix_args);
+        match &self.options.store {
+            Some(spec) => command.arg("--store").arg(spec),
+            None => command.arg("--data-dir").arg(&self.data_dir),
+        };
         command
-            .args(prefix_args)
-            .arg("--data-dir")
-            .arg(&self.data_dir)
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
             .args(&self.options.extra_args)
@@ -277,6 +289,14 @@ impl ResourceServerProcess {
     /// Starts the server again on the same data directory and port.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill()?;
+        self.launch()
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same port,
+    /// over the engine `spec` names: a server moved to a promoted standby.
+    pub fn restart_on_store(&mut self, spec: impl Into<String>) -> anyhow::Result<()> {
+        self.kill()?;
+        self.options.store = Some(spec.into());
         self.launch()
     }
 
