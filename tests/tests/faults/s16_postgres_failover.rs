@@ -23,10 +23,11 @@
 use std::time::{Duration, Instant};
 
 use palisade_testkit::redis::RedisServer;
+use palisade_testkit::sql::SqlServer;
 use palisade_testkit::sql::pair::PostgresPair;
 use palisade_tests::fault::{
-    ClientConfig, ClientLine, FaultRun, Invariant, ResourceServerOptions, ResourceServerProcess,
-    Scenario, stop_clients,
+    ClientConfig, ClientLine, FaultRun, Invariant, Report, ResourceServerOptions,
+    ResourceServerProcess, Scenario, stop_clients,
 };
 
 use crate::story::{LateWrites, late_write};
@@ -34,7 +35,40 @@ use crate::{EXIT, STEP, TTL, live_within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_primary_lost_and_standby_promoted_keeps_the_fence() -> anyhow::Result<()> {
-    let tag = "s16";
+    let (report, late) = primary_lost(
+        "s16",
+        Scenario::new(
+            "16 PostgreSQL primary lost, synchronous standby promoted",
+            "redis lock, postgres store",
+        ),
+        FailoverTo::PromotedStandby,
+    )
+    .await?;
+    report.assert_safe();
+    report.assert_holds(&[Invariant::Token, Invariant::Live]);
+    late.assert_fenced(2);
+    assert!(report.fenced_writes >= late.fenced, "{report}");
+    assert_eq!(report.faults, 2);
+    Ok(())
+}
+
+/// Where the resource server goes after the primary is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FailoverTo {
+    /// The synchronous standby, promoted: the scenario.
+    PromotedStandby,
+    /// A fresh, empty PostgreSQL: a standby that had nothing, the mutation
+    /// check (the checker must report the late write).
+    EmptyDatabase,
+}
+
+/// Scenario 16's story; returns the checker's report and what became of
+/// the two late writes.
+pub(crate) async fn primary_lost(
+    tag: &str,
+    scenario: Scenario,
+    failover_to: FailoverTo,
+) -> anyhow::Result<(Report, LateWrites)> {
     let binaries = palisade_tests::fault_binaries!();
     let redis = RedisServer::start();
     let mut pair = PostgresPair::start();
@@ -56,6 +90,7 @@ async fn postgres_primary_lost_and_standby_promoted_keeps_the_fence() -> anyhow:
 
     let mut late = LateWrites::default();
     let mut failover = None;
+    let mut empty_database = None;
     for round in 1..=2 {
         // The holder has its sequencer and its write ready; it stops.
         let held = holder.wait_holding(STEP).await?;
@@ -92,7 +127,14 @@ async fn postgres_primary_lost_and_standby_promoted_keeps_the_fence() -> anyhow:
                 other.pause()?;
             }
             let promotion = pair.promote_standby()?;
-            server.restart_on_store(pair.standby().url())?;
+            match failover_to {
+                FailoverTo::PromotedStandby => server.restart_on_store(pair.standby().url())?,
+                FailoverTo::EmptyDatabase => {
+                    let empty = SqlServer::postgres();
+                    server.restart_on_store(empty.url())?;
+                    empty_database = Some(empty);
+                }
+            }
             holder.resume()?;
             late_write(&mut holder, held, newer, &mut late).await?;
             let judged = killed_at.elapsed();
@@ -118,11 +160,7 @@ async fn postgres_primary_lost_and_standby_promoted_keeps_the_fence() -> anyhow:
         .verdict(
             &server.base_url(),
             &live_within(TTL + Duration::from_secs(30)),
-            &Scenario::new(
-                "16 PostgreSQL primary lost, synchronous standby promoted",
-                "redis lock, postgres store",
-            )
-            .note(format!(
+            &scenario.note(format!(
                 "from kill -9 of the primary: promotion {:.1} s, late write judged by the \
                  promoted standby {:.1} s, a fresh grant and write {:.1} s",
                 promotion.as_secs_f64(),
@@ -131,10 +169,6 @@ async fn postgres_primary_lost_and_standby_promoted_keeps_the_fence() -> anyhow:
             )),
         )
         .await?;
-    report.assert_safe();
-    report.assert_holds(&[Invariant::Token, Invariant::Live]);
-    late.assert_fenced(2);
-    assert!(report.fenced_writes >= late.fenced, "{report}");
-    assert_eq!(report.faults, 2);
-    Ok(())
+    drop(empty_database);
+    Ok((report, late))
 }
