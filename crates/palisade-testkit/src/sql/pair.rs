@@ -385,6 +385,57 @@ mod tests {
         );
     }
 
+    /// The standby's WAL receiver, found by its process title.
+    fn wal_receiver(pair: &PostgresPair) -> u32 {
+        pair.standby
+            .process_tree()
+            .into_iter()
+            .find(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|title| String::from_utf8_lossy(&title).contains("walreceiver"))
+            })
+            .expect("a streaming standby runs a WAL receiver")
+    }
+
+    #[test]
+    fn a_commit_on_the_primary_waits_for_the_standby() {
+        let pair = PostgresPair::start();
+        pair.primary().query("CREATE TABLE t (k INT)").unwrap();
+        let receiver = wal_receiver(&pair);
+        process::send_signal(receiver, Signal::SIGSTOP).unwrap();
+        // The standby cannot confirm: the commit waits (wait event
+        // `SyncRep`) for as long as its WAL receiver is stopped.
+        let mut insert = std::process::Command::new(pair.primary().client_binary("psql"))
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-X"])
+            .arg("-p")
+            .arg(pair.primary().port().to_string())
+            .args(["-c", "INSERT INTO t VALUES (1)"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while pair
+            .primary()
+            .query("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+            .unwrap()
+            != "1"
+        {
+            let finished = insert.try_wait().unwrap();
+            assert!(
+                finished.is_none(),
+                "the commit returned without the standby: {finished:?}"
+            );
+            assert!(Instant::now() < deadline, "the commit never waited");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(insert.try_wait().unwrap().is_none(), "committed alone");
+        // The receiver goes on: the commit returns, and the row is there.
+        process::send_signal(receiver, Signal::SIGCONT).unwrap();
+        assert!(insert.wait().unwrap().success());
+        assert_eq!(pair.primary().query("SELECT count(*) FROM t").unwrap(), "1");
+    }
+
     #[test]
     fn the_pair_starts_and_stops_cleanly() {
         let pair = PostgresPair::start();
