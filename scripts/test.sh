@@ -6,13 +6,17 @@
 #    (etcd-client builds its protobufs), PostgreSQL and MariaDB,
 #    and the fault suite's tools: libfaketime (client clock jumps), libfiu
 #    (fsync failures), xfs_io (a disk that dies), mkfs.ext4 and losetup
-#    (loop-mounted data directories).
+#    (loop-mounted data directories), and Chromium with its WebDriver
+#    (the dashboard's browser test).
 # 2. Checks formatting and lints (cargo fmt, clippy -D warnings).
 # 3. Runs every test: unit tests, doctests, and the integration tests, which
 #    start real etcd, Redis, PostgreSQL and MariaDB processes on free loopback ports in temporary
 #    directories and kill them by PID when done, including the fault suite
 #    (scripts/faults.sh runs only that, and --soak its long form); prints the
 #    fault suite's table.
+#    Then a property-based run of the HTTP API against its OpenAPI document
+#    (scripts/api-fuzz.sh: schemathesis in a venv under target/, installing
+#    python3-venv if missing), which must find no failure.
 # 4. Runs the demos as checks (they exit non-zero if fencing ever fails).
 #
 # Usage: scripts/test.sh            everything
@@ -43,6 +47,9 @@ command -v mkfs.ext4    >/dev/null || missing+=(e2fsprogs)
 command -v losetup      >/dev/null || missing+=(mount)
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
 command -v mariadbd     >/dev/null || missing+=(mariadb-server)
+# The dashboard's browser test (/ui in headless Chromium via chromedriver).
+command -v chromium     >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if ((${#missing[@]})); then
   step "installing ${missing[*]}"
   sudo=""
@@ -85,6 +92,9 @@ echo "|---|---|---:|---:|---:|---:|---:|---|"
 sort -t '|' -b -k2,2V "$fault_table"
 rm -f "$fault_table"
 ((tests_status == 0)) || { echo "cargo test failed (exit $tests_status)" >&2; exit "$tests_status"; }
+
+step "API fuzz: schemathesis against the OpenAPI document, on a live server"
+scripts/api-fuzz.sh
 
 # --- 4. Demos as checks -------------------------------------------------------
 if ((quick == 0)); then

@@ -21,6 +21,7 @@ use palisade_core::{
 };
 
 use crate::duration;
+use crate::inspector::AnyInspector;
 use crate::signing::SigningArgs;
 
 /// Which lock service to use.
@@ -316,6 +317,32 @@ impl BackendArgs {
         }
     }
 
+    /// Connects the chosen lock service's inspection API (`palisade locks`,
+    /// `palisade unlock --force`): no session, no signing key.
+    pub(crate) async fn connect_inspector(&self) -> anyhow::Result<AnyInspector> {
+        match self.kind()? {
+            BackendKind::Etcd => {
+                let endpoints = self.etcd_endpoints.as_deref().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--backend etcd needs --etcd-endpoints (or PALISADE_ETCD_ENDPOINTS)"
+                    )
+                })?;
+                AnyInspector::etcd(endpoints, self.prefix.as_deref()).await
+            }
+            BackendKind::Redis => {
+                let url = self.redis_url.as_deref().ok_or_else(|| {
+                    anyhow::anyhow!("--backend redis needs --redis-url (or PALISADE_REDIS_URL)")
+                })?;
+                let ca_pem = read_redis_ca(self.redis_ca_cert.as_deref())?;
+                AnyInspector::redis(url, self.prefix.as_deref(), ca_pem).await
+            }
+            kind @ (BackendKind::Postgres | BackendKind::MariaDb) => {
+                AnyInspector::sql(kind, self.sql_config(kind)?).await
+            }
+            BackendKind::Embedded => unreachable!("refused by kind()"),
+        }
+    }
+
     /// `--database-url`, checked against the `--backend` it is for.
     fn sql_config(&self, kind: BackendKind) -> anyhow::Result<SqlTarget> {
         let url = self.database_url.as_deref().ok_or_else(|| {
@@ -366,7 +393,7 @@ pub(crate) fn sql_target(
 }
 
 #[cfg(feature = "sql")]
-fn sql_unreachable(url: &str, error: &palisade_lock_sql::SqlLockError) -> anyhow::Error {
+pub(crate) fn sql_unreachable(url: &str, error: &palisade_lock_sql::SqlLockError) -> anyhow::Error {
     let reason = match error {
         palisade_lock_sql::SqlLockError::Lock(error) => lock_error_text(error),
         other => cause_chain(other),
@@ -634,7 +661,7 @@ async fn raise_redis_floor(
 }
 
 #[cfg(feature = "redis")]
-fn redis_config(
+pub(crate) fn redis_config(
     url: &str,
     prefix: Option<&str>,
     ca_pem: Option<Vec<u8>>,
@@ -650,7 +677,10 @@ fn redis_config(
 }
 
 #[cfg(feature = "redis")]
-fn redis_unreachable(url: &str, error: &palisade_lock_redis::RedisLockError) -> anyhow::Error {
+pub(crate) fn redis_unreachable(
+    url: &str,
+    error: &palisade_lock_redis::RedisLockError,
+) -> anyhow::Error {
     let reason = match error {
         palisade_lock_redis::RedisLockError::Lock(error) => lock_error_text(error),
         other => cause_chain(other),

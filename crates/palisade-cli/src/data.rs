@@ -443,14 +443,7 @@ fn report_written(
 }
 
 fn result_name(result: OpResult) -> &'static str {
-    match result {
-        OpResult::Created => "created",
-        OpResult::Replaced => "replaced",
-        OpResult::Deleted => "deleted",
-        OpResult::Absent => "absent",
-        OpResult::Swapped => "swapped",
-        _ => "done",
-    }
+    result.as_str()
 }
 
 pub(crate) fn marks_text(marks: Marks) -> String {

@@ -14,7 +14,8 @@ pub(crate) const OK: u8 = 0;
 pub(crate) const ERROR: u8 = 1;
 /// A command line clap refused (its default code; listed for completeness).
 pub(crate) const USAGE: u8 = 2;
-/// `palisade get`: the key does not exist.
+/// `palisade get`: the key does not exist. `palisade unlock --force`: the
+/// lock is not held (with that generation); nothing was changed.
 pub(crate) const NOT_FOUND: u8 = 3;
 /// Refused: the sequencer is stale (409 `stale`): a newer holder has been
 /// honoured, or the lock service's generations went backwards (the message
@@ -26,7 +27,8 @@ pub(crate) const STALE: u8 = 4;
 /// Nothing was changed.
 pub(crate) const REFUSED: u8 = 5;
 /// `palisade lock`: the lock was not granted within `--wait`; the command
-/// did not run.
+/// did not run. `palisade unlock --force`: the hold was ended but the lock
+/// was not granted within `--wait`, so the evicted holder is NOT fenced.
 pub(crate) const LOCK_NOT_ACQUIRED: u8 = 6;
 /// `palisade lock`: the lease was lost while the command ran; the command
 /// was sent SIGTERM (and SIGKILL after the grace period).
@@ -95,10 +97,11 @@ Exit codes:
   0    success
   1    error: server or lock service unreachable or failing, bad input
   2    usage error (bad flags or arguments)
-  3    get: the key does not exist
+  3    get: the key does not exist; unlock --force: the lock is not held
   4    refused: stale sequencer (409 stale; a newer holder, or a regression: raise-floor)
   5    refused: not_held, shared_on_write, cas_mismatch, idempotency_key_reused
-  6    lock: not granted within --wait (the command did not run)
+  6    lock: not granted within --wait (the command did not run);
+       unlock --force: evicted, but not granted within --wait: NOT fenced
   7    lock: lease lost while the command ran (it was sent SIGTERM, then SIGKILL)
   126  lock: the command could not be run; 127: the command was not found
   128+N lock: interrupted by signal N while waiting, or the command ended by it

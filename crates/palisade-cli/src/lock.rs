@@ -31,6 +31,7 @@ use crate::child::{self, Child, Signals};
 use crate::duration::{self, human};
 use crate::exit::{self, Failure};
 use crate::fence::FenceArgs;
+use palisade_metrics::{Metered, MeteredGuard};
 
 /// The lock mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -83,6 +84,11 @@ pub(crate) struct LockArgs {
     #[arg(short, long)]
     quiet: bool,
 
+    /// Serve the lock side's metrics (acquire latency, waits, hand-offs,
+    /// lease losses, refusals) at `http://ADDR/metrics` while this runs.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
+
     #[command(flatten)]
     backend: BackendArgs,
 
@@ -133,11 +139,28 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
     // abandons cleanly instead of killing the process mid-request.
     let mut signals = Signals::install()?;
 
-    let lock = tokio::select! {
+    // Bound before connecting: a taken address fails at once.
+    let metrics = match args.metrics_listen {
+        Some(addr) => Some(crate::metrics::serve(addr).await?),
+        None => None,
+    };
+
+    let mut lock = tokio::select! {
         lock = args.backend.connect() => lock?,
         signal = signals.recv() => return Err(interrupted(signal, &name, "connecting to the lock service for").into()),
     };
-    let guard = match acquire(&lock, &name, mode, &args, &mut signals).await {
+    let acquired = match metrics {
+        Some(metrics) => {
+            let metered = Metered::new(lock, metrics);
+            let acquired = acquire(&metered, &name, mode, &args, &mut signals)
+                .await
+                .map(MeteredGuard::into_inner);
+            lock = metered.into_inner();
+            acquired
+        }
+        None => acquire(&lock, &name, mode, &args, &mut signals).await,
+    };
+    let guard = match acquired {
         Ok(guard) => guard,
         Err(error) => {
             close(lock, true).await;
@@ -243,13 +266,13 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
 
 /// Waits for the lock, printing progress, giving up after `--wait` or on a
 /// signal.
-async fn acquire(
-    lock: &AnyLock,
+async fn acquire<L: Lock>(
+    lock: &L,
     name: &LockName,
     mode: Mode,
     args: &LockArgs,
     signals: &mut Signals,
-) -> anyhow::Result<AnyGuard> {
+) -> anyhow::Result<L::Guard> {
     if args.wait == Some(Duration::ZERO) {
         let attempt = tokio::select! {
             attempt = lock.try_acquire(name, mode) => attempt,

@@ -7,10 +7,14 @@
 //! palisade lock orders/42 -- <command>      take a lock, run a command with its sequencer, release
 //! palisade put|get|del <lock> <key> ...     the resource server, with the sequencer from the environment
 //! palisade marks <lock>                     the lock's high-water marks on the resource server
+//! palisade locks ls [PREFIX] | show <lock>   who holds a lock, who waits (table or --json)
+//! palisade unlock --force <lock> --server U  end a stuck hold and fence it at the servers
 //! palisade raise-floor <lock>               lift the lock service's generations above the marks
 //! palisade serve --data-dir DIR             run the resource server (or --store SPEC; optionally with a live check)
 //! palisade demo gc-pause|flash-sale         the demos
 //! palisade keygen --key-id k2               a fresh signing key, as a key ring line
+//! palisade completions bash|zsh|fish         a shell completion script
+//! palisade man [--out-dir DIR]               manual pages (docs/man/ holds them)
 //! ```
 //!
 //! # Where to start
@@ -40,18 +44,24 @@ macro_rules! say {
 
 mod backend;
 mod child;
+mod completions;
 mod data;
 #[cfg(feature = "demo")]
 mod demo;
 mod duration;
 mod exit;
 mod fence;
+mod inspector;
 mod lock;
+mod locks;
+mod man;
+mod metrics;
 #[cfg(target_os = "linux")]
 mod parent_death;
 mod raise_floor;
 mod serve;
 mod signing;
+mod unlock;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
@@ -66,8 +76,8 @@ use tracing_subscriber::EnvFilter;
 /// `marks`), run the resource server (`serve`), or watch fencing at work
 /// (`demo`). Errors are one line on standard error, `palisade: ...`.
 #[derive(Debug, Parser)]
-#[command(name = "palisade", version, after_help = exit::HELP_TABLE)]
-struct Cli {
+#[command(name = "palisade", version = env!("PALISADE_VERSION"), after_help = exit::HELP_TABLE)]
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -85,6 +95,11 @@ enum Command {
     Del(data::DelArgs),
     /// Show a lock's high-water marks on the resource server.
     Marks(data::MarksArgs),
+    /// See the locks on the lock service: `ls [PREFIX]`, `show NAME`.
+    Locks(locks::LocksArgs),
+    /// End someone else's hold of a lock (`--force`) and fence it at the
+    /// resource servers, so the evicted holder can no longer write.
+    Unlock(unlock::UnlockArgs),
     /// Lift the lock service's generation floor above a lock's marks on the
     /// resource server(s): the recovery after the lock service lost its
     /// counter.
@@ -96,6 +111,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Print a fresh signing key as a key ring line, `<key id> <hex secret>`.
     Keygen(signing::KeygenArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsArgs),
+    /// Print the manual page, or write every command's page into a directory.
+    Man(man::ManArgs),
     /// Internal: starts `palisade lock`'s command so that it dies with
     /// `palisade lock` (see `parent_death.rs`).
     #[cfg(target_os = "linux")]
@@ -161,11 +180,15 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Get(args) => data::get(args).await.map(|()| exit::OK),
         Command::Del(args) => data::del(args).await.map(|()| exit::OK),
         Command::Marks(args) => data::marks(args).await.map(|()| exit::OK),
+        Command::Locks(args) => locks::run(args).await.map(|()| exit::OK),
+        Command::Unlock(args) => unlock::run(args).await.map(|()| exit::OK),
         Command::RaiseFloor(args) => raise_floor::run(args).await.map(|()| exit::OK),
         Command::Serve(args) => serve::run(args).await.map(|()| exit::OK),
         #[cfg(feature = "demo")]
         Command::Demo(args) => demo::run(args).await.map(|()| exit::OK),
         Command::Keygen(args) => signing::keygen(args).map(|()| exit::OK),
+        Command::Completions(args) => completions::run(&args).map(|()| exit::OK),
+        Command::Man(args) => man::run(&args).map(|()| exit::OK),
         #[cfg(target_os = "linux")]
         // Handled in `main`, before any runtime exists.
         #[cfg(target_os = "linux")]
@@ -189,4 +212,23 @@ pub(crate) fn say_line(mut line: String) {
     use std::io::Write as _;
     line.push('\n');
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+#[cfg(test)]
+#[path = "../build_revision.rs"]
+mod build_revision;
+
+#[cfg(test)]
+mod version_tests {
+    use super::build_revision::{revision_files, short_revision, version_text};
+
+    /// A source tarball has no `.git`: the version is the crate version alone.
+    #[test]
+    fn outside_a_checkout_the_version_is_the_crate_version() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        assert_eq!(short_revision(dir.path()), None);
+        assert!(revision_files(dir.path()).is_empty());
+        assert_eq!(version_text("0.1.0", None), "0.1.0");
+        assert_eq!(version_text("0.1.0", Some("5f41a9d")), "0.1.0 (5f41a9d)");
+    }
 }

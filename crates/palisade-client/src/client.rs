@@ -867,7 +867,7 @@ fn decode_written(status: u16, bytes: &[u8]) -> Result<Written, ClientError> {
         .as_array()
         .ok_or_else(|| unexpected("write answer without `results`"))?
         .iter()
-        .map(|r| r.as_str().and_then(OpResult::parse))
+        .map(|r| r.as_str().and_then(|text| text.parse::<OpResult>().ok()))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| unexpected("unknown op result"))?;
     Ok(Written {

@@ -43,4 +43,8 @@ mod types;
 
 pub use client::{Client, ClientBuilder};
 pub use error::ClientError;
-pub use types::{BatchOp, Health, Marks, OpResult, Read, Refused, Written};
+/// The marks and op results are core's, the same types the store and the
+/// guard use.
+pub use palisade_core::OpResult;
+pub use palisade_core::marks::Marks;
+pub use types::{BatchOp, Health, Read, Refused, Written};

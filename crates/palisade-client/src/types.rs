@@ -1,55 +1,8 @@
 //! The typed outcomes of the API (JSON DTOs decoded into these).
 
 use bytes::Bytes;
-use palisade_core::{Generation, LockName, Mode};
-
-/// A lock's high-water marks, as the server reported them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct Marks {
-    /// `H_excl`: the highest exclusive generation honoured.
-    pub exclusive: u64,
-    /// `H_shared`: the highest shared generation honoured.
-    pub shared: u64,
-}
-
-impl Marks {
-    /// The smallest generation a request in `mode` would be accepted with.
-    pub fn required(self, mode: Mode) -> u64 {
-        match mode {
-            Mode::Exclusive => self.exclusive.max(self.shared),
-            Mode::Shared => self.exclusive,
-        }
-    }
-}
-
-/// What one op of a write did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum OpResult {
-    /// A put that created the key.
-    Created,
-    /// A put that replaced a value.
-    Replaced,
-    /// A delete that removed a value.
-    Deleted,
-    /// A delete of an absent key.
-    Absent,
-    /// A compare-and-swap whose comparison held.
-    Swapped,
-}
-
-impl OpResult {
-    pub(crate) fn parse(text: &str) -> Option<OpResult> {
-        Some(match text {
-            "created" => OpResult::Created,
-            "replaced" => OpResult::Replaced,
-            "deleted" => OpResult::Deleted,
-            "absent" => OpResult::Absent,
-            "swapped" => OpResult::Swapped,
-            _ => return None,
-        })
-    }
-}
+use palisade_core::marks::Marks;
+use palisade_core::{Generation, LockName, Mode, OpResult};
 
 /// A write the server applied (or replayed).
 #[derive(Debug, Clone, PartialEq, Eq)]

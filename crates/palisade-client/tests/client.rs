@@ -496,3 +496,26 @@ async fn fence_raises_the_marks_and_refuses_older_holders() {
         "a refused fence changes nothing"
     );
 }
+
+/// The client's marks and op results are the store's own types (defined
+/// once, in core): an answer converts to nothing.
+#[test]
+fn marks_and_op_results_are_the_stores_types() {
+    fn as_store_types(
+        written: palisade_client::Written,
+    ) -> (palisade_store::Marks, Vec<palisade_store::OpResult>) {
+        (written.marks, written.results)
+    }
+    let written = palisade_client::Written {
+        results: vec![palisade_store::OpResult::Created],
+        marks: palisade_store::Marks {
+            exclusive: 3,
+            shared: 1,
+        },
+        commit_seq: 1,
+        replayed: false,
+    };
+    let (marks, results) = as_store_types(written);
+    assert_eq!(marks.required(palisade_core::Mode::Exclusive), 3);
+    assert_eq!(results[0].as_str(), "created");
+}

@@ -19,6 +19,8 @@
 //! - [`LeaseTracker`] / [`LeaseWatch`]: the lease-lost signal backends drive
 //!   and users await.
 //! - [`LiveCheck`]: Chubby's CheckSequencer, for resource servers.
+//! - [`Inspect`] / [`LockInfo`]: who holds a lock, who waits, what
+//!   lock-delay is in force, as every backend reports it.
 //! - [`Signer`] / [`Verifier`]: HMAC-SHA256 signed sequencers, so only the
 //!   lock side can mint a generation a resource server will honour.
 //! - [`LockError`], [`SequencerError`]: what can go wrong, typed.
@@ -26,12 +28,14 @@
 mod encoding;
 mod error;
 mod generation;
+mod inspect;
 mod lease;
 mod live_check;
 mod lock;
 pub mod marks;
 mod mode;
 mod name;
+mod op_result;
 mod raise_cap;
 mod sequencer;
 mod signing;
@@ -39,11 +43,13 @@ mod suspend_clock;
 
 pub use error::{BoxError, LockError};
 pub use generation::Generation;
+pub use inspect::{ForceRelease, Holder, Inspect, LockInfo, Waiter, name_has_prefix};
 pub use lease::{LeaseState, LeaseTracker, LeaseWatch, LostReason};
 pub use live_check::{DynLiveCheck, LiveCheck, LiveCheckFuture, Liveness, SharedLiveCheck};
 pub use lock::{Lock, LockGuard, SessionOptions};
 pub use mode::{Mode, ModeParseError};
 pub use name::{LockName, LockNameError};
+pub use op_result::{OpResult, OpResultParseError};
 pub use raise_cap::RaiseCap;
 pub use sequencer::{Sequencer, SequencerError, Signature};
 pub use signing::{KeyError, KeyRing, SignatureError, Signer, SigningKey, Verifier};

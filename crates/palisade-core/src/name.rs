@@ -108,6 +108,23 @@ impl LockName {
         encoding::encode(&self.0, encoding::KEY_SEGMENT)
     }
 
+    /// The key segment of every name that starts with `prefix` begins with
+    /// this text (the encoding is byte by byte), so a backend can filter
+    /// names by prefix on encoded keys. `prefix` need not be a valid name:
+    /// the empty prefix gives the empty text.
+    ///
+    /// ```
+    /// use palisade_core::LockName;
+    ///
+    /// assert_eq!(LockName::key_segment_prefix("a/b"), "a%2Fb");
+    /// assert!(LockName::new("a/bc")?.key_segment().starts_with("a%2Fb"));
+    /// assert!(!LockName::new("ab")?.key_segment().starts_with("a%2Fb"));
+    /// # Ok::<(), palisade_core::LockNameError>(())
+    /// ```
+    pub fn key_segment_prefix(prefix: &str) -> String {
+        encoding::encode(prefix, encoding::KEY_SEGMENT)
+    }
+
     /// Reverses [`LockName::key_segment`]. Accepts only the exact output of
     /// `key_segment`, so a key can be mapped back to exactly one name.
     pub fn from_key_segment(segment: &str) -> Option<Self> {

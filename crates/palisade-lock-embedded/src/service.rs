@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use palisade_core::{
-    Generation, LiveCheck, Liveness, LockError, LockName, Mode, Sequencer, SessionOptions,
-    SharedLiveCheck, Signer,
+    Generation, Inspect, LiveCheck, Liveness, LockError, LockInfo, LockName, Mode, Sequencer,
+    SessionOptions, SharedLiveCheck, Signer,
 };
 use tokio::time::Instant;
 
@@ -188,6 +188,17 @@ impl fmt::Debug for EmbeddedLockService {
             .field("issuer", &self.inner.issuer)
             .field("signing_key_id", &self.inner.key_id)
             .finish_non_exhaustive()
+    }
+}
+
+/// What the service holds, queues and delays, read under its one mutex.
+impl Inspect for EmbeddedLockService {
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo, LockError> {
+        Ok(self.inner.lock_state().inspect(name, Instant::now()))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>, LockError> {
+        Ok(self.inner.lock_state().list(prefix, Instant::now()))
     }
 }
 

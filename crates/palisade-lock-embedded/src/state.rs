@@ -16,8 +16,8 @@ use std::sync::Weak;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_core::{
-    Generation, LeaseTracker, LeaseWatch, LockError, LockName, LostReason, Mode, Sequencer,
-    SessionOptions, Signer,
+    Generation, Holder, LeaseTracker, LeaseWatch, LockError, LockInfo, LockName, LostReason, Mode,
+    Sequencer, SessionOptions, Signer, name_has_prefix,
 };
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -621,6 +621,66 @@ impl ServiceState {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// What an operator sees of `name` at `now`: live holds with their
+    /// lease time left, the queue in order, the lock-delay left.
+    pub(crate) fn inspect(&mut self, name: &LockName, now: Instant) -> LockInfo {
+        self.reap_holders_of(name, now);
+        let mut info = LockInfo::free(name.clone());
+        let Some(entry) = self.locks.get_mut(name) else {
+            return info;
+        };
+        let delay_left = entry
+            .delayed(now)
+            .then(|| entry.delay_until.map(|until| until - now))
+            .flatten();
+        info.lock_delay_left = delay_left;
+        for hold in &entry.holders {
+            let issued = &hold.sequencer;
+            let lease_left = self
+                .sessions
+                .get(&hold.session)
+                .and_then(|record| record.lease.as_ref())
+                .map(|lease| lease.deadline.saturating_duration_since(now));
+            info.holders.push(
+                Holder::new(issued.mode(), issued.generation())
+                    .with_lease_left(lease_left)
+                    .with_lease(issued.lease().map(str::to_owned))
+                    .with_holder(issued.holder().map(str::to_owned)),
+            );
+        }
+        info.holders.sort_by_key(|holder| holder.generation);
+        let waiters = entry
+            .waiters
+            .iter()
+            .map(|waiter| {
+                let record = self.sessions.get(&waiter.session);
+                palisade_core::Waiter::new(
+                    waiter.mode,
+                    record.map(|record| record.lease_id.clone()),
+                    record.map(|record| record.holder_id.clone()),
+                )
+            })
+            .collect();
+        info.waiters = Some(waiters);
+        info
+    }
+
+    /// Every name starting with `prefix` that is not idle at `now`, sorted.
+    pub(crate) fn list(&mut self, prefix: &str, now: Instant) -> Vec<LockInfo> {
+        let mut names: Vec<LockName> = self
+            .locks
+            .keys()
+            .filter(|name| name_has_prefix(name, prefix))
+            .cloned()
+            .collect();
+        names.sort();
+        names
+            .iter()
+            .map(|name| self.inspect(name, now))
+            .filter(|info| !info.is_idle())
+            .collect()
     }
 
     /// How many requests are queued for `name`.

@@ -35,6 +35,12 @@ impl SuiteBackend for EmbeddedBackend {
     fn min_ttl(&self) -> Duration {
         Duration::from_secs(1)
     }
+
+    type Inspector = EmbeddedLockService;
+
+    fn inspector(&self) -> &EmbeddedLockService {
+        &self.service
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -29,6 +29,8 @@
 //!   consistent read, and `txns.rs` holding every transaction sent.
 //! - `keepalive.rs`: how a lease's validity is tracked and lost.
 //! - [`EtcdLiveCheck`]: Chubby's CheckSequencer for resource servers.
+//! - `inspect.rs`: [`palisade_core::Inspect`] and
+//!   [`palisade_core::ForceRelease`] on [`EtcdConnection`], for operators.
 //! - [`EtcdConnection::raise_floor`]: recovery after etcd lost its history
 //!   (wiped data, old snapshot): moves the revision past a server's mark.
 //!
@@ -55,6 +57,7 @@ mod connection;
 mod errors;
 mod floor;
 mod guard;
+mod inspect;
 mod keepalive;
 mod key_watch;
 mod keys;

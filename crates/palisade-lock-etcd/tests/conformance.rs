@@ -50,6 +50,12 @@ impl SuiteBackend for EtcdBackend {
     fn min_ttl(&self) -> Duration {
         Duration::from_secs(2)
     }
+
+    type Inspector = EtcdConnection;
+
+    fn inspector(&self) -> &EtcdConnection {
+        &self.connection
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -40,6 +40,8 @@
 //! - [`RedisGuard`]: the hold, its sequencer and its lease watch;
 //!   [`RedisConfig::with_signer`] signs every sequencer handed out.
 //! - [`RedisLiveCheck`]: the live check for resource servers.
+//! - `inspect.rs`: [`palisade_core::Inspect`] and
+//!   [`palisade_core::ForceRelease`] on [`RedisLockClient`], for operators.
 //! - [`RedisLockClient::raise_floor`]: recovery after Redis lost a counter.
 //! - Passwords and ACL users go in the URL (`redis://user:pass@host`);
 //!   `rediss://` turns on TLS, with [`RedisConfig::with_tls_root_cert_pem`]
@@ -67,6 +69,7 @@ mod connection;
 mod error;
 mod guard;
 mod inbox;
+mod inspect;
 mod keeper;
 mod keys;
 mod live_check;

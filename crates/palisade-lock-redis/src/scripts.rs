@@ -96,6 +96,10 @@ pub(crate) struct Scripts {
     pub(crate) check: LuaScript,
     /// Raise the generation counter to at least a given mark.
     pub(crate) raise_floor: LuaScript,
+    /// What an operator sees: holders, waiters, lock-delay (read-only).
+    pub(crate) inspect: LuaScript,
+    /// End the hold with a given generation, from outside.
+    pub(crate) force_release: LuaScript,
 }
 
 impl Scripts {
@@ -107,11 +111,13 @@ impl Scripts {
             expire: LuaScript::ending_a_hold("expire", EXPIRE),
             check: LuaScript::new("check", CHECK),
             raise_floor: LuaScript::new("raise_floor", RAISE_FLOOR),
+            inspect: LuaScript::new("inspect", INSPECT),
+            force_release: LuaScript::ending_a_hold("force_release", FORCE_RELEASE),
         }
     }
 
     /// All scripts, for loading them into the script cache up front.
-    pub(crate) fn all(&self) -> [&LuaScript; 6] {
+    pub(crate) fn all(&self) -> [&LuaScript; 8] {
         [
             &self.acquire,
             &self.release,
@@ -119,6 +125,8 @@ impl Scripts {
             &self.expire,
             &self.check,
             &self.raise_floor,
+            &self.inspect,
+            &self.force_release,
         ]
     }
 }
@@ -532,4 +540,68 @@ if mark > current then
   return mark
 end
 return current
+"#;
+
+/// KEYS: the eight lock keys. No ARGV.
+///
+/// Returns `{hold, hold_pttl_ms, delay_left_ms, readers, waiters}`: the
+/// exclusive holder's value without its secret token (`"<gen> <delay>
+/// <lease> <holder>"`, or `""`), the lock key's PTTL, the lock-delay left,
+/// the live shared holders as `{info, pttl_ms}` pairs flattened, and the
+/// live queue entries in order. Read-only: nothing is reaped or promoted.
+const INSPECT: &str = r#"
+local hold = ''
+local value = redis.call('GET', K_LOCK)
+if value then
+  local _, generation, delay, lease, holder = parse_hold(value)
+  if generation then hold = generation .. ' ' .. int(delay) .. ' ' .. lease .. ' ' .. holder end
+end
+local readers = {}
+local live = redis.call('ZRANGEBYSCORE', K_READERS, '(' .. now_ms, '+inf', 'WITHSCORES')
+for i = 1, #live, 2 do
+  local info = redis.call('HGET', K_READERINFO, live[i])
+  if info then
+    table.insert(readers, info)
+    table.insert(readers, tonumber(live[i + 1]) - now_ms)
+  end
+end
+local waiters = {}
+local queue = redis.call('LRANGE', K_QUEUE, 0, -1)
+for i = 1, #queue do
+  local entry = redis.call('HGET', K_WAITERS, queue[i])
+  local waiter = entry and parse_waiter(entry)
+  if waiter and waiter.deadline > now_ms then table.insert(waiters, entry) end
+end
+return { hold, redis.call('PTTL', K_LOCK), delay_left(), readers, waiters }
+"#;
+
+/// KEYS: the eight lock keys. ARGV: generation, clock mode.
+///
+/// Ends the hold (exclusive or shared) whose generation is `generation`,
+/// without a lock-delay, then hands the lock to the next waiter. Returns 1
+/// if there was such a hold, 0 otherwise (a newer holder is never touched).
+const FORCE_RELEASE: &str = r#"
+local generation, clock_mode = ARGV[1], ARGV[2]
+local released = 0
+local value = redis.call('GET', K_LOCK)
+if value then
+  local _, held = parse_hold(value)
+  if held == generation then
+    redis.call('DEL', K_LOCK, K_SHADOW)
+    released = 1
+  end
+else
+  reap_readers()
+  local tokens = redis.call('ZRANGE', K_READERS, 0, -1)
+  for i = 1, #tokens do
+    local info = redis.call('HGET', K_READERINFO, tokens[i])
+    if info and parse_reader(info) == generation then
+      redis.call('ZREM', K_READERS, tokens[i])
+      redis.call('HDEL', K_READERINFO, tokens[i])
+      released = 1
+    end
+  end
+end
+if released == 1 then promote(clock_mode) end
+return released
 "#;

@@ -131,6 +131,14 @@ pub(crate) struct Statements {
     pub(crate) forget_sessions: String,
     pub(crate) live_check: String,
     pub(crate) queued_ahead: String,
+    /// Inspection: the holder rows of a lock with their sessions.
+    pub(crate) inspect_holders: String,
+    /// Inspection: the lock row's lock-delay and the database's clock.
+    pub(crate) inspect_lock: String,
+    /// Inspection: every name held, queued for or in a lock-delay.
+    pub(crate) active_names: String,
+    /// Forced release: the holder row with a given generation.
+    pub(crate) force_release: String,
 }
 
 impl Statements {
@@ -291,6 +299,16 @@ impl Statements {
                  JOIN palisade_sessions s ON s.id = w.session_id \
                  WHERE w.name = ? AND w.id < ? AND (? = 'exclusive' OR w.mode = 'exclusive') \
                  AND s.ended = 0 AND s.expires_at_us > {now}"),
+            inspect_holders: r(
+                "SELECT h.mode, h.generation, h.session_id, s.expires_at_us, s.lock_delay_us, s.ended, {now} \
+                 FROM palisade_holders h LEFT JOIN palisade_sessions s ON s.id = h.session_id \
+                 WHERE h.name = ? ORDER BY h.generation",
+            ),
+            inspect_lock: r("SELECT delay_until_us, {now} FROM palisade_locks WHERE name = ?"),
+            active_names: r("SELECT name FROM palisade_holders \
+                 UNION SELECT name FROM palisade_waiters \
+                 UNION SELECT name FROM palisade_locks WHERE delay_until_us > {now}"),
+            force_release: r("DELETE FROM palisade_holders WHERE name = ? AND generation = ?"),
         }
     }
 }

@@ -32,6 +32,9 @@
 //!   [`palisade_core::Lock`]; a live check for resource servers
 //!   ([`SqlLiveCheck`]); signed sequencers ([`SqlConfig::with_signer`]).
 //!
+//! [`palisade_core::Inspect`] and [`palisade_core::ForceRelease`] on
+//! [`SqlLockClient`] show and break holds for operators (`inspect.rs`).
+//!
 //! `docs/backends/sql.md` has the tables, the algorithm and the limits.
 //!
 //! ```no_run
@@ -55,6 +58,7 @@ mod dialect;
 mod error;
 mod floor;
 mod guard;
+mod inspect;
 mod live_check;
 mod session;
 mod store;

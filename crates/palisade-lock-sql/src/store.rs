@@ -105,7 +105,7 @@ pub(crate) struct Request<'a> {
 
 /// Every statement is rendered from constants in `dialect.rs`; values are
 /// always bound, never spliced in.
-fn safe(text: &str) -> AssertSqlSafe<&str> {
+pub(crate) fn safe(text: &str) -> AssertSqlSafe<&str> {
     AssertSqlSafe(text)
 }
 
@@ -116,7 +116,7 @@ pub(crate) fn mode_text(mode: Mode) -> &'static str {
     }
 }
 
-fn parse_mode(text: &str) -> Mode {
+pub(crate) fn parse_mode(text: &str) -> Mode {
     // Anything but "shared" is treated as the stricter mode.
     if text == "shared" {
         Mode::Shared

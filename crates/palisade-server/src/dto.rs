@@ -7,11 +7,12 @@ use palisade_core::LockName;
 use palisade_store::{Applied, Op};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::error::{ApiError, marks_json};
 
 /// Bytes in JSON: a string (its UTF-8 bytes) or `{"base64": "..."}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub(crate) enum JsonBytes {
     Text(String),
@@ -34,8 +35,9 @@ fn optional(bytes: Option<JsonBytes>, field: &str) -> Result<Option<Bytes>, ApiE
     bytes.map(|b| b.decode(field)).transpose()
 }
 
-/// `POST /v1/locks/{lock}/cas/{key}`.
-#[derive(Debug, Deserialize)]
+/// `POST /v1/locks/{lock}/cas/{key}`: absent `expected` means "the key
+/// must not exist"; absent `new` deletes.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CasBody {
     #[serde(default)]
@@ -54,14 +56,15 @@ impl CasBody {
     }
 }
 
-/// `POST /v1/locks/{lock}/batch`.
-#[derive(Debug, Deserialize)]
+/// `POST /v1/locks/{lock}/batch`: applied all or none.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BatchBody {
     ops: Vec<BatchOp>,
 }
 
-#[derive(Debug, Deserialize)]
+/// One op of a batch.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
 enum BatchOp {
     Put {
@@ -106,10 +109,13 @@ impl BatchBody {
 }
 
 /// The body of every successful write.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct WriteResponse {
     lock: String,
+    /// One result per op, in order.
+    #[schema(value_type = Vec<String>)]
     results: Vec<&'static str>,
+    #[schema(value_type = crate::openapi::MarksBody)]
     marks: Value,
     commit_seq: u64,
     replayed: bool,

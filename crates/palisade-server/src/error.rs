@@ -96,6 +96,11 @@ impl ApiError {
         self.code
     }
 
+    /// One of the body's extra fields (`lock`, `presented`, `marks`, ...).
+    pub(crate) fn field(&self, name: &str) -> Option<&Value> {
+        self.extra.get(name)
+    }
+
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }

@@ -33,6 +33,10 @@
 //!   and the limits against slow or greedy clients.
 //! - [`ApiError`]: the one place refusals and failures become statuses and
 //!   `code`s.
+//! - [`openapi_document`]: the OpenAPI 3.1 document (`GET /openapi.json`);
+//!   [`exported_metric_names`]: what `GET /metrics` exports. `GET /ui` is a
+//!   live dashboard of the latest fencing decisions, fed by `GET
+//!   /v1/events` (server-sent events).
 //!
 //! ```no_run
 //! use palisade_server::{ServerConfig, serve, shutdown_signal};
@@ -46,11 +50,15 @@
 mod config;
 mod connection_service;
 mod connections;
+mod decisions;
 mod dto;
 mod encoding;
 mod error;
+mod etcd_store;
+mod events;
 mod limits;
 mod metrics;
+mod openapi;
 mod routes;
 mod sequencer_policy;
 mod serve;
@@ -62,6 +70,8 @@ mod tokens;
 pub use config::{DurabilityMode, ServerConfig};
 pub use error::{ApiError, ServerError};
 pub use limits::ServerLimits;
+pub use metrics::exported_metric_names;
+pub use openapi::openapi_document;
 pub use routes::{
     IDEMPOTENCY_KEY_HEADER, MARK_EXCLUSIVE_HEADER, MARK_SHARED_HEADER, REPLAYED_HEADER, app,
 };

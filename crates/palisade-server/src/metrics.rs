@@ -1,15 +1,23 @@
-//! Prometheus metrics, hand-rolled: fixed label sets, lock-free counters.
+//! Prometheus metrics through the Prometheus project's own client,
+//! `prometheus-client`: one registry per server, rendered as OpenMetrics
+//! text on `/metrics`.
 //!
-//! Every label value is known in advance (the ops and the error codes), so
-//! each series is one atomic in an array and a scrape renders them as text.
+//! Every label value is known in advance (the ops, the error codes, the
+//! ways a connection ends), and every series is created at start-up, so a
+//! scrape shows a zero rather than nothing: an alert on `increase(...)`
+//! fires on the first refusal, not only on the second.
 
-use std::fmt::Write as _;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use palisade_store::FlushStats;
-
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric as _};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge as PromGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 /// The request kinds that get their own `op` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OpKind {
@@ -40,10 +48,6 @@ impl OpKind {
             OpKind::Batch => "batch",
             OpKind::Marks => "marks",
         }
-    }
-
-    fn index(self) -> usize {
-        self as usize
     }
 }
 
@@ -85,14 +89,22 @@ const BUCKETS: [f64; 16] = [
     5.0, 10.0,
 ];
 
-#[derive(Debug, Default)]
-struct Histogram {
-    /// Non-cumulative counts per bucket; the last slot is `+Inf`.
-    buckets: [AtomicU64; BUCKETS.len() + 1],
-    sum_nanos: AtomicU64,
-    count: AtomicU64,
+/// The content type of [`Metrics::render`]'s text.
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OpLabels {
+    op: &'static str,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
+}
 /// How a connection ended, for `palisade_connections_closed_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ConnectionEnd {
@@ -141,186 +153,203 @@ impl ConnectionEnd {
 
 /// A gauge that goes up when something opens and down when its
 /// [`OpenGauge`] guard drops, so no early return can leak a count.
-#[derive(Debug, Default)]
-pub(crate) struct Gauge(Arc<AtomicU64>);
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Gauge(PromGauge);
 
 /// Holds one unit of a [`Gauge`] until dropped.
 #[derive(Debug)]
-pub(crate) struct OpenGauge(Arc<AtomicU64>);
+pub(crate) struct OpenGauge(PromGauge);
 
 impl Gauge {
     pub(crate) fn open(&self) -> OpenGauge {
-        self.0.fetch_add(1, Ordering::Relaxed);
-        OpenGauge(Arc::clone(&self.0))
-    }
-
-    fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.inc();
+        OpenGauge(self.0.clone())
     }
 }
 
 impl Drop for OpenGauge {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.dec();
     }
 }
 
-/// The server's counters.
+/// The store's flush counters, read from the store at each scrape (they
+/// live in the store's committer, not here) and handed to the registry as
+/// constant counters.
 #[derive(Debug, Default)]
+struct FlushCollector(Mutex<FlushStats>);
+
+impl Collector for FlushCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let stats = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        for (name, help, value) in [
+            (
+                "palisade_store_flushes",
+                "Group-commit flushes completed",
+                stats.flushes,
+            ),
+            (
+                "palisade_store_flush_tickets",
+                "Responses that waited for a flush",
+                stats.tickets,
+            ),
+            (
+                "palisade_store_background_syncs",
+                "Interval syncs completed (buffered mode)",
+                stats.background_syncs,
+            ),
+        ] {
+            let counter = ConstCounter::new(value);
+            let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            counter.encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
+/// The server's metrics and the registry that renders them.
+#[derive(Debug)]
 pub(crate) struct Metrics {
-    accepted: [AtomicU64; OpKind::ALL.len()],
-    rejected: [AtomicU64; CODES.len()],
-    latency: [Histogram; OpKind::ALL.len()],
+    registry: Registry,
+    accepted: Family<OpLabels, Counter>,
+    rejected: Family<ReasonLabels, Counter>,
+    latency: Family<OpLabels, Histogram, fn() -> Histogram>,
     /// Connections being served (accepted and not yet closed).
     pub(crate) open_connections: Gauge,
     /// `/v1/locks/...` requests being handled.
     pub(crate) in_flight: Gauge,
-    connections_closed: [AtomicU64; ConnectionEnd::ALL.len()],
+    connections_closed: Family<ReasonLabels, Counter>,
+    flush: Arc<FlushCollector>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let metrics = Metrics {
+            registry: Registry::default(),
+            accepted: Family::default(),
+            rejected: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
+            open_connections: Gauge::default(),
+            in_flight: Gauge::default(),
+            connections_closed: Family::default(),
+            flush: Arc::default(),
+        };
+        metrics.register()
+    }
 }
 
 impl Metrics {
+    /// Registers every metric and creates every series at zero.
+    fn register(mut self) -> Self {
+        for op in OpKind::ALL {
+            let labels = OpLabels { op: op.as_str() };
+            let _ = self.accepted.get_or_create(&labels);
+            let _ = self.latency.get_or_create(&labels);
+        }
+        for reason in CODES {
+            let _ = self.rejected.get_or_create(&ReasonLabels { reason });
+        }
+        for end in ConnectionEnd::ALL {
+            let _ = self.connections_closed.get_or_create(&ReasonLabels {
+                reason: end.as_str(),
+            });
+        }
+        let registry = &mut self.registry;
+        registry.register(
+            "palisade_requests_accepted",
+            "Requests answered with 2xx, by op",
+            self.accepted.clone(),
+        );
+        registry.register(
+            "palisade_requests_rejected",
+            "Requests answered with an error, by code",
+            self.rejected.clone(),
+        );
+        registry.register(
+            "palisade_request_duration_seconds",
+            "Time from request to response, by op",
+            self.latency.clone(),
+        );
+        registry.register(
+            "palisade_open_connections",
+            "Connections being served",
+            self.open_connections.0.clone(),
+        );
+        registry.register(
+            "palisade_requests_in_flight",
+            "Lock requests being handled (bounded by --max-in-flight)",
+            self.in_flight.0.clone(),
+        );
+        registry.register(
+            "palisade_connections_closed",
+            "Connections closed, by how they ended",
+            self.connections_closed.clone(),
+        );
+        registry.register_collector(Box::new(Arc::clone(&self.flush)));
+        self
+    }
+
     pub(crate) fn connection_closed(&self, end: ConnectionEnd) {
-        self.connections_closed[end as usize].fetch_add(1, Ordering::Relaxed);
+        self.connections_closed
+            .get_or_create(&ReasonLabels {
+                reason: end.as_str(),
+            })
+            .inc();
     }
 
     pub(crate) fn accepted(&self, op: OpKind) {
-        self.accepted[op.index()].fetch_add(1, Ordering::Relaxed);
+        self.accepted
+            .get_or_create(&OpLabels { op: op.as_str() })
+            .inc();
     }
 
+    /// Counts a refusal under its code; a code missing from [`CODES`]
+    /// counts as `other`, so the label set stays bounded.
     pub(crate) fn rejected(&self, code: &str) {
-        let index = CODES
+        let reason = CODES
             .iter()
-            .position(|c| *c == code)
-            .unwrap_or(CODES.len() - 1);
-        self.rejected[index].fetch_add(1, Ordering::Relaxed);
+            .find(|known| **known == code)
+            .copied()
+            .unwrap_or("other");
+        self.rejected.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     pub(crate) fn observe(&self, op: OpKind, elapsed: Duration) {
-        let histogram = &self.latency[op.index()];
-        let seconds = elapsed.as_secs_f64();
-        let bucket = BUCKETS
-            .iter()
-            .position(|bound| seconds <= *bound)
-            .unwrap_or(BUCKETS.len());
-        histogram.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        histogram.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
-        histogram.count.fetch_add(1, Ordering::Relaxed);
+        self.latency
+            .get_or_create(&OpLabels { op: op.as_str() })
+            .observe(elapsed.as_secs_f64());
     }
 
-    /// The Prometheus text exposition.
+    /// The OpenMetrics text exposition ([`CONTENT_TYPE`]), with the
+    /// store's flush counters as of `flush`.
     pub(crate) fn render(&self, flush: FlushStats) -> String {
+        *self.flush.0.lock().unwrap_or_else(PoisonError::into_inner) = flush;
         let mut out = String::with_capacity(8 * 1024);
-        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-
-        out.push_str(
-            "# HELP palisade_requests_accepted_total Requests answered with 2xx, by op.\n",
-        );
-        out.push_str("# TYPE palisade_requests_accepted_total counter\n");
-        for op in OpKind::ALL {
-            let _ = writeln!(
-                out,
-                "palisade_requests_accepted_total{{op=\"{}\"}} {}",
-                op.as_str(),
-                load(&self.accepted[op.index()])
-            );
+        // Writing into a String cannot fail; an encoder error would be a
+        // bug in a label value, and a partial page is still worth serving.
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(%error, "encoding the metrics failed");
         }
-
-        out.push_str(
-            "# HELP palisade_requests_rejected_total Requests answered with an error, by code.\n",
-        );
-        out.push_str("# TYPE palisade_requests_rejected_total counter\n");
-        for (index, code) in CODES.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "palisade_requests_rejected_total{{reason=\"{code}\"}} {}",
-                load(&self.rejected[index])
-            );
-        }
-
-        out.push_str(
-            "# HELP palisade_request_duration_seconds Time from request to response, by op.\n",
-        );
-        out.push_str("# TYPE palisade_request_duration_seconds histogram\n");
-        for op in OpKind::ALL {
-            let histogram = &self.latency[op.index()];
-            let mut cumulative = 0;
-            for (index, bound) in BUCKETS.iter().enumerate() {
-                cumulative += load(&histogram.buckets[index]);
-                let _ = writeln!(
-                    out,
-                    "palisade_request_duration_seconds_bucket{{op=\"{}\",le=\"{bound}\"}} {cumulative}",
-                    op.as_str()
-                );
-            }
-            cumulative += load(&histogram.buckets[BUCKETS.len()]);
-            let _ = writeln!(
-                out,
-                "palisade_request_duration_seconds_bucket{{op=\"{}\",le=\"+Inf\"}} {cumulative}",
-                op.as_str()
-            );
-            let _ = writeln!(
-                out,
-                "palisade_request_duration_seconds_sum{{op=\"{}\"}} {}",
-                op.as_str(),
-                load(&histogram.sum_nanos) as f64 / 1e9
-            );
-            let _ = writeln!(
-                out,
-                "palisade_request_duration_seconds_count{{op=\"{}\"}} {}",
-                op.as_str(),
-                load(&histogram.count)
-            );
-        }
-
-        out.push_str("# HELP palisade_open_connections Connections being served.\n");
-        out.push_str("# TYPE palisade_open_connections gauge\n");
-        let _ = writeln!(
-            out,
-            "palisade_open_connections {}",
-            self.open_connections.get()
-        );
-        out.push_str(
-            "# HELP palisade_requests_in_flight Lock requests being handled (bounded by --max-in-flight).\n",
-        );
-        out.push_str("# TYPE palisade_requests_in_flight gauge\n");
-        let _ = writeln!(out, "palisade_requests_in_flight {}", self.in_flight.get());
-        out.push_str(
-            "# HELP palisade_connections_closed_total Connections closed, by how they ended.\n",
-        );
-        out.push_str("# TYPE palisade_connections_closed_total counter\n");
-        for end in ConnectionEnd::ALL {
-            let _ = writeln!(
-                out,
-                "palisade_connections_closed_total{{reason=\"{}\"}} {}",
-                end.as_str(),
-                load(&self.connections_closed[end as usize])
-            );
-        }
-
-        out.push_str("# HELP palisade_store_flushes_total Group-commit flushes completed.\n");
-        out.push_str("# TYPE palisade_store_flushes_total counter\n");
-        let _ = writeln!(out, "palisade_store_flushes_total {}", flush.flushes);
-        out.push_str(
-            "# HELP palisade_store_flush_tickets_total Responses that waited for a flush.\n",
-        );
-        out.push_str("# TYPE palisade_store_flush_tickets_total counter\n");
-        let _ = writeln!(out, "palisade_store_flush_tickets_total {}", flush.tickets);
-        out.push_str(
-            "# HELP palisade_store_background_syncs_total Interval syncs completed (buffered mode).
-",
-        );
-        out.push_str(
-            "# TYPE palisade_store_background_syncs_total counter
-",
-        );
-        let _ = writeln!(
-            out,
-            "palisade_store_background_syncs_total {}",
-            flush.background_syncs
-        );
         out
     }
+}
+
+/// The name of every sample family `/metrics` exports, as a query names
+/// it (`palisade_requests_accepted_total`, `palisade_open_connections`):
+/// read from a rendered page, so it cannot drift from what is served.
+/// Histograms are named without their `_bucket`/`_sum`/`_count` suffixes.
+pub fn exported_metric_names() -> Vec<String> {
+    let page = Metrics::default().render(FlushStats::default());
+    page.lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| {
+            let (name, kind) = rest.split_once(' ')?;
+            Some(match kind {
+                "counter" => format!("{name}_total"),
+                _ => name.to_owned(),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -342,16 +371,52 @@ mod tests {
         assert!(text.contains("palisade_requests_rejected_total{reason=\"other\"} 1\n"));
         assert!(
             text.contains(
-                "palisade_request_duration_seconds_bucket{op=\"put\",le=\"0.00025\"} 0\n"
+                "palisade_request_duration_seconds_bucket{le=\"0.00025\",op=\"put\"} 0\n"
             )
         );
         assert!(
-            text.contains("palisade_request_duration_seconds_bucket{op=\"put\",le=\"0.0005\"} 1\n")
+            text.contains("palisade_request_duration_seconds_bucket{le=\"0.0005\",op=\"put\"} 1\n")
         );
         assert!(
-            text.contains("palisade_request_duration_seconds_bucket{op=\"put\",le=\"+Inf\"} 2\n")
+            text.contains("palisade_request_duration_seconds_bucket{le=\"+Inf\",op=\"put\"} 2\n")
         );
         assert!(text.contains("palisade_request_duration_seconds_count{op=\"put\"} 2\n"));
+        assert!(
+            text.ends_with("# EOF\n"),
+            "OpenMetrics text ends with # EOF"
+        );
+    }
+
+    #[test]
+    fn exported_names_are_those_on_the_page() {
+        let names = exported_metric_names();
+        assert!(names.contains(&"palisade_requests_accepted_total".to_owned()));
+        assert!(names.contains(&"palisade_request_duration_seconds".to_owned()));
+        assert!(names.contains(&"palisade_store_background_syncs_total".to_owned()));
+        assert_eq!(names.len(), 9, "{names:?}");
+    }
+
+    #[test]
+    fn store_flush_counters_are_read_at_each_scrape() {
+        let metrics = Metrics::default();
+        let first = metrics.render(FlushStats {
+            flushes: 3,
+            tickets: 7,
+            background_syncs: 0,
+        });
+        assert!(
+            first.contains("palisade_store_flushes_total 3\n"),
+            "{first}"
+        );
+        assert!(first.contains("palisade_store_flush_tickets_total 7\n"));
+        assert!(first.contains("palisade_store_background_syncs_total 0\n"));
+        let second = metrics.render(FlushStats {
+            flushes: 4,
+            tickets: 9,
+            background_syncs: 2,
+        });
+        assert!(second.contains("palisade_store_flushes_total 4\n"));
+        assert!(second.contains("palisade_store_background_syncs_total 2\n"));
     }
 
     #[test]

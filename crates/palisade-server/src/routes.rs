@@ -16,6 +16,7 @@ use palisade_store::{Applied, Marks, Op, Refused, RequestId};
 use serde_json::json;
 use tracing::Instrument as _;
 
+use crate::decisions::{MarksView, Outcome};
 use crate::dto::{BatchBody, CasBody, WriteResponse};
 use crate::encoding::percent_decode;
 use crate::error::{ApiError, marks_json};
@@ -49,6 +50,9 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/locks/{lock}/marks", get(marks))
         .route("/healthz", get(health))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi_json))
+        .route("/v1/events", get(crate::events::events))
+        .route("/ui", get(crate::events::ui))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -57,11 +61,13 @@ pub fn app(state: AppState) -> Router {
 /// Runs one request's work in a span, and counts and times it: the
 /// common frame of every `/v1/locks/...` route. The request first needs a
 /// place among those in flight; without one it is refused at once (503
-/// `overloaded`) before anything is parsed.
+/// `overloaded`) before anything is parsed. Writes are recorded in the
+/// decision log (`/ui`, `/v1/events`).
 async fn handle(
     state: &AppState,
     op: OpKind,
     uri: &Uri,
+    headers: &HeaderMap,
     work: impl Future<Output = Result<Response, ApiError>>,
 ) -> Response {
     let started = Instant::now();
@@ -74,16 +80,90 @@ async fn handle(
     let response = match work.instrument(span).await {
         Ok(response) => {
             state.metrics.accepted(op);
+            record_accepted(state, op, uri, headers, &response);
             response
         }
         Err(error) => {
             state.metrics.rejected(error.code());
             tracing::debug!(op = op.as_str(), code = error.code(), status = %error.status(), "request refused");
+            record_refused(state, op, uri, headers, &error);
             error.into_response()
         }
     };
     state.metrics.observe(op, started.elapsed());
     response
+}
+
+fn is_write(op: OpKind) -> bool {
+    matches!(
+        op,
+        OpKind::Put | OpKind::Delete | OpKind::Cas | OpKind::Batch
+    )
+}
+
+/// The generation of the request's sequencer, if it has one that parses.
+fn presented_generation(headers: &HeaderMap) -> Option<u64> {
+    let text = headers.get(Sequencer::HTTP_HEADER)?.to_str().ok()?;
+    Some(text.parse::<Sequencer>().ok()?.generation().get())
+}
+
+fn record_accepted(
+    state: &AppState,
+    op: OpKind,
+    uri: &Uri,
+    headers: &HeaderMap,
+    response: &Response,
+) {
+    if !is_write(op) {
+        return;
+    }
+    let Ok(lock) = path_lock(uri) else { return };
+    let mark =
+        |name: &str| -> Option<u64> { response.headers().get(name)?.to_str().ok()?.parse().ok() };
+    let marks = mark(MARK_EXCLUSIVE_HEADER)
+        .zip(mark(MARK_SHARED_HEADER))
+        .map(|(exclusive, shared)| MarksView { exclusive, shared });
+    state.decisions.record(Outcome {
+        lock: lock.as_str().to_owned(),
+        op: op.as_str(),
+        reason: None,
+        status: response.status().as_u16(),
+        generation: presented_generation(headers),
+        marks,
+    });
+}
+
+/// Records a refused write, or a refused read that was fenced (stale or
+/// no longer held). A request whose lock name does not parse is not
+/// recorded: there is no lock to show it under.
+fn record_refused(state: &AppState, op: OpKind, uri: &Uri, headers: &HeaderMap, error: &ApiError) {
+    let fenced_read = op == OpKind::Get && matches!(error.code(), "stale" | "not_held");
+    if !is_write(op) && !fenced_read {
+        return;
+    }
+    let Ok(lock) = path_lock(uri) else { return };
+    let regression = error.field("regression") == Some(&serde_json::Value::Bool(true));
+    let marks = error.field("marks").and_then(|marks| {
+        Some(MarksView {
+            exclusive: marks.get("exclusive")?.as_u64()?,
+            shared: marks.get("shared")?.as_u64()?,
+        })
+    });
+    state.decisions.record(Outcome {
+        lock: lock.as_str().to_owned(),
+        op: op.as_str(),
+        reason: Some(if regression {
+            "regression"
+        } else {
+            error.code()
+        }),
+        status: error.status().as_u16(),
+        generation: error
+            .field("presented")
+            .and_then(serde_json::Value::as_u64)
+            .or_else(|| presented_generation(headers)),
+        marks,
+    });
 }
 
 /// The raw (still percent-encoded) path segments after `/v1/locks/`:
@@ -390,8 +470,24 @@ async fn refusal(state: &AppState, sequencer: &Sequencer, refused: Refused) -> A
     }
 }
 
+/// `GET /v1/locks/{lock}/keys/{key}`: a key's value.
+#[utoipa::path(
+    get,
+    path = "/v1/locks/{lock}/keys/{key}",
+    tag = "keys",
+    params(
+        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+        ("key" = String, Path, description = "The key, percent-encoded (any bytes)."),
+        ("palisade-sequencer" = Option<String>, Header, description = "The caller's sequencer (`v1;lock=NAME;mode=exclusive|shared;gen=N`, optionally signed); a read may carry one, and is then fenced."),
+    ),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "The value's bytes; the marks in the palisade-mark-* headers.", content_type = "application/octet-stream", body = crate::openapi::RawBytes),
+        crate::openapi::ReadErrors,
+    ),
+)]
 async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
-    handle(&state, OpKind::Get, &uri, async {
+    handle(&state, OpKind::Get, &uri, &headers, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
         let key = path_key(&uri, &state)?;
         let sequencer = sequencer_header(&state, &headers, &lock)?;
@@ -424,13 +520,31 @@ async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) ->
     .await
 }
 
+/// `PUT /v1/locks/{lock}/keys/{key}`: store the body as the key's value.
+#[utoipa::path(
+    put,
+    path = "/v1/locks/{lock}/keys/{key}",
+    tag = "keys",
+    params(
+        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+        ("key" = String, Path, description = "The key, percent-encoded (any bytes)."),
+        ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
+        ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
+    ),
+    request_body(content = crate::openapi::RawBytes, content_type = "application/octet-stream", description = "The value's bytes."),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteResponse),
+        crate::openapi::WriteErrors,
+    ),
+)]
 async fn put_key(
     State(state): State<AppState>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&state, OpKind::Put, &uri, async {
+    handle(&state, OpKind::Put, &uri, &headers, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
         let key = path_key(&uri, &state)?;
         let sequencer = write_sequencer(&state, &headers, &lock)?;
@@ -442,8 +556,25 @@ async fn put_key(
     .await
 }
 
+/// `DELETE /v1/locks/{lock}/keys/{key}`.
+#[utoipa::path(
+    delete,
+    path = "/v1/locks/{lock}/keys/{key}",
+    tag = "keys",
+    params(
+        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+        ("key" = String, Path, description = "The key, percent-encoded (any bytes)."),
+        ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
+        ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
+    ),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteResponse),
+        crate::openapi::WriteErrors,
+    ),
+)]
 async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
-    handle(&state, OpKind::Delete, &uri, async {
+    handle(&state, OpKind::Delete, &uri, &headers, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
         let key = path_key(&uri, &state)?;
         let sequencer = write_sequencer(&state, &headers, &lock)?;
@@ -454,13 +585,31 @@ async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap)
     .await
 }
 
+/// `POST /v1/locks/{lock}/cas/{key}`: compare-and-swap.
+#[utoipa::path(
+    post,
+    path = "/v1/locks/{lock}/cas/{key}",
+    tag = "keys",
+    params(
+        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+        ("key" = String, Path, description = "The key, percent-encoded (any bytes)."),
+        ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
+        ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
+    ),
+    request_body = CasBody,
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteResponse),
+        crate::openapi::WriteErrors,
+    ),
+)]
 async fn cas_key(
     State(state): State<AppState>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&state, OpKind::Cas, &uri, async {
+    handle(&state, OpKind::Cas, &uri, &headers, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
         let key = path_key(&uri, &state)?;
         let sequencer = write_sequencer(&state, &headers, &lock)?;
@@ -472,13 +621,30 @@ async fn cas_key(
     .await
 }
 
+/// `POST /v1/locks/{lock}/batch`: several ops, all or none.
+#[utoipa::path(
+    post,
+    path = "/v1/locks/{lock}/batch",
+    tag = "keys",
+    params(
+        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+        ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
+        ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
+    ),
+    request_body = BatchBody,
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteResponse),
+        crate::openapi::WriteErrors,
+    ),
+)]
 async fn batch(
     State(state): State<AppState>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&state, OpKind::Batch, &uri, async {
+    handle(&state, OpKind::Batch, &uri, &headers, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
         let sequencer = write_sequencer(&state, &headers, &lock)?;
         let request_id = request_id(&headers)?;
@@ -494,8 +660,22 @@ async fn batch(
     .await
 }
 
+/// `GET /v1/locks/{lock}/marks`.
+#[utoipa::path(
+    get,
+    path = "/v1/locks/{lock}/marks",
+    tag = "locks",
+    params(
+        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+    ),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "The lock's marks (also in the palisade-mark-* headers).", body = crate::openapi::MarksResponse),
+        crate::openapi::ReadErrors,
+    ),
+)]
 async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
-    handle(&state, OpKind::Marks, &uri, async {
+    handle(&state, OpKind::Marks, &uri, &headers, async {
         let lock = authorized_lock(&state, &uri, &headers)?;
         let marks = state.store.submit_marks(&lock)?.await?;
         let mut response =
@@ -506,6 +686,16 @@ async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
     .await
 }
 
+/// `GET /healthz`.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The store accepts requests.", body = crate::openapi::HealthResponse),
+        (status = 503, description = "A flush failed: the server is fail-stopped.", body = crate::openapi::ErrorBody),
+    ),
+)]
 async fn health(State(state): State<AppState>) -> Response {
     match state.store.health().await {
         Ok(()) => {
@@ -527,13 +717,36 @@ async fn health(State(state): State<AppState>) -> Response {
     }
 }
 
+/// `GET /metrics`.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The metrics, as OpenMetrics text.", content_type = "application/openmetrics-text", body = String),
+    ),
+)]
 async fn metrics(State(state): State<AppState>) -> Response {
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         state.metrics.render(state.store.flush_stats()),
+    )
+        .into_response()
+}
+
+/// `GET /openapi.json`: this API's OpenAPI 3.1 document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The OpenAPI document (also committed as docs/openapi.json).", content_type = "application/json", body = Object),
+    ),
+)]
+async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::openapi::openapi_document(),
     )
         .into_response()
 }

@@ -51,6 +51,7 @@ pub async fn run(
     let limits = *state.limits();
     let tls = state.tls.clone();
     let metrics = Arc::clone(&state.metrics);
+    let decisions = Arc::clone(&state.decisions);
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(
             %addr,
@@ -137,6 +138,9 @@ pub async fn run(
     drop(listener);
     tracing::info!("shutting down: finishing the requests in flight");
     let _ = stop_connections.send(true);
+    // Event streams never end by themselves: end them, or their
+    // connections would hold the shutdown forever.
+    decisions.close();
     let total = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let _all_closed = permits.acquire_many(total).await;
     tracing::info!("shutting down: flushing the store");
@@ -310,11 +314,8 @@ impl ServerConfig {
             StoreSpec::Postgres { url } => {
                 Store::with_engine(self.open_postgres(&spec, url)?, self.store_config())
             }
-            StoreSpec::Etcd { .. } => {
-                return Err(ServerError::Config(format!(
-                    "--store {spec}: the {} engine is not built into this server",
-                    spec.engine()
-                )));
+            StoreSpec::Etcd { endpoints, prefix } => {
+                crate::etcd_store::open(&spec, endpoints, prefix.as_deref(), self.store_config())?
             }
         };
         let engine = store.engine_info();

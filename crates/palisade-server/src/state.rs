@@ -7,6 +7,7 @@ use palisade_core::{SharedLiveCheck, Verifier};
 use palisade_store::Store;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::decisions::DecisionLog;
 use crate::limits::ServerLimits;
 use crate::metrics::{Metrics, OpenGauge};
 use crate::sequencer_policy::SequencerPolicy;
@@ -56,6 +57,8 @@ pub struct AppState {
     /// over the bound is refused at once instead of queueing.
     pub(crate) in_flight: Arc<Semaphore>,
     pub(crate) metrics: Arc<Metrics>,
+    /// The recent writes accepted and refused, for `/ui` and `/v1/events`.
+    pub(crate) decisions: Arc<DecisionLog>,
 }
 
 /// A request's place among those in flight: returns the permit and lowers
@@ -81,6 +84,7 @@ impl AppState {
             limits,
             in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
             metrics: Arc::new(Metrics::default()),
+            decisions: Arc::new(DecisionLog::default()),
         }
     }
 

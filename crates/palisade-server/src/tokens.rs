@@ -53,11 +53,16 @@ impl Grant {
     /// prefix with `/` to mean "this folder" (`orders/` allows `orders/42`
     /// but not `orders-archive/1`).
     pub(crate) fn allows(&self, lock: &LockName) -> bool {
+        self.allows_name(lock.as_str())
+    }
+
+    /// [`Grant::allows`] for a lock name already checked.
+    pub(crate) fn allows_name(&self, lock: &str) -> bool {
         match &self.prefixes {
             None => true,
             Some(prefixes) => prefixes
                 .iter()
-                .any(|prefix| lock.as_str().starts_with(prefix.as_str())),
+                .any(|prefix| lock.starts_with(prefix.as_str())),
         }
     }
 }

@@ -120,7 +120,7 @@ impl Server {
             answer
                 .header("content-type")
                 .unwrap()
-                .starts_with("text/plain")
+                .starts_with("application/openmetrics-text")
         );
         String::from_utf8(answer.body.to_vec()).unwrap()
     }
@@ -647,7 +647,7 @@ async fn health_and_metrics() {
     );
     assert!(after.contains("palisade_requests_rejected_total{reason=\"stale\"} 1\n"));
     assert!(after.contains("palisade_request_duration_seconds_count{op=\"put\"} 3\n"));
-    assert!(after.contains("palisade_request_duration_seconds_bucket{op=\"put\",le=\"+Inf\"} 3\n"));
+    assert!(after.contains("palisade_request_duration_seconds_bucket{le=\"+Inf\",op=\"put\"} 3\n"));
     let flushes: u64 = after
         .lines()
         .find_map(|l| l.strip_prefix("palisade_store_flushes_total "))

@@ -14,8 +14,8 @@
 //! one transaction, READ COMMITTED. The function locks the lock's mark row
 //! (`SELECT ... FOR UPDATE`, inserting it first for a lock never seen),
 //! answers a recorded request id from its record, applies the rule, the
-//! ops in order (each reading its key first, so it sees the earlier ops),
-//! raises the mark, takes the commit number and records the id. A refusal
+//! ops in order (each sees the earlier ops of the request), raises the
+//! mark, takes the commit number and records the id. A refusal
 //! is an error with the engine's own SQLSTATE (`PS001` stale, `PS002` CAS
 //! mismatch, `PS003` id reused), so PostgreSQL rolls the whole step back
 //! and the engine turns it into a [`Refused`](palisade_store::Refused).

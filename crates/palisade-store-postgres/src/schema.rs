@@ -98,7 +98,7 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     m_excl BIGINT; m_shared BIGINT; m_count BIGINT;
     r_fingerprint BYTEA;
-    cur BYTEA; present BOOLEAN; code INTEGER;
+    cur BYTEA; present BOOLEAN; created BOOLEAN; code INTEGER;
     n INTEGER := coalesce(array_length(p_keys, 1), 0);
     res BYTEA := ''::bytea;
 BEGIN
@@ -129,24 +129,35 @@ BEGIN
             USING ERRCODE = 'PS001', DETAIL = m_excl || ' ' || m_shared;
     END IF;
     FOR i IN 1..n LOOP
-        SELECT value INTO cur FROM palisade_store_data
-            WHERE lock_name = p_lock AND key = p_keys[i];
-        present := FOUND;
-        IF p_kinds[i] = 3 AND (present <> (p_expected[i] IS NOT NULL)
-                OR (present AND cur <> p_expected[i])) THEN
-            RAISE EXCEPTION 'palisade_store: compare-and-swap mismatch' USING ERRCODE = 'PS002',
-                DETAIL = (i - 1) || ' ' || CASE WHEN present THEN encode(cur, 'hex') ELSE '-' END;
-        END IF;
-        IF p_kinds[i] = 2 OR (p_kinds[i] = 3 AND p_values[i] IS NULL) THEN
-            IF present THEN
-                DELETE FROM palisade_store_data WHERE lock_name = p_lock AND key = p_keys[i];
-            END IF;
-            code := CASE WHEN p_kinds[i] = 3 THEN 5 WHEN present THEN 3 ELSE 4 END;
-        ELSE
+        IF p_kinds[i] = 1 THEN
+            -- A put: one statement; `xmax = 0` on the returned row tells a
+            -- fresh insert from the update of an existing row.
             INSERT INTO palisade_store_data (lock_name, key, value)
                 VALUES (p_lock, p_keys[i], p_values[i])
-                ON CONFLICT (lock_name, key) DO UPDATE SET value = EXCLUDED.value;
-            code := CASE WHEN p_kinds[i] = 3 THEN 5 WHEN present THEN 2 ELSE 1 END;
+                ON CONFLICT (lock_name, key) DO UPDATE SET value = EXCLUDED.value
+                RETURNING (xmax = 0) INTO created;
+            code := CASE WHEN created THEN 1 ELSE 2 END;
+        ELSIF p_kinds[i] = 2 THEN
+            DELETE FROM palisade_store_data WHERE lock_name = p_lock AND key = p_keys[i];
+            code := CASE WHEN FOUND THEN 3 ELSE 4 END;
+        ELSE
+            SELECT value INTO cur FROM palisade_store_data
+                WHERE lock_name = p_lock AND key = p_keys[i];
+            present := FOUND;
+            IF present <> (p_expected[i] IS NOT NULL) OR (present AND cur <> p_expected[i]) THEN
+                RAISE EXCEPTION 'palisade_store: compare-and-swap mismatch' USING ERRCODE = 'PS002',
+                    DETAIL = (i - 1) || ' ' || CASE WHEN present THEN encode(cur, 'hex') ELSE '-' END;
+            END IF;
+            IF p_values[i] IS NULL THEN
+                IF present THEN
+                    DELETE FROM palisade_store_data WHERE lock_name = p_lock AND key = p_keys[i];
+                END IF;
+            ELSE
+                INSERT INTO palisade_store_data (lock_name, key, value)
+                    VALUES (p_lock, p_keys[i], p_values[i])
+                    ON CONFLICT (lock_name, key) DO UPDATE SET value = EXCLUDED.value;
+            END IF;
+            code := 5;
         END IF;
         res := res || set_byte('\x00'::bytea, 0, code);
     END LOOP;
@@ -154,8 +165,8 @@ BEGIN
         m_count := m_count + 1;
     END IF;
     UPDATE palisade_store_marks SET h_excl = p_generation, id_count = m_count
-        WHERE lock_name = p_lock;
-    o_commit_seq := nextval('palisade_store_commit_seq');
+        WHERE lock_name = p_lock
+        RETURNING nextval('palisade_store_commit_seq') INTO o_commit_seq;
     IF p_request_id IS NOT NULL THEN
         DELETE FROM palisade_store_requests
             WHERE lock_name = p_lock AND slot <= m_count - p_window;

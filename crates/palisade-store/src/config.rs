@@ -127,15 +127,19 @@ pub enum LimitKind {
     Value,
     /// [`Limits::max_batch_ops`].
     BatchOps,
+    /// The whole request, as the engine would send it: an engine with a
+    /// request size limit of its own (etcd's `--max-request-bytes`).
+    RequestBytes,
 }
 
 impl LimitKind {
-    /// A short stable name: `key`, `value`, `batch_ops`.
+    /// A short stable name: `key`, `value`, `batch_ops`, `request_bytes`.
     pub fn as_str(self) -> &'static str {
         match self {
             LimitKind::Key => "key",
             LimitKind::Value => "value",
             LimitKind::BatchOps => "batch_ops",
+            LimitKind::RequestBytes => "request_bytes",
         }
     }
 }
@@ -144,7 +148,7 @@ impl LimitKind {
     /// What the limit counts: `bytes`, or `ops` for a batch.
     pub fn unit(self) -> &'static str {
         match self {
-            LimitKind::Key | LimitKind::Value => "bytes",
+            LimitKind::Key | LimitKind::Value | LimitKind::RequestBytes => "bytes",
             LimitKind::BatchOps => "ops",
         }
     }
@@ -156,6 +160,7 @@ impl fmt::Display for LimitKind {
             LimitKind::Key => "the key",
             LimitKind::Value => "the value",
             LimitKind::BatchOps => "the batch",
+            LimitKind::RequestBytes => "the request",
         })
     }
 }

@@ -1,4 +1,5 @@
-//! The fenced store of Palisade: sled, guarded by per-lock high-water marks.
+//! The fenced store of Palisade: a storage engine (sled by default),
+//! guarded by per-lock high-water marks.
 //!
 //! Every request names a lock (through its [`palisade_core::Sequencer`]) and
 //! touches only that lock's keyspace. For each lock the store keeps two
@@ -8,17 +9,29 @@
 //! ([`Refused::Stale`]), which is how a lock holder that paused past its
 //! lease is kept from writing after a newer holder has.
 //!
+//! # Engines
+//!
+//! [`Store`] is the one public face; the fenced step itself is done by an
+//! [`Engine`], whose obligations are written on the trait and checked by
+//! the conformance suite in `palisade-testkit`. [`Store::open`] opens the
+//! built-in sled engine in a directory; [`Store::with_engine`] takes any
+//! engine. No engine's type appears in this crate's API: keys and values
+//! are [`bytes::Bytes`], engine failures [`StoreError::Storage`] and
+//! [`StoreError::Unavailable`]. The guarantees below hold for every engine;
+//! what "acknowledged" means is the engine's ([`EngineInfo::durability`]),
+//! and for sled it is set by [`Durability`].
+//!
 //! # The important guarantees
 //!
-//! - **Check, mark update, idempotency record and data write are one sled
-//!   transaction.** A crash at any point leaves all of them or none. A
+//! - **Check, mark update, idempotency record and data write are one
+//!   atomic step of the engine** (one sled transaction). A crash at any point leaves all of them or none. A
 //!   refused request changes nothing: not the data, not the marks, not the
 //!   idempotency records. A batch ([`Store::apply`] with several ops) is all
 //!   or nothing: a failed compare-and-swap anywhere rolls back every op and
 //!   the mark.
 //! - **Marks never go down**, and a lock never seen has marks 0
 //!   ([`Store::marks`] is not an error for it).
-//! - **What "acknowledged" means** depends on [`Durability`]:
+//! - **What "acknowledged" means** on sled depends on [`Durability`]:
 //!   - [`Durability::Flushed`] (the default): the transaction is on disk
 //!     (sled's `flush()` writes its log; sled 0.34 only calls
 //!     `sync_file_range` on Linux, so the store then `fsync`s sled's files
@@ -35,7 +48,7 @@
 //!     `Flushed`), so a write is on disk once an interval sync that began
 //!     after its acknowledgement has completed: within `flush_every` plus
 //!     the length of one sync.
-//! - **What `kill -9` can lose**: under `Flushed`, nothing acknowledged
+//! - **What `kill -9` can lose** (sled): under `Flushed`, nothing acknowledged
 //!   (un-acknowledged in-flight writes may or may not be there, each one
 //!   whole or not at all). Under `Buffered`, every write and every mark
 //!   update acknowledged since the last interval sync began (up to
@@ -43,7 +56,7 @@
 //!   buffers in process memory, so the OS page cache does not save them.
 //!   Power loss or a kernel crash loses the same under `Buffered`, and
 //!   nothing acknowledged under `Flushed`, on a disk that honours fsync.
-//! - **Fail-stop on flush failure**: once a flush or a sync fails (the
+//! - **Fail-stop on flush failure** (sled): once a flush or a sync fails (the
 //!   committer's, the interval sync's, or [`Store::flush`]; or sled reports
 //!   an I/O error inside a transaction), every later call returns
 //!   [`StoreError::FlushFailed`] until the store is reopened, since writes
@@ -52,7 +65,7 @@
 //!   [`RequestId`] already recorded on its lock returns the original
 //!   outcome ([`Applied::replayed`]) and applies nothing. Each lock
 //!   remembers its last [`StoreConfig::idempotency_window`] ids (1024 by
-//!   default), persisted in the write's own transaction. A retry after its
+//!   default), persisted in the write's own atomic step. A retry after its
 //!   id was evicted is treated as a new request: it is fenced like any
 //!   other (refused if a newer holder has written) and otherwise applied
 //!   again. Reusing an id for a different request is refused
@@ -60,8 +73,9 @@
 //!
 //! # How a write flows
 //!
-//! [`Store::submit`] checks limits, then queues the request to the
-//! committer thread and returns a [`Pending`]. The committer takes every
+//! [`Store::submit`] checks limits and the sequencer's mode, then hands the
+//! request to the engine ([`Engine::write`]) and returns a [`Pending`].
+//! sled's engine queues it to its committer thread. The committer takes every
 //! queued request, applies them in order in one sled transaction (each
 //! request all or nothing on its own: see `committer.rs`), flushes once in
 //! `Flushed` mode, and fills each request's outcome. Why one thread: sled
@@ -73,15 +87,19 @@
 //!
 //! - [`Store`]: open, [`Store::apply`] / [`Store::submit`] for writes,
 //!   [`Store::get`] for reads, [`Store::marks`].
+//! - [`Engine`]: the trait an engine implements, and its obligations;
+//!   [`open_sled_engine`] for the sled engine alone.
 //! - [`Marks::admit`]: the fencing rule, as a pure function.
 //! - [`Op`], [`Applied`], [`Read`], [`Refused`]: requests and outcomes.
-//! - [`Durability`], [`StoreConfig`], [`Limits`]: configuration.
+//! - [`Durability`], [`StoreConfig`], [`Limits`]: configuration (durability
+//!   and cache size are sled's).
 //! - [`DurableSled`]: a sled database of your own, flushed and fsynced the
 //!   way the store does it.
 //!
 //! # Observability
 //!
-//! Every fencing decision is a `tracing` event with target
+//! Every fencing decision is a `tracing` event (emitted by [`Store`], the
+//! same for every engine, when the outcome resolves) with target
 //! `palisade_store::fence` and fields `lock`, `mode`, `generation`,
 //! `h_excl`, `h_shared`: accepted requests at `DEBUG`, refusals at `INFO`
 //! with a `reason` (`stale`, `shared_on_write`, `cas_mismatch`,
@@ -99,11 +117,13 @@ mod store;
 
 pub use config::{Durability, DurabilityParseError, LimitKind, Limits, StoreConfig};
 pub use durable_sled::DurableSled;
-pub use engine::sled::FlushStats;
+pub use engine::sled::{FlushStats, open_sled_engine};
 pub use engine::{Engine, EngineFuture, EngineInfo, StoredRecord, WriteRequest};
 pub use error::StoreError;
 pub use idempotency::RequestId;
-pub use op::{Applied, Op, OpResult, Read, Refused};
+pub use op::{Applied, Op, Read, Refused};
+/// What one op did: defined in core, shared with the client.
+pub use palisade_core::OpResult;
 /// The marks and the fencing rule live in core, shared with every fence.
 pub use palisade_core::marks::Marks;
 pub use pending::Pending;

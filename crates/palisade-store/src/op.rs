@@ -1,7 +1,7 @@
 //! What a request asks for, and what it gets back.
 
 use bytes::Bytes;
-use palisade_core::{Generation, LockName, Mode};
+use palisade_core::{Generation, LockName, Mode, OpResult};
 
 use crate::{Marks, RequestId};
 
@@ -74,56 +74,6 @@ impl Op {
             Op::Delete { .. } => "delete",
             Op::Cas { .. } => "cas",
         }
-    }
-}
-
-/// What one op did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum OpResult {
-    /// A put that created the key.
-    Created,
-    /// A put that replaced a value.
-    Replaced,
-    /// A delete that removed a value.
-    Deleted,
-    /// A delete of a key that was already absent.
-    Absent,
-    /// A compare-and-swap whose comparison held.
-    Swapped,
-}
-
-impl OpResult {
-    /// A short stable name: `created`, `replaced`, `deleted`, `absent`,
-    /// `swapped`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OpResult::Created => "created",
-            OpResult::Replaced => "replaced",
-            OpResult::Deleted => "deleted",
-            OpResult::Absent => "absent",
-            OpResult::Swapped => "swapped",
-        }
-    }
-
-    pub(crate) fn to_byte(self) -> u8 {
-        match self {
-            OpResult::Created => 1,
-            OpResult::Replaced => 2,
-            OpResult::Deleted => 3,
-            OpResult::Absent => 4,
-            OpResult::Swapped => 5,
-        }
-    }
-
-    pub(crate) fn from_byte(byte: u8) -> Option<OpResult> {
-        Some(match byte {
-            1 => OpResult::Created,
-            2 => OpResult::Replaced,
-            3 => OpResult::Deleted,
-            4 => OpResult::Absent,
-            5 => OpResult::Swapped,
-            _ => return None,
-        })
     }
 }
 

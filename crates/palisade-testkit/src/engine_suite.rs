@@ -673,6 +673,16 @@ pub async fn compare_and_swap<F: EngineFactory>(factory: &F) {
             ]),
         ),
         (
+            "puts of one key in one request",
+            vec![put("c", "1"), put("c", "2"), delete("c"), put("c", "3")],
+            Ok(vec![
+                OpResult::Created,
+                OpResult::Replaced,
+                OpResult::Deleted,
+                OpResult::Created,
+            ]),
+        ),
+        (
             "a CAS against a put earlier in the request",
             vec![put("a", "3"), cas("a", Some("2"), Some("4"))],
             Err((1, Some("3"))),

@@ -37,6 +37,7 @@
 //! | [`owner_only_release`] | a lapsed holder's release fails and the new holder keeps the lock (4) |
 //! | [`lease_lost_on_expiry`] | lease-lost fires, `sequencer()` refuses, next holder is newer (6) |
 //! | [`lock_delay`] | no grant during the delay after a lost lease; none after a release (7) |
+//! | [`inspection`] | `Inspect`: holder, mode, generation; waiters counted; released locks gone; prefix filter exact (`a/b` vs `ab`) |
 //!
 //! # How the suite treats time
 //!
@@ -69,7 +70,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_core::{
-    Generation, LeaseState, Lock, LockError, LockGuard, LockName, Mode, Sequencer, SessionOptions,
+    Generation, Inspect, LeaseState, Lock, LockError, LockGuard, LockInfo, LockName, Mode,
+    Sequencer, SessionOptions,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -95,6 +97,19 @@ pub trait SuiteBackend: Send + Sync + 'static {
     /// The shortest lease TTL the backend supports (etcd: 2 s). Cases that
     /// wait for an expiry use it, with generous margins.
     fn min_ttl(&self) -> Duration;
+
+    /// The backend's inspection API ([`Inspect`]), reading the same lock
+    /// service as the sessions.
+    type Inspector: Inspect;
+
+    /// The inspector the [`inspection`] case reads with.
+    fn inspector(&self) -> &Self::Inspector;
+
+    /// Whether [`Inspect::list`] can answer on this deployment (a Redis
+    /// Cluster refuses: one `SCAN` does not see every node).
+    fn can_list(&self) -> bool {
+        true
+    }
 }
 
 /// How long the suite gives a request to reach the lock service before the
@@ -135,6 +150,7 @@ pub async fn test_all<B: SuiteBackend>(backend: B) {
         owner_only_release,
         lease_lost_on_expiry,
         lock_delay,
+        inspection,
     );
     println!(
         "lock suite [{}]: all cases passed in {:.1?}",
@@ -1132,6 +1148,154 @@ pub async fn lock_delay<B: SuiteBackend>(backend: &B) {
     case.release(taken, "release").await;
 }
 
+/// The inspection API shows what the sessions did: a held lock shows its
+/// holder with the guard's mode and generation, a waiter is counted, a
+/// hand-off shows the new generation, a released lock shows no holder and
+/// leaves the list, and the prefix filter is a plain string prefix of the
+/// whole name (`a/b` selects `a/b` and `a/bc`, never `ab`).
+pub async fn inspection<B: SuiteBackend>(backend: &B) {
+    let owned_case = Case::new(backend, "inspection");
+    let case = &owned_case;
+    let inspector = backend.inspector();
+    let (alice, bob) = (case.session().await, case.session().await);
+    let (a_b, ab, a_bc) = (case.name("a/b"), case.name("ab"), case.name("a/bc"));
+    let inspect = |name: LockName| async move {
+        match case.call(inspector.inspect(&name), "inspect").await {
+            Ok(info) => info,
+            Err(error) => case.fail(format_args!("inspect `{name}` failed: {error}")),
+        }
+    };
+    let free = inspect(a_b.clone()).await;
+    if !free.holders.is_empty() || !free.is_idle() {
+        case.fail(format_args!("a lock never taken shows {free:?}"));
+    }
+
+    let held = case
+        .acquire(&alice, &a_b, Mode::Exclusive, case.handoff(), "acquire a/b")
+        .await;
+    let info = inspect(a_b.clone()).await;
+    case.shows_only(&info, Mode::Exclusive, held.generation(), "a held lock");
+    if info.holders[0]
+        .lease_left
+        .is_some_and(|left| left > case.ttl + Duration::from_secs(1))
+    {
+        case.fail(format_args!(
+            "lease time left {:?} is more than the TTL {:?}",
+            info.holders[0].lease_left, case.ttl
+        ));
+    }
+    if info.lock_delay_left.is_some() {
+        case.fail(format_args!("a held lock shows a lock-delay: {info:?}"));
+    }
+
+    // A waiter is counted once its request reached the service.
+    let waiter = case.spawn_acquire(&bob, &a_b, Mode::Exclusive);
+    let deadline = Instant::now() + case.handoff() + SETTLE * 4;
+    loop {
+        let info = inspect(a_b.clone()).await;
+        match &info.waiters {
+            Some(waiters) if waiters.len() == 1 && waiters[0].mode == Mode::Exclusive => break,
+            Some(waiters) if waiters.len() > 1 => {
+                case.fail(format_args!("one waiter shows as {waiters:?}"))
+            }
+            _ if Instant::now() >= deadline => case.fail(format_args!(
+                "a queued acquire did not show as a waiter within {:?}: {info:?}",
+                case.handoff() + SETTLE * 4
+            )),
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    case.release(held, "release a/b to the waiter").await;
+    let (handed, _) = case.granted(waiter, case.handoff() * 4, "the waiter").await;
+    let info = inspect(a_b.clone()).await;
+    case.shows_only(
+        &info,
+        Mode::Exclusive,
+        handed.generation(),
+        "after the hand-off",
+    );
+    if info
+        .waiters
+        .as_ref()
+        .is_some_and(|waiters| !waiters.is_empty())
+    {
+        case.fail(format_args!(
+            "the granted waiter still shows as waiting: {info:?}"
+        ));
+    }
+
+    let others = [
+        case.acquire(&alice, &ab, Mode::Shared, case.handoff(), "acquire ab")
+            .await,
+        case.acquire(
+            &alice,
+            &a_bc,
+            Mode::Exclusive,
+            case.handoff(),
+            "acquire a/bc",
+        )
+        .await,
+    ];
+    let shared = inspect(ab.clone()).await;
+    case.shows_only(
+        &shared,
+        Mode::Shared,
+        others[0].generation(),
+        "a shared hold",
+    );
+    if backend.can_list() {
+        let listed = |prefix: String| async move {
+            match case.call(inspector.list(&prefix), "list").await {
+                Ok(locks) => locks.into_iter().map(|info| info.name).collect::<Vec<_>>(),
+                Err(error) => case.fail(format_args!("list `{prefix}` failed: {error}")),
+            }
+        };
+        let root = case.prefix.clone();
+        let expect = |got: Vec<LockName>, want: &[&LockName], prefix: &str| {
+            let want: Vec<LockName> = want.iter().map(|name| (*name).clone()).collect();
+            if got != want {
+                case.fail(format_args!(
+                    "list `{prefix}` gave {got:?}, expected {want:?} (sorted)"
+                ));
+            }
+        };
+        expect(
+            listed(format!("{root}/a/")).await,
+            &[&a_b, &a_bc],
+            "<case>/a/",
+        );
+        expect(
+            listed(format!("{root}/a/b")).await,
+            &[&a_b, &a_bc],
+            "<case>/a/b",
+        );
+        expect(listed(format!("{root}/ab")).await, &[&ab], "<case>/ab");
+        expect(
+            listed(format!("{root}/")).await,
+            &[&a_b, &a_bc, &ab],
+            "<case>/",
+        );
+        expect(listed(format!("{root}/a/bc/")).await, &[], "<case>/a/bc/");
+    }
+
+    case.release(handed, "release a/b").await;
+    for guard in others {
+        case.release(guard, "release").await;
+    }
+    let info = inspect(a_b.clone()).await;
+    if !info.holders.is_empty() || !info.is_idle() {
+        case.fail(format_args!("a released lock still shows {info:?}"));
+    }
+    if backend.can_list() {
+        let prefix = format!("{}/", case.prefix);
+        match case.call(inspector.list(&prefix), "list").await {
+            Ok(locks) if locks.is_empty() => {}
+            Ok(locks) => case.fail(format_args!("released locks are still listed: {locks:?}")),
+            Err(error) => case.fail(format_args!("list failed: {error}")),
+        }
+    }
+}
+
 /// One case's context: the backend, the case name, the lock-name prefix and
 /// the time bounds.
 struct Case<'b, B: SuiteBackend> {
@@ -1160,6 +1324,16 @@ impl<'b, B: SuiteBackend> Case<'b, B> {
             self.backend.name(),
             self.case
         )
+    }
+
+    /// `info` shows exactly one holder, in `mode` with `generation`.
+    fn shows_only(&self, info: &LockInfo, mode: Mode, generation: Generation, what: &str) {
+        match info.holders.as_slice() {
+            [holder] if holder.mode == mode && holder.generation == generation => {}
+            holders => self.fail(format_args!(
+                "{what}: expected one {mode} holder with generation {generation}, inspection shows {holders:?}"
+            )),
+        }
     }
 
     /// A lock name unique to this run and case.

@@ -36,6 +36,7 @@ fn debian_package(binary: &str) -> &str {
         "redis-server" => "redis-server",
         "redis-cli" => "redis-tools",
         "faketime" => "faketime",
+        "chromedriver" => "chromium-driver",
         "fiu-run" | "fiu-ctrl" => "fiu-utils",
         "xfs_io" | "mkfs.xfs" => "xfsprogs",
         "mkfs.ext4" => "e2fsprogs",

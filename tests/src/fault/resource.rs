@@ -31,9 +31,6 @@ pub struct ResourceServerOptions {
     /// Point it into a small tmpfs or a loop-mounted file system for disk
     /// faults.
     pub data_dir: Option<PathBuf>,
-    /// The storage engine (`--store postgres://...`, ...) instead of the
-    /// sled data directory.
-    pub store: Option<String>,
     /// A command the server runs under, e.g. `["fiu-run", "-x"]`; the
     /// wrapper must `exec` the server so the PID is the server's.
     pub command_prefix: Vec<OsString>,
@@ -44,6 +41,9 @@ pub struct ResourceServerOptions {
     /// The port of the first start (default: a free one). Restarts always
     /// reuse the port of the previous start.
     pub port: Option<u16>,
+    /// `--store SPEC` instead of `--data-dir` (e.g. a PostgreSQL URL: the
+    /// data directory is then unused).
+    pub store: Option<String>,
     /// `RUST_LOG` for the server (default `warn,palisade_store::fence=info`).
     pub log_filter: Option<String>,
 }
@@ -68,13 +68,6 @@ impl ResourceServerOptions {
         self
     }
 
-    /// Keeps the data in the engine `spec` names (`--store`), e.g. a
-    /// PostgreSQL URL, instead of a sled data directory.
-    pub fn store(mut self, spec: impl Into<String>) -> Self {
-        self.store = Some(spec.into());
-        self
-    }
-
     /// Runs the server under `prefix` (e.g. `fiu-run -x`).
     pub fn command_prefix<I, S>(mut self, prefix: I) -> Self
     where
@@ -94,6 +87,12 @@ impl ResourceServerOptions {
     /// Adds a server flag.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.extra_args.push(arg.into());
+        self
+    }
+
+    /// Keeps marks and data in the engine `spec` names (`--store`).
+    pub fn store(mut self, spec: impl Into<String>) -> Self {
+        self.store = Some(spec.into());
         self
     }
 
@@ -189,7 +188,7 @@ impl ResourceServerProcess {
         let mut command = Command::new(program);
         command.args(prefix_args);
         match &self.options.store {
-            Some(spec) => command.arg("--store").arg(spec),
+            Some(store) => command.arg("--store").arg(store),
             None => command.arg("--data-dir").arg(&self.data_dir),
         };
         command

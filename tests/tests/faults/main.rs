@@ -1,6 +1,7 @@
 //! The fault suite, part one: clients, lock services and their clocks
 //! (scenarios 1, 2, 3, 4, 9, 10, the SQL backend's 13, 14, 15, the
-//! PostgreSQL store's failover to a synchronous standby 16, and the
+//! PostgreSQL engine's replicas 16, the etcd engine's replicas 17, the
+//! PostgreSQL store's failover to a synchronous standby 18, and the
 //! mutation check).
 //!
 //! Every scenario runs real processes on loopback: etcd, Redis, PostgreSQL
@@ -26,7 +27,9 @@ mod s10_early_expiry;
 mod s13_sql_restart;
 mod s14_sql_holder_paused;
 mod s15_sql_connection_cut;
-mod s16_postgres_failover;
+mod s16_postgres_replicas;
+mod s17_etcd_replicas;
+mod s18_postgres_failover;
 mod story;
 
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! and the checker has to report the late writes as violations of I-MONO
 //! and I-STALE.
 //!
-//! Scenario 16 (the PostgreSQL store's failover) runs again with the
+//! Scenario 18 (the PostgreSQL store's failover) runs again with the
 //! resource server restarted over an empty database instead of the
 //! promoted standby: the checker has to report the late write (I-STALE).
 //!
@@ -21,7 +21,7 @@ use palisade_tests::fault::{
 };
 
 use crate::TTL;
-use crate::s16_postgres_failover::{FailoverTo, primary_lost};
+use crate::s18_postgres_failover::{FailoverTo, primary_lost};
 use crate::story::paused_holder;
 
 /// Runs the paused-holder story against an unfenced server and returns the
@@ -93,16 +93,16 @@ async fn unfenced_sql_story_is_caught_by_the_checker() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Scenario 16 with the resource server restarted over an empty database
+/// Scenario 18 with the resource server restarted over an empty database
 /// instead of the promoted standby (a standby that had nothing): the
 /// paused holder's late write meets no mark, is accepted, and the checker
 /// must report it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_to_an_empty_database_is_caught_by_the_checker() -> anyhow::Result<()> {
     let (report, late) = primary_lost(
-        "m16",
+        "m18",
         Scenario::new(
-            "mutation: 16 failing over to an empty database",
+            "mutation: 18 failing over to an empty database",
             "redis lock, postgres store",
         ),
         FailoverTo::EmptyDatabase,

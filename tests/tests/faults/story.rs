@@ -81,11 +81,32 @@ pub(crate) async fn paused_holder(
     contenders: usize,
     rounds: usize,
 ) -> anyhow::Result<LateWrites> {
-    let mut holder = run.spawn_client(binaries, "a", &base.clone().gate().writes_per_hold(2))?;
+    paused_holder_over(run, binaries, base, contenders, rounds, &[]).await
+}
+
+/// [`paused_holder`] with the clients' writes spread over several resource
+/// servers: the holder writes to `servers[0]`, contender `i` to
+/// `servers[(i + 1) % len]`. Empty: every client uses `base`'s server.
+pub(crate) async fn paused_holder_over(
+    run: &mut FaultRun,
+    binaries: &FaultBinaries,
+    base: &ClientConfig,
+    contenders: usize,
+    rounds: usize,
+    servers: &[String],
+) -> anyhow::Result<LateWrites> {
+    let on = |index: usize| {
+        let mut config = base.clone();
+        if !servers.is_empty() {
+            config.server = servers[index % servers.len()].clone();
+        }
+        config
+    };
+    let mut holder = run.spawn_client(binaries, "a", &on(0).gate().writes_per_hold(2))?;
     let mut others: Vec<ClientProcess> = Vec::new();
     for index in 0..contenders {
         let id = format!("c{index}");
-        others.push(run.spawn_client(binaries, &id, &base.clone().writes_per_hold(3))?);
+        others.push(run.spawn_client(binaries, &id, &on(index + 1).writes_per_hold(3))?);
     }
 
     let mut late = LateWrites::default();

@@ -96,4 +96,14 @@ impl<K: Send + Sync + 'static> palisade_testkit::lock_suite::SuiteBackend for Su
     fn min_ttl(&self) -> Duration {
         Duration::from_secs(1)
     }
+
+    type Inspector = RedisLockClient;
+
+    fn inspector(&self) -> &RedisLockClient {
+        &self.client
+    }
+
+    fn can_list(&self) -> bool {
+        !self.client.config().is_cluster()
+    }
 }

@@ -71,4 +71,10 @@ impl palisade_testkit::lock_suite::SuiteBackend for SuiteSql {
     fn min_ttl(&self) -> Duration {
         Duration::from_secs(1)
     }
+
+    type Inspector = SqlLockClient;
+
+    fn inspector(&self) -> &SqlLockClient {
+        &self.client
+    }
 }

@@ -35,8 +35,9 @@ pub struct WriteRequest {
     /// The idempotency key, if the client sent one.
     pub request_id: Option<RequestId>,
     /// What the engine records next to `request_id` and compares on a
-    /// retry, to tell a true retry from a reused key: a digest of the
-    /// sequencer and the ops, computed once by the store. Engines treat it
+    /// retry, to tell a true retry from a reused key: a SHA-256 digest (32
+    /// bytes) of the sequencer's mode and generation and the ops, computed
+    /// once by the store. Engines treat it
     /// as opaque bytes. Empty when there is no `request_id` (nothing to
     /// compare it with, and hashing large values costs time).
     pub fingerprint: Vec<u8>,
@@ -46,9 +47,7 @@ impl WriteRequest {
     /// A request with its fingerprint computed the store's way.
     pub fn new(sequencer: Sequencer, ops: Vec<Op>, request_id: Option<RequestId>) -> WriteRequest {
         let fingerprint = match request_id {
-            Some(_) => crate::idempotency::fingerprint(&sequencer, &ops)
-                .to_be_bytes()
-                .to_vec(),
+            Some(_) => crate::idempotency::fingerprint(&sequencer, &ops).to_vec(),
             None => Vec::new(),
         };
         WriteRequest {

@@ -61,8 +61,9 @@ use sled::transaction::{
 
 use super::group_commit::{Epochs, Slot};
 use super::keys::{LockKeys, LockState};
-use super::record::Record;
+use super::record::{Fingerprint, Record};
 use super::sled_error;
+use crate::idempotency::{FINGERPRINT_LEN, legacy_fingerprint};
 use crate::{Applied, Durability, Op, OpResult, Read, Refused, RequestId, StoreError};
 
 /// The most jobs applied in one transaction.
@@ -77,7 +78,8 @@ pub(crate) struct WriteJob {
     pub(crate) keys: LockKeys,
     pub(crate) ops: Vec<Op>,
     pub(crate) request_id: Option<RequestId>,
-    pub(crate) fingerprint: Option<u64>,
+    /// The request's SHA-256 fingerprint, when it carries a request id.
+    pub(crate) fingerprint: Option<[u8; FINGERPRINT_LEN]>,
     pub(crate) slot: Arc<Slot<Result<Applied, Refused>>>,
 }
 
@@ -479,7 +481,12 @@ impl Committer {
                         ),
                     }));
                 };
-                if record.fingerprint != fingerprint {
+                let same_request = match record.fingerprint {
+                    Fingerprint::Sha256(digest) => digest == fingerprint,
+                    // Recorded by an earlier version: compare its way.
+                    Fingerprint::Fnv(fnv) => fnv == legacy_fingerprint(&job.sequencer, &job.ops),
+                };
+                if !same_request {
                     return Ok(Ok(Err(Refused::IdempotencyKeyReused {
                         request_id: request_id.clone(),
                     })));
@@ -574,7 +581,7 @@ impl Committer {
                 }
             }
             let record = Record {
-                fingerprint,
+                fingerprint: Fingerprint::Sha256(fingerprint),
                 applied: Applied {
                     replayed: true,
                     ..applied.clone()

@@ -28,6 +28,7 @@ pub(crate) use self::committer::{DurableFiles, flush_durably};
 pub use self::group_commit::FlushStats;
 use self::group_commit::{Acknowledged, Epochs, Slot};
 use self::keys::{FORMAT_KEY, FORMAT_VERSION, LockKeys, LockState};
+use crate::idempotency::FINGERPRINT_LEN;
 use crate::{
     Applied, Durability, Engine, EngineFuture, EngineInfo, Marks, Read, Refused, StoreConfig,
     StoreError, StoredRecord, WriteRequest,
@@ -42,6 +43,21 @@ pub(crate) fn sled_error(error: sled::Error) -> StoreError {
         engine: NAME,
         message: error.to_string(),
     }
+}
+
+/// Opens the sled engine in directory `path` on its own, for code that
+/// takes any [`Engine`] (the engine conformance suite, a
+/// [`Store::with_engine`](crate::Store::with_engine) of your own).
+/// [`Store::open`](crate::Store::open) is the usual way in: it also keeps
+/// sled's group-commit counters ([`Store::flush_stats`](crate::Store::flush_stats)).
+///
+/// The `config`'s durability, cache capacity and idempotency window apply;
+/// its limits are the store's business.
+pub fn open_sled_engine(
+    path: impl AsRef<Path>,
+    config: &StoreConfig,
+) -> Result<Arc<dyn Engine>, StoreError> {
+    Ok(Arc::new(SledEngine::open(path.as_ref(), config)?))
 }
 
 /// The sled engine. Dropping it (with the last store that holds it) ends
@@ -245,14 +261,12 @@ impl SledEngine {
     ) -> Result<Acknowledged<Result<Applied, Refused>>, StoreError> {
         let fingerprint = match (&request.request_id, request.fingerprint.as_slice()) {
             (None, _) => None,
-            (Some(_), bytes) => Some(u64::from_be_bytes(bytes.try_into().map_err(|_| {
-                StoreError::Corrupt {
-                    what: format!(
-                        "a request fingerprint of {} bytes; the sled engine records 8",
-                        bytes.len()
-                    ),
-                }
-            })?)),
+            (Some(_), bytes) => Some(bytes.try_into().map_err(|_| StoreError::Corrupt {
+                what: format!(
+                    "a request fingerprint of {} bytes; the sled engine records {FINGERPRINT_LEN}",
+                    bytes.len()
+                ),
+            })?),
         };
         let slot = Slot::new();
         self.enqueue(Job::Write(WriteJob {

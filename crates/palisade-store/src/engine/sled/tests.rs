@@ -280,3 +280,44 @@ fn a_failed_interval_sync_fail_stops_a_buffered_store() {
     let read = store.get(&lock, b"k", None).unwrap().unwrap();
     assert_eq!(read.value.as_deref(), Some(&b"v"[..]));
 }
+
+#[test]
+fn a_retry_of_a_write_recorded_with_an_fnv_fingerprint_still_replays() {
+    use super::keys::LockKeys;
+    use super::record::{Fingerprint, Record};
+    use crate::RequestId;
+    use crate::idempotency::legacy_fingerprint;
+
+    let dir = tempfile::tempdir().unwrap();
+    let lock = LockName::new("L").unwrap();
+    let sequencer = Sequencer::new(lock.clone(), Mode::Exclusive, Generation::MIN);
+    let ops = [Op::put("k", "v")];
+    let id = RequestId::new("order-1").unwrap();
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    let applied = store.apply(&sequencer, &ops, Some(&id)).unwrap().unwrap();
+
+    // Rewrite the record the way earlier versions stored it (FNV-1a,
+    // 64 bits), as a data directory they wrote holds it.
+    let key = LockKeys::new(&lock).request(id.as_str());
+    let raw = store.sled().meta.get(&key).unwrap().unwrap();
+    let record = Record::decode(&raw).unwrap();
+    assert!(matches!(record.fingerprint, Fingerprint::Sha256(_)));
+    let earlier = Record {
+        fingerprint: Fingerprint::Fnv(legacy_fingerprint(&sequencer, &ops)),
+        ..record
+    };
+    store.sled().meta.insert(&key, earlier.encode(0)).unwrap();
+    store.flush().unwrap();
+    drop(store);
+
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    let replay = store.apply(&sequencer, &ops, Some(&id)).unwrap().unwrap();
+    assert!(replay.replayed, "{replay:?}");
+    assert_eq!(replay.commit_seq, applied.commit_seq);
+    assert!(matches!(
+        store
+            .apply(&sequencer, &[Op::put("k", "other")], Some(&id))
+            .unwrap(),
+        Err(Refused::IdempotencyKeyReused { .. })
+    ));
+}

@@ -1,4 +1,4 @@
-//! Scenario 16: the resource server keeps its fence in PostgreSQL
+//! Scenario 18: the resource server keeps its fence in PostgreSQL
 //! (`--store postgres://`), on a primary with a synchronous standby
 //! (streaming on loopback). Mid-stream, with a holder paused past its
 //! lease and a newer holder's write acknowledged, the primary's machine is
@@ -36,9 +36,9 @@ use crate::{EXIT, STEP, TTL, live_within};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_primary_lost_and_standby_promoted_keeps_the_fence() -> anyhow::Result<()> {
     let (report, late) = primary_lost(
-        "s16",
+        "s18",
         Scenario::new(
-            "16 PostgreSQL primary lost, synchronous standby promoted",
+            "18 PostgreSQL primary lost, synchronous standby promoted",
             "redis lock, postgres store",
         ),
         FailoverTo::PromotedStandby,
@@ -62,7 +62,7 @@ pub(crate) enum FailoverTo {
     EmptyDatabase,
 }
 
-/// Scenario 16's story; returns the checker's report and what became of
+/// Scenario 18's story; returns the checker's report and what became of
 /// the two late writes.
 pub(crate) async fn primary_lost(
     tag: &str,

@@ -1,0 +1,394 @@
+//! Where etcd is, how to talk to it, and the cluster's limits:
+//! [`EtcdEngineConfig`], and [`ConfigError`] for a configuration that
+//! cannot work.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The default key prefix of the engine's keys.
+pub const DEFAULT_PREFIX: &str = "/palisade/store";
+
+/// etcd's default `--max-request-bytes`: 1.5 MiB.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1536 * 1024;
+
+/// etcd's default `--max-txn-ops`.
+pub const DEFAULT_MAX_TXN_OPS: usize = 128;
+
+/// A configuration that cannot work, caught before any connection is made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No endpoint was given.
+    #[error("no etcd endpoint given")]
+    NoEndpoints,
+    /// An endpoint is not `host:port`, `http://host:port` or (with the `tls`
+    /// feature) `https://host:port`.
+    #[error("etcd endpoint `{endpoint}`: {reason}")]
+    BadEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The key prefix is empty, too long, does not start with `/`, ends
+    /// with `/` or contains a control character.
+    #[error("etcd key prefix `{prefix}`: {reason}")]
+    BadPrefix {
+        /// The prefix as given.
+        prefix: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A limit or bound that leaves no room for a request.
+    #[error("{field}: {reason}")]
+    BadLimit {
+        /// Which setting.
+        field: &'static str,
+        /// Why it cannot work.
+        reason: &'static str,
+    },
+}
+
+/// User name and password for etcd's authentication. The password is never
+/// printed.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    pub(crate) user: String,
+    pub(crate) password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Where the engine's etcd is, and what that cluster accepts.
+///
+/// The two limits must match (or be below) the cluster's
+/// `--max-request-bytes` and `--max-txn-ops`: the engine refuses a request
+/// that would exceed them whole, before sending anything, rather than
+/// have etcd refuse it or split it into two transactions.
+///
+/// ```
+/// use palisade_store_etcd::EtcdEngineConfig;
+///
+/// let config = EtcdEngineConfig::from_endpoint_list("127.0.0.1:2379, 127.0.0.1:22379")?
+///     .with_prefix("/orders/store")?
+///     .with_max_txn_ops(256)?;
+/// assert_eq!(config.endpoints().len(), 2);
+/// assert_eq!(config.prefix(), "/orders/store");
+/// # Ok::<(), palisade_store_etcd::ConfigError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct EtcdEngineConfig {
+    endpoints: Vec<String>,
+    prefix: String,
+    request_timeout: Duration,
+    connect_timeout: Duration,
+    credentials: Option<Credentials>,
+    #[cfg(feature = "tls")]
+    tls: Option<etcd_client::TlsOptions>,
+    max_request_bytes: usize,
+    max_txn_ops: usize,
+    max_attempts: u32,
+    idempotency_window: u32,
+}
+
+impl EtcdEngineConfig {
+    /// A configuration for these endpoints with the defaults: prefix
+    /// [`DEFAULT_PREFIX`], 5 s request and 3 s connect timeouts, etcd's
+    /// default limits, 32 attempts per request under contention, and an
+    /// idempotency window of 1024 ids per lock.
+    pub fn new<I, S>(endpoints: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let endpoints: Vec<String> = endpoints
+            .into_iter()
+            .map(|endpoint| endpoint.into().trim().to_owned())
+            .collect();
+        if endpoints.is_empty() {
+            return Err(ConfigError::NoEndpoints);
+        }
+        for endpoint in &endpoints {
+            validate_endpoint(endpoint)?;
+        }
+        Ok(EtcdEngineConfig {
+            endpoints,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(3),
+            credentials: None,
+            #[cfg(feature = "tls")]
+            tls: None,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_txn_ops: DEFAULT_MAX_TXN_OPS,
+            max_attempts: 32,
+            idempotency_window: 1024,
+        })
+    }
+
+    /// A configuration from a comma-separated endpoint list.
+    pub fn from_endpoint_list(list: &str) -> Result<Self, ConfigError> {
+        EtcdEngineConfig::new(
+            list.split(',')
+                .map(str::trim)
+                .filter(|endpoint| !endpoint.is_empty()),
+        )
+    }
+
+    /// Sets the key prefix: 2 to 256 bytes, starting with `/`, not ending
+    /// with `/`, no control characters. Two stores that must not see each
+    /// other's data use prefixes neither of which is a prefix of the other
+    /// followed by `/`.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Result<Self, ConfigError> {
+        let prefix = prefix.into();
+        let reason = if !prefix.starts_with('/') || prefix.len() < 2 {
+            Some("must start with `/` and name something")
+        } else if prefix.len() > 256 {
+            Some("must be at most 256 bytes")
+        } else if prefix.ends_with('/') {
+            Some("must not end with `/`")
+        } else if prefix.chars().any(char::is_control) {
+            Some("must not contain control characters")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(ConfigError::BadPrefix { prefix, reason });
+        }
+        self.prefix = prefix;
+        Ok(self)
+    }
+
+    /// Sets the per-request timeout (default 5 s). A write whose commit got
+    /// no answer within it is reported as in doubt.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
+        if timeout.is_zero() {
+            return Err(ConfigError::BadLimit {
+                field: "request timeout",
+                reason: "must be positive",
+            });
+        }
+        self.request_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Sets the connect timeout (default 3 s).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
+        if timeout.is_zero() {
+            return Err(ConfigError::BadLimit {
+                field: "connect timeout",
+                reason: "must be positive",
+            });
+        }
+        self.connect_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Authenticates as `user` (etcd's auth must be enabled on the server).
+    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some(Credentials {
+            user: user.into(),
+            password: password.into(),
+        });
+        self
+    }
+
+    /// Uses TLS for `https://` endpoints, with these settings passed
+    /// through to the gRPC channel.
+    #[cfg(feature = "tls")]
+    pub fn with_tls(mut self, tls: etcd_client::TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The cluster's `--max-request-bytes` (default 1.5 MiB, etcd's).
+    pub fn with_max_request_bytes(mut self, bytes: usize) -> Result<Self, ConfigError> {
+        if bytes < 4096 {
+            return Err(ConfigError::BadLimit {
+                field: "max request bytes",
+                reason: "must be at least 4096",
+            });
+        }
+        self.max_request_bytes = bytes;
+        Ok(self)
+    }
+
+    /// The cluster's `--max-txn-ops` (default 128, etcd's). A request may
+    /// carry this many ops less [`crate::RESERVED_TXN_OPS`], which the
+    /// engine's own keys take.
+    pub fn with_max_txn_ops(mut self, ops: usize) -> Result<Self, ConfigError> {
+        if ops <= crate::RESERVED_TXN_OPS {
+            return Err(ConfigError::BadLimit {
+                field: "max txn ops",
+                reason: "must leave room for at least one op beside the engine's own keys",
+            });
+        }
+        self.max_txn_ops = ops;
+        Ok(self)
+    }
+
+    /// How many times one request is tried when other writers on its lock
+    /// keep committing between its read and its commit (default 32; at
+    /// least 1).
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// How many idempotency ids each lock remembers (default 1024; at
+    /// least 1).
+    pub fn with_idempotency_window(mut self, window: u32) -> Self {
+        self.idempotency_window = window.max(1);
+        self
+    }
+
+    /// The endpoints.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The per-request timeout.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The connect timeout.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The user name, if authentication is configured.
+    pub fn user(&self) -> Option<&str> {
+        self.credentials.as_ref().map(|c| c.user.as_str())
+    }
+
+    /// The cluster's request size limit, as configured here.
+    pub fn max_request_bytes(&self) -> usize {
+        self.max_request_bytes
+    }
+
+    /// The cluster's transaction op limit, as configured here.
+    pub fn max_txn_ops(&self) -> usize {
+        self.max_txn_ops
+    }
+
+    /// Attempts per request under contention.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// Idempotency ids remembered per lock.
+    pub fn idempotency_window(&self) -> u32 {
+        self.idempotency_window
+    }
+
+    /// The etcd-client options this configuration stands for.
+    pub(crate) fn connect_options(&self) -> etcd_client::ConnectOptions {
+        let mut options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(self.connect_timeout)
+            // HTTP/2 pings find a dead connection between requests. etcd
+            // refuses pings more often than every 5 s (`too_many_pings`).
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            // A member that has lost its leader fails requests at once
+            // instead of leaving them hanging, so the next attempt can
+            // reach a member that can serve them.
+            .with_require_leader(true);
+        if let Some(credentials) = &self.credentials {
+            options = options
+                .with_user(credentials.user.clone(), credentials.password.clone())
+                .with_auto_token_refresh(true);
+        }
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            options = options.with_tls(tls.clone());
+        }
+        options
+    }
+}
+
+fn validate_endpoint(endpoint: &str) -> Result<(), ConfigError> {
+    let bad = |reason| {
+        Err(ConfigError::BadEndpoint {
+            endpoint: endpoint.to_owned(),
+            reason,
+        })
+    };
+    let authority = if let Some(rest) = endpoint.strip_prefix("http://") {
+        rest
+    } else if let Some(rest) = endpoint.strip_prefix("https://") {
+        if cfg!(not(feature = "tls")) {
+            return bad("https needs the `tls` feature of palisade-store-etcd");
+        }
+        rest
+    } else if endpoint.contains("://") {
+        return bad("the scheme must be http or https");
+    } else {
+        endpoint
+    };
+    let authority = authority.trim_end_matches('/');
+    match authority.rsplit_once(':') {
+        None => bad("no port; expected host:port"),
+        Some(("", _)) => bad("no host; expected host:port"),
+        Some((_, port)) if port.parse::<u16>().is_err() => bad("the port is not a number"),
+        Some(_) if authority.contains('/') => bad("a path is not allowed"),
+        Some(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_and_prefixes_are_checked() {
+        assert!(EtcdEngineConfig::new(["127.0.0.1:2379"]).is_ok());
+        assert!(EtcdEngineConfig::new(["http://127.0.0.1:2379/"]).is_ok());
+        assert_eq!(
+            EtcdEngineConfig::new(Vec::<String>::new()).unwrap_err(),
+            ConfigError::NoEndpoints
+        );
+        for bad in ["127.0.0.1", ":2379", "ftp://h:1", "h:port", "h:1/x"] {
+            assert!(
+                matches!(
+                    EtcdEngineConfig::new([bad]),
+                    Err(ConfigError::BadEndpoint { .. })
+                ),
+                "{bad}"
+            );
+        }
+        let config = EtcdEngineConfig::new(["h:1"]).unwrap();
+        for bad in ["", "/", "x", "/x/", "/a\nb"] {
+            assert!(
+                matches!(
+                    config.clone().with_prefix(bad),
+                    Err(ConfigError::BadPrefix { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(config.clone().with_max_txn_ops(5).is_err());
+        assert!(config.clone().with_max_request_bytes(100).is_err());
+        assert!(config.with_request_timeout(Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn the_password_is_never_printed() {
+        let config = EtcdEngineConfig::new(["h:1"])
+            .unwrap()
+            .with_user("orders", "hunter2");
+        assert!(!format!("{config:?}").contains("hunter2"));
+        assert_eq!(config.user(), Some("orders"));
+    }
+}

@@ -1,0 +1,1060 @@
+//! The decision of a request, as a pure function of what was read.
+//!
+//! A request runs in two etcd round trips: a read-only Txn that fetches
+//! everything the decision needs ([`ReadSet`]), then, when the request is
+//! admitted and changes something, one commit Txn ([`Commit`]) whose
+//! compares require every key read to be unchanged since. Deciding here,
+//! with no I/O, keeps the rules testable without a server and keeps the
+//! commit exactly as large as what [`commit_bytes_bound`] promised.
+
+use std::collections::HashMap;
+
+use palisade_core::{Mode, Sequencer};
+use palisade_store::{Applied, Marks, Op, OpResult, Read, Refused, WriteRequest};
+
+use crate::keys::{LockKeys, LockState, Record};
+
+/// A condition of a commit Txn: all must hold for its writes to apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Condition {
+    /// The key is as it was read: same `mod_revision` (0: still absent).
+    Unchanged { key: Vec<u8>, mod_revision: i64 },
+    /// The key does not exist.
+    Absent { key: Vec<u8> },
+    /// The key exists with exactly this value.
+    Holds { key: Vec<u8>, value: Vec<u8> },
+}
+
+/// One range of the read Txn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Range {
+    /// One key, with its value, or only whether it exists.
+    Key { key: Vec<u8>, keys_only: bool },
+    /// The first key under a prefix, with its value.
+    FirstUnder { prefix: Vec<u8> },
+}
+
+/// A key as read: `None` when absent; `value` is empty for a key read with
+/// `keys_only`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub(crate) key: Vec<u8>,
+    pub(crate) value: Vec<u8>,
+    pub(crate) mod_revision: i64,
+}
+
+/// What a write needs read, in order: the lock's state, its idempotency
+/// record and oldest slot (with a request id), then each distinct data
+/// key (with its value only when a compare-and-swap needs it).
+#[derive(Debug, Clone)]
+pub(crate) struct ReadSet {
+    pub(crate) ranges: Vec<Range>,
+    /// The data keys, in the order of their ranges, after the first
+    /// `data_from` ranges, and whether each was read with its value.
+    data_keys: Vec<Vec<u8>>,
+    with_value: Vec<bool>,
+    data_from: usize,
+}
+
+impl ReadSet {
+    pub(crate) fn for_write(keys: &LockKeys, request: &WriteRequest) -> ReadSet {
+        let mut ranges = vec![Range::Key {
+            key: keys.state(),
+            keys_only: false,
+        }];
+        if let Some(request_id) = &request.request_id {
+            ranges.push(Range::Key {
+                key: keys.record(request_id.as_str()),
+                keys_only: false,
+            });
+            ranges.push(Range::FirstUnder {
+                prefix: keys.slots(),
+            });
+        }
+        let data_from = ranges.len();
+        let mut needs_value: HashMap<Vec<u8>, bool> = HashMap::new();
+        let mut data_keys = Vec::new();
+        for op in &request.ops {
+            let key = keys.data(op.key());
+            let cas = matches!(op, Op::Cas { .. });
+            match needs_value.get_mut(&key) {
+                Some(value) => *value |= cas,
+                None => {
+                    needs_value.insert(key.clone(), cas);
+                    data_keys.push(key);
+                }
+            }
+        }
+        let with_value: Vec<bool> = data_keys.iter().map(|key| needs_value[key]).collect();
+        ranges.extend(
+            data_keys
+                .iter()
+                .zip(&with_value)
+                .map(|(key, with_value)| Range::Key {
+                    key: key.clone(),
+                    keys_only: !with_value,
+                }),
+        );
+        ReadSet {
+            ranges,
+            data_keys,
+            with_value,
+            data_from,
+        }
+    }
+
+    pub(crate) fn for_read(keys: &LockKeys, user_key: &[u8]) -> ReadSet {
+        let data_key = keys.data(user_key);
+        ReadSet {
+            ranges: vec![
+                Range::Key {
+                    key: keys.state(),
+                    keys_only: false,
+                },
+                Range::Key {
+                    key: data_key.clone(),
+                    keys_only: false,
+                },
+            ],
+            data_keys: vec![data_key],
+            with_value: vec![true],
+            data_from: 1,
+        }
+    }
+
+    pub(crate) fn for_marks(keys: &LockKeys) -> ReadSet {
+        ReadSet {
+            ranges: vec![Range::Key {
+                key: keys.state(),
+                keys_only: false,
+            }],
+            data_keys: Vec::new(),
+            with_value: Vec::new(),
+            data_from: 1,
+        }
+    }
+}
+
+/// What the read Txn returned, one entry per range of the [`ReadSet`].
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    pub(crate) found: Vec<Option<Found>>,
+}
+
+/// Stored bytes that do not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Undecodable(pub(crate) String);
+
+impl Snapshot {
+    pub(crate) fn state(&self) -> Result<(LockState, i64), Undecodable> {
+        match &self.found[0] {
+            None => Ok((LockState::default(), 0)),
+            Some(found) => LockState::decode(&found.value)
+                .map(|state| (state, found.mod_revision))
+                .ok_or_else(|| Undecodable("the lock's marks".to_owned())),
+        }
+    }
+}
+
+/// What an engine remembers of a lock after its last request on it, so
+/// the next write can commit at once, compared against it, without a read
+/// first. A wrong memory (another engine wrote since) only costs a failed
+/// compare, whose failure branch reads what the slow path needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Cached {
+    pub(crate) state: LockState,
+    /// The state key's `mod_revision` (0: absent).
+    pub(crate) state_revision: i64,
+    /// The oldest remembered id's slot at that revision: `Some(None)` when
+    /// there is none, `None` when not known.
+    pub(crate) oldest_slot: Option<Option<Found>>,
+}
+
+/// The record to write when it depends on whether one data key existed
+/// before the request (its op results do): etcd picks it in a nested Txn,
+/// evaluated before the data writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RecordChoice {
+    pub(crate) data_key: Vec<u8>,
+    pub(crate) record_key: Vec<u8>,
+    pub(crate) if_present: Vec<u8>,
+    pub(crate) if_absent: Vec<u8>,
+}
+
+/// A commit Txn: when every condition holds, the record choice, the data
+/// writes (one per key, its final value: `None` deletes), the metadata puts
+/// and deletes, then the `then_read` ranges, in one etcd revision;
+/// otherwise only the `else_read` ranges, as one snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Commit {
+    pub(crate) conditions: Vec<Condition>,
+    pub(crate) record_choice: Option<RecordChoice>,
+    pub(crate) data: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Whether the data writes report whether each key existed before.
+    pub(crate) data_reports_previous: bool,
+    pub(crate) puts: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) deletes: Vec<Vec<u8>>,
+    pub(crate) then_read: Vec<Range>,
+    pub(crate) else_read: Vec<Range>,
+}
+
+/// The op results of an admitted write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Results {
+    Known(Vec<OpResult>),
+    /// Known once the commit reports which data keys existed before it.
+    FromPrevious,
+}
+
+/// An admitted write: commit this, then answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Admitted {
+    pub(crate) commit: Commit,
+    pub(crate) results: Results,
+    pub(crate) marks: Marks,
+    /// The lock's state once committed.
+    pub(crate) after: LockState,
+    /// The oldest slot the decision was based on, when known.
+    pub(crate) oldest_slot: Option<Option<Found>>,
+}
+
+/// How a write is decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WritePlan {
+    /// A retry of a remembered request: its original outcome, nothing
+    /// to write. `commit_seq` is the record's `mod_revision`.
+    Replay(Applied),
+    /// Refused: nothing to write.
+    Refuse(Refused),
+    Commit(Box<Admitted>),
+}
+
+/// How a fenced read is decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ReadPlan {
+    /// Answer now: no mark moves.
+    Answer(Read),
+    Refuse(Refused),
+    /// Commit the raised mark (unchanged data and marks compared), then
+    /// answer.
+    Commit {
+        commit: Box<Commit>,
+        read: Read,
+        after: LockState,
+    },
+}
+
+/// What is known about a data key while the ops are evaluated.
+#[derive(Debug, Clone)]
+enum Current {
+    Absent,
+    /// Present; the value when it was read or written in this request.
+    Present(Option<Vec<u8>>),
+}
+
+fn stale(sequencer: &Sequencer, marks: Marks) -> Refused {
+    Refused::Stale {
+        lock: sequencer.lock().clone(),
+        mode: sequencer.mode(),
+        presented: sequencer.generation(),
+        marks,
+    }
+}
+
+/// The results of `ops` given whether each data key existed before them;
+/// every compare-and-swap swapped (the caller knows its comparison held).
+pub(crate) fn replay_results(
+    keys: &LockKeys,
+    ops: &[Op],
+    existed: &HashMap<Vec<u8>, bool>,
+) -> Vec<OpResult> {
+    let mut present = existed.clone();
+    ops.iter()
+        .map(|op| {
+            let key = keys.data(op.key());
+            let was = present.get(&key).copied().unwrap_or(false);
+            let (result, now) = match op {
+                Op::Put { .. } if was => (OpResult::Replaced, true),
+                Op::Put { .. } => (OpResult::Created, true),
+                Op::Delete { .. } if was => (OpResult::Deleted, false),
+                Op::Delete { .. } => (OpResult::Absent, false),
+                Op::Cas { new, .. } => (OpResult::Swapped, new.is_some()),
+            };
+            present.insert(key, now);
+            result
+        })
+        .collect()
+}
+
+/// The idempotency record of an admitted write, its slot, and the eviction
+/// of the oldest id beyond the window, added to `commit`.
+fn record_idempotency(
+    keys: &LockKeys,
+    request_id: &str,
+    record: Option<Vec<u8>>,
+    oldest_slot: Option<&Found>,
+    after: &mut LockState,
+    commit: &mut Commit,
+    window: u32,
+) -> Result<(), Undecodable> {
+    if let Some(record) = record {
+        commit.puts.push((keys.record(request_id), record));
+    }
+    commit
+        .puts
+        .push((keys.slot(after.recorded), request_id.as_bytes().to_vec()));
+    after.recorded += 1;
+    // Keep the last `window` ids: cut one from the oldest end once there
+    // are more (one per write, so a window made smaller shrinks the kept
+    // set over the next writes).
+    if let Some(found) = oldest_slot {
+        let number = keys
+            .slot_number(&found.key)
+            .ok_or_else(|| Undecodable("an idempotency slot key".to_owned()))?;
+        if after.recorded.saturating_sub(number) > u64::from(window) {
+            let evicted = std::str::from_utf8(&found.value)
+                .ok()
+                .filter(|evicted| *evicted != request_id)
+                .ok_or_else(|| Undecodable("an idempotency slot".to_owned()))?;
+            commit.deletes.push(found.key.clone());
+            commit.deletes.push(keys.record(evicted));
+        }
+    }
+    // Read after the writes, in the same Txn: the oldest id now, for the
+    // next write's eviction.
+    commit.then_read.push(Range::FirstUnder {
+        prefix: keys.slots(),
+    });
+    Ok(())
+}
+
+/// Decides a write from what the engine remembers of its lock, with no
+/// read: `None` when the memory cannot decide it (a refusal, which is
+/// always decided on a fresh read; a compare-and-swap that fails within
+/// the request; an eviction from an unknown oldest slot; a request id with
+/// more than one key of unknown prior existence). The commit's conditions
+/// make it apply only if the memory was right; its failure branch reads
+/// the slow path's snapshot.
+pub(crate) fn plan_optimistic(
+    keys: &LockKeys,
+    request: &WriteRequest,
+    reads: &ReadSet,
+    cached: &Cached,
+    window: u32,
+) -> Option<Admitted> {
+    let sequencer = &request.sequencer;
+    if sequencer.mode() != Mode::Exclusive {
+        return None;
+    }
+    let marks = cached
+        .state
+        .marks
+        .admit(sequencer.mode(), sequencer.generation())?;
+    let mut commit = Commit {
+        conditions: vec![Condition::Unchanged {
+            key: keys.state(),
+            mod_revision: cached.state_revision,
+        }],
+        data_reports_previous: true,
+        else_read: reads.ranges.clone(),
+        ..Commit::default()
+    };
+    // Each key's value as the ops leave it, and, for keys first touched by
+    // a compare-and-swap, whether it existed before (from its condition).
+    let mut overlay: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+    let mut existed: HashMap<Vec<u8>, bool> = HashMap::new();
+    let mut order: Vec<Vec<u8>> = Vec::new();
+    let mut unknown: Vec<Vec<u8>> = Vec::new();
+    for op in &request.ops {
+        let key = keys.data(op.key());
+        let first = !overlay.contains_key(&key);
+        if first {
+            order.push(key.clone());
+        }
+        let value = match op {
+            Op::Put { value, .. } => {
+                if first {
+                    unknown.push(key.clone());
+                }
+                Some(value[..].to_vec())
+            }
+            Op::Delete { .. } => {
+                if first {
+                    unknown.push(key.clone());
+                }
+                None
+            }
+            Op::Cas { expected, new, .. } => {
+                if first {
+                    existed.insert(key.clone(), expected.is_some());
+                    commit.conditions.push(match expected {
+                        Some(value) => Condition::Holds {
+                            key: key.clone(),
+                            value: value[..].to_vec(),
+                        },
+                        None => Condition::Absent { key: key.clone() },
+                    });
+                } else if overlay[&key].as_deref() != expected.as_deref() {
+                    return None;
+                }
+                new.as_ref().map(|new| new[..].to_vec())
+            }
+        };
+        overlay.insert(key, value);
+    }
+    commit.data = order
+        .into_iter()
+        .map(|key| {
+            let value = overlay.remove(&key).flatten();
+            (key, value)
+        })
+        .collect();
+
+    let mut after = LockState {
+        marks,
+        recorded: cached.state.recorded,
+    };
+    let results = match (&request.request_id, unknown.as_slice()) {
+        (None, []) | (Some(_), []) => Results::Known(replay_results(keys, &request.ops, &existed)),
+        (None, _) => Results::FromPrevious,
+        (Some(_), [_]) => Results::FromPrevious,
+        (Some(_), _) => return None,
+    };
+    if let Some(request_id) = &request.request_id {
+        // More than `window` ids once this one is added: one is evicted,
+        // which needs the oldest slot.
+        let oldest_slot = match &cached.oldest_slot {
+            _ if after.recorded < u64::from(window) => None,
+            Some(Some(found)) => Some(found),
+            Some(None) | None => return None,
+        };
+        // The oldest id is this one: a retry, whose record a read finds.
+        // (Evicting and recording one key in one Txn is refused by etcd.)
+        if oldest_slot.is_some_and(|found| found.value == request_id.as_str().as_bytes()) {
+            return None;
+        }
+        commit.conditions.push(Condition::Absent {
+            key: keys.record(request_id.as_str()),
+        });
+        let encode = |results: Vec<OpResult>| {
+            Record {
+                fingerprint: request.fingerprint.clone(),
+                marks,
+                results,
+            }
+            .encode()
+        };
+        let record = match (&results, unknown.as_slice()) {
+            (Results::Known(results), _) => Some(encode(results.clone())),
+            (Results::FromPrevious, [key]) => {
+                let with = |present: bool| {
+                    let mut existed = existed.clone();
+                    existed.insert(key.clone(), present);
+                    encode(replay_results(keys, &request.ops, &existed))
+                };
+                commit.record_choice = Some(RecordChoice {
+                    data_key: key.clone(),
+                    record_key: keys.record(request_id.as_str()),
+                    if_present: with(true),
+                    if_absent: with(false),
+                });
+                None
+            }
+            (Results::FromPrevious, _) => return None,
+        };
+        record_idempotency(
+            keys,
+            request_id.as_str(),
+            record,
+            oldest_slot,
+            &mut after,
+            &mut commit,
+            window,
+        )
+        .ok()?;
+    }
+    // Always rewritten, even unchanged: the new revision is this write's
+    // commit sequence number, and the state key's mod_revision is what
+    // concurrent requests on the lock compare.
+    commit.puts.push((keys.state(), after.encode()));
+    Some(Admitted {
+        commit,
+        results,
+        marks,
+        after,
+        oldest_slot: cached.oldest_slot.clone(),
+    })
+}
+
+/// Decides a write on a fresh snapshot: idempotency, fencing, then every op
+/// against an overlay; builds the commit only when every op passed.
+pub(crate) fn plan_write(
+    keys: &LockKeys,
+    request: &WriteRequest,
+    reads: &ReadSet,
+    snapshot: &Snapshot,
+    window: u32,
+) -> Result<WritePlan, Undecodable> {
+    let (before, state_revision) = snapshot.state()?;
+    let sequencer = &request.sequencer;
+    let mut commit = Commit {
+        conditions: vec![Condition::Unchanged {
+            key: keys.state(),
+            mod_revision: state_revision,
+        }],
+        else_read: reads.ranges.clone(),
+        ..Commit::default()
+    };
+
+    let mut oldest_slot = None;
+    if let Some(request_id) = &request.request_id {
+        let record_key = keys.record(request_id.as_str());
+        match &snapshot.found[1] {
+            Some(found) => {
+                let record = Record::decode(&found.value)
+                    .ok_or_else(|| Undecodable(format!("the idempotency record `{request_id}`")))?;
+                if record.fingerprint != request.fingerprint {
+                    return Ok(WritePlan::Refuse(Refused::IdempotencyKeyReused {
+                        request_id: request_id.clone(),
+                    }));
+                }
+                return Ok(WritePlan::Replay(Applied {
+                    results: record.results,
+                    marks: record.marks,
+                    commit_seq: revision_seq(found.mod_revision),
+                    replayed: true,
+                }));
+            }
+            None => commit
+                .conditions
+                .push(Condition::Absent { key: record_key }),
+        }
+        oldest_slot = Some(snapshot.found[2].clone());
+        if let Some(found) = &snapshot.found[2] {
+            commit.conditions.push(Condition::Unchanged {
+                key: found.key.clone(),
+                mod_revision: found.mod_revision,
+            });
+        }
+    }
+
+    if sequencer.mode() == Mode::Shared {
+        return Ok(WritePlan::Refuse(Refused::SharedOnWrite {
+            lock: sequencer.lock().clone(),
+            presented: sequencer.generation(),
+        }));
+    }
+    let Some(marks) = before.marks.admit(sequencer.mode(), sequencer.generation()) else {
+        return Ok(WritePlan::Refuse(stale(sequencer, before.marks)));
+    };
+
+    let mut overlay: HashMap<Vec<u8>, Current> = HashMap::new();
+    let data = reads.data_keys.iter().zip(&reads.with_value);
+    for ((key, with_value), found) in data.zip(&snapshot.found[reads.data_from..]) {
+        let current = match found {
+            None => Current::Absent,
+            Some(found) => Current::Present(with_value.then(|| found.value.clone())),
+        };
+        commit.conditions.push(Condition::Unchanged {
+            key: key.clone(),
+            mod_revision: found.as_ref().map_or(0, |found| found.mod_revision),
+        });
+        overlay.insert(key.clone(), current);
+    }
+
+    let mut results = Vec::with_capacity(request.ops.len());
+    for (op_index, op) in request.ops.iter().enumerate() {
+        let key = keys.data(op.key());
+        let current = overlay.get(&key).cloned().unwrap_or(Current::Absent);
+        let present = matches!(current, Current::Present(_));
+        let (result, new_value) = match op {
+            Op::Put { value, .. } => (
+                if present {
+                    OpResult::Replaced
+                } else {
+                    OpResult::Created
+                },
+                Some(value[..].to_vec()),
+            ),
+            Op::Delete { .. } => (
+                if present {
+                    OpResult::Deleted
+                } else {
+                    OpResult::Absent
+                },
+                None,
+            ),
+            Op::Cas { expected, new, .. } => {
+                let current_value = match current {
+                    Current::Absent => None,
+                    // A compare-and-swap key is always read with its value.
+                    Current::Present(value) => Some(value.unwrap_or_default()),
+                };
+                if current_value.as_deref() != expected.as_deref() {
+                    return Ok(WritePlan::Refuse(Refused::CasMismatch {
+                        op_index,
+                        current: current_value.map(Into::into),
+                    }));
+                }
+                (OpResult::Swapped, new.as_ref().map(|new| new[..].to_vec()))
+            }
+        };
+        results.push(result);
+        let after = match &new_value {
+            Some(value) => Current::Present(Some(value.clone())),
+            None => Current::Absent,
+        };
+        overlay.insert(key.clone(), after);
+        // etcd refuses two writes to one key in a Txn: one per key, its
+        // final value.
+        match commit.data.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = new_value,
+            None => commit.data.push((key, new_value)),
+        }
+    }
+
+    let mut after = LockState {
+        marks,
+        recorded: before.recorded,
+    };
+    if let Some(request_id) = &request.request_id {
+        let record = Record {
+            fingerprint: request.fingerprint.clone(),
+            marks,
+            results: results.clone(),
+        };
+        record_idempotency(
+            keys,
+            request_id.as_str(),
+            Some(record.encode()),
+            oldest_slot.as_ref().and_then(Option::as_ref),
+            &mut after,
+            &mut commit,
+            window,
+        )?;
+    }
+    // Always rewritten, even unchanged: the new revision is this write's
+    // commit sequence number, and the state key's mod_revision is what
+    // concurrent requests on the lock compare.
+    commit.puts.push((keys.state(), after.encode()));
+    Ok(WritePlan::Commit(Box::new(Admitted {
+        commit,
+        results: Results::Known(results),
+        marks,
+        after,
+        oldest_slot,
+    })))
+}
+
+/// Decides a read: fenced when a sequencer is given.
+pub(crate) fn plan_read(
+    keys: &LockKeys,
+    reads: &ReadSet,
+    sequencer: Option<&Sequencer>,
+    snapshot: &Snapshot,
+) -> Result<ReadPlan, Undecodable> {
+    let (before, state_revision) = snapshot.state()?;
+    let found = snapshot.found.get(1).cloned().flatten();
+    let value = found.as_ref().map(|found| found.value.clone().into());
+    let Some(sequencer) = sequencer else {
+        return Ok(ReadPlan::Answer(Read {
+            value,
+            marks: before.marks,
+        }));
+    };
+    let Some(marks) = before.marks.admit(sequencer.mode(), sequencer.generation()) else {
+        return Ok(ReadPlan::Refuse(stale(sequencer, before.marks)));
+    };
+    let read = Read { value, marks };
+    if marks == before.marks {
+        return Ok(ReadPlan::Answer(read));
+    }
+    let after = LockState { marks, ..before };
+    let mut commit = Commit {
+        conditions: vec![Condition::Unchanged {
+            key: keys.state(),
+            mod_revision: state_revision,
+        }],
+        puts: vec![(keys.state(), after.encode())],
+        else_read: reads.ranges.clone(),
+        ..Commit::default()
+    };
+    if let Some(found) = found {
+        commit.conditions.push(Condition::Unchanged {
+            key: found.key,
+            mod_revision: found.mod_revision,
+        });
+    }
+    Ok(ReadPlan::Commit {
+        commit: Box::new(commit),
+        read,
+        after,
+    })
+}
+
+/// An etcd revision as a commit sequence number (revisions start at 1).
+pub(crate) fn revision_seq(revision: i64) -> u64 {
+    u64::try_from(revision).unwrap_or(0)
+}
+
+/// Per-entry framing in a protobuf Txn request, generously rounded up:
+/// field tags, lengths, the compare's target and result.
+const ENTRY_OVERHEAD: usize = 32;
+
+/// The largest commit a write can need, from the request alone, on either
+/// path: each distinct data key compared (with the expected value of a
+/// compare-and-swap) and written with its largest value, the state key,
+/// and with a request id two candidate records, the slot, an evicted slot
+/// and record (an evicted id is at most
+/// [`RequestId::MAX_LEN`](palisade_store::RequestId::MAX_LEN) bytes) and
+/// the read-back of the oldest slot.
+pub(crate) fn commit_bytes_bound(keys: &LockKeys, request: &WriteRequest) -> usize {
+    let mut largest: HashMap<Vec<u8>, usize> = HashMap::new();
+    for op in &request.ops {
+        let size = match op {
+            Op::Put { value, .. } => value.len(),
+            Op::Delete { .. } => 0,
+            Op::Cas { expected, new, .. } => {
+                expected.as_ref().map_or(0, |v| v.len()) + new.as_ref().map_or(0, |v| v.len())
+            }
+        };
+        let entry = largest.entry(keys.data(op.key())).or_default();
+        *entry += size;
+    }
+    let data: usize = largest
+        .iter()
+        .map(|(key, value)| 3 * (key.len() + ENTRY_OVERHEAD) + value)
+        .sum();
+    let state = 2 * (keys.state().len() + ENTRY_OVERHEAD) + 24;
+    let idempotency = request.request_id.as_ref().map_or(0, |id| {
+        let record_key = keys.record(id.as_str()).len();
+        let evicted_key = keys
+            .record(&"x".repeat(palisade_store::RequestId::MAX_LEN))
+            .len();
+        let slot_key = keys.slot(0).len();
+        let record = 2 + request.fingerprint.len() + 16 + request.ops.len();
+        4 * (record_key + ENTRY_OVERHEAD)
+            + 2 * record
+            + 4 * (slot_key + ENTRY_OVERHEAD)
+            + id.as_str().len()
+            + (evicted_key + ENTRY_OVERHEAD)
+            + 4 * ENTRY_OVERHEAD
+    });
+    ENTRY_OVERHEAD + data + state + idempotency
+}
+
+#[cfg(test)]
+mod tests {
+    use palisade_core::{Generation, LockName};
+    use palisade_store::RequestId;
+
+    use super::*;
+    use crate::keys::PrefixKeys;
+
+    fn keys() -> LockKeys {
+        PrefixKeys::new("/p").lock(&LockName::new("a").unwrap())
+    }
+
+    fn request(generation: u64, ops: Vec<Op>, id: Option<&str>) -> WriteRequest {
+        WriteRequest::new(
+            Sequencer::new(
+                LockName::new("a").unwrap(),
+                Mode::Exclusive,
+                Generation::new(generation).unwrap(),
+            ),
+            ops,
+            id.map(|id| RequestId::new(id).unwrap()),
+        )
+    }
+
+    fn state(exclusive: u64, recorded: u64) -> Option<Found> {
+        Some(Found {
+            key: keys().state(),
+            value: LockState {
+                marks: Marks {
+                    exclusive,
+                    shared: 0,
+                },
+                recorded,
+            }
+            .encode(),
+            mod_revision: 7,
+        })
+    }
+
+    fn commit(plan: WritePlan) -> (Commit, Vec<OpResult>) {
+        match plan {
+            WritePlan::Commit(admitted) => match *admitted {
+                Admitted {
+                    commit,
+                    results: Results::Known(results),
+                    ..
+                } => (commit, results),
+                other => panic!("expected known results, got {other:?}"),
+            },
+            other => panic!("expected a commit, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn one_write_per_key_with_its_final_value() {
+        let request = request(
+            2,
+            vec![
+                Op::put("k", "1"),
+                Op::cas("k", Some("1".into()), Some("2".into())),
+                Op::delete("j"),
+                Op::put("j", "3"),
+            ],
+            None,
+        );
+        let reads = ReadSet::for_write(&keys(), &request);
+        assert_eq!(reads.ranges.len(), 3, "state + two distinct data keys");
+        let snapshot = Snapshot {
+            found: vec![state(1, 0), None, None],
+        };
+        let (commit, results) =
+            commit(plan_write(&keys(), &request, &reads, &snapshot, 4).unwrap());
+        assert_eq!(
+            results,
+            [
+                OpResult::Created,
+                OpResult::Swapped,
+                OpResult::Absent,
+                OpResult::Created
+            ]
+        );
+        assert_eq!(
+            commit.data,
+            [
+                (keys().data(b"k"), Some(b"2".to_vec())),
+                (keys().data(b"j"), Some(b"3".to_vec()))
+            ]
+        );
+        assert!(commit.deletes.is_empty());
+        assert_eq!(commit.conditions.len(), 3);
+        assert!(commit_bytes_bound(&keys(), &request) > 100);
+    }
+
+    #[test]
+    fn stale_cas_mismatch_and_reused_ids_write_nothing() {
+        let put = request(1, vec![Op::put("k", "v")], None);
+        let reads = ReadSet::for_write(&keys(), &put);
+        let snapshot = Snapshot {
+            found: vec![state(2, 0), None],
+        };
+        assert!(matches!(
+            plan_write(&keys(), &put, &reads, &snapshot, 4).unwrap(),
+            WritePlan::Refuse(Refused::Stale { .. })
+        ));
+
+        let cas = request(3, vec![Op::cas("k", Some("x".into()), None)], None);
+        let reads = ReadSet::for_write(&keys(), &cas);
+        let snapshot = Snapshot {
+            found: vec![
+                state(2, 0),
+                Some(Found {
+                    key: keys().data(b"k"),
+                    value: b"y".to_vec(),
+                    mod_revision: 5,
+                }),
+            ],
+        };
+        assert_eq!(
+            plan_write(&keys(), &cas, &reads, &snapshot, 4).unwrap(),
+            WritePlan::Refuse(Refused::CasMismatch {
+                op_index: 0,
+                current: Some("y".into())
+            })
+        );
+
+        let with_id = request(3, vec![Op::put("k", "v")], Some("r1"));
+        let reads = ReadSet::for_write(&keys(), &with_id);
+        let other = Record {
+            fingerprint: vec![1],
+            marks: Marks::ZERO,
+            results: vec![],
+        };
+        let snapshot = Snapshot {
+            found: vec![
+                state(2, 1),
+                Some(Found {
+                    key: keys().record("r1"),
+                    value: other.encode(),
+                    mod_revision: 9,
+                }),
+                None,
+                None,
+            ],
+        };
+        assert!(matches!(
+            plan_write(&keys(), &with_id, &reads, &snapshot, 4).unwrap(),
+            WritePlan::Refuse(Refused::IdempotencyKeyReused { .. })
+        ));
+    }
+
+    #[test]
+    fn the_oldest_id_is_evicted_once_the_window_is_full() {
+        let request = request(3, vec![], Some("new"));
+        let reads = ReadSet::for_write(&keys(), &request);
+        let oldest = |number: u64| {
+            Some(Found {
+                key: keys().slot(number),
+                value: b"old".to_vec(),
+                mod_revision: 4,
+            })
+        };
+        // Window 2, ids 0 and 1 kept: recording id 2 evicts id 0.
+        let snapshot = Snapshot {
+            found: vec![state(2, 2), None, oldest(0)],
+        };
+        let (full, _) = commit(plan_write(&keys(), &request, &reads, &snapshot, 2).unwrap());
+        assert_eq!(full.deletes, [keys().slot(0), keys().record("old")]);
+        // Window 3: nothing evicted yet.
+        let (room, _) = commit(plan_write(&keys(), &request, &reads, &snapshot, 3).unwrap());
+        assert!(room.deletes.is_empty());
+        assert!(room.puts.contains(&(keys().slot(2), b"new".to_vec())));
+    }
+
+    #[test]
+    fn a_read_commits_only_a_raised_mark() {
+        let shared = Sequencer::new(
+            LockName::new("a").unwrap(),
+            Mode::Shared,
+            Generation::new(5).unwrap(),
+        );
+        let snapshot = Snapshot {
+            found: vec![state(5, 0), None],
+        };
+        let reads = ReadSet::for_read(&keys(), b"k");
+        assert!(matches!(
+            plan_read(&keys(), &reads, Some(&shared), &snapshot).unwrap(),
+            ReadPlan::Commit { .. }
+        ));
+        assert!(matches!(
+            plan_read(&keys(), &reads, None, &snapshot).unwrap(),
+            ReadPlan::Answer(_)
+        ));
+        let snapshot = Snapshot {
+            found: vec![state(6, 0), None],
+        };
+        assert!(matches!(
+            plan_read(&keys(), &reads, Some(&shared), &snapshot).unwrap(),
+            ReadPlan::Refuse(Refused::Stale { .. })
+        ));
+    }
+
+    fn cached(exclusive: u64, recorded: u64, oldest_slot: Option<Option<Found>>) -> Cached {
+        Cached {
+            state: LockState {
+                marks: Marks {
+                    exclusive,
+                    shared: 0,
+                },
+                recorded,
+            },
+            state_revision: 7,
+            oldest_slot,
+        }
+    }
+
+    #[test]
+    fn the_optimistic_path_compares_what_it_assumed() {
+        let request = request(
+            3,
+            vec![
+                Op::cas("c", Some("old".into()), Some("new".into())),
+                Op::put("k", "v"),
+                Op::delete("k"),
+            ],
+            None,
+        );
+        let reads = ReadSet::for_write(&keys(), &request);
+        let admitted = plan_optimistic(&keys(), &request, &reads, &cached(2, 0, None), 4).unwrap();
+        assert_eq!(
+            admitted.commit.conditions,
+            [
+                Condition::Unchanged {
+                    key: keys().state(),
+                    mod_revision: 7
+                },
+                Condition::Holds {
+                    key: keys().data(b"c"),
+                    value: b"old".to_vec()
+                },
+            ]
+        );
+        assert_eq!(
+            admitted.commit.data,
+            [
+                (keys().data(b"c"), Some(b"new".to_vec())),
+                (keys().data(b"k"), None)
+            ]
+        );
+        assert_eq!(admitted.results, Results::FromPrevious);
+        assert_eq!(admitted.commit.else_read, reads.ranges);
+        let existed = HashMap::from([(keys().data(b"c"), true), (keys().data(b"k"), true)]);
+        assert_eq!(
+            replay_results(&keys(), &request.ops, &existed),
+            [OpResult::Swapped, OpResult::Replaced, OpResult::Deleted]
+        );
+    }
+
+    #[test]
+    fn the_optimistic_path_leaves_to_a_fresh_read_what_it_cannot_decide() {
+        let reads_of = |request: &WriteRequest| ReadSet::for_write(&keys(), request);
+        // Stale on the remembered marks: refusals are decided on a read.
+        let stale = request(1, vec![Op::put("k", "v")], None);
+        assert!(
+            plan_optimistic(&keys(), &stale, &reads_of(&stale), &cached(2, 0, None), 4).is_none()
+        );
+        // A compare-and-swap that fails within the request.
+        let mismatch = request(
+            3,
+            vec![Op::put("k", "1"), Op::cas("k", Some("2".into()), None)],
+            None,
+        );
+        assert!(
+            plan_optimistic(
+                &keys(),
+                &mismatch,
+                &reads_of(&mismatch),
+                &cached(2, 0, None),
+                4
+            )
+            .is_none()
+        );
+        // A request id with two keys of unknown prior existence.
+        let two = request(3, vec![Op::put("a", "1"), Op::put("b", "2")], Some("r"));
+        assert!(plan_optimistic(&keys(), &two, &reads_of(&two), &cached(2, 0, None), 4).is_none());
+        // An eviction from an unknown oldest slot.
+        let one = request(3, vec![Op::put("a", "1")], Some("r"));
+        assert!(plan_optimistic(&keys(), &one, &reads_of(&one), &cached(2, 4, None), 4).is_none());
+        // A retry of the oldest remembered id: evicting and recording one
+        // key in one Txn would be refused by etcd as a duplicate key.
+        let oldest = Found {
+            key: keys().slot(0),
+            value: b"r".to_vec(),
+            mod_revision: 3,
+        };
+        assert!(
+            plan_optimistic(
+                &keys(),
+                &one,
+                &reads_of(&one),
+                &cached(2, 4, Some(Some(oldest))),
+                4
+            )
+            .is_none()
+        );
+        // With room in the window, one key: the record is chosen by etcd.
+        let admitted =
+            plan_optimistic(&keys(), &one, &reads_of(&one), &cached(2, 1, None), 4).unwrap();
+        let choice = admitted.commit.record_choice.expect("a record choice");
+        assert_eq!(choice.data_key, keys().data(b"a"));
+        assert_ne!(choice.if_present, choice.if_absent);
+        assert!(admitted.commit.conditions.contains(&Condition::Absent {
+            key: keys().record("r")
+        }));
+    }
+}
