@@ -8,7 +8,9 @@
 //!   against it.
 //! - [`etcd`], [`redis`], [`sql`]: spawners that start real `etcd`,
 //!   `redis-server`, PostgreSQL and MariaDB processes on free loopback ports
-//!   in temporary directories and kill them (by PID) on drop.
+//!   in temporary directories and kill them (by PID) on drop;
+//!   [`sql::pair::PostgresPair`], a PostgreSQL primary with a synchronous
+//!   streaming standby, for failover tests.
 //! - [`history`], [`checker`]: Jepsen-style operation histories recorded
 //!   by client processes, and the offline checker of the fault suite's
 //!   invariants (I-MONO, I-STALE, I-TOKEN, I-DUR, I-ONCE, I-LIVE).

@@ -193,6 +193,58 @@ impl Drop for ChildProcess {
     }
 }
 
+/// The processes whose parent is `pid`, from `/proc` (empty when `pid` is
+/// gone).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| proc_stat(*child).is_some_and(|(_, parent)| parent == pid))
+        .collect()
+}
+
+/// Whether process `pid` has ended: no longer in `/proc`, or a zombie
+/// waiting for its parent to reap it.
+pub fn is_gone(pid: u32) -> bool {
+    proc_stat(pid).is_none_or(|(state, _)| state == 'Z' || state == 'X')
+}
+
+/// Waits until every process in `pids` has ended (see [`is_gone`]).
+///
+/// A process killed with SIGKILL ends when the kernel next schedules it;
+/// there is no event to wait on for a process that is not our child, so
+/// poll with a short, bounded period.
+pub fn wait_gone(pids: &[u32], timeout: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let alive: Vec<u32> = pids.iter().copied().filter(|pid| !is_gone(*pid)).collect();
+        if alive.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("processes {alive:?} still run after {timeout:?}"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `(state, parent pid)` of process `pid`, from `/proc/<pid>/stat`.
+fn proc_stat(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces:
+    // the fields after it start after the last ')'.
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    Some((state, parent))
+}
+
 /// Sends `signal` to process `pid` (a process this test started).
 pub fn send_signal(pid: u32, signal: Signal) -> io::Result<()> {
     let pid = i32::try_from(pid).map_err(|_| io::Error::other("pid out of range"))?;
@@ -224,6 +276,29 @@ mod tests {
         );
         assert_eq!(debian_package("etcd"), "etcd-server");
         assert_eq!(debian_package("redis-cli"), "redis-tools");
+    }
+
+    #[test]
+    fn children_are_found_and_a_killed_process_is_gone() {
+        let mut parent = ChildProcess::spawn(
+            "sh",
+            Command::new("sh").args(["-c", "sleep 60 & wait"]),
+            None,
+        )
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let child = loop {
+            if let Some(child) = children_of(parent.pid()).first() {
+                break *child;
+            }
+            assert!(Instant::now() < deadline, "sh never started its sleep");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(!is_gone(child));
+        send_signal(child, Signal::SIGKILL).unwrap();
+        wait_gone(&[child], Duration::from_secs(30)).unwrap();
+        parent.kill().unwrap();
+        assert!(is_gone(parent.pid()));
     }
 
     #[test]

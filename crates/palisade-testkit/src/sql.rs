@@ -30,9 +30,11 @@ use tempfile::TempDir;
 
 use crate::process::{self, ChildProcess};
 
+pub mod pair;
+
 /// How long a server may take to accept queries after it was started
 /// (crash recovery included); generous for a loaded 2-core machine.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// PostgreSQL's refusal to start while backends of a killed postmaster
 /// still hold its shared memory.
@@ -75,6 +77,9 @@ pub struct SqlServer {
     bin: PathBuf,
     /// `(uid, gid)` to run as, when the tests run as root.
     run_as: Option<(u32, u32)>,
+    /// Extra `-c name=value` settings on PostgreSQL's command line (not in
+    /// its data directory, so a base backup of it does not copy them).
+    settings: Vec<String>,
     process: Option<ChildProcess>,
     /// Declared last so the process is killed before the data is removed.
     dir: TempDir,
@@ -126,6 +131,15 @@ impl SqlServer {
     }
 
     fn create(dialect: Dialect, bin: PathBuf) -> SqlServer {
+        let mut server = SqlServer::unstarted(dialect, bin, Vec::new());
+        server.init_data_dir();
+        server.start_on_a_free_port();
+        server
+    }
+
+    /// A handle with its own temporary directory, no data directory yet and
+    /// no process.
+    fn unstarted(dialect: Dialect, bin: PathBuf, settings: Vec<String>) -> SqlServer {
         let run_as = nix::unistd::geteuid().is_root().then(|| {
             let user = nix::unistd::User::from_name(dialect.service_user())
                 .ok()
@@ -156,25 +170,37 @@ impl SqlServer {
             )
             .expect("chown of the test's own temporary directory");
         }
-        let mut server = SqlServer {
+        SqlServer {
             dialect,
             port: 0,
             bin,
             run_as,
+            settings,
             process: None,
             dir,
-        };
-        server.init_data_dir();
+        }
+    }
+
+    /// Starts the server on its (already made) data directory, on a free
+    /// port.
+    ///
+    /// # Panics
+    ///
+    /// When it does not start after 3 attempts, with the end of its log.
+    fn start_on_a_free_port(&mut self) {
         let mut last_error = String::new();
         for _attempt in 0..3 {
-            server.port = process::free_port();
-            match server.launch() {
-                Ok(()) => return server,
+            self.port = process::free_port();
+            match self.launch() {
+                Ok(()) => return,
                 // Most likely the port was taken between choosing and binding.
                 Err(error) => last_error = error.to_string(),
             }
         }
-        panic!("{dialect:?} did not start after 3 attempts: {last_error}");
+        panic!(
+            "{:?} did not start after 3 attempts: {last_error}",
+            self.dialect
+        );
     }
 
     /// The client URL: `postgres://postgres@127.0.0.1:<port>/postgres` or
@@ -351,6 +377,9 @@ impl SqlServer {
                     .arg("-k")
                     .arg(self.dir.path())
                     .args(["-c", "listen_addresses=127.0.0.1"]);
+                for setting in &self.settings {
+                    command.arg("-c").arg(setting);
+                }
                 command
             }
             Dialect::MariaDb => {

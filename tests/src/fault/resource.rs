@@ -291,6 +291,14 @@ impl ResourceServerProcess {
         self.launch()
     }
 
+    /// Kills the server (SIGKILL) and starts it again on the same port,
+    /// over the engine `spec` names: a server moved to a promoted standby.
+    pub fn restart_on_store(&mut self, spec: impl Into<String>) -> anyhow::Result<()> {
+        self.kill()?;
+        self.options.store = Some(spec.into());
+        self.launch()
+    }
+
     /// SIGTERM, then waits for the graceful shutdown (flush included); kills
     /// it if that takes longer than 20 s. Returns whether it exited by
     /// itself.

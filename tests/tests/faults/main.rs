@@ -1,10 +1,11 @@
 //! The fault suite, part one: clients, lock services and their clocks
 //! (scenarios 1, 2, 3, 4, 9, 10, the SQL backend's 13, 14, 15, the
-//! PostgreSQL engine's replicas 16, the etcd engine's replicas 17, and the
+//! PostgreSQL engine's replicas 16, the etcd engine's replicas 17, the
+//! PostgreSQL store's failover to a synchronous standby 18, and the
 //! mutation check).
 //!
 //! Every scenario runs real processes on loopback: etcd, Redis, PostgreSQL
-//! or MariaDB from the testkit, the resource server
+//! (alone or a primary with its standby) or MariaDB from the testkit, the resource server
 //! (`src/bin/resource-server.rs`) and workload clients
 //! (`src/bin/fault-client.rs`) as children of this test, each recording
 //! its history. The scenario injects its faults, stops the
@@ -28,6 +29,7 @@ mod s14_sql_holder_paused;
 mod s15_sql_connection_cut;
 mod s16_postgres_replicas;
 mod s17_etcd_replicas;
+mod s18_postgres_failover;
 mod story;
 
 use std::time::Duration;

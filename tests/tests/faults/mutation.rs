@@ -4,6 +4,10 @@
 //! and the checker has to report the late writes as violations of I-MONO
 //! and I-STALE.
 //!
+//! Scenario 18 (the PostgreSQL store's failover) runs again with the
+//! resource server restarted over an empty database instead of the
+//! promoted standby: the checker has to report the late write (I-STALE).
+//!
 //! Scenario 7 (a client partitioned from the resource server) belongs to
 //! the network binary (`tests/tests/faults_net`), which runs its own
 //! unfenced variant with the same server option.
@@ -17,6 +21,7 @@ use palisade_tests::fault::{
 };
 
 use crate::TTL;
+use crate::s18_postgres_failover::{FailoverTo, primary_lost};
 use crate::story::paused_holder;
 
 /// Runs the paused-holder story against an unfenced server and returns the
@@ -85,6 +90,26 @@ async fn unfenced_sql_story_is_caught_by_the_checker() -> anyhow::Result<()> {
     )
     .await?;
     assert_violation_reported(&report, accepted);
+    Ok(())
+}
+
+/// Scenario 18 with the resource server restarted over an empty database
+/// instead of the promoted standby (a standby that had nothing): the
+/// paused holder's late write meets no mark, is accepted, and the checker
+/// must report it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_to_an_empty_database_is_caught_by_the_checker() -> anyhow::Result<()> {
+    let (report, late) = primary_lost(
+        "m18",
+        Scenario::new(
+            "mutation: 18 failing over to an empty database",
+            "redis lock, postgres store",
+        ),
+        FailoverTo::EmptyDatabase,
+    )
+    .await?;
+    assert!(late.accepted >= 1, "the late write met no mark: {late:?}");
+    assert!(report.count(Invariant::Stale) > 0, "{report}");
     Ok(())
 }
 

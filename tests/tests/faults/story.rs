@@ -144,7 +144,7 @@ pub(crate) async fn paused_holder_over(
 
 /// Opens the holder's gate and counts how its late write (generation
 /// `held`, after a write of `newer`) ended.
-async fn late_write(
+pub(crate) async fn late_write(
     holder: &mut ClientProcess,
     held: u64,
     newer: u64,
