@@ -29,6 +29,7 @@ use yaml_rust2::{Yaml, YamlLoader};
 /// against those files in both directions, so it cannot drift from them.
 const ACCEPTED_VARIABLES: &[(&str, &str)] = &[
     ("PALISADE_DATA_DIR", SERVER_CONFIG),
+    ("PALISADE_STORE", SERVER_CONFIG),
     ("PALISADE_LISTEN", SERVER_CONFIG),
     ("PALISADE_DURABILITY", SERVER_CONFIG),
     ("PALISADE_BUFFERED_FLUSH_MS", SERVER_CONFIG),
