@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use palisade_core::SessionOptions;
 use palisade_lock_embedded::{EmbeddedLock, EmbeddedLockService};
-use palisade_testkit::lock_suite::{self, SuiteBackend};
+use palisade_testkit::lock_suite::{self, SuiteBackend, SuiteInspect};
 
 /// The embedded service, driven by the suite.
 struct EmbeddedBackend {
@@ -35,7 +35,9 @@ impl SuiteBackend for EmbeddedBackend {
     fn min_ttl(&self) -> Duration {
         Duration::from_secs(1)
     }
+}
 
+impl SuiteInspect for EmbeddedBackend {
     type Inspector = EmbeddedLockService;
 
     fn inspector(&self) -> &EmbeddedLockService {

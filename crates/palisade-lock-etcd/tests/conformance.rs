@@ -7,7 +7,7 @@ use std::time::Duration;
 use palisade_core::SessionOptions;
 use palisade_lock_etcd::{EtcdConfig, EtcdConnection, EtcdLock};
 use palisade_testkit::etcd::EtcdServer;
-use palisade_testkit::lock_suite::{self, SuiteBackend};
+use palisade_testkit::lock_suite::{self, SuiteBackend, SuiteInspect};
 
 /// The etcd backend as the suite drives it: sessions on one connection.
 struct EtcdBackend {
@@ -50,7 +50,9 @@ impl SuiteBackend for EtcdBackend {
     fn min_ttl(&self) -> Duration {
         Duration::from_secs(2)
     }
+}
 
+impl SuiteInspect for EtcdBackend {
     type Inspector = EtcdConnection;
 
     fn inspector(&self) -> &EtcdConnection {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use palisade_core::SessionOptions;
 use palisade_lock_redis::{Redlock, RedlockClient, RedlockConfig};
-use palisade_testkit::lock_suite::{SuiteBackend, test_all};
+use palisade_testkit::lock_suite::{SuiteBackend, test_locking};
 use palisade_testkit::redis::{RedisOptions, RedisServer};
 
 struct SuiteRedlock {
@@ -51,7 +51,9 @@ async fn suite_on(masters: usize) {
         .await
         .expect("connect to the test masters");
     assert_eq!(client.masters_connected(), masters);
-    test_all(SuiteRedlock {
+    // Every case but `inspection`: Redlock has no inspection API yet
+    // (`palisade locks` refuses `--backend redlock` and says so).
+    test_locking(&SuiteRedlock {
         client,
         _masters: servers,
     })

@@ -97,9 +97,13 @@ pub trait SuiteBackend: Send + Sync + 'static {
     /// The shortest lease TTL the backend supports (etcd: 2 s). Cases that
     /// wait for an expiry use it, with generous margins.
     fn min_ttl(&self) -> Duration;
+}
 
-    /// The backend's inspection API ([`Inspect`]), reading the same lock
-    /// service as the sessions.
+/// A backend with an inspection API ([`Inspect`]): [`test_all`] runs the
+/// [`inspection`] case on it too.
+pub trait SuiteInspect: SuiteBackend {
+    /// The backend's inspection API, reading the same lock service as the
+    /// sessions.
     type Inspector: Inspect;
 
     /// The inspector the [`inspection`] case reads with.
@@ -131,9 +135,21 @@ macro_rules! run_cases {
 ///
 /// Panics with a message naming the backend and the case at the first
 /// violation.
-pub async fn test_all<B: SuiteBackend>(backend: B) {
+pub async fn test_all<B: SuiteInspect>(backend: B) {
     let started = Instant::now();
-    let backend = &backend;
+    test_locking(&backend).await;
+    run(&backend, "inspection", inspection(&backend)).await;
+    println!(
+        "lock suite [{}]: all cases passed in {:.1?}",
+        backend.name(),
+        started.elapsed()
+    );
+}
+
+/// Every case but [`inspection`]: the whole suite of a backend that has no
+/// inspection API (Redlock: its holders and generation are spread over the
+/// masters, and no inspection reads them yet).
+pub async fn test_locking<B: SuiteBackend>(backend: &B) {
     // The cases that wait for lease ends come last: they are the slow ones.
     run_cases!(
         backend;
@@ -150,12 +166,6 @@ pub async fn test_all<B: SuiteBackend>(backend: B) {
         owner_only_release,
         lease_lost_on_expiry,
         lock_delay,
-        inspection,
-    );
-    println!(
-        "lock suite [{}]: all cases passed in {:.1?}",
-        backend.name(),
-        started.elapsed()
     );
 }
 
@@ -1153,7 +1163,7 @@ pub async fn lock_delay<B: SuiteBackend>(backend: &B) {
 /// hand-off shows the new generation, a released lock shows no holder and
 /// leaves the list, and the prefix filter is a plain string prefix of the
 /// whole name (`a/b` selects `a/b` and `a/bc`, never `ab`).
-pub async fn inspection<B: SuiteBackend>(backend: &B) {
+pub async fn inspection<B: SuiteInspect>(backend: &B) {
     let owned_case = Case::new(backend, "inspection");
     let case = &owned_case;
     let inspector = backend.inspector();

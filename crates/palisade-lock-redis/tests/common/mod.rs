@@ -96,7 +96,9 @@ impl<K: Send + Sync + 'static> palisade_testkit::lock_suite::SuiteBackend for Su
     fn min_ttl(&self) -> Duration {
         Duration::from_secs(1)
     }
+}
 
+impl<K: Send + Sync + 'static> palisade_testkit::lock_suite::SuiteInspect for SuiteRedis<K> {
     type Inspector = RedisLockClient;
 
     fn inspector(&self) -> &RedisLockClient {

@@ -71,7 +71,9 @@ impl palisade_testkit::lock_suite::SuiteBackend for SuiteSql {
     fn min_ttl(&self) -> Duration {
         Duration::from_secs(1)
     }
+}
 
+impl palisade_testkit::lock_suite::SuiteInspect for SuiteSql {
     type Inspector = SqlLockClient;
 
     fn inspector(&self) -> &SqlLockClient {
