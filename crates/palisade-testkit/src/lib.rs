@@ -28,6 +28,7 @@
 pub mod checker;
 pub mod engine_suite;
 pub mod etcd;
+pub mod grafana;
 pub mod history;
 pub mod lock_suite;
 pub mod process;
