@@ -26,6 +26,18 @@
 //! On the embedded backend the buyers are tasks of this process (its lock
 //! service lives in one process); on etcd and Redis each buyer is a
 //! separate process.
+//!
+//! With `--stripes N` (lock striping, the segmented lock of a hot item) the
+//! stock is split into N segments, each its own lock name
+//! (`<lock>/segment-<i>`) and its own fenced key: a buyer takes a random
+//! segment's lock, moves to another segment when that one is sold out,
+//! and goes home when it has seen every segment sold out. Each segment is
+//! fenced on its own (its lock's marks), so the total never oversells.
+//! The cost is the end of the sale: buyers spend lock acquisitions on
+//! segments that turn out to be empty, and the last units sit in a few
+//! segments while most buyers hunt for them ([`SaleRun::sold_out_visits`],
+//! [`SaleRun::tail`]). [`measure`] runs one fenced sale without pauses for
+//! the `stripes` benchmark.
 
 use std::time::Duration;
 
@@ -46,8 +58,13 @@ use crate::rng::DemoRng;
 use crate::sql_stock;
 use crate::storage::{ResourceServer, Storage, StorageTarget, WriteOutcome};
 
-/// The lock every buyer takes.
+/// The lock every buyer takes; with stripes, the prefix of the segments'
+/// lock names.
 const LOCK: &str = "flash-sale/sku-42";
+/// The seeded stream of a buyer's segment choices is this plus the buyer
+/// number: apart from the pause streams, so that a seed gives the same
+/// pauses whatever the number of stripes.
+const SEGMENT_STREAM: u64 = 1 << 32;
 /// The key the stock is kept under.
 const STOCK_KEY: &str = "stock";
 /// How long a buyer waits for the lock before giving up (it queues behind
@@ -89,9 +106,18 @@ pub struct FlashSaleArgs {
 
     /// Keep the stock in a table of this PostgreSQL (postgres://...)
     /// instead of the demo's own stores: plain statements without fencing,
-    /// `palisade_sql` fenced transactions with it.
+    /// `palisade_sql` fenced transactions with it. Works with --stripes
+    /// (one row and one fence per segment).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
+
+    /// Lock striping: split the stock into N segments, each with its own
+    /// lock and its own fenced key. A buyer takes a random segment's lock
+    /// and moves to another segment when that one is sold out. 1 is one
+    /// lock for the whole stock. At least 1 and at most --items (every
+    /// segment opens with at least one item).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub stripes: u32,
 }
 
 impl FlashSaleArgs {
@@ -105,6 +131,7 @@ impl FlashSaleArgs {
             pause_percent: 30,
             seed: 42,
             store: None,
+            stripes: 1,
         }
     }
 
@@ -181,6 +208,23 @@ pub struct SaleRun {
     pub pauses_past_ttl: u64,
     /// From the opening bell to the last buyer going home.
     pub elapsed: Duration,
+    /// Segments the stock was split into (`--stripes`).
+    pub stripes: u32,
+    /// Lock acquisitions the buyers made (0 without a lock).
+    pub lock_acquisitions: u64,
+    /// The 99th percentile of a buyer's wait from asking for a segment's
+    /// lock (opening its session included) to holding it; `None` without a
+    /// lock.
+    pub lock_wait_p99: Option<Duration>,
+    /// Visits to a segment that turned out to be sold out (a lock
+    /// acquisition wasted on it, or a read without a lock). Every buyer
+    /// needs one per segment to learn that the sale is over, so this is
+    /// between `buyers` (one stripe) and `buyers × stripes`.
+    pub sold_out_visits: u64,
+    /// The end-of-sale tail: from the first segment sold out to the last
+    /// unit sold, as the driver saw the sales. Zero with one stripe; `None`
+    /// when no segment was ever sold out.
+    pub tail: Option<Duration>,
 }
 
 impl SaleRun {
@@ -267,7 +311,11 @@ pub(crate) struct BuyerPlan {
     /// Take the lock around each purchase.
     pub(crate) locked: bool,
     pub(crate) storage: StorageTarget,
-    pub(crate) lock: String,
+    /// The segments' lock names; one without striping.
+    pub(crate) segments: Vec<String>,
+    /// Buyer 0's first purchase pauses past the lease (the demo does, so
+    /// every run has a stale writer; the benchmark does not).
+    pub(crate) forced_pause: bool,
 }
 
 /// Something a buyer did that the driver reports.
@@ -282,11 +330,18 @@ pub(crate) enum BuyerEvent {
         generation: Option<u64>,
         stock_seen: i64,
     },
-    /// Sold one item: wrote `stock_seen - 1`.
+    /// Sold one item of `segment`: wrote `stock_seen - 1`.
     Sold {
         buyer: u32,
+        segment: usize,
         generation: Option<u64>,
         stock_seen: i64,
+    },
+    /// Got `segment`'s lock after waiting `waited_micros`.
+    Acquired {
+        buyer: u32,
+        segment: usize,
+        waited_micros: u64,
     },
     /// The resource server refused a stale sequencer; the buyer retries.
     Refused {
@@ -311,6 +366,8 @@ pub(crate) struct Tally {
     pub(crate) stale_accepted: u64,
     pub(crate) pauses: u64,
     pub(crate) pauses_past_ttl: u64,
+    pub(crate) acquisitions: u64,
+    pub(crate) sold_out_visits: u64,
 }
 
 impl Tally {
@@ -320,6 +377,8 @@ impl Tally {
         self.stale_accepted += other.stale_accepted;
         self.pauses += other.pauses;
         self.pauses_past_ttl += other.pauses_past_ttl;
+        self.acquisitions += other.acquisitions;
+        self.sold_out_visits += other.sold_out_visits;
     }
 }
 
@@ -338,7 +397,7 @@ fn next_pause(rng: &mut DemoRng, plan: &BuyerPlan, attempt: u64) -> Option<Durat
         // enough for buyers to trip over each other.
         return (roll < plan.pause_percent).then(|| Duration::from_millis(short_ms));
     }
-    if plan.buyer == 0 && attempt == 0 {
+    if plan.forced_pause && plan.buyer == 0 && attempt == 0 {
         // Always at least one pause past the lease, early, while other
         // buyers are queued for the lock.
         return Some(Duration::from_millis(ttl * 5 / 2));
@@ -352,8 +411,9 @@ fn next_pause(rng: &mut DemoRng, plan: &BuyerPlan, attempt: u64) -> Option<Durat
     }
 }
 
-/// A buyer's whole shopping trip: buys until the stock is gone and returns
-/// its counts. `report` hears about pauses, sales and refusals.
+/// A buyer's whole shopping trip: buys from random segments until it has
+/// seen every segment sold out, and returns its counts. `report` hears
+/// about grants, pauses, sales and refusals.
 pub(crate) async fn buy_until_sold_out(
     plan: &BuyerPlan,
     locks: Locks,
@@ -361,20 +421,48 @@ pub(crate) async fn buy_until_sold_out(
     report: &(dyn Fn(BuyerEvent) + Send + Sync),
 ) -> Result<Tally, DemoError> {
     let ttl = Duration::from_millis(plan.ttl_ms);
-    let lock = LockName::new(plan.lock.as_str())?;
     let fenced = storage.is_fenced();
-    let mut client = LocalClient::new(locks, session_options(ttl), storage, lock, STOCK_KEY);
+    let mut clients = Vec::with_capacity(plan.segments.len());
+    for segment in &plan.segments {
+        clients.push(LocalClient::new(
+            locks.clone(),
+            session_options(ttl),
+            storage.clone(),
+            LockName::new(segment.as_str())?,
+            STOCK_KEY,
+        ));
+    }
     let mut rng = DemoRng::new(plan.seed, u64::from(plan.buyer));
+    let mut picker = DemoRng::new(plan.seed, SEGMENT_STREAM + u64::from(plan.buyer));
+    // The segments this buyer has not yet found sold out.
+    let mut open: Vec<usize> = (0..clients.len()).collect();
     let mut tally = Tally::default();
     let buyer = plan.buyer;
     for attempt in 0.. {
+        let Some(pick) = (match open.len() {
+            0 => None,
+            1 => Some(0),
+            n => Some(picker.below(n as u64) as usize),
+        }) else {
+            break;
+        };
+        let segment = open[pick];
+        let client = &mut clients[segment];
         let pause = next_pause(&mut rng, plan, attempt);
         let generation = if plan.locked {
             client.set_renewal(match pause {
                 Some(_) => Renewal::Pausable,
                 None => Renewal::KeepAlive,
             });
-            Some(client.acquire(ACQUIRE_WAIT).await?.generation().get())
+            let asked = Instant::now();
+            let generation = client.acquire(ACQUIRE_WAIT).await?.generation().get();
+            tally.acquisitions += 1;
+            report(BuyerEvent::Acquired {
+                buyer,
+                segment,
+                waited_micros: u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX),
+            });
+            Some(generation)
         } else {
             None
         };
@@ -393,8 +481,13 @@ pub(crate) async fn buy_until_sold_out(
             }
         };
         if stock <= 0 {
+            // Sold out: with one stripe the sale is over; with more, this
+            // acquisition was the price of looking, and the buyer moves on.
+            tally.sold_out_visits += 1;
+            tracing::debug!(buyer, segment, "segment sold out");
             let _ = client.release().await;
-            break;
+            open.swap_remove(pick);
+            continue;
         }
         if let Some(pause) = pause {
             client.stop_renewal();
@@ -427,6 +520,7 @@ pub(crate) async fn buy_until_sold_out(
                 }
                 report(BuyerEvent::Sold {
                     buyer,
+                    segment,
                     generation,
                     stock_seen: stock,
                 });
@@ -447,18 +541,21 @@ pub(crate) async fn buy_until_sold_out(
     Ok(tally)
 }
 
-/// Runs the three sales and prints them side by side.
-pub async fn run(
-    args: &FlashSaleArgs,
-    launcher: &ChildLauncher,
-) -> Result<FlashSaleReport, DemoError> {
+/// Checks the flags that do not depend on the backend.
+fn validate(args: &FlashSaleArgs) -> Result<Duration, DemoError> {
     if args.items == 0 {
         return Err(DemoError::usage("--items must be at least 1"));
     }
-    if args.buyers < 2 {
+    if args.stripes == 0 {
         return Err(DemoError::usage(
-            "--buyers must be at least 2: one buyer alone can never oversell",
+            "--stripes must be at least 1 (1 is one lock for the whole stock)",
         ));
+    }
+    if u64::from(args.stripes) > args.items {
+        return Err(DemoError::usage(format!(
+            "--stripes {} is more than --items {}: every segment must open with at least one item",
+            args.stripes, args.items
+        )));
     }
     if args.pause_percent > 100 {
         return Err(DemoError::usage(
@@ -474,6 +571,20 @@ pub async fn run(
     {
         return Err(DemoError::usage(
             "--store takes a PostgreSQL URL (postgres://user@host:port/database)",
+        ));
+    }
+    Ok(ttl)
+}
+
+/// Runs the three sales and prints them side by side.
+pub async fn run(
+    args: &FlashSaleArgs,
+    launcher: &ChildLauncher,
+) -> Result<FlashSaleReport, DemoError> {
+    let ttl = validate(args)?;
+    if args.buyers < 2 {
+        return Err(DemoError::usage(
+            "--buyers must be at least 2: one buyer alone can never oversell",
         ));
     }
     let tag = invocation_tag();
@@ -493,6 +604,12 @@ pub async fn run(
         "Lease TTL {} ms. Each buyer loops: lock, read the stock, maybe pause, write stock - 1, release.",
         ttl.as_millis()
     );
+    if args.stripes > 1 {
+        println!(
+            "Lock striping: the stock is split into {} segments, each its own lock and fenced key; a buyer picks a random segment and moves on when it is sold out.",
+            args.stripes
+        );
+    }
     println!(
         "Pauses (seed {}): {}% of purchases; with a lock, half of them outlast the lease, and buyer 0's first purchase always does.",
         args.seed, args.pause_percent
@@ -513,7 +630,7 @@ pub async fn run(
         );
         let run_tag = format!("{tag}-{}", index + 1);
         let target = args.backend.target(&run_tag);
-        let run = run_sale(sale, args, ttl, &target, &run_tag, launcher).await?;
+        let run = run_sale(sale, args, ttl, &target, &run_tag, Some(launcher)).await?;
         println!("  verdict: {}", run.verdict());
         runs.push(run);
     }
@@ -531,6 +648,48 @@ pub async fn run(
     };
     print_table(&report);
     Ok(report)
+}
+
+/// One fenced sale, quietly, for the `stripes` benchmark: the buyers are
+/// tasks of this process whatever the backend, and nobody pauses unless
+/// `--pause-percent` says so (buyer 0's forced pause is the demo's, not
+/// the benchmark's).
+pub async fn measure(args: &FlashSaleArgs) -> Result<SaleRun, DemoError> {
+    let ttl = validate(args)?;
+    if args.buyers == 0 {
+        return Err(DemoError::usage("--buyers must be at least 1"));
+    }
+    let tag = invocation_tag();
+    let target = args.backend.target(&tag);
+    run_sale(SaleKind::LockWithFencing, args, ttl, &target, &tag, None).await
+}
+
+/// The lock names of the stock's segments: `base` itself with one stripe
+/// (the sale without striping), `base/segment-<i>` with more.
+fn segment_locks(base: &str, stripes: u32) -> Result<Vec<LockName>, DemoError> {
+    if stripes == 1 {
+        return Ok(vec![LockName::new(base)?]);
+    }
+    (0..stripes)
+        .map(|segment| Ok(LockName::new(format!("{base}/segment-{segment}"))?))
+        .collect()
+}
+
+/// The opening stock of `segment`: the items split as evenly as they go,
+/// the first `items % stripes` segments one more.
+fn segment_stock(items: u64, stripes: u32, segment: u32) -> u64 {
+    let stripes = u64::from(stripes);
+    items / stripes + u64::from(u64::from(segment) < items % stripes)
+}
+
+/// The `quantile` (0..=1) of `samples`, sorted in place.
+fn quantile(samples: &mut [Duration], quantile: f64) -> Option<Duration> {
+    if samples.is_empty() {
+        return None;
+    }
+    samples.sort_unstable();
+    let rank = (quantile * samples.len() as f64).ceil() as usize;
+    Some(samples[rank.clamp(1, samples.len()) - 1])
 }
 
 fn describe_run(sale: SaleKind, sql_store: bool) -> &'static str {
@@ -552,18 +711,23 @@ fn describe_run(sale: SaleKind, sql_store: bool) -> &'static str {
     }
 }
 
+/// One sale. `launcher` starts buyer processes on the backends shared
+/// across processes; without one (the benchmark) the buyers are tasks of
+/// this process, nobody is forced to pause and nothing is printed.
 async fn run_sale(
     sale: SaleKind,
     args: &FlashSaleArgs,
     ttl: Duration,
     target: &BackendTarget,
     run_tag: &str,
-    launcher: &ChildLauncher,
+    launcher: Option<&ChildLauncher>,
 ) -> Result<SaleRun, DemoError> {
-    let lock = match &args.store {
-        Some(_) => LockName::new(format!("{LOCK}/{run_tag}"))?,
-        None => LockName::new(LOCK)?,
+    let demo = launcher.is_some();
+    let base = match &args.store {
+        Some(_) => format!("{LOCK}/{run_tag}"),
+        None => LOCK.to_owned(),
     };
+    let segments = segment_locks(&base, args.stripes)?;
     let (storage_target, plain_store, resource_server) = if let Some(url) = &args.store {
         let target = StorageTarget::Postgres {
             url: url.clone(),
@@ -572,24 +736,32 @@ async fn run_sale(
         if let Storage::Sql(stock) = Storage::connect(&target)? {
             stock.prepare().await?;
         }
-        println!(
-            "  (stock row `{}` of {}{})",
-            sql_stock::item(&lock, STOCK_KEY),
-            sql_stock::TABLE,
-            if sale.fenced() {
-                "; fences in palisade_marks"
-            } else {
-                ""
-            }
-        );
+        if demo {
+            println!(
+                "  (stock row{} `{}` of {}{})",
+                if segments.len() > 1 { "s" } else { "" },
+                match segments.len() {
+                    1 => sql_stock::item(&segments[0], STOCK_KEY),
+                    _ => sql_stock::item(&LockName::new(format!("{base}/segment-*"))?, STOCK_KEY),
+                },
+                sql_stock::TABLE,
+                if sale.fenced() {
+                    "; fences in palisade_marks"
+                } else {
+                    ""
+                }
+            );
+        }
         (target, None, None)
     } else if sale.fenced() {
         let server = ResourceServer::start().await?;
-        println!(
-            "  (resource server on {}, data in {})",
-            server.url(),
-            server.data_dir().display()
-        );
+        if demo {
+            println!(
+                "  (resource server on {}, data in {})",
+                server.url(),
+                server.data_dir().display()
+            );
+        }
         (
             StorageTarget::Fenced { url: server.url() },
             None,
@@ -597,27 +769,32 @@ async fn run_sale(
         )
     } else {
         let store = PlainStore::start().await?;
-        println!("  (plain store on {})", store.url());
+        if demo {
+            println!("  (plain store on {})", store.url());
+        }
         (StorageTarget::Plain { url: store.url() }, Some(store), None)
     };
     let storage = Storage::connect(&storage_target)?;
     let locks = Locks::connect(target).await?;
 
-    // The opening stock, written under the lock like every later write.
-    let mut opener = LocalClient::new(
-        locks.clone(),
-        session_options(ttl),
-        storage.clone(),
-        lock.clone(),
-        STOCK_KEY,
-    );
-    let opening =
-        i64::try_from(args.items).map_err(|_| DemoError::usage("--items is too large"))?;
-    if sale.locked() {
-        opener.acquire(ACQUIRE_WAIT).await?;
+    // The opening stock of every segment, written under its lock like
+    // every later write.
+    for (segment, lock) in (0..args.stripes).zip(&segments) {
+        let mut opener = LocalClient::new(
+            locks.clone(),
+            session_options(ttl),
+            storage.clone(),
+            lock.clone(),
+            STOCK_KEY,
+        );
+        let opening = i64::try_from(segment_stock(args.items, args.stripes, segment))
+            .map_err(|_| DemoError::usage("--items is too large"))?;
+        if sale.locked() {
+            opener.acquire(ACQUIRE_WAIT).await?;
+        }
+        opener.write(opening).await?;
+        opener.release().await?;
     }
-    opener.write(opening).await?;
-    opener.release().await?;
 
     let plans: Vec<BuyerPlan> = (0..args.buyers)
         .map(|buyer| BuyerPlan {
@@ -627,15 +804,19 @@ async fn run_sale(
             pause_percent: args.pause_percent,
             locked: sale.locked(),
             storage: storage_target.clone(),
-            lock: lock.as_str().to_owned(),
+            segments: segments
+                .iter()
+                .map(|lock| lock.as_str().to_owned())
+                .collect(),
+            forced_pause: demo,
         })
         .collect();
 
     let (events, mut received) = mpsc::unbounded_channel::<BuyerEvent>();
     let started;
     let mut buyers = Vec::new();
-    match target {
-        BackendTarget::Embedded => {
+    match (target, launcher) {
+        (BackendTarget::Embedded, _) | (_, None) => {
             started = Instant::now();
             for plan in plans {
                 let locks = locks.clone();
@@ -649,7 +830,10 @@ async fn run_sale(
                 }));
             }
         }
-        BackendTarget::Etcd { .. } | BackendTarget::Redis { .. } | BackendTarget::Sql { .. } => {
+        (
+            BackendTarget::Etcd { .. } | BackendTarget::Redis { .. } | BackendTarget::Sql { .. },
+            Some(launcher),
+        ) => {
             let mut processes = Vec::new();
             for plan in plans {
                 let role = format!("buyer {}", plan.buyer);
@@ -686,8 +870,26 @@ async fn run_sale(
         }
     }
     drop(events);
+    let mut lock_waits = Vec::new();
+    let mut first_segment_sold_out = None;
+    let mut last_sale = None;
     while let Some(event) = received.recv().await {
-        print_event(started.elapsed(), ttl, &event);
+        let at = started.elapsed();
+        match &event {
+            BuyerEvent::Acquired { waited_micros, .. } => {
+                lock_waits.push(Duration::from_micros(*waited_micros));
+            }
+            BuyerEvent::Sold { stock_seen, .. } => {
+                if *stock_seen == 1 {
+                    first_segment_sold_out.get_or_insert(at);
+                }
+                last_sale = Some(at);
+            }
+            _ => {}
+        }
+        if demo {
+            print_event(at, ttl, &event);
+        }
     }
     let mut tally = Tally::default();
     for buyer in buyers {
@@ -698,25 +900,31 @@ async fn run_sale(
     }
     let elapsed = started.elapsed();
 
-    let stock_left = match storage.read(&lock, STOCK_KEY, None).await? {
-        Ok(Some(stock)) => stock,
-        Ok(None) => return Err(DemoError::story("the stock disappeared")),
-        Err(stale) => {
-            return Err(DemoError::story(format!(
-                "a plain read of the stock was refused (generation {} < {})",
-                stale.presented, stale.mark
-            )));
-        }
-    };
+    let mut stock_left = 0;
+    for lock in &segments {
+        stock_left += match storage.read(lock, STOCK_KEY, None).await? {
+            Ok(Some(stock)) => stock,
+            Ok(None) => return Err(DemoError::story("the stock disappeared")),
+            Err(stale) => {
+                return Err(DemoError::story(format!(
+                    "a plain read of the stock was refused (generation {} < {})",
+                    stale.presented, stale.mark
+                )));
+            }
+        };
+    }
     let stale_writes_accepted = match sale {
         SaleKind::NoLock => None,
         SaleKind::LockWithoutFencing if args.store.is_some() => match &storage {
             Storage::Sql(stock) => {
-                let stale = stock
-                    .stale_writes(&sql_stock::item(&lock, STOCK_KEY))
-                    .await?;
+                let mut stale = 0;
+                for lock in &segments {
+                    stale += stock
+                        .stale_writes(&sql_stock::item(lock, STOCK_KEY))
+                        .await?;
+                }
                 println!(
-                    "  the stock row took {stale} writes older than one it had already applied"
+                    "  the stock rows took {stale} writes older than one they had already applied"
                 );
                 Some(stale)
             }
@@ -753,6 +961,11 @@ async fn run_sale(
         pauses: tally.pauses,
         pauses_past_ttl: tally.pauses_past_ttl,
         elapsed,
+        stripes: args.stripes,
+        lock_acquisitions: tally.acquisitions,
+        lock_wait_p99: quantile(&mut lock_waits, 0.99),
+        sold_out_visits: tally.sold_out_visits,
+        tail: first_segment_sold_out.map(|first| last_sale.unwrap_or(first).saturating_sub(first)),
     })
 }
 
@@ -769,7 +982,7 @@ fn print_event(at: Duration, ttl: Duration, event: &BuyerEvent) {
             "  {at:>6} ms  buyer {buyer}: holding generation {generation}, read stock {stock_seen}, pauses {millis} ms (past the {} ms TTL)",
             ttl.as_millis()
         ),
-        BuyerEvent::Paused { .. } | BuyerEvent::Sold { .. } => {}
+        BuyerEvent::Paused { .. } | BuyerEvent::Sold { .. } | BuyerEvent::Acquired { .. } => {}
         BuyerEvent::Refused {
             buyer,
             presented,
@@ -819,6 +1032,15 @@ fn print_table(report: &FlashSaleReport) {
     row("elapsed", &|run| {
         format!("{:.1} s", run.elapsed.as_secs_f64())
     });
+    if report.lock_with_fencing.stripes > 1 {
+        row("stripes", &|run| run.stripes.to_string());
+        row("sold-out visits", &|run| run.sold_out_visits.to_string());
+        row("tail (1st empty->last)", &|run| {
+            run.tail.map_or("-".to_owned(), |tail| {
+                format!("{:.2} s", tail.as_secs_f64())
+            })
+        });
+    }
     println!();
     for run in runs {
         println!("{:<18}{}", format!("{}:", run.kind.title()), run.verdict());
@@ -839,7 +1061,8 @@ mod tests {
             storage: StorageTarget::Plain {
                 url: "http://127.0.0.1:1".into(),
             },
-            lock: LOCK.into(),
+            segments: vec![LOCK.into()],
+            forced_pause: true,
         }
     }
 
@@ -877,6 +1100,44 @@ mod tests {
     }
 
     #[test]
+    fn segments_split_the_stock_evenly_and_one_stripe_keeps_the_lock() {
+        for (items, stripes) in [(10, 4), (20, 1), (16, 16), (7, 3), (1000, 8)] {
+            let stocks: Vec<u64> = (0..stripes)
+                .map(|segment| segment_stock(items, stripes, segment))
+                .collect();
+            assert_eq!(stocks.iter().sum::<u64>(), items, "{items} over {stripes}");
+            assert!(stocks.iter().all(|stock| *stock >= 1), "{stocks:?}");
+            let spread = stocks.iter().max().unwrap() - stocks.iter().min().unwrap();
+            assert!(spread <= 1, "{stocks:?}");
+        }
+        let one = segment_locks(LOCK, 1).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].as_str(), LOCK);
+        let four: Vec<String> = segment_locks(LOCK, 4)
+            .unwrap()
+            .iter()
+            .map(|lock| lock.as_str().to_owned())
+            .collect();
+        assert_eq!(four[0], "flash-sale/sku-42/segment-0");
+        assert_eq!(four[3], "flash-sale/sku-42/segment-3");
+    }
+
+    #[test]
+    fn quantiles_pick_the_nearest_rank() {
+        let mut samples: Vec<Duration> = (1..=100).rev().map(Duration::from_millis).collect();
+        assert_eq!(
+            quantile(&mut samples, 0.99),
+            Some(Duration::from_millis(99))
+        );
+        assert_eq!(quantile(&mut samples, 0.5), Some(Duration::from_millis(50)));
+        assert_eq!(
+            quantile(&mut [Duration::from_millis(3)], 0.99),
+            Some(Duration::from_millis(3))
+        );
+        assert_eq!(quantile(&mut [], 0.99), None);
+    }
+
+    #[test]
     fn verdicts_name_the_outcome() {
         let run = SaleRun {
             kind: SaleKind::LockWithFencing,
@@ -888,6 +1149,11 @@ mod tests {
             pauses: 5,
             pauses_past_ttl: 2,
             elapsed: Duration::from_secs(1),
+            stripes: 1,
+            lock_acquisitions: 30,
+            lock_wait_p99: Some(Duration::from_millis(400)),
+            sold_out_visits: 4,
+            tail: Some(Duration::ZERO),
         };
         assert!(run.is_safe());
         assert!(run.verdict().starts_with("SAFE"), "{}", run.verdict());
