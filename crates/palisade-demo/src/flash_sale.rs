@@ -221,6 +221,9 @@ pub struct SaleRun {
     /// needs one per segment to learn that the sale is over, so this is
     /// between `buyers` (one stripe) and `buyers × stripes`.
     pub sold_out_visits: u64,
+    /// The buyers' time spent on those visits, summed: waiting for a sold-out
+    /// segment's lock, reading its 0, releasing it.
+    pub sold_out_time: Duration,
     /// The end-of-sale tail: from the first segment sold out to the last
     /// unit sold, as the driver saw the sales. Zero with one stripe; `None`
     /// when no segment was ever sold out.
@@ -368,6 +371,7 @@ pub(crate) struct Tally {
     pub(crate) pauses_past_ttl: u64,
     pub(crate) acquisitions: u64,
     pub(crate) sold_out_visits: u64,
+    pub(crate) sold_out_micros: u64,
 }
 
 impl Tally {
@@ -379,6 +383,7 @@ impl Tally {
         self.pauses_past_ttl += other.pauses_past_ttl;
         self.acquisitions += other.acquisitions;
         self.sold_out_visits += other.sold_out_visits;
+        self.sold_out_micros += other.sold_out_micros;
     }
 }
 
@@ -449,18 +454,18 @@ pub(crate) async fn buy_until_sold_out(
         let segment = open[pick];
         let client = &mut clients[segment];
         let pause = next_pause(&mut rng, plan, attempt);
+        let visit = Instant::now();
         let generation = if plan.locked {
             client.set_renewal(match pause {
                 Some(_) => Renewal::Pausable,
                 None => Renewal::KeepAlive,
             });
-            let asked = Instant::now();
             let generation = client.acquire(ACQUIRE_WAIT).await?.generation().get();
             tally.acquisitions += 1;
             report(BuyerEvent::Acquired {
                 buyer,
                 segment,
-                waited_micros: u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX),
+                waited_micros: micros(visit.elapsed()),
             });
             Some(generation)
         } else {
@@ -486,6 +491,7 @@ pub(crate) async fn buy_until_sold_out(
             tally.sold_out_visits += 1;
             tracing::debug!(buyer, segment, "segment sold out");
             let _ = client.release().await;
+            tally.sold_out_micros += micros(visit.elapsed());
             open.swap_remove(pick);
             continue;
         }
@@ -539,6 +545,10 @@ pub(crate) async fn buy_until_sold_out(
         let _ = client.release().await;
     }
     Ok(tally)
+}
+
+fn micros(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Checks the flags that do not depend on the backend.
@@ -965,6 +975,7 @@ async fn run_sale(
         lock_acquisitions: tally.acquisitions,
         lock_wait_p99: quantile(&mut lock_waits, 0.99),
         sold_out_visits: tally.sold_out_visits,
+        sold_out_time: Duration::from_micros(tally.sold_out_micros),
         tail: first_segment_sold_out.map(|first| last_sale.unwrap_or(first).saturating_sub(first)),
     })
 }
@@ -1153,6 +1164,7 @@ mod tests {
             lock_acquisitions: 30,
             lock_wait_p99: Some(Duration::from_millis(400)),
             sold_out_visits: 4,
+            sold_out_time: Duration::from_millis(10),
             tail: Some(Duration::ZERO),
         };
         assert!(run.is_safe());

@@ -1,7 +1,9 @@
 //! The demos as checks: the GC-pause story and the flash sale of
 //! `palisade-demo`, on the embedded backend, real etcd, Redis and PostgreSQL, with
-//! both pause variants where they apply; and the flash sale with its stock
-//! in a real PostgreSQL table, fenced by `palisade_sql`.
+//! both pause variants where they apply; the flash sale with its stock
+//! in a real PostgreSQL table, fenced by `palisade_sql`; and the flash sale
+//! with lock striping (`--stripes 4`), where every segment is fenced on its
+//! own.
 //!
 //! Every test asserts both halves of a demo's verdict:
 //!
@@ -160,7 +162,7 @@ fn with_class<'a, 'input>(
 }
 
 /// Runs the flash sale with `args` and checks the three verdicts.
-async fn flash_sale_checked(args: FlashSaleArgs) -> anyhow::Result<()> {
+async fn flash_sale_checked(args: FlashSaleArgs) -> anyhow::Result<FlashSaleReport> {
     let report: FlashSaleReport = flash_sale::run(&args, &launcher()).await?;
 
     let fenced = &report.lock_with_fencing;
@@ -204,7 +206,45 @@ async fn flash_sale_checked(args: FlashSaleArgs) -> anyhow::Result<()> {
         "the lock-without-fencing run applied no stale write: {}",
         unfenced.verdict()
     );
-    Ok(())
+    Ok(report)
+}
+
+/// Stripes in the tests' striped sales.
+const STRIPES: u32 = 4;
+
+/// The flash sale with `--stripes 4`: the three verdicts (the fenced run
+/// sells every unit, refuses at least one stale write and accepts none),
+/// and the striping's own bookkeeping: every buyer went home only after
+/// finding every segment sold out, once each.
+async fn striped_flash_sale_checked(args: FlashSaleArgs) -> anyhow::Result<FlashSaleReport> {
+    let args = FlashSaleArgs {
+        stripes: STRIPES,
+        items: 12,
+        ..args
+    };
+    let buyers = u64::from(args.buyers);
+    let report = flash_sale_checked(args).await?;
+    for run in [
+        &report.no_lock,
+        &report.lock_without_fencing,
+        &report.lock_with_fencing,
+    ] {
+        assert_eq!(run.stripes, STRIPES);
+        assert_eq!(
+            run.sold_out_visits,
+            buyers * u64::from(STRIPES),
+            "each buyer finds each segment sold out exactly once: {}",
+            run.verdict()
+        );
+        assert!(run.tail.is_some(), "a segment was sold out");
+    }
+    let fenced = &report.lock_with_fencing;
+    assert!(
+        fenced.lock_acquisitions >= fenced.sold + fenced.sold_out_visits,
+        "one acquisition per sale and per sold-out visit at least: {fenced:?}"
+    );
+    assert!(fenced.lock_wait_p99.is_some());
+    Ok(report)
 }
 
 fn flash_sale_args(backend: BackendArgs) -> FlashSaleArgs {
@@ -292,7 +332,8 @@ async fn gc_pause_on_postgres_with_sigstop() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn flash_sale_on_embedded_with_buyer_tasks() -> anyhow::Result<()> {
-    flash_sale_checked(flash_sale_args(BackendArgs::embedded())).await
+    flash_sale_checked(flash_sale_args(BackendArgs::embedded())).await?;
+    Ok(())
 }
 
 #[tokio::test]
@@ -301,13 +342,15 @@ async fn flash_sale_on_etcd_with_buyer_processes() -> anyhow::Result<()> {
     flash_sale_checked(flash_sale_args(BackendArgs::etcd(
         etcd.endpoints().join(","),
     )))
-    .await
+    .await?;
+    Ok(())
 }
 
 #[tokio::test]
 async fn flash_sale_on_redis_with_buyer_processes() -> anyhow::Result<()> {
     let redis = RedisServer::start();
-    flash_sale_checked(flash_sale_args(BackendArgs::redis(redis.url()))).await
+    flash_sale_checked(flash_sale_args(BackendArgs::redis(redis.url()))).await?;
+    Ok(())
 }
 
 /// The stock in the user's own PostgreSQL (`--store`): buyers with
@@ -381,5 +424,81 @@ async fn flash_sale_refuses_a_single_buyer() -> anyhow::Result<()> {
         .await
         .expect_err("one buyer cannot oversell");
     assert!(error.is_usage(), "{error}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn flash_sale_striped_on_embedded_with_buyer_tasks() -> anyhow::Result<()> {
+    striped_flash_sale_checked(FlashSaleArgs::new(BackendArgs::embedded())).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn flash_sale_striped_on_redis_with_buyer_processes() -> anyhow::Result<()> {
+    let redis = RedisServer::start();
+    striped_flash_sale_checked(FlashSaleArgs::new(BackendArgs::redis(redis.url()))).await?;
+    Ok(())
+}
+
+/// Striping with the stock in PostgreSQL: one stock row and one fence
+/// (a `palisade_marks` row) per segment, each raised by its own lock, and
+/// every segment's row ends at 0.
+#[tokio::test]
+async fn flash_sale_striped_with_stock_in_postgres() -> anyhow::Result<()> {
+    let postgres = SqlServer::postgres();
+    let args = FlashSaleArgs {
+        store: Some(postgres.url()),
+        ..FlashSaleArgs::new(BackendArgs::embedded())
+    };
+    striped_flash_sale_checked(args).await?;
+    let fenced_segments = postgres.query(
+        "SELECT count(*) FROM palisade_marks \
+         WHERE lock_name LIKE 'flash-sale/sku-42/%-3/segment-%' AND h_excl > 0",
+    )?;
+    assert_eq!(
+        fenced_segments,
+        STRIPES.to_string(),
+        "one fence per segment"
+    );
+    let rows = postgres.query(
+        "SELECT count(*) || ' rows, ' || sum(stock) || ' left' FROM palisade_demo_stock \
+         WHERE item LIKE 'flash-sale/sku-42/%-3/segment-%/stock'",
+    )?;
+    assert_eq!(rows, format!("{STRIPES} rows, 0 left"));
+    Ok(())
+}
+
+/// `--stripes 0` and more stripes than items are usage errors that name
+/// the flag, before any store or buyer starts.
+#[tokio::test]
+async fn flash_sale_refuses_zero_stripes_and_more_stripes_than_items() -> anyhow::Result<()> {
+    for (stripes, items, says) in [(0, 20, "at least 1"), (21, 20, "more than --items 20")] {
+        let args = FlashSaleArgs {
+            stripes,
+            items,
+            ..FlashSaleArgs::new(BackendArgs::embedded())
+        };
+        let error = flash_sale::run(&args, &launcher())
+            .await
+            .expect_err("bad --stripes");
+        assert!(error.is_usage(), "{error}");
+        let message = error.to_string();
+        assert!(
+            message.contains("--stripes") && message.contains(says),
+            "{message}"
+        );
+        let measured = flash_sale::measure(&args).await.expect_err("bad --stripes");
+        assert!(measured.is_usage(), "{measured}");
+    }
+    // As many stripes as items is fine: one item per segment.
+    let args = FlashSaleArgs {
+        stripes: 6,
+        items: 6,
+        buyers: 3,
+        pause_percent: 0,
+        ..FlashSaleArgs::new(BackendArgs::embedded())
+    };
+    let run = flash_sale::measure(&args).await?;
+    assert_eq!((run.sold, run.stock_left, run.oversold()), (6, 0, 0));
     Ok(())
 }
