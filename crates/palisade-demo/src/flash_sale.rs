@@ -319,6 +319,10 @@ pub(crate) struct BuyerPlan {
     /// Buyer 0's first purchase pauses past the lease (the demo does, so
     /// every run has a stale writer; the benchmark does not).
     pub(crate) forced_pause: bool,
+    /// Time a buyer spends between reading a segment's stock and writing
+    /// it, besides pauses: the order the lock protects, for the benchmark
+    /// (0 in the demo).
+    pub(crate) hold_micros: u64,
 }
 
 /// Something a buyer did that the driver reports.
@@ -511,6 +515,9 @@ pub(crate) async fn buy_until_sold_out(
             });
             tokio::time::sleep(pause).await;
         }
+        if plan.hold_micros > 0 {
+            tokio::time::sleep(Duration::from_micros(plan.hold_micros)).await;
+        }
         match client.write(stock - 1).await? {
             WriteOutcome::Accepted { mark } => {
                 tally.sold += 1;
@@ -640,7 +647,7 @@ pub async fn run(
         );
         let run_tag = format!("{tag}-{}", index + 1);
         let target = args.backend.target(&run_tag);
-        let run = run_sale(sale, args, ttl, &target, &run_tag, Some(launcher)).await?;
+        let run = run_sale(sale, args, ttl, &target, &run_tag, Staging::Demo(launcher)).await?;
         println!("  verdict: {}", run.verdict());
         runs.push(run);
     }
@@ -663,15 +670,19 @@ pub async fn run(
 /// One fenced sale, quietly, for the `stripes` benchmark: the buyers are
 /// tasks of this process whatever the backend, and nobody pauses unless
 /// `--pause-percent` says so (buyer 0's forced pause is the demo's, not
-/// the benchmark's).
-pub async fn measure(args: &FlashSaleArgs) -> Result<SaleRun, DemoError> {
+/// the benchmark's). Each purchase holds its segment's lock for `hold`
+/// between the read and the write, as a real order (a payment call, an
+/// order row) would.
+pub async fn measure(args: &FlashSaleArgs, hold: Duration) -> Result<SaleRun, DemoError> {
     let ttl = validate(args)?;
     if args.buyers == 0 {
         return Err(DemoError::usage("--buyers must be at least 1"));
     }
     let tag = invocation_tag();
     let target = args.backend.target(&tag);
-    run_sale(SaleKind::LockWithFencing, args, ttl, &target, &tag, None).await
+    let hold_micros = micros(hold);
+    let staging = Staging::Measure { hold_micros };
+    run_sale(SaleKind::LockWithFencing, args, ttl, &target, &tag, staging).await
 }
 
 /// The lock names of the stock's segments: `base` itself with one stripe
@@ -721,18 +732,30 @@ fn describe_run(sale: SaleKind, sql_store: bool) -> &'static str {
     }
 }
 
-/// One sale. `launcher` starts buyer processes on the backends shared
-/// across processes; without one (the benchmark) the buyers are tasks of
-/// this process, nobody is forced to pause and nothing is printed.
+/// How a sale is staged.
+#[derive(Clone, Copy)]
+enum Staging<'a> {
+    /// The demo: printed, buyer 0 forced to pause, and buyer processes
+    /// from `launcher` on the backends shared across processes.
+    Demo(&'a ChildLauncher),
+    /// The benchmark: quiet, buyer tasks in this process whatever the
+    /// backend, every purchase holding its lock this many microseconds.
+    Measure { hold_micros: u64 },
+}
+
+/// One sale, staged as `staging` says.
 async fn run_sale(
     sale: SaleKind,
     args: &FlashSaleArgs,
     ttl: Duration,
     target: &BackendTarget,
     run_tag: &str,
-    launcher: Option<&ChildLauncher>,
+    staging: Staging<'_>,
 ) -> Result<SaleRun, DemoError> {
-    let demo = launcher.is_some();
+    let (demo, launcher, hold_micros) = match staging {
+        Staging::Demo(launcher) => (true, Some(launcher), 0),
+        Staging::Measure { hold_micros } => (false, None, hold_micros),
+    };
     let base = match &args.store {
         Some(_) => format!("{LOCK}/{run_tag}"),
         None => LOCK.to_owned(),
@@ -819,6 +842,7 @@ async fn run_sale(
                 .map(|lock| lock.as_str().to_owned())
                 .collect(),
             forced_pause: demo,
+            hold_micros,
         })
         .collect();
 
@@ -1074,6 +1098,7 @@ mod tests {
             },
             segments: vec![LOCK.into()],
             forced_pause: true,
+            hold_micros: 0,
         }
     }
 

@@ -27,6 +27,18 @@
 //! instead; the fenced run then reads and writes it in `palisade_sql`
 //! fenced transactions, which refuse the stale buyer in the database.
 //!
+//! `--stripes N` splits the stock into N segments, each its own lock and
+//! fenced key (lock striping for a hot item): a buyer takes a random
+//! segment's lock and moves on when it is sold out. Each segment is fenced
+//! on its own, so the fenced run still never oversells. The price is the
+//! end of the sale: each buyer spends one acquisition per segment to find
+//! it empty, and the last units are hunted across segments (the `tail`
+//! row; figures in docs/benchmarks.md, "Lock striping"):
+//!
+//! ```text
+//! cargo run -p example-flash-sale -- --stripes 4 --items 12
+//! ```
+//!
 //! Prints sold, oversold and refused counts and the elapsed time of each
 //! run, and exits 1 if the fenced run ever accepts a stale write or
 //! oversells (2 if it could not run).

@@ -487,7 +487,9 @@ async fn flash_sale_refuses_zero_stripes_and_more_stripes_than_items() -> anyhow
             message.contains("--stripes") && message.contains(says),
             "{message}"
         );
-        let measured = flash_sale::measure(&args).await.expect_err("bad --stripes");
+        let measured = flash_sale::measure(&args, std::time::Duration::ZERO)
+            .await
+            .expect_err("bad --stripes");
         assert!(measured.is_usage(), "{measured}");
     }
     // As many stripes as items is fine: one item per segment.
@@ -498,7 +500,7 @@ async fn flash_sale_refuses_zero_stripes_and_more_stripes_than_items() -> anyhow
         pause_percent: 0,
         ..FlashSaleArgs::new(BackendArgs::embedded())
     };
-    let run = flash_sale::measure(&args).await?;
+    let run = flash_sale::measure(&args, std::time::Duration::ZERO).await?;
     assert_eq!((run.sold, run.stock_left, run.oversold()), (6, 0, 0));
     Ok(())
 }
