@@ -440,6 +440,24 @@ async fn flash_sale_striped_on_redis_with_buyer_processes() -> anyhow::Result<()
     Ok(())
 }
 
+#[tokio::test]
+async fn flash_sale_striped_on_etcd_with_buyer_processes() -> anyhow::Result<()> {
+    let etcd = EtcdServer::start();
+    let backend = BackendArgs::etcd(etcd.endpoints().join(","));
+    striped_flash_sale_checked(FlashSaleArgs::new(backend)).await?;
+    Ok(())
+}
+
+/// The SQL lock backend: buyer processes, each segment's lock a row of the
+/// database's lock table.
+#[tokio::test]
+async fn flash_sale_striped_on_postgres_locks_with_buyer_processes() -> anyhow::Result<()> {
+    let postgres = SqlServer::postgres();
+    let backend = BackendArgs::sql(postgres.url());
+    striped_flash_sale_checked(FlashSaleArgs::new(backend)).await?;
+    Ok(())
+}
+
 /// Striping with the stock in PostgreSQL: one stock row and one fence
 /// (a `palisade_marks` row) per segment, each raised by its own lock, and
 /// every segment's row ends at 0.
