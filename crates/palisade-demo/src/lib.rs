@@ -26,7 +26,9 @@
 //!   or stopped with SIGSTOP in a process of its own; writes an SVG
 //!   timeline ([`svg`]).
 //! - [`flash_sale`]: N items, many buyers, random pauses, three runs side
-//!   by side.
+//!   by side; with `--stripes` the stock is split into separately locked
+//!   and fenced segments, and [`flash_sale::measure`] runs the fenced sale
+//!   alone for the `stripes` benchmark.
 //! - [`child`]: how the demos re-run their own binary as client processes
 //!   ([`ChildLauncher`], [`run_child`]).
 //! - `backend.rs`: one session type over the three lock backends.
