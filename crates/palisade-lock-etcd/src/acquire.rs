@@ -2,7 +2,9 @@
 //!
 //! 1. **Queue** ([`txns::enqueue`]): put `<prefix>/<name>/<lease>` with the
 //!    session's lease if it does not exist, and read the queue, in one
-//!    transaction. Uncontended, that one round trip is the whole acquire.
+//!    transaction. Uncontended (the lock's directory is empty), the
+//!    transaction is the put alone and its success is the grant: that one
+//!    round trip, with no read, is the whole acquire.
 //! 2. **Wait** while [`Snapshot::turn`](crate::queue::Snapshot::turn) names a blocker: watch that one key
 //!    for deletion, starting "now" so etcd serves the watch at once rather
 //!    than from its 100 ms catch-up loop (registered twice, see
@@ -291,7 +293,7 @@ impl Session {
                 }
             })
             .await?;
-        let mut snapshot = txns::snapshot(&keys, &response);
+        let mut snapshot = txns::enqueued(&keys, self.lease_id, mode, &response);
         let mut me = match snapshot.by_lease(self.lease_id) {
             Some(me) => me,
             None if try_free_only && !response.succeeded() => {

@@ -1,9 +1,10 @@
 //! Every transaction the mutex sends, in one place.
 //!
-//! All of them end with the same read (the lock's directory: its
-//! contenders and lock-delay markers, sorted by create-revision), so that
-//! every answer carries a complete [`Snapshot`] at the transaction's
-//! revision. All reads
+//! All of them but the uncontended enqueue end with the same read (the
+//! lock's directory: its contenders and lock-delay markers, sorted by
+//! create-revision), so that every answer carries a complete [`Snapshot`]
+//! at the transaction's revision; the uncontended enqueue's answer implies
+//! its snapshot (see [`enqueued`]). All reads
 //! are linearizable (etcd's default): ownership is never decided from a
 //! serializable read, which an isolated member can answer stale.
 
@@ -11,6 +12,8 @@ use etcd_client::{
     Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse,
 };
+
+use palisade_core::Mode;
 
 use crate::keys::{self, KeyKind, LockKeys};
 use crate::queue::{Contender, Marker, Snapshot};
@@ -31,44 +34,79 @@ fn ops(first: impl IntoIterator<Item = TxnOp>, keys: &LockKeys) -> Vec<TxnOp> {
     first.into_iter().chain([snapshot_read(keys)]).collect()
 }
 
-/// Queues this session: puts its contender key with its lease if the key
-/// does not exist (create-revision 0), or leaves an existing one alone (a
-/// retry after an answer was lost reuses its place), then reads the queue.
+/// The condition "the lock's directory is empty": nobody queued, no
+/// lock-delay marker. A range compare holds when every key in the range
+/// satisfies it, and an empty range compares as a key that does not exist
+/// (version 0).
+fn directory_empty(keys: &LockKeys) -> Compare {
+    Compare::version(keys.dir(), CompareOp::Equal, 0).with_prefix()
+}
+
+fn put_contender(keys: &LockKeys, lease: i64, value: &str) -> TxnOp {
+    TxnOp::put(
+        keys.contender(lease),
+        value,
+        Some(PutOptions::new().with_lease(lease)),
+    )
+}
+
+/// Queues this session. If the lock's directory is empty, only the put:
+/// its success alone shows this session first in line (see [`enqueued`]),
+/// so an uncontended acquire reads nothing. Otherwise the contender key is
+/// put if it does not exist (create-revision 0), or an existing one is left
+/// alone (a retry after an answer was lost reuses its place), and the queue
+/// is read.
 pub(crate) fn enqueue(keys: &LockKeys, lease: i64, value: &str) -> Txn {
-    let own = keys.contender(lease);
+    let put_if_absent = Txn::new()
+        .when([Compare::create_revision(
+            keys.contender(lease),
+            CompareOp::Equal,
+            0,
+        )])
+        .and_then([put_contender(keys, lease, value)]);
     Txn::new()
-        .when([Compare::create_revision(own.clone(), CompareOp::Equal, 0)])
-        .and_then(ops(
-            [TxnOp::put(
-                own,
-                value,
-                Some(PutOptions::new().with_lease(lease)),
-            )],
-            keys,
-        ))
+        .when([directory_empty(keys)])
+        .and_then([put_contender(keys, lease, value)])
+        .or_else(ops([TxnOp::txn(put_if_absent)], keys))
+}
+
+/// Like [`enqueue`], but only if the lock's directory is empty: an
+/// exclusive `try_acquire` on a busy lock then costs one round trip and
+/// never writes a key it would have to delete again.
+pub(crate) fn enqueue_if_free(keys: &LockKeys, lease: i64, value: &str) -> Txn {
+    Txn::new()
+        .when([directory_empty(keys)])
+        .and_then([put_contender(keys, lease, value)])
         .or_else(ops([], keys))
 }
 
-/// Like [`enqueue`], but only if the lock's directory is empty (nobody
-/// queued, no lock-delay marker): an exclusive `try_acquire` on a busy lock
-/// then costs one round trip and never writes a key it would have to delete
-/// again.
-///
-/// A range compare holds when every key in the range satisfies it, and an
-/// empty range compares as a key that does not exist (version 0).
-pub(crate) fn enqueue_if_free(keys: &LockKeys, lease: i64, value: &str) -> Txn {
-    let own = keys.contender(lease);
-    Txn::new()
-        .when([Compare::version(keys.dir(), CompareOp::Equal, 0).with_prefix()])
-        .and_then(ops(
-            [TxnOp::put(
-                own,
-                value,
-                Some(PutOptions::new().with_lease(lease)),
-            )],
-            keys,
-        ))
-        .or_else(ops([], keys))
+/// The snapshot after [`enqueue`] or [`enqueue_if_free`]. When the
+/// directory was empty (the compare succeeded), the snapshot is known
+/// without a read: this session's key, created by the transaction (so at
+/// its revision, with its lease alive: a put with a lease that is gone
+/// fails the whole transaction), is the only key of the lock.
+pub(crate) fn enqueued(
+    keys: &LockKeys,
+    lease: i64,
+    mode: Mode,
+    response: &TxnResponse,
+) -> Snapshot {
+    if !response.succeeded() {
+        return snapshot(keys, response);
+    }
+    let revision = response
+        .header()
+        .map(|header| header.revision())
+        .unwrap_or_default();
+    Snapshot {
+        revision,
+        contenders: vec![Contender {
+            lease,
+            create_revision: revision,
+            mode,
+        }],
+        markers: Vec::new(),
+    }
 }
 
 /// Rewrites this session's existing contender key with a new value (a new

@@ -1,11 +1,14 @@
-//! Acquire+release cycles on one local Redis, next to the raw two-script
-//! bound and the `rslock` crate, all measured in the same run.
+//! Acquire+release cycles on one local Redis, next to a minimal fenced lock
+//! written here (`SET NX PX` + `INCR`, compare-and-delete), Palisade's own
+//! scripts called without its client, and the `rslock` crate, all measured
+//! in the same run.
 //!
 //! Run with: `cargo bench -p palisade-lock-redis --bench redis_lock`
 //! (starts its own `redis-server` on a free port, or uses
 //! `PALISADE_REDIS_URL`). Each system runs each scenario in
 //! `PALISADE_BENCH_ROUNDS` (3) interleaved rounds of `PALISADE_BENCH_SECS`
-//! (2) seconds; a full run takes under a minute and a half.
+//! (2) seconds; a full run takes under two minutes.
+//! `PALISADE_BENCH_ONLY=one|names|one-name` runs one shape.
 //!
 //! Scenarios: 1 client; 8 clients on 8 names; 8 clients on one name. For
 //! each: cycles per second, acquire latency p50/p99/max, per-client cycles
@@ -159,15 +162,40 @@ fn session_options() -> SessionOptions {
     SessionOptions::default().with_ttl(Duration::from_secs(10))
 }
 
+/// The minimal fenced lock, written here without anything from Palisade:
+/// `SET NX PX` and, only if it took, `INCR` of a counter (the fencing
+/// token), in one script; release is a compare-and-delete.
+const MINIMAL_ACQUIRE: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return 0
+"#;
+const MINIMAL_RELEASE: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"#;
+
+/// Which scripts a raw cycle runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RawScripts {
+    /// [`MINIMAL_ACQUIRE`] and [`MINIMAL_RELEASE`]: the honest baseline.
+    Minimal,
+    /// Palisade's own acquire and release scripts, without its client.
+    Palisade,
+}
+
 async fn raw_scenario(
     server: &RedisServer,
     label: &str,
+    which: RawScripts,
     clients: usize,
-    one_name: bool,
     duration: Duration,
 ) -> Outcome {
-    let acquire_source = scripts::acquire_source();
-    let release_source = scripts::release_source();
+    let (acquire_source, release_source) = match which {
+        RawScripts::Minimal => (MINIMAL_ACQUIRE.to_owned(), MINIMAL_RELEASE.to_owned()),
+        RawScripts::Palisade => (scripts::acquire_source(), scripts::release_source()),
+    };
     let acquire_sha = redis::Script::new(&acquire_source).get_hash().to_owned();
     let release_sha = redis::Script::new(&release_source).get_hash().to_owned();
     let mut connections = Vec::new();
@@ -188,7 +216,7 @@ async fn raw_scenario(
         connections.push(connection);
     }
     let connections = Arc::new(connections);
-    let prefix = format!("bench-raw-{}:", std::process::id());
+    let prefix = format!("bench-raw-{which:?}-{}:", std::process::id());
     let (acquire_sha, release_sha) = (Arc::new(acquire_sha), Arc::new(release_sha));
     measure(
         server,
@@ -198,48 +226,66 @@ async fn raw_scenario(
         duration,
         move |task| {
             let mut connection = connections[task].clone();
-            let name = LockName::new(if one_name {
-                "raw".to_owned()
-            } else {
-                format!("raw/{task}")
-            })
-            .expect("name");
+            let name = LockName::new(format!("raw/{task}")).expect("name");
             let keys = LockKeys::new(&prefix, &name);
             let (acquire_sha, release_sha) = (acquire_sha.clone(), release_sha.clone());
             async move {
                 let token = format!("{:032x}", task as u128 + 1);
                 let started = Instant::now();
                 loop {
-                    let reply: Vec<i64> = redis::cmd("EVALSHA")
-                        .arg(acquire_sha.as_str())
-                        .arg(8)
-                        .arg(keys.all())
-                        .arg(&token)
-                        .arg("x")
-                        .arg(10_000)
-                        .arg(0)
-                        .arg("lease0000000000")
-                        .arg("holder")
-                        .arg("bench-inbox")
-                        .arg(0)
-                        .arg(5_000)
-                        .arg(1)
-                        .query_async(&mut connection)
-                        .await
-                        .expect("acquire script");
-                    if reply.first() == Some(&1) {
+                    let granted = match which {
+                        RawScripts::Minimal => {
+                            let generation: i64 = redis::cmd("EVALSHA")
+                                .arg(acquire_sha.as_str())
+                                .arg(2)
+                                .arg(keys.lock())
+                                .arg(keys.generation())
+                                .arg(&token)
+                                .arg(10_000)
+                                .query_async(&mut connection)
+                                .await
+                                .expect("acquire script");
+                            generation > 0
+                        }
+                        RawScripts::Palisade => {
+                            let reply: Vec<i64> = redis::cmd("EVALSHA")
+                                .arg(acquire_sha.as_str())
+                                .arg(8)
+                                .arg(keys.all())
+                                .arg(&token)
+                                .arg("x")
+                                .arg(10_000)
+                                .arg(0)
+                                .arg("lease0000000000")
+                                .arg("holder")
+                                .arg("bench-inbox")
+                                .arg(0)
+                                .arg(5_000)
+                                .arg(1)
+                                .query_async(&mut connection)
+                                .await
+                                .expect("acquire script");
+                            reply.first() == Some(&1)
+                        }
+                    };
+                    if granted {
                         break;
                     }
                 }
                 let waited = started.elapsed();
-                let _: i64 = redis::cmd("EVALSHA")
-                    .arg(release_sha.as_str())
-                    .arg(8)
-                    .arg(keys.all())
-                    .arg(&token)
-                    .arg("x")
-                    .arg(1)
-                    .arg(0)
+                let mut release = redis::cmd("EVALSHA");
+                release.arg(release_sha.as_str());
+                match which {
+                    RawScripts::Minimal => release.arg(1).arg(keys.lock()).arg(&token),
+                    RawScripts::Palisade => release
+                        .arg(8)
+                        .arg(keys.all())
+                        .arg(&token)
+                        .arg("x")
+                        .arg(1)
+                        .arg(0),
+                };
+                let _: i64 = release
                     .query_async(&mut connection)
                     .await
                     .expect("release script");
@@ -451,22 +497,42 @@ fn main() {
         );
 
         let shapes = [
-            ("1 client", 1, false),
-            ("8 clients, 8 names", TASKS, false),
-            ("8 clients, one name", TASKS, true),
+            ("one", "1 client", 1, false),
+            ("names", "8 clients, 8 names", TASKS, false),
+            ("one-name", "8 clients, one name", TASKS, true),
         ];
+        let only = std::env::var("PALISADE_BENCH_ONLY").ok();
         let mut ours = Vec::new();
         let mut theirs = Vec::new();
-        let mut raw_rates = Vec::new();
-        for (shape, clients, one_name) in shapes {
-            let (mut raw, mut palisade, mut rslock) = (Vec::new(), Vec::new(), Vec::new());
+        for (key, shape, clients, one_name) in shapes {
+            if only.as_deref().is_some_and(|only| only != key) {
+                continue;
+            }
+            let (mut raw, mut raw_palisade, mut palisade, mut rslock) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             // Interleave the systems so that load from elsewhere on the
             // machine hits all of them alike.
             for _ in 0..rounds {
                 if !one_name {
                     raw.push(
-                        raw_scenario(&server, &format!("raw: {shape}"), clients, one_name, duration)
-                            .await,
+                        raw_scenario(
+                            &server,
+                            &format!("raw: {shape}"),
+                            RawScripts::Minimal,
+                            clients,
+                            duration,
+                        )
+                        .await,
+                    );
+                    raw_palisade.push(
+                        raw_scenario(
+                            &server,
+                            &format!("raw, Palisade's scripts: {shape}"),
+                            RawScripts::Palisade,
+                            clients,
+                            duration,
+                        )
+                        .await,
                     );
                 }
                 palisade.push(
@@ -485,19 +551,25 @@ fn main() {
                 );
             }
             if !raw.is_empty() {
-                let raw = merge(raw);
-                raw_rates.push(raw.rate());
-                ours.push(raw);
+                ours.push(merge(raw));
+                ours.push(merge(raw_palisade));
             }
             ours.push(merge(palisade));
             theirs.push(merge(rslock));
         }
-        let (raw_one, raw_eight) = (raw_rates[0], raw_rates[1]);
+        // With `PALISADE_BENCH_ONLY`, the raw rates of the shapes not run
+        // are unknown.
+        let raw_rate = |label: &str| {
+            ours.iter()
+                .find(|outcome: &&Outcome| outcome.label == format!("raw: {label}"))
+                .map_or(f64::NAN, Outcome::rate)
+        };
+        let (raw_one, raw_eight) = (raw_rate("1 client"), raw_rate("8 clients, 8 names"));
         print_table(&ours, raw_one, raw_eight, &theirs);
         print_table(&theirs, raw_one, raw_eight, &[]);
         println!();
         println!(
-            "vs raw: against the raw bound of the same shape (for one name: against raw with 8 clients on 8 names). requests/acq: client requests per acquisition (scripts; plus SET for rslock). Redis cmds/acq: every command Redis ran per acquisition, inside scripts included (PUBLISH and the scripts' reads and writes). failed attempts: acquire calls after the first that did not grant (Palisade: re-checks; rslock: refused SET NX tries)."
+            "raw: a minimal fenced lock written in the benchmark (one script: SET NX PX, then INCR of a counter; release: compare-and-delete). raw, Palisade's scripts: Palisade's acquire and release scripts called directly, without its client. vs raw: against the minimal raw lock of the same shape (for one name: against raw with 8 clients on 8 names). requests/acq: client requests per acquisition (scripts; plus SET for rslock). Redis cmds/acq: every command Redis ran per acquisition, inside scripts included (PUBLISH and the scripts' reads and writes). failed attempts: acquire calls after the first that did not grant (Palisade: re-checks; rslock: refused SET NX tries)."
         );
     });
 }

@@ -3,10 +3,13 @@
 //!
 //! A waiter does not subscribe to anything itself. When the release script
 //! hands a lock to a queued waiter, it publishes `"<lease id> granted
-//! <generation> <server ms>"` on the channel recorded in the waiter's queue
-//! entry: its client's inbox. The inbox task routes the message to the
-//! waiting future by lease id. So waiting costs no request at all, and a
-//! hand-off costs the release script plus one message.
+//! <generation> <server ms> <proof>"` on the channel recorded in the
+//! waiter's queue entry: its client's inbox. The inbox task routes the
+//! message to the waiting future by lease id; the proof,
+//! `sha1hex("<owner token> <generation>")`, lets that future check that the
+//! grant is its own (the lease id is public, the token is not). So waiting
+//! costs no request at all, and a hand-off costs the release script plus
+//! one message.
 //!
 //! Messages can be lost (the subscription drops and reconnects). Nothing
 //! depends on them for correctness: the acquire script also reports a grant
@@ -30,10 +33,33 @@ use crate::error::BACKEND;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Notice {
     /// The lock was handed to this waiter with `generation`, at `server_ms`
-    /// on the Redis clock.
-    Granted { generation: u64, server_ms: u64 },
+    /// on the Redis clock; `proof` is `sha1hex("<owner token>
+    /// <generation>")`, computed by Redis (see [`Notice::proves`]).
+    Granted {
+        generation: u64,
+        server_ms: u64,
+        proof: [u8; 40],
+    },
     /// Something changed (or notifications may have been lost): look again.
     Recheck,
+}
+
+impl Notice {
+    /// Whether this is a grant to the holder of `token`: its proof is
+    /// `sha1hex("<token> <generation>")`. Anything else (a forged or
+    /// misrouted message) must not be acted on.
+    pub(crate) fn proves(&self, token: &str) -> bool {
+        let Notice::Granted {
+            generation, proof, ..
+        } = self
+        else {
+            return false;
+        };
+        let expected = sha1_smol::Sha1::from(format!("{token} {generation}"))
+            .digest()
+            .to_string();
+        expected.as_bytes() == proof
+    }
 }
 
 type Routes = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Notice>>>>;
@@ -230,7 +256,7 @@ fn broadcast_recheck(routes: &Routes) {
     }
 }
 
-/// Routes one message: `"<lease> granted <generation> <server ms>"` or
+/// Routes one message: `"<lease> granted <generation> <server ms> <proof>"` or
 /// `"<lease> recheck"`. Anything else is ignored (and logged).
 fn dispatch(routes: &Routes, payload: &[u8]) {
     let Some((lease, notice)) = parse_notice(payload) else {
@@ -261,6 +287,7 @@ fn parse_notice(payload: &[u8]) -> Option<(&str, Notice)> {
         "granted" => Notice::Granted {
             generation: parts.next()?.parse().ok()?,
             server_ms: parts.next()?.parse().ok()?,
+            proof: parts.next()?.as_bytes().try_into().ok()?,
         },
         "recheck" => Notice::Recheck,
         _ => return None,
@@ -277,13 +304,15 @@ mod tests {
 
     #[test]
     fn notices_parse_exactly() {
+        let proof = "a9993e364706816aba3e25717850c26c9cd0d89d";
         assert_eq!(
-            parse_notice(b"ab12 granted 42 1700000000000"),
+            parse_notice(format!("ab12 granted 42 1700000000000 {proof}").as_bytes()),
             Some((
                 "ab12",
                 Notice::Granted {
                     generation: 42,
-                    server_ms: 1_700_000_000_000
+                    server_ms: 1_700_000_000_000,
+                    proof: proof.as_bytes().try_into().unwrap(),
                 }
             ))
         );
@@ -291,10 +320,44 @@ mod tests {
             parse_notice(b"ab12 recheck"),
             Some(("ab12", Notice::Recheck))
         );
-        assert_eq!(parse_notice(b"ab12 granted x 1"), None);
-        assert_eq!(parse_notice(b"ab12 granted 1"), None);
+        assert_eq!(
+            parse_notice(format!("ab12 granted x 1 {proof}").as_bytes()),
+            None
+        );
+        assert_eq!(parse_notice(b"ab12 granted 1 1"), None);
+        assert_eq!(parse_notice(b"ab12 granted 1 1 short"), None);
+        assert_eq!(
+            parse_notice(format!("ab12 granted 1 1 {proof} extra").as_bytes()),
+            None
+        );
         assert_eq!(parse_notice(b"ab12 recheck extra"), None);
         assert_eq!(parse_notice(b"ab12 other"), None);
         assert_eq!(parse_notice(b"\xff"), None);
+    }
+
+    #[test]
+    fn a_grant_proves_only_its_own_token() {
+        let grant = |token: &str, generation: u64| Notice::Granted {
+            generation,
+            server_ms: 1,
+            proof: sha1_smol::Sha1::from(format!("{token} {generation}"))
+                .digest()
+                .to_string()
+                .as_bytes()
+                .try_into()
+                .unwrap(),
+        };
+        assert!(grant("secret", 7).proves("secret"));
+        assert!(!grant("secret", 7).proves("other"));
+        let Notice::Granted { proof, .. } = grant("secret", 7) else {
+            unreachable!()
+        };
+        let replayed = Notice::Granted {
+            generation: 8,
+            server_ms: 1,
+            proof,
+        };
+        assert!(!replayed.proves("secret"));
+        assert!(!Notice::Recheck.proves("secret"));
     }
 }

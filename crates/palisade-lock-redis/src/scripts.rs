@@ -273,7 +273,9 @@ end
 -- Hands the lock to the head of the queue while it can be granted: one
 -- exclusive waiter, or every consecutive shared waiter. Dead entries (their
 -- process stopped refreshing them) are dropped on the way. Each grant is
--- published to the waiter's process inbox.
+-- published to the waiter's process inbox with everything the waiter needs
+-- to hold the lock without another request: generation, server time, and a
+-- proof of the owner token.
 local function promote(clock_mode)
   while true do
     local token = redis.call('LINDEX', K_QUEUE, 0)
@@ -294,7 +296,11 @@ local function promote(clock_mode)
       end
       redis.call('LPOP', K_QUEUE)
       redis.call('HDEL', K_WAITERS, token)
-      redis.call('PUBLISH', waiter.channel, waiter.lease .. ' granted ' .. int(generation) .. ' ' .. int(now_ms))
+      -- The proof binds the grant to the waiter's secret owner token, which
+      -- never leaves Redis and its owner: only the granted attempt can
+      -- check it, and nobody can forge a grant for it.
+      redis.call('PUBLISH', waiter.channel, waiter.lease .. ' granted ' .. int(generation) .. ' ' .. int(now_ms)
+        .. ' ' .. redis.sha1hex(token .. ' ' .. int(generation)))
       if waiter.mode == 'x' then return end
     end
   end

@@ -450,7 +450,12 @@ impl SessionInner {
                     }
                     tokio::select! {
                         notice = registration.notices.recv() => match notice {
-                            Some(Notice::Granted { generation, server_ms }) => {
+                            Some(notice @ Notice::Granted { .. }) if !notice.proves(&attempt.token) => {
+                                // Not our grant (forged, or misrouted): ask
+                                // Redis, which reports a real one.
+                                tracing::warn!(backend = BACKEND, lock = %name, "a grant notice did not prove this attempt's owner token; re-checking");
+                            }
+                            Some(Notice::Granted { generation, server_ms, .. }) => {
                                 client.inner.stats.count_handoff();
                                 cleanup.armed = false;
                                 let guard = self

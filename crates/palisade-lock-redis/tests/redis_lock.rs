@@ -492,6 +492,60 @@ async fn a_waiter_is_woken_by_the_release_without_polling() {
     );
 }
 
+/// A grant notice is acted on only if it proves the waiter's secret owner
+/// token: a message published to the waiter's inbox with its (public)
+/// lease id and a made-up proof grants nothing, and the real hand-off that
+/// follows does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_grant_notice_is_not_acted_on() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix("forged");
+    let config = RedisConfig::new(server.url()).with_key_prefix(prefix);
+    let (holder_client, waiter_client) =
+        (client_with(config.clone()).await, client_with(config).await);
+    let ttl = Duration::from_secs(30);
+    let holder = holder_client.session(options(ttl)).unwrap();
+    let waiter = waiter_client.session(options(ttl)).unwrap();
+    let lock_name = name("forged");
+    let keys = holder_client.keys(&lock_name);
+    let held = holder.acquire(&lock_name, Mode::Exclusive).await.unwrap();
+    let held_generation = held.issued().generation().get();
+    let mut waiting = {
+        let lock_name = lock_name.clone();
+        tokio::spawn(async move { waiter.acquire(&lock_name, Mode::Exclusive).await })
+    };
+    eventually("the waiter is queued", Duration::from_secs(5), || {
+        number(&server, &["LLEN", keys.queue()]) == 1
+    })
+    .await;
+    // The entry: "<deadline> x <ttl> <delay> <lease id> <holder id> <inbox>".
+    let entry = text(&server, &["HVALS", keys.waiters()]);
+    let fields: Vec<&str> = entry.split_whitespace().collect();
+    let (lease, channel) = (fields[4], fields[6]);
+    let forged_generation = held_generation + 1;
+    let forged = format!("{lease} granted {forged_generation} 1 {}", "0".repeat(40));
+    assert_eq!(
+        number(&server, &["PUBLISH", channel, &forged]),
+        1,
+        "the inbox hears it"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut waiting)
+            .await
+            .is_err(),
+        "the waiter acted on a forged grant"
+    );
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("granted by the real hand-off")
+        .unwrap()
+        .unwrap();
+    assert!(guard.issued().generation().get() > held_generation);
+    assert_eq!(waiter_client.stats().handoffs, 1);
+    guard.release().await.unwrap();
+}
+
 /// The per-process waiter bound fails fast with `Busy`, counts only
 /// waiters, and frees a place when a waiter gives up.
 #[tokio::test]

@@ -314,3 +314,38 @@ async fn shared_and_exclusive_interplay() {
     assert!(order[0].1 > readers_generation);
     assert!(order[1].1 > order[0].1);
 }
+
+/// Uncontended, an acquire is one transaction: the put alone, whose success
+/// shows that the lock's directory was empty, with no read. The grant so
+/// decided still excludes the next contender, and the release is one more
+/// transaction.
+#[tokio::test]
+async fn an_uncontended_acquire_is_one_transaction() {
+    let etcd = crate::fixtures::etcd();
+    let connection = connect(&etcd.endpoints(), &unique_prefix("one-txn")).await;
+    let first = session(&connection, options(10)).await;
+    let second = session(&connection, options(10)).await;
+    let lock = name("one-txn");
+    let before = connection.rpc_counts().txns;
+    let guard = first.acquire(&lock, Mode::Exclusive).await.unwrap();
+    assert_eq!(connection.rpc_counts().txns - before, 1, "acquire");
+    assert!(
+        second
+            .try_acquire(&lock, Mode::Exclusive)
+            .await
+            .unwrap()
+            .is_none(),
+        "a second contender was granted next to the first"
+    );
+    let generation = guard.generation().get();
+    let before = connection.rpc_counts().txns;
+    guard.release().await.unwrap();
+    assert_eq!(connection.rpc_counts().txns - before, 1, "release");
+    let next = second
+        .try_acquire(&lock, Mode::Exclusive)
+        .await
+        .unwrap()
+        .expect("free after the release");
+    assert!(next.generation().get() > generation);
+    next.release().await.unwrap();
+}
