@@ -876,6 +876,9 @@ fn main() {
         println!();
     }
 
+    if !(section("raw") && section("http")) {
+        return;
+    }
     let raw32 = raw[&(Layout::LockPerClient, 32)].0.per_second;
     println!(
         "targets (lock per client, 32 clients, against raw no-flush at 32 threads = {raw32:.0}/s):"
