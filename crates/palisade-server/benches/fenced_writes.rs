@@ -18,10 +18,22 @@
 //!
 //! Plus the batch rows: 100 ops per request against 100 single requests.
 //!
+//! And the comparison with Redis (section `redis`): in interleaved rounds,
+//! `wrk -t2 -c32` against the server's `/healthz` (the load generator's
+//! ceiling), `wrk` sending fenced `PUT`s (one lock per connection, and
+//! one lock) to the `palisade-server` binary itself, run as a child
+//! process in `flushed` mode, `redis-benchmark` sending `SET`s of the same
+//! size to a Redis with `appendfsync always` (started through
+//! `palisade-testkit`) at 32 clients, and raw sled no-flush at 32 threads.
+//!
 //! `PALISADE_BENCH_SECS` sets the seconds per HTTP cell (default 3; the
 //! in-process baseline cells run half as long);
 //! `PALISADE_BENCH_SECTIONS` (a comma-separated subset of `raw`, `store`,
-//! `http`, `batch`; default all) picks what to run, e.g. for profiling.
+//! `http`, `batch`, `redis`; default all) picks what to run, e.g. for
+//! profiling; `PALISADE_BENCH_ROUNDS` sets the rounds of the `redis`
+//! section (default 3).
+
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +42,10 @@ use std::time::{Duration, Instant};
 use palisade_core::{Generation, LockName, Mode, Sequencer};
 use palisade_server::{AppState, run};
 use palisade_store::{Durability, Op, Store, StoreConfig};
+use palisade_testkit::redis::{Persistence, RedisOptions, RedisServer};
+use support::{
+    LoadFigures, ServerProcess, cycling_script, median, raw_request, redis_benchmark_set, wrk,
+};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -447,6 +463,209 @@ async fn start_server(
     (dir, addr, store, RunningServer { stop, task })
 }
 
+/// Connections and threads of the comparison with Redis.
+const VERSUS_CLIENTS: usize = 32;
+const VERSUS_THREADS: usize = 2;
+
+/// `wrk` requests for `layout`: thread `t` of [`VERSUS_THREADS`] cycles
+/// through its share of the locks (lock per client: 16 names per thread,
+/// one per connection on average; `wrk` hands a request to whichever of
+/// its connections is free, so a name is not pinned to one connection),
+/// 16 keys each, always generation 1.
+fn versus_requests(layout: Layout) -> Vec<Vec<String>> {
+    let per_thread = VERSUS_CLIENTS / VERSUS_THREADS;
+    let value = value();
+    (0..VERSUS_THREADS)
+        .map(|thread| {
+            let mut requests = Vec::new();
+            for key in 0..16 {
+                for connection in 0..per_thread {
+                    let client = thread * per_thread + connection;
+                    let lock = layout.lock(client);
+                    let sequencer = exclusive(&lock, 1).to_string();
+                    let path = format!("/v1/locks/{}/keys/k{client}-{key}", segment(&lock));
+                    requests.push(raw_request(
+                        "PUT",
+                        &path,
+                        &[(Sequencer::HTTP_HEADER, &sequencer)],
+                        &value,
+                    ));
+                }
+            }
+            requests
+        })
+        .collect()
+}
+
+/// One round of the comparison with Redis.
+#[derive(Debug, Clone, Copy)]
+struct VersusRound {
+    healthz: LoadFigures,
+    lock_per_client: LoadFigures,
+    lock_per_client_group: f64,
+    one_lock: LoadFigures,
+    one_lock_group: f64,
+    redis: LoadFigures,
+    raw_lock_per_client: Figures,
+    raw_one_lock: Figures,
+}
+
+/// Durable fenced writes through HTTP against Redis `SET` with
+/// `appendfsync always`, in interleaved rounds (section `redis`).
+fn versus_redis(duration: Duration) {
+    let rounds: usize = std::env::var("PALISADE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    println!(
+        "durable writes against Redis `appendfsync always`: {VERSUS_CLIENTS} connections, {VERSUS_THREADS} load threads, {rounds} interleaved rounds; load average at the start {}",
+        support::load_average()
+    );
+    let redis = RedisServer::spawn(RedisOptions::persistence(Persistence::AofAlways));
+    let redis_port = redis.port().expect("a spawned Redis has a port");
+    let scripts = tempfile::tempdir().unwrap();
+    let script = |name: &str, layout: Layout| {
+        let path = scripts.path().join(name);
+        std::fs::write(&path, cycling_script(&versus_requests(layout))).unwrap();
+        path
+    };
+    let lock_per_client_script = script("lock-per-client.lua", Layout::LockPerClient);
+    let one_lock_script = script("one-lock.lua", Layout::OneLock);
+    // About as many SETs as Redis does in `duration` on these machines.
+    let redis_requests = ((duration.as_secs_f64() * 60_000.0) as usize).max(10_000);
+
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(data_dir.path());
+    let base = format!("http://{}", server.addr);
+    let group_size = |run: &dyn Fn() -> LoadFigures| {
+        let (flushes_before, tickets_before) = server.flush_counters();
+        let figures = run();
+        let (flushes_after, tickets_after) = server.flush_counters();
+        let flushes = (flushes_after - flushes_before).max(1);
+        (
+            figures,
+            (tickets_after - tickets_before) as f64 / flushes as f64,
+        )
+    };
+    println!(
+        "{:<6} {:>10} | {:>10} {:>7} {:>7} | {:>10} {:>7} {:>7} | {:>10} {:>7} | {:>10} {:>10} | {:>7} {:>7} {:>7} {:>7}",
+        "round",
+        "healthz/s",
+        "per-lock/s",
+        "p99 µs",
+        "w/fsync",
+        "one-lock/s",
+        "p99 µs",
+        "w/fsync",
+        "redis/s",
+        "p99 µs",
+        "raw per/s",
+        "raw one/s",
+        "per÷rds",
+        "one÷rds",
+        "per÷raw",
+        "one÷raw"
+    );
+    let mut results = Vec::new();
+    for round in 1..=rounds {
+        let healthz = wrk(
+            &format!("{base}/healthz"),
+            None,
+            VERSUS_THREADS,
+            VERSUS_CLIENTS,
+            duration,
+        );
+        let (lock_per_client, lock_per_client_group) = group_size(&|| {
+            wrk(
+                &base,
+                Some(&lock_per_client_script),
+                VERSUS_THREADS,
+                VERSUS_CLIENTS,
+                duration,
+            )
+        });
+        let (one_lock, one_lock_group) = group_size(&|| {
+            wrk(
+                &base,
+                Some(&one_lock_script),
+                VERSUS_THREADS,
+                VERSUS_CLIENTS,
+                duration,
+            )
+        });
+        let redis = redis_benchmark_set(
+            redis_port,
+            VERSUS_CLIENTS,
+            VERSUS_THREADS,
+            redis_requests,
+            VALUE_BYTES,
+        );
+        let raw_lock_per_client = raw_sled(VERSUS_CLIENTS, Layout::LockPerClient, false, duration);
+        let raw_one_lock = raw_sled(VERSUS_CLIENTS, Layout::OneLock, false, duration);
+        let r = VersusRound {
+            healthz,
+            lock_per_client,
+            lock_per_client_group,
+            one_lock,
+            one_lock_group,
+            redis,
+            raw_lock_per_client,
+            raw_one_lock,
+        };
+        println!(
+            "{round:<6} {:>10.0} | {:>10.0} {:>7.0} {:>7.1} | {:>10.0} {:>7.0} {:>7.1} | {:>10.0} {:>7.0} | {:>10.0} {:>10.0} | {:>7.2} {:>7.2} {:>7.2} {:>7.2}",
+            r.healthz.per_second,
+            r.lock_per_client.per_second,
+            r.lock_per_client.p99_us,
+            r.lock_per_client_group,
+            r.one_lock.per_second,
+            r.one_lock.p99_us,
+            r.one_lock_group,
+            r.redis.per_second,
+            r.redis.p99_us,
+            r.raw_lock_per_client.per_second,
+            r.raw_one_lock.per_second,
+            r.lock_per_client.per_second / r.redis.per_second,
+            r.one_lock.per_second / r.redis.per_second,
+            r.lock_per_client.per_second / r.raw_lock_per_client.per_second,
+            r.one_lock.per_second / r.raw_one_lock.per_second,
+        );
+        results.push(r);
+    }
+    server.stop();
+    drop(redis);
+
+    let ratio =
+        |f: &dyn Fn(&VersusRound) -> f64| median(&mut results.iter().map(f).collect::<Vec<_>>());
+    let verdict = |value: f64, target: f64| if value >= target { "met" } else { "missed" };
+    println!(
+        "medians over {rounds} rounds (ratios taken per round); load average at the end {}:",
+        support::load_average()
+    );
+    println!(
+        "  wrk's ceiling (/healthz) = {:.2} x the durable lock-per-client rate",
+        ratio(&|r| r.healthz.per_second / r.lock_per_client.per_second)
+    );
+    for (name, of_redis, of_raw) in [
+        (
+            "lock per client",
+            ratio(&|r| r.lock_per_client.per_second / r.redis.per_second),
+            ratio(&|r| r.lock_per_client.per_second / r.raw_lock_per_client.per_second),
+        ),
+        (
+            "one lock",
+            ratio(&|r| r.one_lock.per_second / r.redis.per_second),
+            ratio(&|r| r.one_lock.per_second / r.raw_one_lock.per_second),
+        ),
+    ] {
+        println!(
+            "  flushed, {name:<15}: {of_redis:.2} x Redis appendfsync always (target >= 1.0): {}; {of_raw:.2} x raw sled no-flush (target >= 0.6): {}",
+            verdict(of_redis, 1.0),
+            verdict(of_raw, 0.6)
+        );
+    }
+}
+
 fn machine() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
@@ -652,6 +871,14 @@ fn main() {
     }
     println!();
 
+    if section("redis") {
+        versus_redis(duration);
+        println!();
+    }
+
+    if !(section("raw") && section("http")) {
+        return;
+    }
     let raw32 = raw[&(Layout::LockPerClient, 32)].0.per_second;
     println!(
         "targets (lock per client, 32 clients, against raw no-flush at 32 threads = {raw32:.0}/s):"

@@ -87,6 +87,9 @@ struct Recent {
     /// Per lock: its latest marks and the seq that brought them (to forget
     /// the lock seen the longest ago first).
     marks: BTreeMap<String, (MarksView, u64)>,
+    /// The same locks by that seq, oldest first: forgetting the oldest is
+    /// one step, not a scan of every lock on every write to a new one.
+    by_seq: BTreeMap<u64, String>,
 }
 
 /// The log every handler records into and every watcher reads.
@@ -141,11 +144,7 @@ impl DecisionLog {
             }
             recent.ring.push_back(decision.clone());
             if let Some(marks) = decision.marks {
-                let seq = decision.seq;
-                recent.marks.insert(decision.lock.clone(), (marks, seq));
-                if recent.marks.len() > MARKS_CAPACITY {
-                    forget_oldest_lock(&mut recent.marks);
-                }
+                recent.remember_marks(&decision.lock, marks, decision.seq);
             }
             decision
         };
@@ -195,13 +194,19 @@ impl DecisionLog {
     }
 }
 
-fn forget_oldest_lock(marks: &mut BTreeMap<String, (MarksView, u64)>) {
-    let oldest = marks
-        .iter()
-        .min_by_key(|(_, (_, seq))| *seq)
-        .map(|(lock, _)| lock.clone());
-    if let Some(oldest) = oldest {
-        marks.remove(&oldest);
+impl Recent {
+    /// Records `lock`'s latest marks, forgetting the lock seen the longest
+    /// ago beyond [`MARKS_CAPACITY`].
+    fn remember_marks(&mut self, lock: &str, marks: MarksView, seq: u64) {
+        if let Some((_, previous)) = self.marks.insert(lock.to_owned(), (marks, seq)) {
+            self.by_seq.remove(&previous);
+        }
+        self.by_seq.insert(seq, lock.to_owned());
+        if self.marks.len() > MARKS_CAPACITY {
+            if let Some((_, oldest)) = self.by_seq.pop_first() {
+                self.marks.remove(&oldest);
+            }
+        }
     }
 }
 

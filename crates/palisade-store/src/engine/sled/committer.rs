@@ -18,9 +18,25 @@
 //!
 //! So the loop is: take every queued job (up to a bound), apply them in
 //! order in **one** sled transaction, and, in `Flushed` mode, call sled's
-//! blocking `flush()` once. Only then is each job's outcome delivered. One
-//! flush therefore acknowledges every request committed before it started
-//! (group commit), and "acknowledged" keeps its full meaning.
+//! blocking `flush()` once. One flush therefore covers every request
+//! committed before it started (group commit).
+//!
+//! # Why the file sync runs on a second thread
+//!
+//! sled's flush only hands the log to the kernel (see below); the
+//! `fdatasync` that makes it durable is ours, and it does not take sled's
+//! lock. So the committer passes each flushed group to a **syncer** thread
+//! and goes on with the next group's transaction and flush while the
+//! syncer waits for the disk. The syncer takes every group queued for it,
+//! syncs sled's files once, and only then delivers each job's outcome: an
+//! outcome is never delivered before an `fdatasync` that began after its
+//! group's sled flush returned, so "acknowledged" keeps its full meaning.
+//! The two waits (the log's write-back in sled's flush, the disk cache's
+//! flush in `fdatasync`) overlap instead of adding up, and one sync can
+//! acknowledge several groups. Groups reach the syncer, and are answered,
+//! in commit order, including groups that wrote nothing: a reader waiting
+//! for an epoch must not see a later group acknowledged before an earlier
+//! one.
 //!
 //! Each job keeps its own all-or-nothing semantics inside the shared
 //! transaction: its ops are first evaluated against an overlay (its own
@@ -38,18 +54,18 @@
 //! writes without any sync at all. The fault suite's "disk died" scenario
 //! (ext4 shut down without flushing its journal, the nearest thing to a
 //! power cut these machines can make) lost every acknowledged write and
-//! every mark that way. So after every sled flush the committer syncs
-//! sled's files itself ([`DurableFiles`]): `fdatasync` of the log file,
-//! `fsync` of every new blob and of the directories that name new files.
-//! Only then is the group acknowledged, and a failed sync fail-stops the
-//! store exactly like a failed flush.
+//! every mark that way. So after sled's flush the syncer syncs sled's
+//! files itself ([`DurableFiles`]): `fdatasync` of the log file, `fsync`
+//! of every new blob and of the directories that name new files. Only
+//! then is the group acknowledged, and a failed sync fail-stops the store
+//! exactly like a failed flush.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -149,7 +165,7 @@ impl Decision {
 /// what [`Durability::Flushed`] promises (see the module docs for why
 /// sled's own flush falls short on Linux).
 ///
-/// Shared by the committer (after every group) and
+/// Shared by the syncer (after every sled flush of a group) and
 /// the engine's `close` ([`Store::flush`](crate::Store::flush)), behind a mutex: the two never
 /// sync at the same time, and the record of which blobs are already synced
 /// stays whole.
@@ -316,6 +332,33 @@ pub(crate) struct Committer {
 
 impl Committer {
     pub(crate) fn run(self, jobs: Receiver<Job>) {
+        let syncer = Syncer {
+            files: Arc::clone(&self.files),
+            epochs: Arc::clone(&self.epochs),
+            stats: Arc::clone(&self.stats),
+            sync: self.durability == Durability::Flushed,
+        };
+        let (handoff, syncer_thread) = if syncer.sync {
+            let (to_syncer, committed) = channel();
+            let thread = syncer.clone();
+            match std::thread::Builder::new()
+                .name("palisade-syncer".into())
+                .spawn(move || thread.run(committed))
+            {
+                Ok(handle) => (
+                    Handoff::Thread(to_syncer, Arc::clone(&self.epochs)),
+                    Some(handle),
+                ),
+                Err(error) => {
+                    // Still correct, only slower: sync on this thread.
+                    tracing::warn!(%error, "cannot start the store's syncer thread; syncing on the committer's");
+                    (Handoff::Inline(syncer), None)
+                }
+            }
+        } else {
+            // `Buffered`: nothing to wait for, so answer on this thread.
+            (Handoff::Inline(syncer), None)
+        };
         let mut group_number = 0u64;
         let mut pending: Option<Job> = None;
         loop {
@@ -350,16 +393,25 @@ impl Committer {
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.commit_group(group_number, group)
             }));
-            if outcome.is_err() {
-                let message = "the store's committer failed unexpectedly".to_owned();
-                tracing::error!("{message}; the store refuses further requests");
-                self.epochs.fail(message.clone());
-                for slot in slots {
-                    slot.fill_error(StoreError::FlushFailed {
-                        message: message.clone(),
-                    });
+            match outcome {
+                Ok(Some(committed)) => handoff.send(committed),
+                Ok(None) => {}
+                Err(_) => {
+                    let message = "the store's committer failed unexpectedly".to_owned();
+                    tracing::error!("{message}; the store refuses further requests");
+                    self.epochs.fail(message.clone());
+                    for slot in slots {
+                        slot.fill_error(StoreError::FlushFailed {
+                            message: message.clone(),
+                        });
+                    }
                 }
             }
+        }
+        // Every group handed over is answered before the store closes.
+        drop(handoff);
+        if let Some(thread) = syncer_thread {
+            let _ = thread.join();
         }
         self.epochs.close();
         if self.epochs.failure().is_none() {
@@ -369,7 +421,11 @@ impl Committer {
         }
     }
 
-    fn commit_group(&self, group_number: u64, group: Vec<Job>) {
+    /// Applies `group` in one transaction and, if it wrote in `Flushed`
+    /// mode, runs sled's flush. Returns the group for the syncer (which
+    /// syncs and answers), or `None` if the group was answered here (the
+    /// store was already fail-stopped).
+    fn commit_group(&self, group_number: u64, group: Vec<Job>) -> Option<Committed> {
         if let Some(message) = self.epochs.failure() {
             for job in group {
                 deliver_error(
@@ -379,7 +435,7 @@ impl Committer {
                     },
                 );
             }
-            return;
+            return None;
         }
 
         self.epochs.begin_group(group_number);
@@ -416,47 +472,32 @@ impl Committer {
                     },
                 };
                 tracing::error!(%error, "group transaction failed");
-                self.epochs.finish_group(group_number);
-                for job in group {
-                    deliver_error(job, &error);
-                }
-                return;
+                // Answered through the syncer all the same, so that groups
+                // are answered in order.
+                return Some(Committed::failed(group_number, group, &error));
             }
         };
 
         let wrote = decisions.iter().any(Decision::wrote);
         if self.durability == Durability::Flushed && wrote {
-            if let Err(message) = flush_durably(&self.db, &self.files) {
+            // sled's part of the flush: its log handed to the kernel. The
+            // syncer makes it durable.
+            if let Err(error) = self.db.flush() {
+                let message = error.to_string();
                 tracing::error!(error = %message, "flush failed; the store refuses further requests");
                 self.epochs.fail(message.clone());
-                for job in group {
-                    deliver_error(
-                        job,
-                        &StoreError::FlushFailed {
-                            message: message.clone(),
-                        },
-                    );
-                }
-                return;
-            }
-            let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
-            stats.flushes += 1;
-            stats.tickets += group.len() as u64;
-        }
-        self.epochs.finish_group(group_number);
-
-        for (job, decision) in group.into_iter().zip(decisions) {
-            match (job, decision) {
-                (Job::Write(job), Decision::Write(outcome)) => job.slot.fill(outcome),
-                (Job::Read(job), Decision::Read(outcome, _)) => job.slot.fill(outcome),
-                (job, _) => deliver_error(
-                    job,
-                    &StoreError::Corrupt {
-                        what: "a decision did not match its job".into(),
-                    },
-                ),
+                return Some(Committed::failed(
+                    group_number,
+                    group,
+                    &StoreError::FlushFailed { message },
+                ));
             }
         }
+        Some(Committed {
+            group_number,
+            wrote,
+            outcomes: group.into_iter().zip(decisions).collect(),
+        })
     }
 
     fn apply_write(
@@ -593,6 +634,167 @@ impl Committer {
             meta.insert(keys.state(), &after.encode())?;
         }
         Ok(Ok(Ok(applied)))
+    }
+}
+
+/// A group the committer has applied (and, if it wrote, flushed through
+/// sled), on its way to the syncer.
+struct Committed {
+    group_number: u64,
+    /// Whether any job of the group wrote: only then is a sync needed.
+    wrote: bool,
+    outcomes: Vec<(Job, Decision)>,
+}
+
+impl Committed {
+    /// A group whose every job gets `error`.
+    fn failed(group_number: u64, group: Vec<Job>, error: &StoreError) -> Committed {
+        let outcomes = group
+            .into_iter()
+            .map(|job| {
+                let decision = match &job {
+                    Job::Write(_) => Decision::Write(Err(error.clone())),
+                    Job::Read(_) => Decision::Read(Err(error.clone()), false),
+                };
+                (job, decision)
+            })
+            .collect();
+        Committed {
+            group_number,
+            wrote: false,
+            outcomes,
+        }
+    }
+}
+
+/// Where the committer hands a committed group.
+enum Handoff {
+    /// To the syncer thread (`Flushed`).
+    Thread(Sender<Committed>, Arc<Epochs>),
+    /// Answered on the committer's thread (`Buffered`, or no syncer thread).
+    Inline(Syncer),
+}
+
+impl Handoff {
+    fn send(&self, committed: Committed) {
+        match self {
+            Handoff::Thread(sender, epochs) => {
+                if let Err(std::sync::mpsc::SendError(committed)) = sender.send(committed) {
+                    // The syncer thread is gone (a panic it could not
+                    // contain): nothing can be acknowledged any more.
+                    let message = "the store's syncer is not running".to_owned();
+                    epochs.fail(message.clone());
+                    for (job, _) in committed.outcomes {
+                        deliver_error(
+                            job,
+                            &StoreError::FlushFailed {
+                                message: message.clone(),
+                            },
+                        );
+                    }
+                }
+            }
+            Handoff::Inline(syncer) => syncer.answer(vec![committed]),
+        }
+    }
+}
+
+/// The second half of group commit: syncs sled's files for the groups the
+/// committer has flushed, then answers them (see the module docs).
+#[derive(Clone)]
+struct Syncer {
+    files: Arc<Mutex<DurableFiles>>,
+    epochs: Arc<Epochs>,
+    stats: Arc<Mutex<crate::FlushStats>>,
+    /// `Flushed` mode: sync before answering. `Buffered` mode answers at
+    /// once (the interval sync makes it durable later).
+    sync: bool,
+}
+
+impl Syncer {
+    fn run(self, committed: Receiver<Committed>) {
+        while let Ok(first) = committed.recv() {
+            // Everything queued so far shares one sync.
+            let mut batch = vec![first];
+            batch.extend(committed.try_iter());
+            let slots: Vec<AnySlot> = batch
+                .iter()
+                .flat_map(|group| group.outcomes.iter().map(|(job, _)| AnySlot::of(job)))
+                .collect();
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.answer(batch);
+            }));
+            if outcome.is_err() {
+                let message = "the store's syncer failed unexpectedly".to_owned();
+                tracing::error!("{message}; the store refuses further requests");
+                self.epochs.fail(message.clone());
+                for slot in slots {
+                    slot.fill_error(StoreError::FlushFailed {
+                        message: message.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Syncs (if any group wrote) and delivers every outcome of `batch`,
+    /// or an error to all of them if the store is or becomes fail-stopped.
+    fn answer(&self, batch: Vec<Committed>) {
+        let Some(last) = batch.last().map(|group| group.group_number) else {
+            return;
+        };
+        let wrote = batch.iter().any(|group| group.wrote);
+        let synced = match self.epochs.failure() {
+            Some(message) => Err(message),
+            None if self.sync && wrote => {
+                let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+                files.sync().map_err(|error| {
+                    let message = format!("syncing the data files failed: {error}");
+                    tracing::error!(error = %message, "flush failed; the store refuses further requests");
+                    self.epochs.fail(message.clone());
+                    message
+                })
+            }
+            None => Ok(()),
+        };
+        if let Err(message) = synced {
+            self.epochs.finish_group(last);
+            for group in batch {
+                for (job, _) in group.outcomes {
+                    deliver_error(
+                        job,
+                        &StoreError::FlushFailed {
+                            message: message.clone(),
+                        },
+                    );
+                }
+            }
+            return;
+        }
+        if self.sync && wrote {
+            let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+            stats.flushes += 1;
+            stats.tickets += batch
+                .iter()
+                .filter(|group| group.wrote)
+                .map(|group| group.outcomes.len() as u64)
+                .sum::<u64>();
+        }
+        self.epochs.finish_group(last);
+        for group in batch {
+            for (job, decision) in group.outcomes {
+                match (job, decision) {
+                    (Job::Write(job), Decision::Write(outcome)) => job.slot.fill(outcome),
+                    (Job::Read(job), Decision::Read(outcome, _)) => job.slot.fill(outcome),
+                    (job, _) => deliver_error(
+                        job,
+                        &StoreError::Corrupt {
+                            what: "a decision did not match its job".into(),
+                        },
+                    ),
+                }
+            }
+        }
     }
 }
 
