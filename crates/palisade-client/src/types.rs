@@ -1,83 +1,19 @@
 //! The typed outcomes of the API (JSON DTOs decoded into these).
 
-use bytes::Bytes;
 use palisade_core::marks::Marks;
-use palisade_core::{Generation, LockName, Mode, OpResult};
+use palisade_core::{Generation, LockName, Mode};
 
-/// A write the server applied (or replayed).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Written {
-    /// One result per op.
-    pub results: Vec<OpResult>,
-    /// The lock's marks right after the write.
-    pub marks: Marks,
-    /// The server's commit sequence number of the write: strictly
-    /// increasing in commit order (see docs/http-api.md).
-    pub commit_seq: u64,
-    /// The server answered from its idempotency record: this request was
-    /// applied earlier and nothing was applied this time.
-    pub replayed: bool,
-}
-
-/// A read that was not refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Read {
-    /// The value, or `None` for a missing key (404 `not_found`).
-    pub value: Option<Bytes>,
-    /// The lock's marks after the read.
-    pub marks: Marks,
-}
-
-/// One op of a batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BatchOp {
-    /// Set `key` to `value`.
-    Put {
-        /// The key.
-        key: Bytes,
-        /// The value.
-        value: Bytes,
-    },
-    /// Remove `key`.
-    Delete {
-        /// The key.
-        key: Bytes,
-    },
-    /// Set `key` to `new` (remove when `None`) if its value is `expected`
-    /// (absent when `None`).
-    Cas {
-        /// The key.
-        key: Bytes,
-        /// The value it must have now.
-        expected: Option<Bytes>,
-        /// The value to set.
-        new: Option<Bytes>,
-    },
-}
-
-impl BatchOp {
-    /// A put.
-    pub fn put(key: impl Into<Bytes>, value: impl Into<Bytes>) -> BatchOp {
-        BatchOp::Put {
-            key: key.into(),
-            value: value.into(),
-        }
-    }
-
-    /// A delete.
-    pub fn delete(key: impl Into<Bytes>) -> BatchOp {
-        BatchOp::Delete { key: key.into() }
-    }
-
-    /// A compare-and-swap.
-    pub fn cas(key: impl Into<Bytes>, expected: Option<Bytes>, new: Option<Bytes>) -> BatchOp {
-        BatchOp::Cas {
-            key: key.into(),
-            expected,
-            new,
-        }
-    }
-}
+/// A write the server applied (or replayed): core's
+/// [`Applied`](palisade_core::op::Applied), the fenced store's own outcome.
+/// `commit_seq` is the server's commit sequence number of the write,
+/// strictly increasing in commit order (see docs/http-api.md); `replayed`
+/// says the server answered from its idempotency record.
+pub use palisade_core::op::Applied as Written;
+/// One op of a batch: core's [`Op`](palisade_core::op::Op), the one the
+/// fenced store applies.
+pub use palisade_core::op::Op as BatchOp;
+/// A read that was not refused (`value` `None`: 404 `not_found`).
+pub use palisade_core::op::Read;
 
 /// What `GET /healthz` said.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -35,6 +35,7 @@ mod lock;
 pub mod marks;
 mod mode;
 mod name;
+pub mod op;
 mod op_result;
 mod raise_cap;
 mod sequencer;

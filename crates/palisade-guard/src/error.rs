@@ -46,10 +46,12 @@ pub enum MarkStoreError {
 /// | 400 | `bad_lock_name` | [`GuardError::NoLockParam`], [`GuardError::BadLockName`], [`GuardError::LockNotResolved`] |
 /// | 401 | `unsigned`, `unknown_key`, `bad_signature` | [`GuardError::Signature`] |
 /// | 403 | `wrong_issuer` | [`GuardError::Signature`] |
-/// | 403 | `shared_on_write` | [`GuardError::SharedOnWrite`] |
-/// | 409 | `stale` | [`GuardError::Stale`] |
+/// | 403 | `shared_on_write` | [`GuardError::Refused`] ([`Refused::SharedOnWrite`]) |
+/// | 409 | `stale` | [`GuardError::Refused`] ([`Refused::Stale`]) |
 /// | 409 | `raise_too_large` | [`GuardError::RaiseTooLarge`] |
-/// | 422 | `lock_mismatch` | [`GuardError::LockMismatch`] |
+/// | 412 | `cas_mismatch` | [`GuardError::Refused`] ([`Refused::CasMismatch`], a handler's own write) |
+/// | 422 | `lock_mismatch` | [`GuardError::Refused`] ([`Refused::LockMismatch`]) |
+/// | 422 | `idempotency_key_reused` | [`GuardError::Refused`] ([`Refused::IdempotencyKeyReused`], a handler's own write) |
 /// | 503 | `storage_unavailable` | [`GuardError::MarkStore`], [`GuardError::Storage`] |
 /// | 500 | `internal` | [`GuardError::NotConfigured`] |
 ///
@@ -106,39 +108,15 @@ pub enum GuardError {
         #[source]
         source: SignatureError,
     },
-    /// The sequencer is for another lock than the route's.
-    #[error("the route names lock `{route_lock}` but the sequencer is for lock `{sequencer_lock}`")]
-    LockMismatch {
-        /// The lock the route names.
-        route_lock: LockName,
-        /// The lock the sequencer is for.
-        sequencer_lock: LockName,
-    },
-    /// A write under a shared (reader) sequencer.
-    #[error("lock `{lock}`: writes need an exclusive sequencer; generation {presented} is shared")]
-    SharedOnWrite {
-        /// The lock.
-        lock: LockName,
-        /// The generation offered.
-        presented: Generation,
-    },
-    /// The generation is below what the marks require: a newer holder has
-    /// been honoured. Carries the marks so the lock side can raise its
-    /// generation floor above them.
-    #[error(
-        "stale sequencer for lock `{lock}`: {mode} generation {presented} is below the required {required} ({marks})",
-        required = marks.required(*mode)
-    )]
-    Stale {
-        /// The lock.
-        lock: LockName,
-        /// The sequencer's mode.
-        mode: Mode,
-        /// The generation offered.
-        presented: Generation,
-        /// The lock's marks at the time of the check.
-        marks: Marks,
-    },
+    /// The sequencer was judged and refused: for another lock than the
+    /// route's (`lock_mismatch`), shared on a write (`shared_on_write`),
+    /// below the marks (`stale`, with the marks so the lock side can raise
+    /// its generation floor above them), or, for a handler's own write
+    /// through the fenced store in transaction mode, a failed
+    /// compare-and-swap or a reused idempotency key. The fenced store's own
+    /// refusal type, so the guard, the store and the server answer alike.
+    #[error(transparent)]
+    Refused(#[from] Refused),
     /// The generation is more than the configured cap above the lock's
     /// highest mark (a buggy issuer, or a forgery with a valid key). Same
     /// status as `stale`, as in the Palisade server; clients tell them apart
@@ -169,11 +147,6 @@ pub enum GuardError {
     /// A handler's own write through the fenced store failed.
     #[error(transparent)]
     Storage(#[from] StoreError),
-    /// A handler's own write through the fenced store was refused for a
-    /// reason other than fencing (a failed compare-and-swap, a reused
-    /// idempotency key).
-    #[error(transparent)]
-    StoreRefused(Refused),
     /// The [`Fenced`](crate::Fenced) extractor found neither a
     /// [`GuardLayer`](crate::GuardLayer) verdict nor a
     /// [`Guard`](crate::Guard) extension: a wiring mistake.
@@ -196,16 +169,17 @@ impl GuardError {
             GuardError::Signature { source, .. } if source.is_unauthenticated() => {
                 StatusCode::UNAUTHORIZED
             }
-            GuardError::Signature { .. } | GuardError::SharedOnWrite { .. } => {
+            GuardError::Signature { .. } | GuardError::Refused(Refused::SharedOnWrite { .. }) => {
                 StatusCode::FORBIDDEN
             }
-            GuardError::Stale { .. } | GuardError::RaiseTooLarge { .. } => StatusCode::CONFLICT,
-            GuardError::LockMismatch { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            GuardError::RaiseTooLarge { .. } => StatusCode::CONFLICT,
             GuardError::MarkStore(MarkStoreError::Store(_)) => StatusCode::SERVICE_UNAVAILABLE,
             GuardError::Storage(error) => storage_status(error),
-            GuardError::StoreRefused(refused) => match refused {
+            GuardError::Refused(refused) => match refused {
                 Refused::CasMismatch { .. } => StatusCode::PRECONDITION_FAILED,
-                Refused::IdempotencyKeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+                Refused::IdempotencyKeyReused { .. } | Refused::LockMismatch { .. } => {
+                    StatusCode::UNPROCESSABLE_ENTITY
+                }
                 _ => StatusCode::CONFLICT,
             },
             GuardError::MarkStore(_) | GuardError::NotConfigured => {
@@ -226,9 +200,6 @@ impl GuardError {
             | GuardError::BadLockName(_)
             | GuardError::LockNotResolved { .. } => "bad_lock_name",
             GuardError::Signature { source, .. } => source.code(),
-            GuardError::LockMismatch { .. } => "lock_mismatch",
-            GuardError::SharedOnWrite { .. } => "shared_on_write",
-            GuardError::Stale { .. } => "stale",
             GuardError::RaiseTooLarge { .. } => "raise_too_large",
             GuardError::MarkStore(MarkStoreError::Store(_)) => "storage_unavailable",
             GuardError::Storage(error) => match error {
@@ -238,7 +209,7 @@ impl GuardError {
                 error if error.is_storage_failure() => "storage_unavailable",
                 _ => "internal",
             },
-            GuardError::StoreRefused(refused) => refused.reason(),
+            GuardError::Refused(refused) => refused.reason(),
             GuardError::MarkStore(_) | GuardError::NotConfigured => "internal",
         }
     }
@@ -266,23 +237,23 @@ impl GuardError {
                     put("issuer", issuer.as_str().into());
                 }
             }
-            GuardError::LockMismatch {
-                route_lock,
-                sequencer_lock,
-            } => {
-                put("path_lock", route_lock.as_str().into());
-                put("sequencer_lock", sequencer_lock.as_str().into());
+            GuardError::Refused(Refused::LockMismatch {
+                requested,
+                presented,
+            }) => {
+                put("path_lock", requested.as_str().into());
+                put("sequencer_lock", presented.as_str().into());
             }
-            GuardError::SharedOnWrite { lock, presented } => {
+            GuardError::Refused(Refused::SharedOnWrite { lock, presented }) => {
                 put("lock", lock.as_str().into());
                 put("presented", presented.get().into());
             }
-            GuardError::Stale {
+            GuardError::Refused(Refused::Stale {
                 lock,
                 mode,
                 presented,
                 marks,
-            } => {
+            }) => {
                 put("lock", lock.as_str().into());
                 put("mode", mode.as_str().into());
                 put("presented", presented.get().into());
@@ -309,11 +280,11 @@ impl GuardError {
                 put("max", (*max).into());
                 put("actual", (*actual).into());
             }
-            GuardError::StoreRefused(Refused::CasMismatch { op_index, current }) => {
+            GuardError::Refused(Refused::CasMismatch { op_index, current }) => {
                 put("op_index", (*op_index).into());
                 put("current_exists", current.is_some().into());
             }
-            GuardError::StoreRefused(Refused::IdempotencyKeyReused { request_id }) => {
+            GuardError::Refused(Refused::IdempotencyKeyReused { request_id }) => {
                 put("idempotency_key", request_id.as_str().into());
             }
             _ => {}
@@ -334,38 +305,6 @@ fn storage_status(error: &StoreError) -> StatusCode {
 /// The marks as the server writes them: `{"exclusive": .., "shared": ..}`.
 pub(crate) fn marks_json(marks: Marks) -> Value {
     json!({"exclusive": marks.exclusive, "shared": marks.shared})
-}
-
-impl From<Refused> for GuardError {
-    /// Maps a store refusal to the guard's variant of the same meaning, so a
-    /// handler writing through the store in transaction mode answers exactly
-    /// like the guard (and the server) would.
-    fn from(refused: Refused) -> Self {
-        match refused {
-            Refused::Stale {
-                lock,
-                mode,
-                presented,
-                marks,
-            } => GuardError::Stale {
-                lock,
-                mode,
-                presented,
-                marks,
-            },
-            Refused::SharedOnWrite { lock, presented } => {
-                GuardError::SharedOnWrite { lock, presented }
-            }
-            Refused::LockMismatch {
-                requested,
-                presented,
-            } => GuardError::LockMismatch {
-                route_lock: requested,
-                sequencer_lock: presented,
-            },
-            other => GuardError::StoreRefused(other),
-        }
-    }
 }
 
 impl IntoResponse for GuardError {

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use palisade_core::{LockName, Mode, RaiseCap, Sequencer, Verifier};
+use palisade_store::Refused;
 
 use crate::fenced::{Fenced, Permit, Verdict};
 use crate::lock_table::LockTable;
@@ -293,16 +294,18 @@ impl Guard {
                 })?;
         }
         if *sequencer.lock() != route_lock {
-            return Err(GuardError::LockMismatch {
-                route_lock,
-                sequencer_lock: sequencer.lock().clone(),
-            });
+            return Err(Refused::LockMismatch {
+                requested: route_lock,
+                presented: sequencer.lock().clone(),
+            }
+            .into());
         }
         if !is_read && sequencer.mode() != Mode::Exclusive {
-            return Err(GuardError::SharedOnWrite {
+            return Err(Refused::SharedOnWrite {
                 lock: route_lock,
                 presented: sequencer.generation(),
-            });
+            }
+            .into());
         }
 
         match inner.mode {
@@ -356,12 +359,13 @@ impl Guard {
                     Some(Arc::new(permit)),
                 ))))
             }
-            Admission::Stale { marks } => Err(GuardError::Stale {
+            Admission::Stale { marks } => Err(Refused::Stale {
                 lock: sequencer.lock().clone(),
                 mode: sequencer.mode(),
                 presented: sequencer.generation(),
                 marks,
-            }),
+            }
+            .into()),
         }
     }
 

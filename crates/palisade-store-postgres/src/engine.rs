@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use palisade_core::{LockName, Sequencer};
 use palisade_store::{
-    Applied, Engine, EngineFuture, EngineInfo, Marks, Op, Read, Refused, RequestId, StoreError,
-    StoredRecord, WriteRequest,
+    Applied, Engine, EngineFuture, EngineInfo, Marks, Op, OpResult, Read, Refused, RequestId,
+    StoreError, StoredRecord, WriteRequest,
 };
 use sqlx::postgres::{PgConnectOptions, PgDatabaseError, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
@@ -322,6 +322,24 @@ fn refusal(error: sqlx::Error, request: &WriteRequest) -> Result<Refused, Failur
     }
 }
 
+/// An [`Applied`] from the columns a write statement returned.
+fn applied(
+    lock: &LockName,
+    results: Vec<OpResult>,
+    marks: (i64, i64),
+    commit_seq: i64,
+    replayed: bool,
+) -> Result<Applied, Failure> {
+    let commit_seq = u64::try_from(commit_seq)
+        .map_err(|_| Failure::Corrupt(format!("commit_seq {commit_seq} of lock `{lock}`")))?;
+    Ok(Applied {
+        results,
+        marks: record::marks_from_db(marks),
+        commit_seq,
+        replayed,
+    })
+}
+
 /// The write function's SQLSTATEs.
 const STALE: &str = "PS001";
 const CAS_MISMATCH: &str = "PS002";
@@ -377,6 +395,34 @@ impl Inner {
         });
         // Failing to get a connection: nothing was sent.
         let mut connection = self.pool.acquire().await?;
+        if let (None, [Op::Put { key, value }]) = (&request.request_id, &request.ops[..]) {
+            let fast = sqlx::query_as::<_, (i64, i64, Option<bool>, Option<i64>)>(schema::FAST_PUT)
+                .bind(lock.as_str())
+                .bind(generation)
+                .bind(&key[..])
+                .bind(&value[..])
+                .fetch_optional(&mut *connection)
+                .await;
+            match fast {
+                Ok(Some((exclusive, shared, Some(created), Some(commit_seq)))) => {
+                    let result = if created {
+                        OpResult::Created
+                    } else {
+                        OpResult::Replaced
+                    };
+                    return Ok(Ok(applied(
+                        lock,
+                        vec![result],
+                        (exclusive, shared),
+                        commit_seq,
+                        false,
+                    )?));
+                }
+                // Not at the mark, or a lock never seen: nothing written.
+                Ok(_) => {}
+                Err(error) => return refusal(error, request).map(Err),
+            }
+        }
         let answer = sqlx::query_as::<_, (Vec<u8>, i64, i64, i64, bool)>(schema::WRITE)
             .bind(lock.as_str())
             .bind(generation)
@@ -396,14 +442,13 @@ impl Inner {
         let results = record::decode_results(&results)
             .filter(|results| results.len() == request.ops.len() || replayed)
             .ok_or_else(|| Failure::Corrupt(format!("op results {results:?} of lock `{lock}`")))?;
-        let commit_seq = u64::try_from(commit_seq)
-            .map_err(|_| Failure::Corrupt(format!("commit_seq {commit_seq} of lock `{lock}`")))?;
-        Ok(Ok(Applied {
+        Ok(Ok(applied(
+            lock,
             results,
-            marks: record::marks_from_db((exclusive, shared)),
+            (exclusive, shared),
             commit_seq,
             replayed,
-        }))
+        )?))
     }
 
     /// A read without a sequencer: one statement, one snapshot, nothing

@@ -12,6 +12,29 @@ pub const SCHEMA_VERSION: i64 = 1;
 pub(crate) const WRITE: &str = "SELECT o_results, o_h_excl, o_h_shared, o_commit_seq, o_replayed \
     FROM palisade_store_write($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
+/// The fast path of the commonest write: one put, no idempotency key, by
+/// a holder whose generation is already the lock's exclusive mark (every
+/// write of a hold after its first). One auto-committed statement, no
+/// PL/pgSQL: it locks the mark row (`FOR UPDATE`, so a concurrent raise
+/// waits, and under READ COMMITTED the row read is the newest committed
+/// version), upserts the value only if `$2` equals `H_excl` and is not
+/// below `H_shared` (the rule passes and moves no mark, so the mark row
+/// is not rewritten), and takes the commit sequence number under the row
+/// lock. Returns no row for a lock never seen; `created` NULL when the
+/// generation is not the mark: nothing was written, and the caller runs
+/// [`WRITE`], which decides (raise, refusal, first write).
+pub(crate) const FAST_PUT: &str = "WITH m AS (\
+        SELECT h_excl, h_shared FROM palisade_store_marks WHERE lock_name = $1 FOR UPDATE), \
+    w AS (\
+        INSERT INTO palisade_store_data (lock_name, key, value) \
+        SELECT $1, $3, $4 FROM m \
+        WHERE m.h_excl = $2 AND palisade_store_u64(m.h_shared) <= palisade_store_u64($2) \
+        ON CONFLICT (lock_name, key) DO UPDATE SET value = EXCLUDED.value \
+        RETURNING (xmax = 0) AS created) \
+    SELECT m.h_excl, m.h_shared, w.created, \
+        CASE WHEN w.created IS NOT NULL THEN nextval('palisade_store_commit_seq') END \
+    FROM m LEFT JOIN w ON true";
+
 /// Every row the engine keeps, as `(place, key, value)` bytes, from one
 /// snapshot (`Engine::dump`, for tests). Lock names hold no NUL, so a NUL
 /// separates the parts of a key.
@@ -164,9 +187,16 @@ BEGIN
     IF p_request_id IS NOT NULL THEN
         m_count := m_count + 1;
     END IF;
-    UPDATE palisade_store_marks SET h_excl = p_generation, id_count = m_count
-        WHERE lock_name = p_lock
-        RETURNING nextval('palisade_store_commit_seq') INTO o_commit_seq;
+    -- A holder writing again at the mark without an idempotency key moves
+    -- nothing: the row stays locked until the commit, but is not rewritten
+    -- (no second row version, and its WAL, per write).
+    IF m_excl = p_generation AND p_request_id IS NULL THEN
+        o_commit_seq := nextval('palisade_store_commit_seq');
+    ELSE
+        UPDATE palisade_store_marks SET h_excl = p_generation, id_count = m_count
+            WHERE lock_name = p_lock
+            RETURNING nextval('palisade_store_commit_seq') INTO o_commit_seq;
+    END IF;
     IF p_request_id IS NOT NULL THEN
         DELETE FROM palisade_store_requests
             WHERE lock_name = p_lock AND slot <= m_count - p_window;

@@ -1,8 +1,9 @@
 //! The fault suite, part one: clients, lock services and their clocks
 //! (scenarios 1, 2, 3, 4, 9, 10, the SQL backend's 13, 14, 15, the
 //! PostgreSQL engine's replicas 16, the etcd engine's replicas 17, the
-//! PostgreSQL store's failover to a synchronous standby 18, and the
-//! mutation check).
+//! PostgreSQL store's failover to a synchronous standby 18, PostgreSQL
+//! killed and restarted under the PostgreSQL store 19, and the mutation
+//! check).
 //!
 //! Every scenario runs real processes on loopback: etcd, Redis, PostgreSQL
 //! (alone or a primary with its standby) or MariaDB from the testkit, the resource server
@@ -30,6 +31,7 @@ mod s15_sql_connection_cut;
 mod s16_postgres_replicas;
 mod s17_etcd_replicas;
 mod s18_postgres_failover;
+mod s19_postgres_restart;
 mod story;
 
 use std::time::Duration;
