@@ -2,8 +2,7 @@
 //! still refused afterwards, and the guard shares one set of marks with
 //! the fenced store's own transactions.
 
-mod common;
-
+use crate::common;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::put;

@@ -4,10 +4,9 @@
 //! raise cap, read policies, lock sources, the extractor with and without
 //! the layer, transaction mode, and the counters.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 
+use crate::common;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;

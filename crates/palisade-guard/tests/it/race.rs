@@ -5,11 +5,10 @@
 //! sleep, or a signal from the test) to widen the window between the
 //! check and the write.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
