@@ -1,9 +1,9 @@
 //! The shared lock conformance suite, against a real Redis.
 
-mod common;
-
 use palisade_testkit::lock_suite::test_all;
 use palisade_testkit::redis::RedisServer;
+
+use crate::common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conformance() {

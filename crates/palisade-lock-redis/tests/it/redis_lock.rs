@@ -4,8 +4,6 @@
 //! re-entry, shared mode, lock-delay, counter loss and recovery, the live
 //! check.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,6 +19,7 @@ use palisade_testkit::process::ChildProcess;
 use palisade_testkit::redis::{Persistence, RedisOptions, RedisServer};
 use tokio::time::Instant;
 
+use crate::common;
 use common::{calls, client, client_with, options, unique_prefix};
 
 fn name(text: &str) -> LockName {

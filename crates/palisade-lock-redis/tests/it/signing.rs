@@ -2,8 +2,6 @@
 //! every sequencer a guard hands out verifies under the signer's key and
 //! issuer, fails under any other key, and survives a key rotation.
 
-mod common;
-
 use std::time::Duration;
 
 use palisade_core::{
@@ -13,6 +11,7 @@ use palisade_core::{
 use palisade_lock_redis::{RedisConfig, RedisLiveCheck, RedisLockClient, RedisLockError};
 use palisade_testkit::redis::RedisServer;
 
+use crate::common;
 use common::{client_with, options, unique_prefix};
 
 const ISSUER: &str = "redis-signing-test";

@@ -1,14 +1,14 @@
 //! The shared lock conformance suite against Redlock on 3 and on 5 real,
 //! independent Redis masters.
 
-mod common;
-
 use std::time::Duration;
 
 use palisade_core::SessionOptions;
 use palisade_lock_redis::{Redlock, RedlockClient, RedlockConfig};
 use palisade_testkit::lock_suite::{SuiteBackend, test_locking};
 use palisade_testkit::redis::{RedisOptions, RedisServer};
+
+use crate::common;
 
 struct SuiteRedlock {
     client: RedlockClient,

@@ -2,8 +2,6 @@
 //! conformance suite, keys of one lock in one slot, locks spread over every
 //! master, hand-offs notified across the cluster bus, mutual exclusion.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,6 +11,7 @@ use palisade_lock_redis::{RedisConfig, RedisLockClient};
 use palisade_testkit::redis::RedisCluster;
 use tokio::time::Instant;
 
+use crate::common;
 use common::{client_with, options, unique_prefix};
 
 fn cluster_config(cluster: &RedisCluster, prefix: &str) -> RedisConfig {

@@ -5,14 +5,13 @@
 //! A TLS server is started with `--port 0 --tls-port <free>`: it has no
 //! plaintext TCP port, so every lock operation that succeeds went over TLS.
 
-mod common;
-
 use std::time::Duration;
 
 use palisade_core::{Lock, LockError, LockGuard, LockName, Mode};
 use palisade_lock_redis::{RedisConfig, RedisLockClient, RedisLockError};
 use palisade_testkit::redis::{RedisOptions, RedisServer};
 
+use crate::common;
 use common::{options, unique_prefix};
 
 fn name(text: &str) -> LockName {
