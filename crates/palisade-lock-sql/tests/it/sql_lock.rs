@@ -1,14 +1,14 @@
 //! Backend-specific behaviour on real PostgreSQL and MariaDB servers: what
 //! the conformance suite cannot see through the `Lock` trait.
 
-mod common;
-
 use std::time::Duration;
 
 use palisade_core::{LeaseState, LiveCheck, Liveness, Lock, LockError, LockGuard, LockName, Mode};
 use palisade_lock_sql::{SqlConfig, SqlLiveCheck, SqlLockClient, SqlLockError};
 use palisade_testkit::sql::SqlServer;
 use tokio::time::Instant;
+
+use crate::common;
 
 fn name(text: &str) -> LockName {
     LockName::new(text).expect("a valid lock name")

@@ -1,10 +1,10 @@
 //! The shared lock conformance suite, against a real PostgreSQL and a real
 //! MariaDB.
 
-mod common;
-
 use palisade_testkit::lock_suite::test_all;
 use palisade_testkit::sql::SqlServer;
+
+use crate::common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conformance_postgres() {
