@@ -3,7 +3,7 @@
 //! acknowledged write is there afterwards, no write from an older holder
 //! is ever accepted, and the stream recovers once a new leader is elected.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

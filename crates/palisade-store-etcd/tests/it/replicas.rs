@@ -3,7 +3,7 @@
 //! isolated step each, because every commit compares the `mod_revision`
 //! of what it read and starts again when another engine committed first.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 //! in one Txn, and what it refuses is refused whole, before anything is
 //! sent.
 
-mod common;
+use crate::common;
 
 use common::{config, connect, lock, write};
 use palisade_store::{Engine, LimitKind, Marks, Op, StoreError};

@@ -2,7 +2,7 @@
 //! testkit. Reopen is the hard way: `kill -9` of etcd, restart on the same
 //! data directory, and a new engine connected to it.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 
