@@ -1,10 +1,8 @@
 //! The SQL fence on a real MariaDB (InnoDB, REPEATABLE READ, its default).
 
-mod common;
-#[path = "common/suite.rs"]
-mod suite;
-
 use sqlx::MySql;
+
+use crate::{common, suite};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shared_rule_table_of_core_holds() {

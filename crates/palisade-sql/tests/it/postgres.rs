@@ -1,10 +1,8 @@
 //! The SQL fence on a real PostgreSQL (READ COMMITTED, its default).
 
-mod common;
-#[path = "common/suite.rs"]
-mod suite;
-
 use sqlx::Postgres;
+
+use crate::suite;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shared_rule_table_of_core_holds() {
