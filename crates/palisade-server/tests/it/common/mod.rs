@@ -72,6 +72,19 @@ pub(crate) fn server_with(
 }
 
 impl Server {
+    /// `GET /metrics`, asserted to be OpenMetrics text.
+    pub(crate) async fn metrics(&self) -> String {
+        let answer = self.send(Method::GET, "/metrics", &[], Body::empty()).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert!(
+            answer
+                .header("content-type")
+                .unwrap()
+                .starts_with("application/openmetrics-text")
+        );
+        String::from_utf8(answer.body.to_vec()).unwrap()
+    }
+
     /// A server for `state`, whose store lives in `dir`.
     pub(crate) fn over(dir: TempDir, state: AppState) -> Server {
         Server {

@@ -228,7 +228,7 @@ fn store_flags_are_checked_and_engines_not_built_in_are_named() {
     let error = config.open_store().expect_err("no runtime").to_string();
     assert!(error.contains("multi-threaded tokio runtime"), "{error}");
 
-    // PostgreSQL is built in: `tests/postgres_store.rs`.
+    // PostgreSQL is built in: `postgres_store.rs`.
 }
 
 /// `--store etcd://host:port/prefix` against a real etcd: two servers over

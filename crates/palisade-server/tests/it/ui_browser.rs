@@ -15,9 +15,8 @@ use palisade_server::TokenTable;
 use palisade_testkit::process::{ChildProcess, free_port, require_binary, wait_for_tcp};
 use serde_json::{Value, json};
 
-mod tcp;
-
-use tcp::{excl, start_with};
+use crate::tcp;
+use tcp::{put, start_with};
 
 const TOKEN: &str = "Zs8AkP2v1nQxWm4rT7yBk3Lp";
 /// What the page must do: show a refusal within a second of it.
@@ -158,21 +157,6 @@ fn now_ms() -> u64 {
     .unwrap()
 }
 
-async fn put(http: &reqwest::Client, base: &str, lock: &str, generation: u64) -> u16 {
-    http.put(format!(
-        "{base}/v1/locks/{}/keys/k",
-        lock.replace('/', "%2F")
-    ))
-    .bearer_auth(TOKEN)
-    .header("palisade-sequencer", excl(lock, generation))
-    .body("v")
-    .send()
-    .await
-    .unwrap()
-    .status()
-    .as_u16()
-}
-
 /// Resolves when the page's event stream is live (the script's callback
 /// gets `true`), or after 30 s (`false`).
 const WAIT_LIVE: &str = r#"
@@ -213,8 +197,8 @@ async fn a_refused_stale_write_shows_on_the_page_within_a_second() {
     let server = start_with(|state| state.with_tokens(tokens)).await;
     let http = reqwest::Client::new();
     let base = server.base.clone();
-    assert_eq!(put(&http, &base, "orders/a", 5).await, 200);
-    assert_eq!(put(&http, &base, "billing/x", 3).await, 200);
+    assert_eq!(put(&http, &base, "orders/a", 5, TOKEN).await, 200);
+    assert_eq!(put(&http, &base, "billing/x", 3, TOKEN).await, 200);
 
     let browser = Browser::start().await;
     browser.open(&format!("{base}/ui#token={TOKEN}")).await;
@@ -240,7 +224,7 @@ async fn a_refused_stale_write_shows_on_the_page_within_a_second() {
         "no stale row yet"
     );
     let sent_at = now_ms();
-    assert_eq!(put(&http, &base, "orders/a", 4).await, 409);
+    assert_eq!(put(&http, &base, "orders/a", 4, TOKEN).await, 409);
     let seen_at = browser.script_async(STALE_SEEN_AT).await;
     let seen_at = seen_at
         .as_u64()

@@ -10,8 +10,7 @@ use palisade_server::{TokenTable, openapi_document};
 use palisade_store::StoreConfig;
 use serde_json::{Value, json};
 
-mod common;
-
+use crate::common;
 use common::{Answer, server_with};
 
 /// Setting it rewrites docs/openapi.json from the code.

@@ -17,8 +17,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use tower::ServiceExt as _;
 
-mod common;
-
+use crate::common;
 use common::{Answer, Server, server_with};
 
 const ISSUER: &str = "etcd-prod";
@@ -87,7 +86,8 @@ impl Server {
         .await
     }
 
-    async fn put(&self, lock: &str, sequencer: &str, value: &str) -> Answer {
+    /// `put_as` without a token.
+    async fn put_k(&self, lock: &str, sequencer: &str, value: &str) -> Answer {
         self.put_as(None, lock, sequencer, value).await
     }
 
@@ -110,12 +110,6 @@ impl Server {
             read.value.map(|v| Bytes::copy_from_slice(&v)),
         )
     }
-
-    async fn metrics(&self) -> String {
-        let answer = self.send(Method::GET, "/metrics", &[], Body::empty()).await;
-        assert_eq!(answer.status, StatusCode::OK);
-        String::from_utf8(answer.body.to_vec()).unwrap()
-    }
 }
 
 fn rejected(metrics: &str, code: &str) -> u64 {
@@ -132,7 +126,7 @@ fn rejected(metrics: &str, code: &str) -> u64 {
 async fn forged_u64_max_never_moves_the_mark_and_honest_clients_carry_on() {
     let server = verifying_server();
     assert_eq!(
-        server.put("L", &honest("L", 1), "one").await.status,
+        server.put_k("L", &honest("L", 1), "one").await.status,
         StatusCode::OK
     );
     let before = server.snapshot("L").await;
@@ -166,7 +160,7 @@ async fn forged_u64_max_never_moves_the_mark_and_honest_clients_carry_on() {
         ),
     ];
     for (sequencer, status, code) in &cases {
-        let answer = server.put("L", sequencer, "forged").await;
+        let answer = server.put_k("L", sequencer, "forged").await;
         let body = answer.assert_error(*status, code);
         assert_eq!(body["lock"], "L");
         assert_eq!(body["presented"], max);
@@ -213,7 +207,7 @@ async fn forged_u64_max_never_moves_the_mark_and_honest_clients_carry_on() {
     assert_eq!(server.snapshot("L").await, before);
 
     // The lock is still usable: the next honest holder writes.
-    let answer = server.put("L", &honest("L", 2), "two").await;
+    let answer = server.put_k("L", &honest("L", 2), "two").await;
     assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.json());
     assert_eq!(
         server.snapshot("L").await,
@@ -254,15 +248,15 @@ async fn rotation_accepts_both_keys_until_the_old_one_is_dropped() {
     let old_key = |generation| signed("R", generation, "k1", 1, ISSUER);
     let new_key = |generation| signed("R", generation, "k2", 2, ISSUER);
     assert_eq!(
-        server.put("R", &old_key(1), "a").await.status,
+        server.put_k("R", &old_key(1), "a").await.status,
         StatusCode::OK
     );
     assert_eq!(
-        server.put("R", &new_key(2), "b").await.status,
+        server.put_k("R", &new_key(2), "b").await.status,
         StatusCode::OK
     );
     assert_eq!(
-        server.put("R", &old_key(3), "c").await.status,
+        server.put_k("R", &old_key(3), "c").await.status,
         StatusCode::OK
     );
 
@@ -274,7 +268,7 @@ async fn rotation_accepts_both_keys_until_the_old_one_is_dropped() {
         server.state.clone().with_verifier(only_new, true),
     );
     let body = rotated
-        .put("R", &old_key(4), "d")
+        .put_k("R", &old_key(4), "d")
         .await
         .assert_error(StatusCode::UNAUTHORIZED, "unknown_key");
     assert_eq!(body["key_id"], "k1");
@@ -283,7 +277,7 @@ async fn rotation_accepts_both_keys_until_the_old_one_is_dropped() {
         (3, 0, Some(Bytes::from_static(b"c")))
     );
     assert_eq!(
-        rotated.put("R", &new_key(4), "e").await.status,
+        rotated.put_k("R", &new_key(4), "e").await.status,
         StatusCode::OK
     );
 }
@@ -294,15 +288,15 @@ async fn the_rollout_mode_verifies_signed_sequencers_and_lets_unsigned_ones_pass
         state.with_verifier(Verifier::new().with_key(key("k1", 1)).unwrap(), false)
     });
     assert_eq!(
-        server.put("P", &unsigned("P", 1), "a").await.status,
+        server.put_k("P", &unsigned("P", 1), "a").await.status,
         StatusCode::OK
     );
     server
-        .put("P", &signed("P", 2, "k1", 7, ISSUER), "b")
+        .put_k("P", &signed("P", 2, "k1", 7, ISSUER), "b")
         .await
         .assert_error(StatusCode::UNAUTHORIZED, "bad_signature");
     assert_eq!(
-        server.put("P", &honest("P", 2), "c").await.status,
+        server.put_k("P", &honest("P", 2), "c").await.status,
         StatusCode::OK
     );
     assert_eq!(
@@ -316,12 +310,12 @@ async fn the_raise_cap_refuses_a_runaway_generation_and_changes_nothing() {
     // Off by default: any raise passes.
     let uncapped = server_with(StoreConfig::default(), |state| state);
     assert_eq!(
-        uncapped.put("C", &unsigned("C", 1), "a").await.status,
+        uncapped.put_k("C", &unsigned("C", 1), "a").await.status,
         StatusCode::OK
     );
     assert_eq!(
         uncapped
-            .put("C", &unsigned("C", u64::MAX - 1), "b")
+            .put_k("C", &unsigned("C", u64::MAX - 1), "b")
             .await
             .status,
         StatusCode::OK
@@ -333,16 +327,22 @@ async fn the_raise_cap_refuses_a_runaway_generation_and_changes_nothing() {
     // A lock never fenced has no reference point: its first generation
     // may be anything (etcd revisions are global).
     assert_eq!(
-        server.put("C", &unsigned("C", 1_000_000), "a").await.status,
+        server
+            .put_k("C", &unsigned("C", 1_000_000), "a")
+            .await
+            .status,
         StatusCode::OK
     );
     assert_eq!(
-        server.put("C", &unsigned("C", 1_000_100), "b").await.status,
+        server
+            .put_k("C", &unsigned("C", 1_000_100), "b")
+            .await
+            .status,
         StatusCode::OK
     );
     let before = server.snapshot("C").await;
     let body = server
-        .put("C", &unsigned("C", 1_000_201), "runaway")
+        .put_k("C", &unsigned("C", 1_000_201), "runaway")
         .await
         .assert_error(StatusCode::CONFLICT, "raise_too_large");
     assert_eq!(body["presented"], 1_000_201);
@@ -362,7 +362,10 @@ async fn the_raise_cap_refuses_a_runaway_generation_and_changes_nothing() {
     assert_eq!(server.snapshot("C").await, before);
     // Exactly the cap is allowed.
     assert_eq!(
-        server.put("C", &unsigned("C", 1_000_200), "c").await.status,
+        server
+            .put_k("C", &unsigned("C", 1_000_200), "c")
+            .await
+            .status,
         StatusCode::OK
     );
     assert_eq!(rejected(&server.metrics().await, "raise_too_large"), 2);
@@ -484,7 +487,7 @@ async fn tokens_and_signatures_together_check_the_token_first() {
     });
     let forged = unsigned("orders/9", u64::MAX);
     server
-        .put("orders/9", &forged, "v")
+        .put_k("orders/9", &forged, "v")
         .await
         .assert_error(StatusCode::UNAUTHORIZED, "unauthenticated");
     // A legitimate token does not make a forged sequencer acceptable.
@@ -545,7 +548,7 @@ async fn over_the_in_flight_bound_a_request_is_refused_at_once() {
     let first = tokio::spawn(server.router.clone().oneshot(request));
     started.await.unwrap();
 
-    let answer = server.put("F", &unsigned("F", 2), "second").await;
+    let answer = server.put_k("F", &unsigned("F", 2), "second").await;
     answer.assert_error(StatusCode::SERVICE_UNAVAILABLE, "overloaded");
     assert_eq!(answer.header("retry-after"), Some("1"));
     assert!(
@@ -566,7 +569,7 @@ async fn over_the_in_flight_bound_a_request_is_refused_at_once() {
     assert_eq!(first.status(), StatusCode::OK);
     // The place is free again.
     assert_eq!(
-        server.put("F", &unsigned("F", 2), "third").await.status,
+        server.put_k("F", &unsigned("F", 2), "third").await.status,
         StatusCode::OK
     );
     let metrics = server.metrics().await;

@@ -12,8 +12,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::sync::{Mutex, mpsc};
 
-mod tcp;
-
+use crate::tcp;
 use tcp::{KeepAlive, exchange, excl, metric, read_until_closed, start};
 
 /// One slowloris connection after another: each sends a request line and

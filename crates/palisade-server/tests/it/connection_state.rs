@@ -9,8 +9,7 @@ use palisade_server::{ServerLimits, TokenTable};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
-mod tcp;
-
+use crate::tcp;
 use tcp::{Running, exchange, excl, metric, read_answer, read_until_closed, start, start_with};
 
 const TOKEN: &str = "Zs8AkP2v1nQxWm4rT7yBcD3e";

@@ -62,6 +62,29 @@ pub(crate) fn excl(lock: &str, generation: u64) -> String {
     format!("v1;lock={lock};mode=exclusive;gen={generation}")
 }
 
+/// `PUT` of `v` to key `k` of `lock` with `token` and an exclusive
+/// sequencer of `generation`; the answer's status.
+pub(crate) async fn put(
+    http: &reqwest::Client,
+    base: &str,
+    lock: &str,
+    generation: u64,
+    token: &str,
+) -> u16 {
+    http.put(format!(
+        "{base}/v1/locks/{}/keys/k",
+        lock.replace('/', "%2F")
+    ))
+    .bearer_auth(token)
+    .header("palisade-sequencer", excl(lock, generation))
+    .body("v")
+    .send()
+    .await
+    .unwrap()
+    .status()
+    .as_u16()
+}
+
 pub(crate) async fn metric(http: &reqwest::Client, base: &str, series: &str) -> u64 {
     let text = http
         .get(format!("{base}/metrics"))

@@ -13,8 +13,7 @@ use palisade_store::{Durability, Limits, Store, StoreConfig};
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
-mod common;
-
+use crate::common;
 use common::{Answer, Server, server_with};
 
 fn server() -> Server {
@@ -111,18 +110,6 @@ impl Server {
             body["marks"]["exclusive"].as_u64().unwrap(),
             body["marks"]["shared"].as_u64().unwrap(),
         )
-    }
-
-    async fn metrics(&self) -> String {
-        let answer = self.send(Method::GET, "/metrics", &[], Body::empty()).await;
-        assert_eq!(answer.status, StatusCode::OK);
-        assert!(
-            answer
-                .header("content-type")
-                .unwrap()
-                .starts_with("application/openmetrics-text")
-        );
-        String::from_utf8(answer.body.to_vec()).unwrap()
     }
 }
 

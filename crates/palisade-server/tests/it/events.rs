@@ -8,9 +8,8 @@ use std::time::Duration;
 use palisade_server::TokenTable;
 use serde_json::Value;
 
-mod tcp;
-
-use tcp::{excl, start_with};
+use crate::tcp;
+use tcp::{put, start_with};
 
 const TOKEN: &str = "Zs8AkP2v1nQxWm4rT7yBk3Lp";
 const OTHER_TOKEN: &str = "Qq7RtY2mVb9NcX4zLk8PwE3s";
@@ -76,21 +75,6 @@ impl Events {
         .await
         .expect("an event arrives in time")
     }
-}
-
-async fn put(http: &reqwest::Client, base: &str, lock: &str, generation: u64, token: &str) -> u16 {
-    http.put(format!(
-        "{base}/v1/locks/{}/keys/k",
-        lock.replace('/', "%2F")
-    ))
-    .bearer_auth(token)
-    .header("palisade-sequencer", excl(lock, generation))
-    .body("v")
-    .send()
-    .await
-    .unwrap()
-    .status()
-    .as_u16()
 }
 
 #[tokio::test]

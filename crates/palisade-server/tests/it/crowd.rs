@@ -10,8 +10,7 @@ use palisade_server::ServerLimits;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
-mod tcp;
-
+use crate::tcp;
 use tcp::{excl, metric, start};
 
 /// Raises this process's soft limit on open files to at least `needed`
