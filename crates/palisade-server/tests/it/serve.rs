@@ -8,28 +8,54 @@ use palisade_store::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-async fn start(
-    dir: &std::path::Path,
-) -> (String, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+/// A server task serving `state` on `listener` until [`Serving::stop`].
+pub(crate) struct Serving {
+    pub(crate) base: String,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Serving {
+    pub(crate) fn spawn(listener: TcpListener, state: AppState) -> Serving {
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            run(listener, state, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        Serving { base, stop, task }
+    }
+
+    /// A server as `palisade-server --store SPEC --listen 127.0.0.1:0`
+    /// starts it.
+    pub(crate) async fn store(spec: &str) -> Serving {
+        let config = parse_store_flags(&["--store", spec, "--listen", "127.0.0.1:0"]).unwrap();
+        let state = config.open_state(None).unwrap();
+        Serving::spawn(config.bind().await.unwrap(), state)
+    }
+
+    /// Resolves once `run` has returned (after its flush).
+    pub(crate) async fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.task.await.unwrap();
+    }
+}
+
+async fn start(dir: &std::path::Path) -> Serving {
     let store = Store::open(dir, StoreConfig::default()).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        run(listener, AppState::new(store), async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
-    (base, stop, server)
+    Serving::spawn(listener, AppState::new(store))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_flushes_and_a_restart_sees_everything() {
     let dir = tempfile::tempdir().unwrap();
     let http = reqwest::Client::new();
-    let (base, stop, server) = start(dir.path()).await;
+    let server = start(dir.path()).await;
+    let base = server.base.clone();
     for generation in 1..=20u64 {
         let response = http
             .put(format!("{base}/v1/locks/e2e/keys/k{generation}"))
@@ -46,12 +72,12 @@ async fn graceful_shutdown_flushes_and_a_restart_sees_everything() {
     let health = http.get(format!("{base}/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
 
-    stop.send(()).unwrap();
-    server.await.unwrap();
+    server.stop().await;
     // The port is closed once `run` has returned.
     assert!(http.get(format!("{base}/healthz")).send().await.is_err());
 
-    let (base, stop, server) = start(dir.path()).await;
+    let server = start(dir.path()).await;
+    let base = server.base.clone();
     for generation in 1..=20u64 {
         let body = http
             .get(format!("{base}/v1/locks/e2e/keys/k{generation}"))
@@ -80,8 +106,7 @@ async fn graceful_shutdown_flushes_and_a_restart_sees_everything() {
         .await
         .unwrap();
     assert_eq!(stale.status(), 409);
-    stop.send(()).unwrap();
-    server.await.unwrap();
+    server.stop().await;
 }
 
 #[test]
@@ -137,7 +162,7 @@ struct StoreCli {
     server: ServerConfig,
 }
 
-fn parse_store_flags(args: &[&str]) -> Result<ServerConfig, clap::Error> {
+pub(crate) fn parse_store_flags(args: &[&str]) -> Result<ServerConfig, clap::Error> {
     use clap::Parser;
     let argv = std::iter::once("palisade-server").chain(args.iter().copied());
     StoreCli::try_parse_from(argv).map(|cli| cli.server)
@@ -154,17 +179,8 @@ async fn store_sled_serves_from_its_directory_and_health_names_the_engine() {
             dir: dir.path().into()
         }
     );
-    let state = config.open_state(None).unwrap();
-    let listener = config.bind().await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        run(listener, state, async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
+    let server = Serving::store(&spec).await;
+    let base = &server.base;
     let http = reqwest::Client::new();
     let health: serde_json::Value = http
         .get(format!("{base}/healthz"))
@@ -184,8 +200,7 @@ async fn store_sled_serves_from_its_directory_and_health_names_the_engine() {
         .await
         .unwrap();
     assert_eq!(put.status(), 200);
-    stop.send(()).unwrap();
-    server.await.unwrap();
+    server.stop().await;
 
     // The write is in the directory `--store` named.
     let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
@@ -252,69 +267,64 @@ async fn store_etcd_two_servers_over_one_prefix_share_marks_and_data() {
             .unwrap()
             .as_nanos()
     );
-    let mut bases = Vec::new();
-    let mut servers = Vec::new();
-    for _ in 0..2 {
-        let config = parse_store_flags(&["--store", &spec, "--listen", "127.0.0.1:0"]).unwrap();
-        let state = config.open_state(None).unwrap();
-        let listener = config.bind().await.unwrap();
-        bases.push(format!("http://{}", listener.local_addr().unwrap()));
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            run(listener, state, async {
-                let _ = stopped.await;
-            })
+    two_servers_share_the_fence(&spec, "etcd", "Raft majority").await;
+}
+
+/// Two servers over one shared store (`spec`, a `--store` value) are
+/// replicas of one store: both name `engine` (whose durability mentions
+/// `durability`), a write through the first is read through the second,
+/// and a holder the first has fenced off is refused by the second.
+pub(crate) async fn two_servers_share_the_fence(spec: &str, engine: &str, durability: &str) {
+    let first = Serving::store(spec).await;
+    let second = Serving::store(spec).await;
+    let http = reqwest::Client::new();
+    for server in [&first, &second] {
+        let health: serde_json::Value = http
+            .get(format!("{}/healthz", server.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
             .await
             .unwrap();
-        });
-        servers.push((stop, server));
+        assert_eq!(health["engine"]["name"], engine);
+        assert!(
+            health["engine"]["durability"]
+                .as_str()
+                .unwrap()
+                .contains(durability),
+            "{health}"
+        );
     }
-    let http = reqwest::Client::new();
-    let health: serde_json::Value = http
-        .get(format!("{}/healthz", bases[1]))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(health["engine"]["name"], "etcd");
-    assert!(
-        health["engine"]["durability"]
-            .as_str()
-            .unwrap()
-            .contains("Raft majority"),
-        "{health}"
-    );
 
     let put = |base: &str, generation: u64, body: &'static str| {
-        http.put(format!("{base}/v1/locks/r/keys/k"))
+        http.put(format!("{base}/v1/locks/orders%2F7/keys/stock"))
             .header(
                 Sequencer::HTTP_HEADER,
-                format!("v1;lock=r;mode=exclusive;gen={generation}"),
+                format!("v1;lock=orders/7;mode=exclusive;gen={generation}"),
             )
             .body(body)
             .send()
     };
-    assert_eq!(
-        put(&bases[0], 5, "through the first")
+    let read = async |base: &str| {
+        let read = http
+            .get(format!("{base}/v1/locks/orders%2F7/keys/stock"))
+            .send()
             .await
-            .unwrap()
-            .status(),
-        200
+            .unwrap();
+        assert_eq!(read.status(), 200);
+        read.text().await.unwrap()
+    };
+    // Generation 5 writes through the first server; the second reads it.
+    assert_eq!(put(&first.base, 5, "five").await.unwrap().status(), 200);
+    assert_eq!(read(&second.base).await, "five");
+    // The holder of 4, late, tries the second: refused, because the mark
+    // lives in the shared store, not in a server.
+    assert_eq!(
+        put(&second.base, 4, "four, late").await.unwrap().status(),
+        409
     );
-    let read = http
-        .get(format!("{}/v1/locks/r/keys/k", bases[1]))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(read.status(), 200);
-    assert_eq!(read.text().await.unwrap(), "through the first");
-    // Generation 4 was superseded through the first server: the second
-    // refuses it too.
-    assert_eq!(put(&bases[1], 4, "stale").await.unwrap().status(), 409);
-    for (stop, server) in servers {
-        stop.send(()).unwrap();
-        server.await.unwrap();
-    }
+    assert_eq!(read(&second.base).await, "five");
+    first.stop().await;
+    second.stop().await;
 }
