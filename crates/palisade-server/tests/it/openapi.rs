@@ -30,7 +30,7 @@ fn committed_document_is_the_generated_one() {
     assert!(
         committed == generated,
         "docs/openapi.json differs from the document the code generates; \
-         rewrite it with `{REWRITE_VARIABLE}=1 cargo test -p palisade-server --test openapi` \
+         rewrite it with `{REWRITE_VARIABLE}=1 cargo test -p palisade-server --test it openapi` \
          and review the diff"
     );
 }
@@ -106,7 +106,7 @@ fn cases() -> Vec<Case> {
         case(Method::GET, "/metrics", "/metrics", 200),
         case(Method::GET, "/openapi.json", "/openapi.json", 200),
         case(Method::GET, "/ui", "/ui", 200),
-        // A 200 here is an endless stream: tests/events.rs reads those.
+        // A 200 here is an endless stream: tests/it/events.rs reads those.
         case(Method::GET, "/v1/events", "/v1/events", 401).header("authorization", ""),
         case(Method::PUT, KEYS, key, 200)
             .sequencer("orders/a", "exclusive", 5)
