@@ -208,7 +208,7 @@ async fn a_killed_holder_process_leaves_a_lock_that_expires() {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args([
-            "a_killed_holder_process_leaves_a_lock_that_expires",
+            "redis_lock::a_killed_holder_process_leaves_a_lock_that_expires",
             "--exact",
             "--nocapture",
             "--test-threads=1",
