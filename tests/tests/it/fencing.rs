@@ -62,15 +62,11 @@ async fn late_write_of_a_paused_holder_is_refused() -> anyhow::Result<()> {
         .put(&sequencer_a, b"balance", "130", None)
         .await?
         .expect_err("a stale generation must be refused");
-    match refused {
-        Refused::Stale {
-            presented, marks, ..
-        } => {
-            assert_eq!(presented, sequencer_a.generation());
-            assert_eq!(marks.exclusive, guard_b.generation().get());
-        }
-        other => panic!("expected a stale refusal, got {other:?}"),
-    }
+    crate::assert_stale(
+        refused,
+        sequencer_a.generation(),
+        guard_b.generation().get(),
+    );
 
     // Nothing changed: B's value and B's mark stand.
     let read = client

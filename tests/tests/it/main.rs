@@ -23,3 +23,22 @@ mod hostile;
 mod redis_fencing;
 mod redlock_fencing;
 mod sql_fencing;
+
+use palisade::Generation;
+use palisade::client::Refused;
+
+/// Asserts that `refused` is a stale refusal of generation `presented`,
+/// naming the lock's exclusive mark `mark` (the newer holder's).
+fn assert_stale(refused: Refused, presented: Generation, mark: u64) {
+    match refused {
+        Refused::Stale {
+            presented: refused_generation,
+            marks,
+            ..
+        } => {
+            assert_eq!(refused_generation, presented);
+            assert_eq!(marks.exclusive, mark);
+        }
+        other => panic!("expected a stale refusal of {presented}, got {other:?}"),
+    }
+}

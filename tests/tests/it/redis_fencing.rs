@@ -68,15 +68,11 @@ async fn holder_outliving_its_ttl_without_watchdog_is_fenced() -> anyhow::Result
         .put(&sequencer_a, b"report", "done-by-A", None)
         .await?
         .expect_err("A's generation is older than B's write");
-    match refused {
-        Refused::Stale {
-            presented, marks, ..
-        } => {
-            assert_eq!(presented, sequencer_a.generation());
-            assert_eq!(marks.exclusive, guard_b.generation().get());
-        }
-        other => panic!("expected stale, got {other:?}"),
-    }
+    crate::assert_stale(
+        refused,
+        sequencer_a.generation(),
+        guard_b.generation().get(),
+    );
     let read = resource.get(&lock, b"report", None).await?.expect("read");
     assert_eq!(read.value.as_deref(), Some(&b"done-by-B"[..]));
     guard_b.release().await?;

@@ -270,18 +270,15 @@ async fn a_holder_paused_past_its_lease_is_fenced() -> anyhow::Result<()> {
         .await?
         .expect("the newest holder writes");
 
-    match resource
+    let refused = resource
         .put(&sequencer_a, b"report", "done-by-A", None)
         .await?
-    {
-        Err(Refused::Stale {
-            presented, marks, ..
-        }) => {
-            assert_eq!(presented, sequencer_a.generation());
-            assert_eq!(marks.exclusive, guard_b.generation().get());
-        }
-        other => panic!("the paused holder's write must be refused as stale, got {other:?}"),
-    }
+        .expect_err("the paused holder's write must be refused as stale");
+    crate::assert_stale(
+        refused,
+        sequencer_a.generation(),
+        guard_b.generation().get(),
+    );
     let read = resource.get(&lock, b"report", None).await?.expect("read");
     assert_eq!(read.value.as_deref(), Some(&b"done-by-B"[..]));
     guard_b.release().await?;
