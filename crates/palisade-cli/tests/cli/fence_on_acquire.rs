@@ -56,14 +56,7 @@ async fn late_write_is_refused_after_a_fenced_grant(backend: Backend) {
         b.stderr
     );
     assert_eq!(put_code, code::STALE, "A's late write is refused as stale");
-    let read = finish(palisade([
-        "get",
-        "--server",
-        &served.url,
-        name.as_str(),
-        "k",
-    ]))
-    .await;
+    let read = served.get(&name, "k").await;
     read.one_line_error(code::NOT_FOUND);
 }
 
@@ -75,14 +68,7 @@ async fn late_write_lands_without_the_fence(backend: Backend) {
     b.assert_code(code::OK);
     assert!(!b.stderr.contains("fenced lock"), "{}", b.stderr);
     assert_eq!(put_code, code::OK, "without the fence A's late write lands");
-    let read = finish(palisade([
-        "get",
-        "--server",
-        &served.url,
-        name.as_str(),
-        "k",
-    ]))
-    .await;
+    let read = served.get(&name, "k").await;
     assert_eq!(read.assert_code(code::OK).stdout, b"from-a");
 }
 

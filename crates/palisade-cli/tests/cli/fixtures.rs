@@ -159,6 +159,13 @@ pub(crate) struct Served {
     pub(crate) url: String,
 }
 
+impl Served {
+    /// `palisade get --server URL NAME KEY`, without a sequencer.
+    pub(crate) async fn get(&self, name: &LockName, key: &str) -> Finished {
+        finish(palisade(["get", "--server", &self.url, name.as_str(), key])).await
+    }
+}
+
 /// Starts `palisade serve --listen 127.0.0.1:0` and waits for its
 /// "listening on" line.
 pub(crate) async fn serve() -> Served {

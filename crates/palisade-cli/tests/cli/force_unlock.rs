@@ -115,14 +115,7 @@ async fn forced_unlock_fences_the_paused_holder(backend: Backend) {
         code::STALE,
         "A's late write is refused"
     );
-    let read = finish(palisade([
-        "get",
-        "--server",
-        &served.url,
-        name.as_str(),
-        "k",
-    ]))
-    .await;
+    let read = served.get(&name, "k").await;
     read.one_line_error(code::NOT_FOUND);
 
     // A new holder takes the lock and writes.
@@ -135,14 +128,7 @@ async fn forced_unlock_fences_the_paused_holder(backend: Backend) {
         r#""$PALISADE_BIN" put "$PALISADE_LOCK" k from-c"#,
     ]);
     finish(c).await.assert_code(code::OK);
-    let read = finish(palisade([
-        "get",
-        "--server",
-        &served.url,
-        name.as_str(),
-        "k",
-    ]))
-    .await;
+    let read = served.get(&name, "k").await;
     assert_eq!(read.assert_code(code::OK).stdout, b"from-c");
 
     // Nothing left to unlock.
@@ -169,14 +155,7 @@ async fn without_the_fence_the_late_write_lands(backend: Backend) {
         code::OK,
         "unfenced, A's late write lands"
     );
-    let read = finish(palisade([
-        "get",
-        "--server",
-        &served.url,
-        name.as_str(),
-        "k",
-    ]))
-    .await;
+    let read = served.get(&name, "k").await;
     assert_eq!(read.assert_code(code::OK).stdout, b"from-a");
 }
 
