@@ -11,7 +11,7 @@
 # (`v1;lock=NAME;mode=...;gen=N`) and whose tie to the path's lock no
 # schema can express; a refusal (400 malformed_sequencer, 422
 # lock_mismatch) is the documented answer, and the other checks verify it.
-# Also left out: GET /v1/events, an endless stream (tests/events.rs covers it).
+# Also left out: GET /v1/events, an endless stream (tests/it/events.rs covers it).
 #
 # Prints the requests sent and the failures; exits non-zero on any failure.
 #

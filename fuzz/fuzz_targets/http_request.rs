@@ -23,7 +23,7 @@ use palisade_server::{AppState, app};
 use palisade_store::{Durability, Store, StoreConfig};
 use tower::ServiceExt as _;
 
-#[path = "../../tests/tests/hostile/request_file.rs"]
+#[path = "../../tests/tests/it/hostile/request_file.rs"]
 #[allow(dead_code)]
 mod request_file;
 

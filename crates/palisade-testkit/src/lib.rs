@@ -3,6 +3,8 @@
 //!
 //! - [`lock_suite`]: the backend conformance suite. A backend is done when
 //!   `lock_suite::test_all(backend)` passes against it.
+//! - [`signing_suite`]: the signed-sequencer cases every signing backend
+//!   runs, one test each through [`signing_tests!`].
 //! - [`engine_suite`]: the storage engine conformance suite. An engine of
 //!   `palisade-store` is done when `engine_suite::test_all(factory)` passes
 //!   against it.
@@ -34,5 +36,6 @@ pub mod lock_suite;
 pub mod process;
 pub mod proxy;
 pub mod redis;
+pub mod signing_suite;
 pub mod sql;
 pub mod tls;

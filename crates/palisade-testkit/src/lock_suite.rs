@@ -10,7 +10,7 @@
 //! }
 //! ```
 //!
-//! (`crates/palisade-lock-embedded/tests/conformance.rs` is the shortest
+//! (`crates/palisade-lock-embedded/tests/it/conformance.rs` is the shortest
 //! real instance.)
 //!
 //! A backend is done when the suite passes. The cases check the obligations

@@ -12,83 +12,22 @@
 //! killed one included), I-ONCE, I-TOKEN, I-LIVE. The final state is read
 //! through a replica the holder never wrote to.
 
-use std::time::Duration;
-
 use palisade_testkit::sql::SqlServer;
-use palisade_tests::fault::{
-    ClientConfig, ClientLine, FaultRun, Invariant, ResourceServerOptions, ResourceServerProcess,
-    Scenario, scaled,
-};
+use palisade_tests::fault::{ClientConfig, Scenario};
 
-use crate::story::paused_holder_over;
-use crate::{STEP, TTL, live_within};
+use crate::story::replicas_fence_a_paused_holder;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_replicas_fence_a_paused_holder_and_lose_nothing() -> anyhow::Result<()> {
-    let tag = "s16";
     let postgres = SqlServer::postgres();
-    let binaries = palisade_tests::fault_binaries!();
-    let mut run = FaultRun::new(tag)?;
-    let mut replicas = Vec::new();
-    for index in 0..3 {
-        let dir = run.dir().join(format!("replica-{index}"));
-        std::fs::create_dir_all(&dir)?;
-        replicas.push(ResourceServerProcess::start_at(
-            &binaries.resource_server,
-            &dir,
-            ResourceServerOptions::default().store(postgres.url()),
-        )?);
-    }
-    let urls: Vec<String> = replicas.iter().map(|r| r.base_url()).collect();
-    let base = ClientConfig::sql(&postgres.url(), &urls[0])
-        .lock(format!("faults/{tag}"))
-        .ttl(TTL);
-
-    // The paused holder's late write goes through replica 0, the newer
-    // holder's writes through replica 1 or 2.
-    let rounds = scaled(2, 6);
-    let late = paused_holder_over(&mut run, &binaries, &base, 2, rounds, &urls).await?;
-
-    // A second wave writing through every replica, one of which dies.
-    let kill = "SIGKILL replica 2 while clients write through it, restart";
-    let wave = base.clone().writes_per_hold(4);
-    let mut writers = Vec::new();
-    for (index, url) in urls.iter().enumerate() {
-        let mut config = wave.clone();
-        config.server = url.clone();
-        writers.push(run.spawn_client(&binaries, &format!("w{index}"), &config)?);
-    }
-    // Someone wrote through replica 2 (client w2) before it dies.
-    run.wait_any(STEP, |client, line| {
-        (client == "w2" && matches!(line, ClientLine::Wrote { .. })).then_some(())
-    })
-    .await?;
-    run.inject(kill)?;
-    replicas[2].kill()?;
-    // The others go on writing through replicas 0 and 1.
-    run.wait_any(STEP, |client, line| {
-        (client != "w2" && matches!(line, ClientLine::Wrote { .. })).then_some(())
-    })
-    .await?;
-    replicas[2].restart()?;
-    run.heal(kill)?;
-    run.wait_recovered(STEP).await?;
-    palisade_tests::fault::stop_clients(writers.iter_mut(), crate::EXIT).await?;
-
-    let report = run
-        .verdict(
-            &urls[1],
-            &live_within(TTL + Duration::from_secs(20)),
-            &Scenario::new(
-                "16 three replicas over one PostgreSQL: paused holder, replica kill -9",
-                "sql (PostgreSQL), PostgreSQL engine",
-            ),
-        )
-        .await?;
-    report.assert_safe();
-    report.assert_holds(&[Invariant::Token, Invariant::Live]);
-    late.assert_fenced(rounds);
-    assert!(report.fenced_writes >= late.fenced, "{report}");
-    assert_eq!(report.faults, rounds + 1);
-    Ok(())
+    replicas_fence_a_paused_holder(
+        "s16",
+        &postgres.url(),
+        Scenario::new(
+            "16 three replicas over one PostgreSQL: paused holder, replica kill -9",
+            "sql (PostgreSQL), PostgreSQL engine",
+        ),
+        |server| ClientConfig::sql(&postgres.url(), server),
+    )
+    .await
 }

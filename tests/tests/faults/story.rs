@@ -1,5 +1,5 @@
-//! The paused-holder story, shared by scenarios 1 and 2 and the mutation
-//! check: a holder in its own process is stopped (SIGSTOP) at the moment
+//! The paused-holder story, shared by scenarios 1 and 2, the replica
+//! scenarios 16 and 17 and the mutation check: a holder in its own process is stopped (SIGSTOP) at the moment
 //! it has a sequencer in hand and a write ready to go; its lease lapses; a
 //! contender takes the lock and writes; the holder resumes and its write,
 //! now late, goes out.
@@ -43,6 +43,82 @@ pub(crate) async fn paused_holder_is_fenced(
     late.assert_fenced(rounds);
     assert!(report.fenced_writes >= late.fenced, "{report}");
     assert_eq!(report.faults, rounds);
+    Ok(())
+}
+
+/// Scenarios 16 and 17: three resource servers over one shared store
+/// (`store`, a `--store` value), the clients' writes spread over them, on
+/// the lock service `client` connects to (given replica 0's URL). The
+/// paused holder writes through replica 0, the newer holders through
+/// replicas 1 and 2; then a second wave writes through every replica while
+/// replica 2 is killed (SIGKILL) and restarted. The final state is read
+/// through replica 1, which the holder never wrote to. Asserts I-MONO,
+/// I-STALE, I-DUR, I-ONCE, I-TOKEN, I-LIVE within TTL + 20 s, and that
+/// every late write was fenced or unanswered.
+pub(crate) async fn replicas_fence_a_paused_holder(
+    tag: &str,
+    store: &str,
+    scenario: Scenario,
+    client: impl FnOnce(&str) -> ClientConfig,
+) -> anyhow::Result<()> {
+    let binaries = palisade_tests::fault_binaries!();
+    let mut run = FaultRun::new(tag)?;
+    let mut replicas = Vec::new();
+    for index in 0..3 {
+        let dir = run.dir().join(format!("replica-{index}"));
+        std::fs::create_dir_all(&dir)?;
+        replicas.push(ResourceServerProcess::start_at(
+            &binaries.resource_server,
+            &dir,
+            ResourceServerOptions::default().store(store.to_owned()),
+        )?);
+    }
+    let urls: Vec<String> = replicas.iter().map(|r| r.base_url()).collect();
+    let base = client(&urls[0]).lock(format!("faults/{tag}")).ttl(TTL);
+
+    // The paused holder's late write goes through replica 0, the newer
+    // holder's writes through replica 1 or 2.
+    let rounds = scaled(2, 6);
+    let late = paused_holder_over(&mut run, &binaries, &base, 2, rounds, &urls).await?;
+
+    // A second wave writing through every replica, one of which dies.
+    let kill = "SIGKILL replica 2 while clients write through it, restart";
+    let wave = base.clone().writes_per_hold(4);
+    let mut writers = Vec::new();
+    for (index, url) in urls.iter().enumerate() {
+        let mut config = wave.clone();
+        config.server = url.clone();
+        writers.push(run.spawn_client(&binaries, &format!("w{index}"), &config)?);
+    }
+    // Someone wrote through replica 2 (client w2) before it dies.
+    run.wait_any(STEP, |client, line| {
+        (client == "w2" && matches!(line, ClientLine::Wrote { .. })).then_some(())
+    })
+    .await?;
+    run.inject(kill)?;
+    replicas[2].kill()?;
+    // The others go on writing through replicas 0 and 1.
+    run.wait_any(STEP, |client, line| {
+        (client != "w2" && matches!(line, ClientLine::Wrote { .. })).then_some(())
+    })
+    .await?;
+    replicas[2].restart()?;
+    run.heal(kill)?;
+    run.wait_recovered(STEP).await?;
+    stop_clients(writers.iter_mut(), EXIT).await?;
+
+    let report = run
+        .verdict(
+            &urls[1],
+            &live_within(TTL + Duration::from_secs(20)),
+            &scenario,
+        )
+        .await?;
+    report.assert_safe();
+    report.assert_holds(&[Invariant::Token, Invariant::Live]);
+    late.assert_fenced(rounds);
+    assert!(report.fenced_writes >= late.fenced, "{report}");
+    assert_eq!(report.faults, rounds + 1);
     Ok(())
 }
 

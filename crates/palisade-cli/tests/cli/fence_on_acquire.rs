@@ -3,21 +3,10 @@
 //! starts, so a holder paused past its lease is refused even when the new
 //! holder has not written anything yet.
 
-use std::io::Write as _;
-use std::process::Stdio;
-use std::time::Duration;
-
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, BufReader};
-
 use crate::fixtures::{
-    Backend, Finished, code, finish, next_line, palisade, scratch, serve, serve_with, unique_name,
+    Backend, Finished, PausedHolder, code, finish, palisade, scratch, serve, serve_with,
+    unique_name,
 };
-
-/// Generous bounds for a loaded 2-core machine; A's lease is 2 s.
-const STARTUP_LIMIT: Duration = Duration::from_secs(30);
-const WRITE_LIMIT: Duration = Duration::from_secs(30);
 
 /// A takes the lock and is stopped (SIGSTOP) with a write in hand; its
 /// lease runs out; B takes the lock and does nothing but start a command
@@ -35,28 +24,9 @@ async fn paused_holder_writes_after_a_new_grant(
 ) {
     let served = serve().await;
     let name = unique_name(backend.name(), test);
-    let files = scratch();
-    let go = files.path().join("go");
-
-    // A: fences on acquire too (PALISADE_SERVER), then waits on a FIFO
-    // with its write in hand, and prints the write's exit code.
-    let script = r#"mkfifo "$GO" && echo ready || exit 1
-read _ < "$GO"
-"$PALISADE_BIN" put "$PALISADE_LOCK" k from-a > /dev/null 2>&1
-echo "$?""#;
-    let mut a = palisade(["lock", "--ttl", "2s"]);
-    a.args(backend.flags())
-        .args([name.as_str(), "--", "sh", "-c", script])
-        .env("PALISADE_SERVER", &served.url)
-        .env("GO", &go)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut a = a.spawn().expect("palisade lock (A) starts");
-    let mut a_out = BufReader::new(a.stdout.take().expect("stdout")).lines();
-    assert_eq!(next_line(&mut a_out, STARTUP_LIMIT).await, "ready");
-    let a_pid = Pid::from_raw(i32::try_from(a.id().expect("A runs")).expect("pid"));
-    // A stops: no more renewals; the lock service ends its lease.
-    kill(a_pid, Signal::SIGSTOP).expect("SIGSTOP A");
+    // A: fences on acquire too (it knows the server), then stops with its
+    // write in hand: no more renewals; the lock service ends its lease.
+    let a = PausedHolder::start(backend, &served, &name, "2s").await;
 
     // B waits for A's lease to run out, then its command exits at once:
     // B writes nothing.
@@ -67,18 +37,7 @@ echo "$?""#;
     let b = finish(b).await;
 
     // A's write goes out now; A's own `palisade lock` is still stopped.
-    let writer = std::thread::spawn(move || {
-        let mut fifo = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&go)
-            .expect("open the FIFO");
-        fifo.write_all(b"go\n").expect("write the FIFO");
-    });
-    let put_code = next_line(&mut a_out, WRITE_LIMIT).await;
-    writer.join().expect("FIFO writer");
-    kill(a_pid, Signal::SIGCONT).expect("SIGCONT A");
-    let _ = tokio::time::timeout(STARTUP_LIMIT, a.wait()).await;
-    let put_code = put_code.parse().expect("an exit code");
+    let put_code = a.write_late().await;
     (b, put_code, served, name)
 }
 
@@ -97,14 +56,7 @@ async fn late_write_is_refused_after_a_fenced_grant(backend: Backend) {
         b.stderr
     );
     assert_eq!(put_code, code::STALE, "A's late write is refused as stale");
-    let read = finish(palisade([
-        "get",
-        "--server",
-        &served.url,
-        name.as_str(),
-        "k",
-    ]))
-    .await;
+    let read = served.get(&name, "k").await;
     read.one_line_error(code::NOT_FOUND);
 }
 
@@ -116,14 +68,7 @@ async fn late_write_lands_without_the_fence(backend: Backend) {
     b.assert_code(code::OK);
     assert!(!b.stderr.contains("fenced lock"), "{}", b.stderr);
     assert_eq!(put_code, code::OK, "without the fence A's late write lands");
-    let read = finish(palisade([
-        "get",
-        "--server",
-        &served.url,
-        name.as_str(),
-        "k",
-    ]))
-    .await;
+    let read = served.get(&name, "k").await;
     assert_eq!(read.assert_code(code::OK).stdout, b"from-a");
 }
 

@@ -3,16 +3,19 @@
 //! lock services from the testkit, and assertions on exit codes and on the
 //! one-line error.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use palisade_core::{LockName, Sequencer};
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::redis::RedisServer;
 use palisade_testkit::sql::SqlServer;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, Lines};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStdout, Command};
 
 /// The binary under test.
 pub(crate) const PALISADE: &str = env!("CARGO_BIN_EXE_palisade");
@@ -154,6 +157,13 @@ pub(crate) struct Served {
     _child: Child,
     _data_dir: tempfile::TempDir,
     pub(crate) url: String,
+}
+
+impl Served {
+    /// `palisade get --server URL NAME KEY`, without a sequencer.
+    pub(crate) async fn get(&self, name: &LockName, key: &str) -> Finished {
+        finish(palisade(["get", "--server", &self.url, name.as_str(), key])).await
+    }
 }
 
 /// Starts `palisade serve --listen 127.0.0.1:0` and waits for its
@@ -381,4 +391,74 @@ pub(crate) fn read(dir: &Path, name: &str) -> Option<String> {
 /// `dir/name` as a string for scripts.
 pub(crate) fn path_in(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
+}
+
+/// Generous bounds on a paused holder's steps, for a loaded 2-core machine.
+const HOLDER_STARTUP_LIMIT: Duration = Duration::from_secs(30);
+const HOLDER_WRITE_LIMIT: Duration = Duration::from_secs(30);
+
+/// A `palisade lock` holder whose command waits on a FIFO with a write in
+/// hand, with its `palisade lock` process stopped (no renewals, no
+/// reaction to a lost lease: a GC pause of the whole holder).
+pub(crate) struct PausedHolder {
+    child: Child,
+    pid: Pid,
+    out: Lines<BufReader<ChildStdout>>,
+    go: PathBuf,
+    _files: tempfile::TempDir,
+}
+
+impl PausedHolder {
+    /// Takes `name` with a lease of `ttl` (fencing on acquire, since it
+    /// knows the resource server), then stops.
+    pub(crate) async fn start(
+        backend: &Backend,
+        served: &Served,
+        name: &LockName,
+        ttl: &str,
+    ) -> PausedHolder {
+        let files = scratch();
+        let go = files.path().join("go");
+        let script = r#"mkfifo "$GO" && echo ready || exit 1
+read _ < "$GO"
+"$PALISADE_BIN" put "$PALISADE_LOCK" k from-a > /dev/null 2>&1
+echo "$?""#;
+        let mut a = palisade(["lock", "--ttl", ttl]);
+        a.args(backend.flags())
+            .args([name.as_str(), "--", "sh", "-c", script])
+            .env("PALISADE_SERVER", &served.url)
+            .env("GO", &go)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = a.spawn().expect("palisade lock (A) starts");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        assert_eq!(next_line(&mut out, HOLDER_STARTUP_LIMIT).await, "ready");
+        let pid = Pid::from_raw(i32::try_from(child.id().expect("A runs")).expect("pid"));
+        kill(pid, Signal::SIGSTOP).expect("SIGSTOP A");
+        PausedHolder {
+            child,
+            pid,
+            out,
+            go,
+            _files: files,
+        }
+    }
+
+    /// Lets A's command send its write (A's `palisade lock` is still
+    /// stopped) and returns the write's exit code.
+    pub(crate) async fn write_late(mut self) -> i32 {
+        let go = self.go.clone();
+        let writer = std::thread::spawn(move || {
+            let mut fifo = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&go)
+                .expect("open the FIFO");
+            fifo.write_all(b"go\n").expect("write the FIFO");
+        });
+        let put_code = next_line(&mut self.out, HOLDER_WRITE_LIMIT).await;
+        writer.join().expect("FIFO writer");
+        kill(self.pid, Signal::SIGCONT).expect("SIGCONT A");
+        let _ = tokio::time::timeout(HOLDER_STARTUP_LIMIT, self.child.wait()).await;
+        put_code.parse().expect("an exit code")
+    }
 }

@@ -4,85 +4,12 @@
 //! resource server before it returned; a new holder writes. Without the
 //! fence the same late write lands: the window the fence closes.
 
-use std::io::Write as _;
-use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use palisade_core::LockName;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout};
 
-use crate::fixtures::{
-    Backend, Served, code, finish, next_line, palisade, scratch, serve, unique_name,
-};
-
-/// Generous bounds for a loaded 2-core machine.
-const STARTUP_LIMIT: Duration = Duration::from_secs(30);
-const WRITE_LIMIT: Duration = Duration::from_secs(30);
-
-/// A `palisade lock` holder whose command waits on a FIFO with a write in
-/// hand, with its `palisade lock` process stopped (no renewals, no
-/// reaction to a lost lease: a GC pause of the whole holder).
-struct PausedHolder {
-    child: Child,
-    pid: Pid,
-    out: Lines<BufReader<ChildStdout>>,
-    go: std::path::PathBuf,
-    _files: tempfile::TempDir,
-}
-
-impl PausedHolder {
-    /// Takes `name` with a long TTL (the lock would stay stuck for a
-    /// minute), then stops.
-    async fn start(backend: &Backend, served: &Served, name: &LockName) -> PausedHolder {
-        let files = scratch();
-        let go = files.path().join("go");
-        let script = r#"mkfifo "$GO" && echo ready || exit 1
-read _ < "$GO"
-"$PALISADE_BIN" put "$PALISADE_LOCK" k from-a > /dev/null 2>&1
-echo "$?""#;
-        let mut a = palisade(["lock", "--ttl", "60s"]);
-        a.args(backend.flags())
-            .args([name.as_str(), "--", "sh", "-c", script])
-            .env("PALISADE_SERVER", &served.url)
-            .env("GO", &go)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut child = a.spawn().expect("palisade lock (A) starts");
-        let mut out = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        assert_eq!(next_line(&mut out, STARTUP_LIMIT).await, "ready");
-        let pid = Pid::from_raw(i32::try_from(child.id().expect("A runs")).expect("pid"));
-        kill(pid, Signal::SIGSTOP).expect("SIGSTOP A");
-        PausedHolder {
-            child,
-            pid,
-            out,
-            go,
-            _files: files,
-        }
-    }
-
-    /// Lets A's command send its write (A's `palisade lock` is still
-    /// stopped) and returns the write's exit code.
-    async fn write_late(mut self) -> i32 {
-        let go = self.go.clone();
-        let writer = std::thread::spawn(move || {
-            let mut fifo = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&go)
-                .expect("open the FIFO");
-            fifo.write_all(b"go\n").expect("write the FIFO");
-        });
-        let put_code = next_line(&mut self.out, WRITE_LIMIT).await;
-        writer.join().expect("FIFO writer");
-        kill(self.pid, Signal::SIGCONT).expect("SIGCONT A");
-        let _ = tokio::time::timeout(STARTUP_LIMIT, self.child.wait()).await;
-        put_code.parse().expect("an exit code")
-    }
-}
+use crate::fixtures::{Backend, PausedHolder, code, finish, palisade, serve, unique_name};
 
 /// `palisade locks show NAME --json`, parsed.
 async fn show(backend: &Backend, name: &LockName) -> Value {
@@ -103,7 +30,7 @@ async fn unlock(backend: &Backend, name: &LockName, extra: &[&str]) -> crate::fi
 async fn forced_unlock_fences_the_paused_holder(backend: Backend) {
     let served = serve().await;
     let name = unique_name(backend.name(), "force-unlock");
-    let a = PausedHolder::start(&backend, &served, &name).await;
+    let a = PausedHolder::start(&backend, &served, &name, "60s").await;
 
     // Operators see the stuck holder.
     let before = show(&backend, &name).await;
@@ -188,14 +115,7 @@ async fn forced_unlock_fences_the_paused_holder(backend: Backend) {
         code::STALE,
         "A's late write is refused"
     );
-    let read = finish(palisade([
-        "get",
-        "--server",
-        &served.url,
-        name.as_str(),
-        "k",
-    ]))
-    .await;
+    let read = served.get(&name, "k").await;
     read.one_line_error(code::NOT_FOUND);
 
     // A new holder takes the lock and writes.
@@ -208,14 +128,7 @@ async fn forced_unlock_fences_the_paused_holder(backend: Backend) {
         r#""$PALISADE_BIN" put "$PALISADE_LOCK" k from-c"#,
     ]);
     finish(c).await.assert_code(code::OK);
-    let read = finish(palisade([
-        "get",
-        "--server",
-        &served.url,
-        name.as_str(),
-        "k",
-    ]))
-    .await;
+    let read = served.get(&name, "k").await;
     assert_eq!(read.assert_code(code::OK).stdout, b"from-c");
 
     // Nothing left to unlock.
@@ -229,7 +142,7 @@ async fn forced_unlock_fences_the_paused_holder(backend: Backend) {
 async fn without_the_fence_the_late_write_lands(backend: Backend) {
     let served = serve().await;
     let name = unique_name(backend.name(), "force-unlock-no-fence");
-    let a = PausedHolder::start(&backend, &served, &name).await;
+    let a = PausedHolder::start(&backend, &served, &name, "60s").await;
     let forced = unlock(&backend, &name, &["--no-fence"]).await;
     forced.assert_code(code::OK);
     assert!(
@@ -242,14 +155,7 @@ async fn without_the_fence_the_late_write_lands(backend: Backend) {
         code::OK,
         "unfenced, A's late write lands"
     );
-    let read = finish(palisade([
-        "get",
-        "--server",
-        &served.url,
-        name.as_str(),
-        "k",
-    ]))
-    .await;
+    let read = served.get(&name, "k").await;
     assert_eq!(read.assert_code(code::OK).stdout, b"from-a");
 }
 

@@ -18,6 +18,8 @@
 //!   raise-floor` recovers, no stale write is ever accepted.
 //! - `signing`: signed sequencers from `--sign-key-file` on both backends,
 //!   bad key files, `keygen`.
+//! - `live_check`: `palisade serve --live-check etcd|redis|postgres`: a
+//!   holder whose lease ended is refused before a newer one writes.
 
 mod bad_input;
 mod data;
@@ -25,6 +27,7 @@ mod fence_on_acquire;
 mod fixtures;
 mod force_unlock;
 mod lease_lost;
+mod live_check;
 mod lock_killed;
 mod lock_write;
 mod meta;

@@ -4,6 +4,7 @@
 
 mod cancel;
 mod cluster;
+mod conformance;
 mod errors;
 mod fixtures;
 mod lease;

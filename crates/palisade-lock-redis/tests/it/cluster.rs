@@ -1,0 +1,316 @@
+//! The Redis backend on a real 3-master Redis Cluster on loopback: the
+//! conformance suite, keys of one lock in one slot, locks spread over every
+//! master, hand-offs notified across the cluster bus, mutual exclusion.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use palisade_core::{LiveCheck, Liveness, Lock, LockError, LockGuard, LockName, Mode};
+use palisade_lock_redis::{RedisConfig, RedisLockClient};
+use palisade_testkit::redis::RedisCluster;
+use tokio::time::Instant;
+
+use crate::common;
+use common::{client_with, options, unique_prefix};
+
+fn cluster_config(cluster: &RedisCluster, prefix: &str) -> RedisConfig {
+    RedisConfig::cluster(cluster.urls().iter().cloned()).with_key_prefix(prefix)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_cluster() {
+    common::trace();
+    let cluster = RedisCluster::start();
+    let cluster = Arc::new(cluster);
+
+    println!("conformance suite on the cluster");
+    let prefix = unique_prefix("cluster-suite");
+    let client = client_with(cluster_config(&cluster, &prefix)).await;
+    palisade_testkit::lock_suite::test_all(common::SuiteRedis {
+        client,
+        _servers: cluster.clone(),
+    })
+    .await;
+
+    keys_of_a_lock_share_a_slot_and_locks_spread_over_masters(&cluster).await;
+    handoffs_are_notified_from_every_master(&cluster).await;
+    mutual_exclusion_across_clients(&cluster).await;
+}
+
+async fn keys_of_a_lock_share_a_slot_and_locks_spread_over_masters(cluster: &RedisCluster) {
+    let prefix = unique_prefix("cluster-spread");
+    let client = client_with(cluster_config(cluster, &prefix)).await;
+    let session = client.session(options(Duration::from_secs(5))).unwrap();
+    let keys_before: Vec<u64> = (0..3).map(|node| dbsize(cluster, node)).collect();
+    for index in 0..30 {
+        let name = LockName::new(format!("spread/{index}")).unwrap();
+        let slots: Vec<String> = client
+            .keys(&name)
+            .all()
+            .iter()
+            .map(|key| cluster.command(0, &["CLUSTER", "KEYSLOT", key]).unwrap())
+            .collect();
+        assert!(
+            slots.windows(2).all(|pair| pair[0] == pair[1]),
+            "{name}: slots {slots:?}"
+        );
+        let guard = session.acquire(&name, Mode::Exclusive).await.unwrap();
+        assert_eq!(
+            client
+                .live_check()
+                .check(&guard.sequencer().unwrap())
+                .await
+                .unwrap(),
+            Liveness::Held
+        );
+        guard.release().await.unwrap();
+    }
+    // Each lock leaves its generation counter on the master of its slot.
+    for (node, before) in keys_before.iter().enumerate() {
+        let added = dbsize(cluster, node) - before;
+        assert!(added > 0, "master {node} got none of the 30 locks");
+        println!("master {node}: {added} lock counters");
+    }
+}
+
+fn dbsize(cluster: &RedisCluster, node: usize) -> u64 {
+    cluster.command(node, &["DBSIZE"]).unwrap().parse().unwrap()
+}
+
+/// Every client subscribes its inbox on one node; grants published by
+/// scripts on the other masters reach it over the cluster bus. The waiter
+/// re-checks only every 30 s, so each grant must come by notification.
+async fn handoffs_are_notified_from_every_master(cluster: &RedisCluster) {
+    let prefix = unique_prefix("cluster-handoff");
+    let config = cluster_config(cluster, &prefix).with_waiter_recheck(Duration::from_secs(30));
+    let (holder_client, waiter_client) =
+        (client_with(config.clone()).await, client_with(config).await);
+    let holder = holder_client
+        .session(options(Duration::from_secs(30)))
+        .unwrap();
+    let waiter = Arc::new(
+        waiter_client
+            .session(options(Duration::from_secs(30)))
+            .unwrap(),
+    );
+    const NAMES: usize = 12;
+    for index in 0..NAMES {
+        let name = LockName::new(format!("handoff/{index}")).unwrap();
+        let held = holder.acquire(&name, Mode::Exclusive).await.unwrap();
+        let queued_before = waiter_client.stats().queued;
+        let waiting = {
+            let (waiter, name) = (waiter.clone(), name.clone());
+            tokio::spawn(async move { waiter.acquire(&name, Mode::Exclusive).await })
+        };
+        wait_for_queue(&waiter_client, queued_before).await;
+        held.release().await.unwrap();
+        let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("woken long before the 30 s re-check")
+            .unwrap()
+            .unwrap();
+        granted.release().await.unwrap();
+    }
+    let stats = waiter_client.stats();
+    assert_eq!(stats.handoffs, NAMES as u64);
+    assert_eq!(stats.rechecks, 0);
+}
+
+async fn wait_for_queue(client: &RedisLockClient, queued_before: u64) {
+    // The waiter's own client counts the reply "queued"; there is no event
+    // to await from outside its task.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client.stats().queued == queued_before {
+        assert!(Instant::now() < deadline, "the waiter was never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn mutual_exclusion_across_clients(cluster: &RedisCluster) {
+    let prefix = unique_prefix("cluster-mutex");
+    let name = LockName::new("contended").unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let granted = Arc::new(Mutex::new(Vec::new()));
+    let run_until = Instant::now() + Duration::from_secs(2);
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let client = client_with(cluster_config(cluster, &prefix)).await;
+        for _ in 0..4 {
+            let session = client.session(options(Duration::from_secs(5))).unwrap();
+            let (name, inside, overlaps, granted) = (
+                name.clone(),
+                inside.clone(),
+                overlaps.clone(),
+                granted.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < run_until {
+                    let guard = session
+                        .acquire_timeout(&name, Mode::Exclusive, Duration::from_secs(20))
+                        .await
+                        .unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    granted.lock().unwrap().push(guard.generation());
+                    tokio::task::yield_now().await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let granted = granted.lock().unwrap().clone();
+    println!("{} grants on the cluster in 2 s", granted.len());
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert!(granted.len() > 8);
+    assert!(granted.windows(2).all(|pair| pair[0] < pair[1]));
+}
+
+/// A waiter's connections to the cluster are killed (`CLIENT KILL` of every
+/// command and pub/sub connection on every master, the holder's included)
+/// while it waits, and the holder releases at once, while the waiter's inbox
+/// may still be resubscribing: the grant notification may be lost. The
+/// waiter re-checks only every 30 s, so it must be woken by the inbox's
+/// re-check after resubscribing (or by the notification), long before that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_survives_losing_its_connections_to_the_masters() {
+    common::trace();
+    let cluster = RedisCluster::start();
+    let prefix = unique_prefix("cluster-conn-loss");
+    let config = cluster_config(&cluster, &prefix).with_waiter_recheck(Duration::from_secs(30));
+    let (holder_client, waiter_client) =
+        (client_with(config.clone()).await, client_with(config).await);
+    let holder = holder_client
+        .session(options(Duration::from_secs(30)))
+        .unwrap();
+    let waiter = waiter_client
+        .session(options(Duration::from_secs(30)))
+        .unwrap();
+    let name = LockName::new("conn-loss").unwrap();
+    for round in 0..3 {
+        let held = holder.acquire(&name, Mode::Exclusive).await.unwrap();
+        let queued_before = waiter_client.stats().queued;
+        let waiting = {
+            let (waiter, name) = (waiter.clone(), name.clone());
+            tokio::spawn(async move {
+                waiter
+                    .acquire_timeout(&name, Mode::Exclusive, Duration::from_secs(20))
+                    .await
+            })
+        };
+        wait_for_queue(&waiter_client, queued_before).await;
+        let mut killed = 0;
+        for node in 0..cluster.urls().len() {
+            for kind in ["pubsub", "normal"] {
+                killed += cluster
+                    .command(node, &["CLIENT", "KILL", "TYPE", kind, "SKIPME", "yes"])
+                    .unwrap()
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap();
+            }
+        }
+        assert!(killed >= 2, "round {round}: killed {killed} connections");
+        let held_generation = held.generation();
+        // A release is not resent on a dropped connection (Redis may have
+        // run it); if it failed, the client retries it in the background.
+        match held.release().await {
+            Ok(()) | Err(LockError::Unavailable { .. }) => {}
+            Err(other) => panic!("round {round}: the holder's release: {other}"),
+        }
+        let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("woken long before the 30 s re-check")
+            .unwrap()
+            .expect("the waiter is granted after losing its connections");
+        assert!(granted.generation() > held_generation);
+        assert!(granted.lease().is_valid());
+        println!(
+            "round {round}: {killed} connections killed; {:?}",
+            waiter_client.stats()
+        );
+        granted.release().await.unwrap();
+    }
+    // The lock stays usable.
+    let guard = holder
+        .acquire_timeout(&name, Mode::Exclusive, Duration::from_secs(10))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
+/// Every master stops answering (`CLIENT PAUSE ALL`) for longer than the
+/// waiter's calls may take while it waits, and it re-checks in that time: a
+/// queued waiter keeps its place and tries again until the masters answer,
+/// rather than failing its acquire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_rides_through_masters_that_stop_answering() {
+    common::trace();
+    let cluster = RedisCluster::start();
+    let prefix = unique_prefix("cluster-pause");
+    let config = cluster_config(&cluster, &prefix)
+        .with_response_timeout(Duration::from_millis(300))
+        .with_waiter_recheck(Duration::from_millis(200));
+    let (holder_client, waiter_client) =
+        (client_with(config.clone()).await, client_with(config).await);
+    let holder = Arc::new(
+        holder_client
+            .session(options(Duration::from_secs(30)))
+            .unwrap(),
+    );
+    let waiter = waiter_client
+        .session(options(Duration::from_secs(30)))
+        .unwrap();
+    let name = LockName::new("paused").unwrap();
+    let held = holder.acquire(&name, Mode::Exclusive).await.unwrap();
+    let held_generation = held.generation();
+    let queued_before = waiter_client.stats().queued;
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move {
+            waiter
+                .acquire_timeout(&name, Mode::Exclusive, Duration::from_secs(20))
+                .await
+        })
+    };
+    wait_for_queue(&waiter_client, queued_before).await;
+
+    // 3 s: five times what one of the waiter's calls may take (twice the
+    // response timeout), fifteen of its re-check intervals.
+    for node in 0..cluster.urls().len() {
+        cluster
+            .command(node, &["CLIENT", "PAUSE", "3000", "ALL"])
+            .unwrap();
+    }
+    let paused_at = Instant::now();
+    let rechecks_before = waiter_client.stats().rechecks;
+    // The release is held by the pause like every other command.
+    let released = tokio::spawn(async move { held.release().await });
+    let granted = waiting
+        .await
+        .unwrap()
+        .expect("the waiter rides through the pause");
+    println!(
+        "granted {:?} after the pause began; {} re-checks meanwhile",
+        paused_at.elapsed(),
+        waiter_client.stats().rechecks - rechecks_before
+    );
+    assert!(
+        paused_at.elapsed() >= Duration::from_millis(2500),
+        "granted while every master was paused"
+    );
+    assert!(granted.generation() > held_generation);
+    // The holder's release, sent into the pause, may have timed out; then
+    // it was retried in the background (and Redis ran the first one late).
+    match released.await.unwrap() {
+        Ok(()) | Err(LockError::BackendTimeout { .. } | LockError::Unavailable { .. }) => {}
+        Err(other) => panic!("the holder's release: {other}"),
+    }
+    granted.release().await.unwrap();
+}

@@ -1,0 +1,8 @@
+//! The SQL lock backend's integration tests in one binary (one link of the
+//! dependency tree), against real PostgreSQL and MariaDB servers started
+//! on loopback by the testkit: the conformance suite and the backend's own
+//! behaviour.
+
+mod common;
+mod conformance;
+mod sql_lock;
