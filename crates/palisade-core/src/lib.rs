@@ -41,6 +41,7 @@ mod sequencer;
 mod signing;
 mod suspend_clock;
 
+pub use encoding::percent_decode;
 pub use error::{BoxError, LockError};
 pub use generation::Generation;
 pub use inspect::{ForceRelease, Holder, Inspect, LockInfo, Waiter, name_has_prefix};
