@@ -269,7 +269,7 @@ where
     F: Future<Output = Result<T, etcd_client::Error>>,
 {
     let deadline = tokio::time::Instant::now() + after;
-    let mut pause = Duration::from_millis(2);
+    let mut pauses = crate::backoff(Duration::from_millis(2), Duration::from_millis(100));
     loop {
         let error = match tokio::time::timeout_at(deadline, make()).await {
             Ok(Ok(response)) => return Ok(response),
@@ -291,12 +291,12 @@ where
         let mapped = errors::from_etcd(operation, after, error);
         let again =
             unsent || (resend == Resend::Always && matches!(mapped, LockError::Unavailable { .. }));
+        let pause = pauses.next().unwrap_or(Duration::from_millis(100));
         let retry_at = tokio::time::Instant::now() + pause;
         if !again || retry_at >= deadline {
             return Err(mapped);
         }
         tracing::debug!(operation, error = %mapped, ?pause, "etcd request failed; sending again");
         tokio::time::sleep_until(retry_at).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
     }
 }

@@ -63,7 +63,10 @@ pub(crate) async fn run(keepalive: KeepAlive) {
     let mut session_stream: Option<Stream> = None;
     let mut delay_stream: Option<Stream> = None;
     let mut next_round = Instant::now() + interval;
-    let mut retry = FIRST_RETRY;
+    // Failed renewals are retried at most half an interval apart, so a
+    // lease outlives a few of them.
+    let retries = || crate::backoff(FIRST_RETRY, (interval / 2).max(FIRST_RETRY));
+    let mut pauses = retries();
     loop {
         tokio::time::sleep_until(next_round).await;
         let Some(state) = keepalive.state.upgrade() else {
@@ -91,7 +94,7 @@ pub(crate) async fn run(keepalive: KeepAlive) {
                     end_and_revoke(&keepalive, &state, LostReason::Expired).await;
                     return;
                 }
-                retry = FIRST_RETRY;
+                pauses = retries();
                 next_round = sent_at + interval;
             }
             Renewal::Gone => {
@@ -109,9 +112,9 @@ pub(crate) async fn run(keepalive: KeepAlive) {
                     end_and_revoke(&keepalive, &state, LostReason::KeepAliveFailed).await;
                     return;
                 }
+                let retry = pauses.next().unwrap_or(FIRST_RETRY);
                 tracing::debug!(lease = %lease_hex(keepalive.lease_id), %error, ?retry, "keep-alive failed; retrying");
                 next_round = Instant::now() + retry;
-                retry = (retry * 2).min(interval / 2).max(FIRST_RETRY);
             }
         }
     }
