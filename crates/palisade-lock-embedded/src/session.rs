@@ -11,7 +11,9 @@ use tokio::time::Instant;
 
 use crate::guard::EmbeddedGuard;
 use crate::service::EmbeddedLockService;
-use crate::state::{Begin, Grant, LeaseEnd, Reply, SessionId, WaiterId};
+#[cfg(any(test, feature = "testing"))]
+use crate::state::LeaseEnd;
+use crate::state::{Begin, Grant, Reply, SessionId, WaiterId};
 
 /// A session on an [`EmbeddedLockService`]: one lease, one holder id, and
 /// the [`Lock`] trait.
@@ -143,6 +145,7 @@ impl EmbeddedLock {
     /// report [`LostReason::Revoked`](palisade_core::LostReason::Revoked),
     /// lock-delays start, queued requests of this session fail, and the
     /// session is closed.
+    #[cfg(any(test, feature = "testing"))]
     pub fn kill_lease(&self) {
         let now = Instant::now();
         self.session.service.inner().lock_state().end_lease(
@@ -157,6 +160,7 @@ impl EmbeddedLock {
     /// client). The guards' lease-lost signal then fires at their local
     /// validity deadline, and the service expires the lease a safety margin
     /// later, when the TTL has passed since the last renewal.
+    #[cfg(any(test, feature = "testing"))]
     pub fn stop_keepalive(&self) {
         self.session
             .service

@@ -64,7 +64,9 @@ pub(crate) enum Begin {
 pub(crate) enum LeaseEnd {
     /// The TTL passed without a renewal.
     Expired,
-    /// The test hook [`crate::EmbeddedLock::kill_lease`] ended it.
+    /// The test hook `EmbeddedLock::kill_lease` ended it.
+    // Only the test hooks (`testing` feature) end a lease this way.
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     Killed,
 }
 
@@ -184,6 +186,8 @@ struct ArmedLease {
     /// before the service acts on it.
     last_renewal: Instant,
     /// Renews the lease every keep-alive interval; `None` once stopped.
+    /// Held for its drop; only the test hooks stop it early.
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     keepalive: Option<TaskGuard>,
     /// Expires the lease at its deadline.
     _expiry_timer: Option<TaskGuard>,
@@ -498,7 +502,8 @@ impl ServiceState {
             .map(|lease| lease.deadline)
     }
 
-    /// Stops the session's keep-alive for good.
+    /// Stops the session's keep-alive for good (a test hook's work).
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     pub(crate) fn stop_keepalive(&mut self, session: SessionId) {
         if let Some(record) = self.sessions.get_mut(&session) {
             record.keepalive_stopped = true;

@@ -294,6 +294,7 @@ impl EtcdLock {
     /// signal fires at their local validity deadline. The GC-pause and
     /// flash-sale demos use it to pause a holder inside one process; in
     /// production, close the session instead.
+    #[cfg(feature = "testing")]
     pub fn stop_keepalive(&self) {
         self.session.stop_keepalive();
         tracing::warn!(lease = %lease_hex(self.session.lease_id), "keep-alive stopped on purpose (test hook)");
@@ -306,6 +307,7 @@ impl EtcdLock {
     /// delay). The local side is not told: guards find out as a crashed
     /// holder that came back would, through their key watch or the
     /// validity deadline.
+    #[cfg(feature = "testing")]
     pub async fn simulate_crash(&self) -> Result<(), LockError> {
         let session = &self.session;
         session.stop_keepalive();

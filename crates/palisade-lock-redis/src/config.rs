@@ -506,6 +506,11 @@ impl RedisConfig {
                     .into(),
             );
         }
+        if cfg!(not(feature = "insecure-tls"))
+            && self.endpoints.iter().any(|url| is_insecure_url(url))
+        {
+            return Err("a URL ends in #insecure, which turns TLS certificate verification off: this build refuses it (the `insecure-tls` feature of palisade-lock-redis allows it, for tests)".into());
+        }
         if self.endpoints.tls.root_certs_pem.is_some()
             && self.endpoints.iter().any(|url| is_insecure_url(url))
         {
