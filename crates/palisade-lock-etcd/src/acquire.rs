@@ -553,7 +553,8 @@ impl Session {
         retry: bool,
         make: impl Fn() -> Txn,
     ) -> Result<TxnResponse, LockError> {
-        let mut pauses = crate::backoff(Duration::from_millis(50), Duration::from_secs(1));
+        let mut pauses =
+            palisade_core::retry_pauses(Duration::from_millis(50), Duration::from_secs(1));
         loop {
             match self.connection.inner.txn(operation, make()).await {
                 Ok(response) => return Ok(response),
@@ -588,7 +589,8 @@ impl Session {
         let session = self.clone();
         self.runtime.spawn(async move {
             let _gate = gate;
-            let mut pauses = crate::backoff(Duration::from_millis(100), Duration::from_secs(2));
+            let mut pauses =
+                palisade_core::retry_pauses(Duration::from_millis(100), Duration::from_secs(2));
             loop {
                 let txn = txns::remove(
                     &keys,

@@ -269,7 +269,8 @@ where
     F: Future<Output = Result<T, etcd_client::Error>>,
 {
     let deadline = tokio::time::Instant::now() + after;
-    let mut pauses = crate::backoff(Duration::from_millis(2), Duration::from_millis(100));
+    let mut pauses =
+        palisade_core::retry_pauses(Duration::from_millis(2), Duration::from_millis(100));
     loop {
         let error = match tokio::time::timeout_at(deadline, make()).await {
             Ok(Ok(response)) => return Ok(response),

@@ -65,7 +65,7 @@ pub(crate) async fn run(keepalive: KeepAlive) {
     let mut next_round = Instant::now() + interval;
     // Failed renewals are retried at most half an interval apart, so a
     // lease outlives a few of them.
-    let retries = || crate::backoff(FIRST_RETRY, (interval / 2).max(FIRST_RETRY));
+    let retries = || palisade_core::retry_pauses(FIRST_RETRY, (interval / 2).max(FIRST_RETRY));
     let mut pauses = retries();
     loop {
         tokio::time::sleep_until(next_round).await;

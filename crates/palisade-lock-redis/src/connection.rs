@@ -332,7 +332,7 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Value, LockError> {
         let call = async {
-            let mut pauses = crate::backoff(RESEND_FIRST_PAUSE, RESEND_MAX_PAUSE);
+            let mut pauses = palisade_core::retry_pauses(RESEND_FIRST_PAUSE, RESEND_MAX_PAUSE);
             loop {
                 match self.eval_once(script, keys, args).await {
                     Err(error) if resend_after(script, &error) => {

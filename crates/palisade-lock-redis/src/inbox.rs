@@ -194,7 +194,7 @@ async fn run(
     connected: watch::Sender<bool>,
 ) {
     let mut pubsub = Some(first);
-    let fresh = || crate::backoff(Duration::from_millis(20), Duration::from_secs(1));
+    let fresh = || palisade_core::retry_pauses(Duration::from_millis(20), Duration::from_secs(1));
     let mut pauses = fresh();
     loop {
         if let Some(current) = pubsub.take() {

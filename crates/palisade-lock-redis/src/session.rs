@@ -248,7 +248,7 @@ impl Drop for AttemptCleanup {
             // Entries and holds expire by themselves: retry until then.
             let give_up_at = Instant::now() + attempt.ttl.max(attempt.waiter_ttl) + timeout;
             let mut passes = if in_flight { 2 } else { 1 };
-            let mut pauses = crate::backoff(Duration::from_millis(20), Duration::from_secs(1));
+            let mut pauses = palisade_core::retry_pauses(Duration::from_millis(20), Duration::from_secs(1));
             while passes > 0 && Instant::now() < give_up_at {
                 match client
                     .release_call(&attempt.keys, &attempt.token, attempt.mode, true)
@@ -372,7 +372,7 @@ impl SessionInner {
         let mut floor_when_last_waiting = 0;
         let mut queued_once = false;
         let retry_pauses = || {
-            crate::backoff(
+            palisade_core::retry_pauses(
                 FIRST_RETRY_PAUSE,
                 recheck.clamp(FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE),
             )

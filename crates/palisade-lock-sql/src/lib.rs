@@ -73,19 +73,3 @@ pub use guard::SqlGuard;
 pub use live_check::SqlLiveCheck;
 pub use session::SqlLock;
 pub use store::ClientStats;
-
-/// Retry pauses: exponential back-off with jitter (`backon`). Pause `n` is
-/// drawn from `[d, 2d)` with `d` doubling from `first / 2` to `cap / 2`, so
-/// no pause exceeds `cap` and clients that failed together spread out.
-pub(crate) fn backoff(
-    first: std::time::Duration,
-    cap: std::time::Duration,
-) -> impl Iterator<Item = std::time::Duration> + Send {
-    use backon::BackoffBuilder as _;
-    backon::ExponentialBuilder::new()
-        .with_min_delay(first / 2)
-        .with_max_delay(cap / 2)
-        .with_jitter()
-        .without_max_times()
-        .build()
-}

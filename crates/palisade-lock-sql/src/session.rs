@@ -158,7 +158,7 @@ impl SqlLock {
             session_id: None,
             waiter: None,
         };
-        let mut pauses = crate::backoff(BACKOFF_MIN, BACKOFF_MAX);
+        let mut pauses = palisade_core::retry_pauses(BACKOFF_MIN, BACKOFF_MAX);
         loop {
             let session_id = self.inner.live_session_id().await?;
             cleanup.session_id = Some(session_id.clone());
@@ -624,7 +624,8 @@ fn retry_release(
     let client = Arc::downgrade(&client.inner);
     let (name, session_id) = (name.clone(), session_id.to_owned());
     runtime.spawn(async move {
-        let mut pauses = crate::backoff(Duration::from_millis(100), Duration::from_secs(2));
+        let mut pauses =
+            palisade_core::retry_pauses(Duration::from_millis(100), Duration::from_secs(2));
         loop {
             tokio::time::sleep(pauses.next().unwrap_or(Duration::from_secs(2))).await;
             let Some(client) = client.upgrade() else {

@@ -439,7 +439,8 @@ impl Inner {
         let txn = txn::read_txn(ranges);
         let after = self.config.request_timeout();
         let deadline = tokio::time::Instant::now() + after;
-        let mut pauses = crate::backoff(Duration::from_millis(2), Duration::from_millis(100));
+        let mut pauses =
+            palisade_core::retry_pauses(Duration::from_millis(2), Duration::from_millis(100));
         let response = loop {
             let mut kv = self.kv.clone();
             let error = match tokio::time::timeout_at(deadline, kv.txn(txn.clone())).await {

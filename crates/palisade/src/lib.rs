@@ -36,6 +36,7 @@
 //! - `client::Client`: send writes with the sequencer; a stale one comes back
 //!   as `Refused::Stale` with the server's marks.
 //! - `docs/ARCHITECTURE.md` and `docs/SAFETY.md` in the repository.
+//! - These docs with every part in them: `cargo doc -p palisade --all-features --open`.
 //!
 //! ```
 //! # #[cfg(feature = "embedded")]

@@ -396,7 +396,7 @@ impl RedlockSessionInner {
         let majority = self.majority();
         let mut pending: FuturesUnordered<MemberAttempt> = FuturesUnordered::new();
         let mut failing = vec![false; total];
-        let fresh = || crate::backoff(RETRY_PAUSE, Duration::from_secs(1));
+        let fresh = || palisade_core::retry_pauses(RETRY_PAUSE, Duration::from_secs(1));
         let mut pauses: Vec<_> = (0..total).map(|_| fresh()).collect();
         for (index, member) in self.members.iter().enumerate() {
             match member {
