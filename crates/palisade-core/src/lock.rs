@@ -17,7 +17,7 @@ use crate::{Generation, LeaseState, LeaseWatch, LockError, LockName, Mode, Seque
 ///
 /// | step | type | etcd, for example |
 /// |---|---|---|
-/// | connect; holds the configuration, shared by sessions | `<Backend>LockClient` | `EtcdConnection::connect(config)` |
+/// | connect; holds the configuration, shared by sessions | `<Backend>LockClient` | `EtcdLockClient::connect(config)` |
 /// | open a session (one lease): implements `Lock` | `<Backend>Lock` | `client.session(options)` |
 /// | a grant: implements [`LockGuard`] | `<Backend>Guard` | `session.acquire(&name, mode)` |
 ///

@@ -23,7 +23,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::service::ServiceInner;
+use crate::client::ClientInner;
 use crate::tasks::{self, TaskGuard};
 
 /// The backend name used in [`LockError`] payloads.
@@ -83,7 +83,7 @@ impl LeaseEnd {
 pub(crate) struct ServiceState {
     /// The service itself, for the tasks spawned from here. Weak, so that
     /// a timer never keeps a dropped service alive.
-    service: Weak<ServiceInner>,
+    service: Weak<ClientInner>,
     /// Put in every sequencer: generations of different services are not
     /// comparable, and a live check refuses sequencers of other issuers.
     issuer: String,
@@ -239,7 +239,7 @@ impl Hold {
 }
 
 impl ServiceState {
-    pub(crate) fn new(service: Weak<ServiceInner>, issuer: String, signer: Option<Signer>) -> Self {
+    pub(crate) fn new(service: Weak<ClientInner>, issuer: String, signer: Option<Signer>) -> Self {
         ServiceState {
             service,
             issuer,

@@ -6,7 +6,7 @@ use palisade_core::{
     KeyRing, LiveCheck, Liveness, Lock, LockGuard, LockName, Mode, Sequencer, SessionOptions,
     SignatureError, Signer, SigningKey, Verifier,
 };
-use palisade_lock_embedded::EmbeddedLockService;
+use palisade_lock_embedded::EmbeddedLockClient;
 
 const ISSUER: &str = "embedded-signing-test";
 
@@ -18,8 +18,8 @@ fn name(text: &str) -> LockName {
     LockName::new(text).expect("a valid test lock name")
 }
 
-fn signed_service(key: SigningKey) -> EmbeddedLockService {
-    EmbeddedLockService::with_signer(Signer::new(ISSUER, key).expect("a valid issuer"))
+fn signed_service(key: SigningKey) -> EmbeddedLockClient {
+    EmbeddedLockClient::with_signer(Signer::new(ISSUER, key).expect("a valid issuer"))
 }
 
 fn verifier(keys: impl IntoIterator<Item = SigningKey>) -> Verifier {
@@ -184,7 +184,7 @@ async fn rotation_a_ring_with_old_and_new_keys_accepts_both() {
 
 #[tokio::test]
 async fn without_a_signer_nothing_is_signed() {
-    let service = EmbeddedLockService::with_issuer(ISSUER).unwrap();
+    let service = EmbeddedLockClient::with_issuer(ISSUER).unwrap();
     assert_eq!(service.signing_key_id(), None);
     let guard = service
         .session(SessionOptions::default())

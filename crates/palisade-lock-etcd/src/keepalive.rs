@@ -24,7 +24,7 @@ use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use palisade_core::{LeaseState, LockError, LostReason, SessionOptions};
 use tokio::time::Instant;
 
-use crate::connection::{self, ConnectionInner, Resend};
+use crate::client::{self, ClientInner, Resend};
 use crate::errors;
 use crate::keys::lease_hex;
 use crate::metrics::Counters;
@@ -33,7 +33,7 @@ use crate::session::{SessionState, ceil_secs, end_state, lock, valid_until};
 /// What the task needs; it holds the session state weakly, so it ends when
 /// the session does.
 pub(crate) struct KeepAlive {
-    pub(crate) connection: Arc<ConnectionInner>,
+    pub(crate) connection: Arc<ClientInner>,
     pub(crate) options: SessionOptions,
     pub(crate) lease_id: i64,
     pub(crate) delay_lease_id: Option<i64>,
@@ -135,7 +135,7 @@ async fn renew(keepalive: &KeepAlive, lease_id: i64, stream: &mut Option<Stream>
         // TTL and fails with "lease not found" on 0. An unreachable member
         // is skipped for a live one.
         let client = connection.client.lease_client();
-        let opened = connection::within("keep-alive", within, Resend::Always, || {
+        let opened = client::within("keep-alive", within, Resend::Always, || {
             let mut client = client.clone();
             async move { client.keep_alive(lease_id).await }
         })

@@ -44,7 +44,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use palisade::{Lock, LockGuard, LockName, Mode, SessionOptions};
 //!
-//! let locks = palisade::embedded::EmbeddedLockService::new();
+//! let locks = palisade::embedded::EmbeddedLockClient::new();
 //! let session = locks.session(SessionOptions::default())?;
 //! let guard = session.acquire(&LockName::new("orders/42")?, Mode::Exclusive).await?;
 //! println!("send this with every write: {}", guard.sequencer()?);

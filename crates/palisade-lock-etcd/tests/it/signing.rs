@@ -6,7 +6,7 @@ use palisade_core::{
     KeyRing, LiveCheck, Liveness, Lock, LockError, LockGuard, Mode, Sequencer, SignatureError,
     Signer, SigningKey, Verifier,
 };
-use palisade_lock_etcd::{ConfigError, EtcdConfig, EtcdConnection, EtcdLiveCheck};
+use palisade_lock_etcd::{ConfigError, EtcdConfig, EtcdLiveCheck, EtcdLockClient};
 
 use crate::fixtures::*;
 
@@ -38,8 +38,8 @@ fn assert_verifies(verifier: &Verifier, sequencer: &Sequencer, what: &str) {
     assert_eq!(verifier.verify(&parsed), Ok(()), "{what}: parsed text");
 }
 
-async fn signed_connection(endpoints: &[String], prefix: &str, key: SigningKey) -> EtcdConnection {
-    EtcdConnection::connect(config(endpoints, prefix).with_signer(signer(key)))
+async fn signed_connection(endpoints: &[String], prefix: &str, key: SigningKey) -> EtcdLockClient {
+    EtcdLockClient::connect(config(endpoints, prefix).with_signer(signer(key)))
         .await
         .expect("connect to etcd")
 }
@@ -217,7 +217,7 @@ async fn without_a_signer_nothing_is_signed_and_a_conflicting_issuer_is_refused(
         .with_issuer("etcd-other")
         .unwrap()
         .with_signer(signer(key("k1", 1)));
-    let error = EtcdConnection::connect(conflicting).await.unwrap_err();
+    let error = EtcdLockClient::connect(conflicting).await.unwrap_err();
     let LockError::Backend { source, .. } = &error else {
         panic!("expected a configuration error, got {error:?}");
     };
