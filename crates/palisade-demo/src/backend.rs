@@ -93,6 +93,9 @@ pub struct BackendArgs {
     #[arg(long, env = "PALISADE_REDIS_URL")]
     pub redis_url: Option<String>,
 
+    // The text is also `--help`'s, where `[default: ...]` is clap's own
+    // notation; rustdoc would read it as a link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     /// Database URL for `--backend postgres|mariadb`
     /// [default: postgres://postgres@127.0.0.1:5432/postgres,
     /// mysql://root@127.0.0.1:3306/test].

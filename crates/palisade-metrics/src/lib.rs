@@ -41,9 +41,9 @@
 //! ```
 //!
 //! Waits and hand-offs are seen from outside the backend: [`Metered`]
-//! first asks for the lock without queueing ([`Lock::try_acquire`], which
+//! first asks for the lock without queueing ([`Lock::try_acquire`](palisade_core::Lock::try_acquire), which
 //! never jumps the queue), and only when that fails queues with
-//! [`Lock::acquire`], counting a wait, then a hand-off when it is granted.
+//! [`Lock::acquire`](palisade_core::Lock::acquire), counting a wait, then a hand-off when it is granted.
 
 mod metered;
 mod metrics;
