@@ -42,7 +42,7 @@ fi
 
 # --- A live server ------------------------------------------------------------
 step "building palisade-server"
-cargo build --locked -q -p palisade-server --bin palisade-server
+cargo build --locked -q -p palisade-server --features cli --bin palisade-server
 server_bin="${CARGO_TARGET_DIR:-target}/debug/palisade-server"
 
 data_dir="$(mktemp -d -t palisade-api-fuzz.XXXXXX)"

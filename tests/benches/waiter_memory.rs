@@ -106,8 +106,8 @@ async fn no_server_side() -> f64 {
 async fn child(backend: &str, waiters: usize) -> Measured {
     match backend {
         "embedded" => {
-            use palisade::embedded::EmbeddedLockService;
-            let service = EmbeddedLockService::new();
+            use palisade::embedded::EmbeddedLockClient;
+            let service = EmbeddedLockClient::new();
             let (client, _) = measure(
                 &service,
                 waiters,
@@ -154,9 +154,9 @@ async fn child(backend: &str, waiters: usize) -> Measured {
             }
         }
         "etcd" => {
-            use palisade::etcd::{EtcdConfig, EtcdConnection};
+            use palisade::etcd::{EtcdConfig, EtcdLockClient};
             let etcd = EtcdServer::start();
-            let connection = EtcdConnection::connect(EtcdConfig::new(etcd.endpoints()).unwrap())
+            let connection = EtcdLockClient::connect(EtcdConfig::new(etcd.endpoints()).unwrap())
                 .await
                 .unwrap();
             let etcd_pid = etcd.pid().expect("a spawned etcd");

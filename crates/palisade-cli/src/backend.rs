@@ -537,7 +537,7 @@ async fn connect_etcd(
     options: SessionOptions,
     stamp: Stamp,
 ) -> anyhow::Result<AnyLock> {
-    use palisade_lock_etcd::{EtcdConfig, EtcdConnection, EtcdLock};
+    use palisade_lock_etcd::{EtcdConfig, EtcdLock, EtcdLockClient};
     let unreachable = |error: LockError| {
         anyhow::anyhow!(
             "cannot open a session on etcd at {endpoints}: {}",
@@ -557,7 +557,7 @@ async fn connect_etcd(
         // short connection.
         let issuer = match stamp.issuer {
             Some(issuer) => issuer,
-            None => EtcdConnection::connect(config.clone())
+            None => EtcdLockClient::connect(config.clone())
                 .await
                 .map_err(unreachable)?
                 .issuer()
@@ -600,12 +600,12 @@ async fn raise_etcd_floor(
     options: FloorOptions,
     progress: &mut (dyn FnMut(FloorStep) + Send),
 ) -> anyhow::Result<FloorRaised> {
-    use palisade_lock_etcd::{EtcdConfig, EtcdConnection, RaiseFloorError, RaiseFloorOptions};
+    use palisade_lock_etcd::{EtcdConfig, EtcdLockClient, RaiseFloorError, RaiseFloorOptions};
     let mut config = EtcdConfig::from_endpoint_list(endpoints)?;
     if let Some(prefix) = prefix {
         config = config.with_prefix(prefix)?;
     }
-    let connection = EtcdConnection::connect(config).await.map_err(|error| {
+    let connection = EtcdLockClient::connect(config).await.map_err(|error| {
         anyhow::anyhow!(
             "cannot connect to etcd at {endpoints}: {}",
             lock_error_text(&error)

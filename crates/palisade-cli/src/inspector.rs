@@ -19,7 +19,7 @@ use crate::backend::lock_error_text;
 pub(crate) enum AnyInspector {
     /// etcd's connection.
     #[cfg(feature = "etcd")]
-    Etcd(palisade_lock_etcd::EtcdConnection),
+    Etcd(palisade_lock_etcd::EtcdLockClient),
     /// Redis's client.
     #[cfg(feature = "redis")]
     Redis(palisade_lock_redis::RedisLockClient),
@@ -34,12 +34,12 @@ pub(crate) enum AnyInspector {
 impl AnyInspector {
     #[cfg(feature = "etcd")]
     pub(crate) async fn etcd(endpoints: &str, prefix: Option<&str>) -> anyhow::Result<Self> {
-        use palisade_lock_etcd::{EtcdConfig, EtcdConnection};
+        use palisade_lock_etcd::{EtcdConfig, EtcdLockClient};
         let mut config = EtcdConfig::from_endpoint_list(endpoints)?;
         if let Some(prefix) = prefix {
             config = config.with_prefix(prefix)?;
         }
-        let connection = EtcdConnection::connect(config).await.map_err(|error| {
+        let connection = EtcdLockClient::connect(config).await.map_err(|error| {
             anyhow::anyhow!(
                 "cannot connect to etcd at {endpoints}: {}",
                 lock_error_text(&error)

@@ -46,7 +46,7 @@ mod backend;
 mod child;
 mod completions;
 mod data;
-#[cfg(feature = "demo")]
+#[cfg(feature = "demos")]
 mod demo;
 mod duration;
 mod exit;
@@ -107,7 +107,7 @@ enum Command {
     /// Run the resource server (a fenced key-value store over HTTP).
     Serve(serve::ServeArgs),
     /// Run a demo: `gc-pause` or `flash-sale`.
-    #[cfg(feature = "demo")]
+    #[cfg(feature = "demos")]
     Demo(demo::DemoArgs),
     /// Print a fresh signing key as a key ring line, `<key id> <hex secret>`.
     Keygen(signing::KeygenArgs),
@@ -134,7 +134,7 @@ impl Command {
     fn default_log_filter(&self) -> &'static str {
         match self {
             Command::Serve(_) => "info",
-            #[cfg(feature = "demo")]
+            #[cfg(feature = "demos")]
             Command::Demo(_) => "info",
             _ => "error",
         }
@@ -184,7 +184,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Unlock(args) => unlock::run(args).await.map(|()| exit::OK),
         Command::RaiseFloor(args) => raise_floor::run(args).await.map(|()| exit::OK),
         Command::Serve(args) => serve::run(args).await.map(|()| exit::OK),
-        #[cfg(feature = "demo")]
+        #[cfg(feature = "demos")]
         Command::Demo(args) => demo::run(args).await.map(|()| exit::OK),
         Command::Keygen(args) => signing::keygen(args).map(|()| exit::OK),
         Command::Completions(args) => completions::run(&args).map(|()| exit::OK),

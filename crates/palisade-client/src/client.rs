@@ -127,8 +127,9 @@ impl ClientBuilder {
     /// Trusts the CA certificates in this PEM text (one or more
     /// `CERTIFICATE` blocks) for `https://`, *instead of* the system's CA
     /// bundle: a private CA is then the only one trusted. Without it,
-    /// `https://` trusts the system bundle (`SSL_CERT_FILE`, else the
-    /// usual paths such as `/etc/ssl/certs/ca-certificates.crt`).
+    /// `https://` trusts the operating system's CAs (`SSL_CERT_FILE` or
+    /// `SSL_CERT_DIR` if set, else the platform's store, through
+    /// `rustls-native-certs`).
     pub fn root_ca_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
         self.root_ca_pem = Some(pem.as_ref().to_vec());
         self

@@ -29,16 +29,6 @@ use tokio_rustls::client::TlsStream;
 
 use crate::ClientError;
 
-/// Where the system's CA bundle usually is, when no CA file is given
-/// (`SSL_CERT_FILE` first, as OpenSSL does).
-const SYSTEM_CA_BUNDLES: [&str; 5] = [
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/ca-bundle.pem",
-    "/etc/ssl/cert.pem",
-    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
-];
-
 /// The certificates a client trusts, from PEM text (one or more
 /// `CERTIFICATE` blocks).
 pub(crate) fn roots_from_pem(pem: &[u8]) -> Result<rustls::RootCertStore, ClientError> {
@@ -59,21 +49,34 @@ pub(crate) fn roots_from_pem(pem: &[u8]) -> Result<rustls::RootCertStore, Client
     Ok(roots)
 }
 
-/// The system's CA bundle.
+/// The operating system's trusted CAs (`SSL_CERT_FILE` / `SSL_CERT_DIR`
+/// first, as OpenSSL does, then the platform's store), through
+/// `rustls-native-certs`. Certificates it cannot parse are skipped; none at
+/// all is an error.
 pub(crate) fn system_roots() -> Result<rustls::RootCertStore, ClientError> {
-    let from_env = std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
-    let candidates = from_env
-        .into_iter()
-        .chain(SYSTEM_CA_BUNDLES.iter().map(std::path::PathBuf::from));
-    for path in candidates {
-        if let Ok(pem) = std::fs::read(&path) {
-            return roots_from_pem(&pem);
-        }
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _unusable) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let errors = found
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(ClientError::InvalidOption {
+            option: "root CA",
+            reason: format!(
+                "https:// without a CA file, and no system CA was found (set SSL_CERT_FILE or give the server's CA){}",
+                if errors.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {errors}")
+                }
+            ),
+        });
     }
-    Err(ClientError::InvalidOption {
-        option: "root CA",
-        reason: "https:// without a CA file, and no system CA bundle was found (set SSL_CERT_FILE or give the server's CA)".into(),
-    })
+    Ok(roots)
 }
 
 /// The pooled HTTPS client.

@@ -66,28 +66,40 @@ impl DecodeError {
 }
 
 pub(crate) fn decode_canonical(encoded: &str, set: Set) -> Result<String, DecodeError> {
+    let bytes = percent_decode(encoded).ok_or(DecodeError::BadEscape)?;
+    let decoded = String::from_utf8(bytes).map_err(|_| DecodeError::NotUtf8)?;
+    if encode(&decoded, set) != encoded {
+        return Err(DecodeError::NotCanonical);
+    }
+    Ok(decoded)
+}
+
+/// Percent-decodes `encoded` into bytes, leniently: hex of either case,
+/// any byte may be escaped or not, `+` is a literal plus. `None` when a
+/// `%` is not followed by two hex digits. The sequencer's canonical
+/// decoding is this plus a round-trip check; the resource server decodes
+/// keys in its paths with it (keys are bytes, not UTF-8).
+///
+/// ```
+/// assert_eq!(palisade_core::percent_decode("a%2fb%FF").as_deref(), Some(&b"a/b\xff"[..]));
+/// assert_eq!(palisade_core::percent_decode("%4"), None);
+/// ```
+pub fn percent_decode(encoded: &str) -> Option<Vec<u8>> {
     let bytes = encoded.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hi = bytes.get(i + 1).and_then(|b| hex_value(*b));
-            let lo = bytes.get(i + 2).and_then(|b| hex_value(*b));
-            match (hi, lo) {
-                (Some(hi), Some(lo)) => out.push(hi << 4 | lo),
-                _ => return Err(DecodeError::BadEscape),
-            }
+            let hi = hex_value(*bytes.get(i + 1)?)?;
+            let lo = hex_value(*bytes.get(i + 2)?)?;
+            out.push(hi << 4 | lo);
             i += 3;
         } else {
             out.push(bytes[i]);
             i += 1;
         }
     }
-    let decoded = String::from_utf8(out).map_err(|_| DecodeError::NotUtf8)?;
-    if encode(&decoded, set) != encoded {
-        return Err(DecodeError::NotCanonical);
-    }
-    Ok(decoded)
+    Some(out)
 }
 
 fn hex_value(byte: u8) -> Option<u8> {
@@ -103,6 +115,23 @@ fn hex_value(byte: u8) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percent_decode_table() {
+        let check = |input: &str, expected: Option<&[u8]>| {
+            assert_eq!(percent_decode(input).as_deref(), expected, "{input:?}");
+        };
+        check("plain", Some(b"plain"));
+        check("a%2Fb", Some(b"a/b"));
+        check("a%2fb", Some(b"a/b"));
+        check("%FF%00", Some(&[0xff, 0x00]));
+        check("a+b", Some(b"a+b"));
+        check("", Some(b""));
+        check("%", None);
+        check("%4", None);
+        check("%zz", None);
+        check("%%41", None);
+    }
 
     #[test]
     fn round_trips_and_refuses_non_canonical() {

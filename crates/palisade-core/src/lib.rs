@@ -8,7 +8,8 @@
 //!
 //! **Architecture Invariant:** core does no IO and knows no backend. It
 //! depends on `tokio` only for `sync` (the lease-lost signal) and `time`
-//! (deadlines). A backend author needs this crate and nothing else.
+//! (deadlines), and on pure computation: `hmac`/`sha2` for signatures,
+//! `backon` for [`retry_pauses`]. A backend author needs this crate and nothing else.
 //!
 //! # Where to start
 //!
@@ -38,10 +39,12 @@ mod name;
 pub mod op;
 mod op_result;
 mod raise_cap;
+mod retry;
 mod sequencer;
 mod signing;
 mod suspend_clock;
 
+pub use encoding::percent_decode;
 pub use error::{BoxError, LockError};
 pub use generation::Generation;
 pub use inspect::{ForceRelease, Holder, Inspect, LockInfo, Waiter, name_has_prefix};
@@ -52,6 +55,7 @@ pub use mode::{Mode, ModeParseError};
 pub use name::{LockName, LockNameError};
 pub use op_result::{OpResult, OpResultParseError};
 pub use raise_cap::RaiseCap;
+pub use retry::retry_pauses;
 pub use sequencer::{Sequencer, SequencerError, Signature};
 pub use signing::{KeyError, KeyRing, SignatureError, Signer, SigningKey, Verifier};
 

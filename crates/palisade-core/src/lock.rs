@@ -10,7 +10,23 @@ use tokio::time::Instant;
 use crate::{Generation, LeaseState, LeaseWatch, LockError, LockName, Mode, Sequencer};
 
 /// A lock service session: the one trait every Palisade lock backend
-/// implements (etcd, Redis, the in-process embedded one).
+/// implements (etcd, Redis and Redlock, PostgreSQL/MariaDB, the in-process
+/// embedded one).
+///
+/// ### One shape for every backend
+///
+/// | step | type | etcd, for example |
+/// |---|---|---|
+/// | connect; holds the configuration, shared by sessions | `<Backend>LockClient` | `EtcdLockClient::connect(config)` |
+/// | open a session (one lease): implements `Lock` | `<Backend>Lock` | `client.session(options)` |
+/// | a grant: implements [`LockGuard`] | `<Backend>Guard` | `session.acquire(&name, mode)` |
+///
+/// The backends are `Embedded`, `Etcd`, `Redis` and `Sql`; Redlock's name
+/// already says "lock", so its types are `RedlockClient`, `Redlock` and
+/// `RedlockGuard`. The client is also where the rest of a backend starts:
+/// its [`LiveCheck`](crate::LiveCheck) (`<Backend>LiveCheck`, or the
+/// embedded client itself), [`Inspect`](crate::Inspect) and
+/// [`ForceRelease`](crate::ForceRelease) where the backend can answer them.
 ///
 /// A value of this type is a **session**: it owns one lease (or the
 /// equivalent), and re-entry is per session: acquiring a lock the session

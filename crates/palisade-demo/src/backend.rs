@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use palisade::embedded::{EmbeddedGuard, EmbeddedLock, EmbeddedLockService};
-use palisade::etcd::{EtcdConfig, EtcdConnection, EtcdGuard, EtcdLock};
+use palisade::embedded::{EmbeddedGuard, EmbeddedLock, EmbeddedLockClient};
+use palisade::etcd::{EtcdConfig, EtcdGuard, EtcdLock, EtcdLockClient};
 use palisade::redis::{RedisConfig, RedisGuard, RedisLock, RedisLockClient};
 use palisade::{LeaseWatch, Lock, LockError, LockGuard, LockName, Mode, Sequencer, SessionOptions};
 use palisade_lock_sql::{SqlConfig, SqlGuard, SqlLock, SqlLockClient};
@@ -93,6 +93,9 @@ pub struct BackendArgs {
     #[arg(long, env = "PALISADE_REDIS_URL")]
     pub redis_url: Option<String>,
 
+    // The text is also `--help`'s, where `[default: ...]` is clap's own
+    // notation; rustdoc would read it as a link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     /// Database URL for `--backend postgres|mariadb`
     /// [default: postgres://postgres@127.0.0.1:5432/postgres,
     /// mysql://root@127.0.0.1:3306/test].
@@ -237,8 +240,8 @@ pub(crate) enum Renewal {
 /// A connected lock service: makes sessions.
 #[derive(Clone)]
 pub(crate) enum Locks {
-    Embedded(EmbeddedLockService),
-    Etcd(EtcdConnection),
+    Embedded(EmbeddedLockClient),
+    Etcd(EtcdLockClient),
     Redis(RedisLockClient),
     Sql(SqlLockClient),
 }
@@ -247,10 +250,10 @@ impl Locks {
     /// Connects (or, for the embedded backend, creates a fresh service).
     pub(crate) async fn connect(target: &BackendTarget) -> Result<Locks, DemoError> {
         match target {
-            BackendTarget::Embedded => Ok(Locks::Embedded(EmbeddedLockService::new())),
+            BackendTarget::Embedded => Ok(Locks::Embedded(EmbeddedLockClient::new())),
             BackendTarget::Etcd { endpoints, prefix } => {
                 let config = EtcdConfig::from_endpoint_list(endpoints)?.with_prefix(prefix)?;
-                let connection = EtcdConnection::connect(config).await.map_err(|error| {
+                let connection = EtcdLockClient::connect(config).await.map_err(|error| {
                     DemoError::story(format!(
                         "cannot reach etcd at {endpoints}: {error} (start etcd, or pass --etcd-endpoints or PALISADE_ETCD_ENDPOINTS)"
                     ))

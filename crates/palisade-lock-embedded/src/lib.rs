@@ -9,7 +9,7 @@
 //!
 //! The split mirrors a real deployment:
 //!
-//! - an [`EmbeddedLockService`] plays the lock server: it owns the per-name
+//! - an [`EmbeddedLockClient`] plays the lock server: it owns the per-name
 //!   state (holders, FIFO queue, generation counter, lock-delay) and the
 //!   session leases, and expires a lease whose TTL passes without a renewal;
 //! - an [`EmbeddedLock`] is a client session on it: one lease, per-session
@@ -20,11 +20,11 @@
 //!
 //! ```
 //! use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
-//! use palisade_lock_embedded::EmbeddedLockService;
+//! use palisade_lock_embedded::EmbeddedLockClient;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let service = EmbeddedLockService::new();
+//! let service = EmbeddedLockClient::new();
 //! let alice = service.session(SessionOptions::default())?;
 //! let bob = service.session(SessionOptions::default())?;
 //! let name = LockName::new("orders/42")?;
@@ -42,9 +42,9 @@
 //!
 //! # Where to start
 //!
-//! - [`EmbeddedLockService`]: the in-process lock server, and its
+//! - [`EmbeddedLockClient`]: the in-process lock server, and its
 //!   [`LiveCheck`](palisade_core::LiveCheck) for resource servers;
-//!   [`EmbeddedLockService::with_signer`] signs every sequencer it mints.
+//!   [`EmbeddedLockClient::with_signer`] signs every sequencer it mints.
 //! - [`EmbeddedLock`]: a session; its test hooks
 //!   [`EmbeddedLock::kill_lease`] and [`EmbeddedLock::stop_keepalive`] play a
 //!   crashed or paused client.
@@ -59,16 +59,16 @@
 //! event-driven: a waiter sleeps on a one-shot channel until a release, an
 //! expiry or the end of a lock-delay grants it; there are no polling loops.
 
+mod client;
 mod error;
 mod guard;
-mod service;
 mod session;
 mod state;
 mod tasks;
 
+pub use client::EmbeddedLockClient;
 pub use error::EmbeddedError;
 pub use guard::EmbeddedGuard;
-pub use service::EmbeddedLockService;
 pub use session::EmbeddedLock;
 
 #[cfg(test)]

@@ -9,11 +9,13 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::client::EmbeddedLockClient;
 use crate::guard::EmbeddedGuard;
-use crate::service::EmbeddedLockService;
-use crate::state::{Begin, Grant, LeaseEnd, Reply, SessionId, WaiterId};
+#[cfg(any(test, feature = "testing"))]
+use crate::state::LeaseEnd;
+use crate::state::{Begin, Grant, Reply, SessionId, WaiterId};
 
-/// A session on an [`EmbeddedLockService`]: one lease, one holder id, and
+/// A session on an [`EmbeddedLockClient`]: one lease, one holder id, and
 /// the [`Lock`] trait.
 ///
 /// - **Re-entry** is per session: acquiring a name the session already
@@ -43,11 +45,11 @@ use crate::state::{Begin, Grant, LeaseEnd, Reply, SessionId, WaiterId};
 /// ```
 /// use std::time::Duration;
 /// use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
-/// use palisade_lock_embedded::EmbeddedLockService;
+/// use palisade_lock_embedded::EmbeddedLockClient;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let service = EmbeddedLockService::new();
+/// let service = EmbeddedLockClient::new();
 /// let options = SessionOptions::default().with_ttl(Duration::from_secs(3));
 /// let paused_client = service.session(options.clone())?;
 /// let name = LockName::new("jobs/nightly")?;
@@ -73,7 +75,7 @@ pub struct EmbeddedLock {
 /// The session's identity. Shared by the session's clones and its guards;
 /// when the last of them is gone, the service forgets the session.
 pub(crate) struct SessionHandle {
-    pub(crate) service: EmbeddedLockService,
+    pub(crate) service: EmbeddedLockClient,
     pub(crate) id: SessionId,
     holder_id: String,
     lease_id: String,
@@ -91,7 +93,7 @@ impl Drop for SessionHandle {
 
 impl EmbeddedLock {
     pub(crate) fn new(
-        service: EmbeddedLockService,
+        service: EmbeddedLockClient,
         id: SessionId,
         holder_id: String,
         lease_id: String,
@@ -124,7 +126,7 @@ impl EmbeddedLock {
     }
 
     /// The service this session is on.
-    pub fn service(&self) -> &EmbeddedLockService {
+    pub fn service(&self) -> &EmbeddedLockClient {
         &self.session.service
     }
 
@@ -143,6 +145,7 @@ impl EmbeddedLock {
     /// report [`LostReason::Revoked`](palisade_core::LostReason::Revoked),
     /// lock-delays start, queued requests of this session fail, and the
     /// session is closed.
+    #[cfg(any(test, feature = "testing"))]
     pub fn kill_lease(&self) {
         let now = Instant::now();
         self.session.service.inner().lock_state().end_lease(
@@ -157,6 +160,7 @@ impl EmbeddedLock {
     /// client). The guards' lease-lost signal then fires at their local
     /// validity deadline, and the service expires the lease a safety margin
     /// later, when the TTL has passed since the last renewal.
+    #[cfg(any(test, feature = "testing"))]
     pub fn stop_keepalive(&self) {
         self.session
             .service

@@ -23,7 +23,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::service::ServiceInner;
+use crate::client::ClientInner;
 use crate::tasks::{self, TaskGuard};
 
 /// The backend name used in [`LockError`] payloads.
@@ -64,7 +64,9 @@ pub(crate) enum Begin {
 pub(crate) enum LeaseEnd {
     /// The TTL passed without a renewal.
     Expired,
-    /// The test hook [`crate::EmbeddedLock::kill_lease`] ended it.
+    /// The test hook `EmbeddedLock::kill_lease` ended it.
+    // Only the test hooks (`testing` feature) end a lease this way.
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     Killed,
 }
 
@@ -81,7 +83,7 @@ impl LeaseEnd {
 pub(crate) struct ServiceState {
     /// The service itself, for the tasks spawned from here. Weak, so that
     /// a timer never keeps a dropped service alive.
-    service: Weak<ServiceInner>,
+    service: Weak<ClientInner>,
     /// Put in every sequencer: generations of different services are not
     /// comparable, and a live check refuses sequencers of other issuers.
     issuer: String,
@@ -184,6 +186,8 @@ struct ArmedLease {
     /// before the service acts on it.
     last_renewal: Instant,
     /// Renews the lease every keep-alive interval; `None` once stopped.
+    /// Held for its drop; only the test hooks stop it early.
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     keepalive: Option<TaskGuard>,
     /// Expires the lease at its deadline.
     _expiry_timer: Option<TaskGuard>,
@@ -235,7 +239,7 @@ impl Hold {
 }
 
 impl ServiceState {
-    pub(crate) fn new(service: Weak<ServiceInner>, issuer: String, signer: Option<Signer>) -> Self {
+    pub(crate) fn new(service: Weak<ClientInner>, issuer: String, signer: Option<Signer>) -> Self {
         ServiceState {
             service,
             issuer,
@@ -498,7 +502,8 @@ impl ServiceState {
             .map(|lease| lease.deadline)
     }
 
-    /// Stops the session's keep-alive for good.
+    /// Stops the session's keep-alive for good (a test hook's work).
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     pub(crate) fn stop_keepalive(&mut self, session: SessionId) {
         if let Some(record) = self.sessions.get_mut(&session) {
             record.keepalive_stopped = true;

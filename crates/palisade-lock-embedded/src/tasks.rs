@@ -17,7 +17,7 @@ use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::service::ServiceInner;
+use crate::client::ClientInner;
 use crate::state::{LeaseEnd, SessionId};
 
 /// Aborts its task when dropped.
@@ -55,7 +55,7 @@ where
 /// the lease deadline to `sent_at + ttl` and every hold's tracker to
 /// `options.valid_until(sent_at)`, so the client's view never outlives the
 /// service's.
-pub(crate) async fn keepalive(service: Weak<ServiceInner>, session: SessionId, interval: Duration) {
+pub(crate) async fn keepalive(service: Weak<ClientInner>, session: SessionId, interval: Duration) {
     let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
     // After a stall, renew once and carry on from there: catching up with a
     // burst of renewals would only hide how late the first one was.
@@ -75,7 +75,7 @@ pub(crate) async fn keepalive(service: Weak<ServiceInner>, session: SessionId, i
 /// The service's expiry timer for one armed lease: sleeps until the lease
 /// deadline, and expires the lease if no renewal moved the deadline in the
 /// meantime; otherwise sleeps again until the new deadline.
-pub(crate) async fn lease_expiry_timer(service: Weak<ServiceInner>, session: SessionId) {
+pub(crate) async fn lease_expiry_timer(service: Weak<ClientInner>, session: SessionId) {
     loop {
         let deadline = {
             let Some(service) = service.upgrade() else {
@@ -104,7 +104,7 @@ pub(crate) async fn lease_expiry_timer(service: Weak<ServiceInner>, session: Ses
 }
 
 /// Wakes `name`'s queue when its lock-delay ends at `until`.
-pub(crate) async fn lock_delay_timer(service: Weak<ServiceInner>, name: LockName, until: Instant) {
+pub(crate) async fn lock_delay_timer(service: Weak<ClientInner>, name: LockName, until: Instant) {
     tokio::time::sleep_until(until).await;
     if let Some(service) = service.upgrade() {
         service.lock_state().lock_delay_ended(&name, Instant::now());

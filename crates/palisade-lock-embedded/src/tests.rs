@@ -4,7 +4,7 @@
 //! paused clock: the runtime jumps to the next timer whenever every task is
 //! idle, so a lease expires at exactly its deadline and the assertions on
 //! instants are exact. Where a test needs a request to be queued first, it
-//! waits for [`EmbeddedLockService::waiters`] to show it, yielding to the
+//! waits for [`EmbeddedLockClient::waiters`] to show it, yielding to the
 //! spawned task in between (no sleeps).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,7 +18,7 @@ use palisade_core::{
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::{EmbeddedError, EmbeddedGuard, EmbeddedLock, EmbeddedLockService};
+use crate::{EmbeddedError, EmbeddedGuard, EmbeddedLock, EmbeddedLockClient};
 
 const TTL: Duration = Duration::from_secs(3);
 const MARGIN: Duration = Duration::from_millis(500);
@@ -35,7 +35,7 @@ fn options() -> SessionOptions {
         .with_keepalive_interval(KEEPALIVE)
 }
 
-fn session(service: &EmbeddedLockService, options: SessionOptions) -> EmbeddedLock {
+fn session(service: &EmbeddedLockClient, options: SessionOptions) -> EmbeddedLock {
     service.session(options).expect("valid session options")
 }
 
@@ -86,7 +86,7 @@ async fn must_try(session: &EmbeddedLock, lock: &LockName, mode: Mode) -> Option
 /// Spawns `session.acquire(lock, mode)` and waits until the service shows
 /// it queued (the queue then has `position` entries).
 async fn spawn_queued(
-    service: &EmbeddedLockService,
+    service: &EmbeddedLockClient,
     session: &EmbeddedLock,
     lock: &LockName,
     mode: Mode,
@@ -99,7 +99,7 @@ async fn spawn_queued(
     task
 }
 
-async fn wait_for_waiters(service: &EmbeddedLockService, lock: &LockName, expected: usize) {
+async fn wait_for_waiters(service: &EmbeddedLockClient, lock: &LockName, expected: usize) {
     for _ in 0..10_000 {
         if service.waiters(lock) == expected {
             return;
@@ -124,7 +124,7 @@ async fn settle() {
 async fn mutual_exclusion_under_many_contending_tasks() {
     const TASKS: usize = 8;
     const ROUNDS: usize = 50;
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let lock = name("contended");
     let inside = Arc::new(AtomicUsize::new(0));
     let granted_generations = Arc::new(Mutex::new(Vec::new()));
@@ -177,7 +177,7 @@ async fn mutual_exclusion_under_many_contending_tasks() {
 
 #[tokio::test(start_paused = true)]
 async fn generations_strictly_increase_in_grant_order() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let lock = name("orders/42");
     let (a, b, c) = (
         session(&service, options()),
@@ -221,7 +221,7 @@ async fn generations_strictly_increase_in_grant_order() {
 
 #[tokio::test(start_paused = true)]
 async fn a_forgotten_name_never_reuses_a_generation() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let a = session(&service, options());
     let lock = name("short-lived");
     let first = must_acquire(&a, &lock, Mode::Exclusive).await.generation();
@@ -234,7 +234,7 @@ async fn a_forgotten_name_never_reuses_a_generation() {
 
 #[tokio::test(start_paused = true)]
 async fn waiters_are_granted_in_fifo_order() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let lock = name("queue");
     let holder = session(&service, options());
     let guard = must_acquire(&holder, &lock, Mode::Exclusive).await;
@@ -271,7 +271,7 @@ async fn waiters_are_granted_in_fifo_order() {
 
 #[tokio::test(start_paused = true)]
 async fn lease_expires_when_the_keepalive_stops() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let lock = name("gc-pause");
     let paused = session(&service, options());
     let other = session(&service, options());
@@ -337,7 +337,7 @@ async fn lease_expires_when_the_keepalive_stops() {
 
 #[tokio::test(start_paused = true)]
 async fn an_idle_session_keeps_its_lease() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let a = session(&service, options());
     let lock = name("idle");
     must_acquire(&a, &lock, Mode::Exclusive)
@@ -354,7 +354,7 @@ async fn an_idle_session_keeps_its_lease() {
 
 #[tokio::test(start_paused = true)]
 async fn try_acquire_timeout_and_cancel_leave_no_stale_waiter() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let lock = name("cancel");
     let holder = session(&service, options());
     let (impatient, later) = (session(&service, options()), session(&service, options()));
@@ -384,7 +384,7 @@ async fn try_acquire_timeout_and_cancel_leave_no_stale_waiter() {
 
 #[tokio::test(start_paused = true)]
 async fn a_grant_racing_with_a_dropped_acquire_is_released() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let lock = name("race");
     let (holder, dropped_session, later) = (
         session(&service, options()),
@@ -414,7 +414,7 @@ async fn a_grant_racing_with_a_dropped_acquire_is_released() {
 
 #[tokio::test(start_paused = true)]
 async fn reentry_counts_keeps_the_generation_and_releases_at_zero() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let lock = name("reentrant");
     let (a, b) = (session(&service, options()), session(&service, options()));
 
@@ -464,7 +464,7 @@ async fn reentry_counts_keeps_the_generation_and_releases_at_zero() {
 
 #[tokio::test(start_paused = true)]
 async fn shared_and_exclusive_interplay() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let lock = name("catalog");
     let sessions: Vec<EmbeddedLock> = (0..5).map(|_| session(&service, options())).collect();
     let [reader_one, reader_two, writer, late_reader, prober] = &sessions[..] else {
@@ -514,7 +514,7 @@ async fn shared_and_exclusive_interplay() {
 #[tokio::test(start_paused = true)]
 async fn lock_delay_after_a_lost_lease_but_not_after_a_release() {
     const DELAY: Duration = Duration::from_secs(5);
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let lock = name("delayed");
     let delayed_options = options().with_lock_delay(DELAY);
 
@@ -563,7 +563,7 @@ async fn lock_delay_after_a_lost_lease_but_not_after_a_release() {
 
 #[tokio::test(start_paused = true)]
 async fn the_waiter_bound_fails_fast_with_busy() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let lock = name("hot");
     let bounded = options().with_max_waiters(2);
     let holder = session(&service, bounded.clone());
@@ -602,7 +602,7 @@ async fn the_waiter_bound_fails_fast_with_busy() {
 
 #[tokio::test(start_paused = true)]
 async fn live_check_is_true_then_false_after_the_lease_ends() {
-    let service = EmbeddedLockService::with_issuer("live-check-test").unwrap();
+    let service = EmbeddedLockClient::with_issuer("live-check-test").unwrap();
     let lock = name("checked");
 
     // Killed lease.
@@ -657,7 +657,7 @@ async fn live_check_is_true_then_false_after_the_lease_ends() {
 
 #[tokio::test(start_paused = true)]
 async fn kill_lease_ends_the_session_and_its_waiters() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let (held, wanted) = (name("kill/held"), name("kill/wanted"));
     let (victim, other) = (session(&service, options()), session(&service, options()));
     let guard = must_acquire(&victim, &held, Mode::Exclusive).await;
@@ -686,7 +686,7 @@ async fn kill_lease_ends_the_session_and_its_waiters() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_a_guard_releases_it() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let lock = name("dropped");
     let (a, b) = (session(&service, options()), session(&service, options()));
     let guard = must_acquire(&a, &lock, Mode::Exclusive).await;
@@ -700,7 +700,7 @@ async fn dropping_a_guard_releases_it() {
 
 #[tokio::test(start_paused = true)]
 async fn names_are_isolated() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let (a, b) = (session(&service, options()), session(&service, options()));
     let held = name("a/b");
     let _guard = must_acquire(&a, &held, Mode::Exclusive).await;
@@ -717,7 +717,7 @@ async fn names_are_isolated() {
 
 #[tokio::test(start_paused = true)]
 async fn sequencers_carry_the_hold() {
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     assert!(service.issuer().starts_with("embedded-"));
     let a = session(&service, options());
     let lock = name("orders/7;x=1");
@@ -738,7 +738,7 @@ async fn sequencers_carry_the_hold() {
     assert_ne!(a.holder_id(), b.holder_id());
     assert_ne!(a.lease_id(), b.lease_id());
     assert_ne!(
-        EmbeddedLockService::new().issuer(),
+        EmbeddedLockClient::new().issuer(),
         service.issuer(),
         "two services share an issuer id"
     );
@@ -747,14 +747,14 @@ async fn sequencers_carry_the_hold() {
 #[test]
 fn bad_configuration_is_an_error() {
     assert!(matches!(
-        EmbeddedLockService::with_issuer(""),
+        EmbeddedLockClient::with_issuer(""),
         Err(EmbeddedError::InvalidIssuer { .. })
     ));
     assert!(matches!(
-        EmbeddedLockService::with_issuer("bad\nissuer"),
+        EmbeddedLockClient::with_issuer("bad\nissuer"),
         Err(EmbeddedError::InvalidIssuer { .. })
     ));
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let too_small_ttl = SessionOptions::default().with_ttl(Duration::from_millis(100));
     assert!(matches!(
         service.session(too_small_ttl),

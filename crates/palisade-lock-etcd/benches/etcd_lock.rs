@@ -31,7 +31,7 @@ use etcd_client::{
     TxnOp,
 };
 use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
-use palisade_lock_etcd::{EtcdConfig, EtcdConnection, EtcdLock, RpcCounts};
+use palisade_lock_etcd::{EtcdConfig, EtcdLock, EtcdLockClient, RpcCounts};
 use palisade_testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
@@ -326,7 +326,7 @@ async fn run(endpoints: Vec<String>, etcd_pid: Option<u32>, duration: Duration) 
         let mut raw = raw_workers(&endpoints, shape).await;
         let mut service = service_workers(&endpoints, shape).await;
         let (mut ours, connections) = palisade_workers(&endpoints, shape).await;
-        let before: RpcCounts = connections.iter().map(EtcdConnection::rpc_counts).sum();
+        let before: RpcCounts = connections.iter().map(EtcdLockClient::rpc_counts).sum();
         let (mut raw_measured, mut service_measured, mut ours_measured) = (
             Measured::default(),
             Measured::default(),
@@ -340,7 +340,7 @@ async fn run(endpoints: Vec<String>, etcd_pid: Option<u32>, duration: Duration) 
         }
         let requests = connections
             .iter()
-            .map(EtcdConnection::rpc_counts)
+            .map(EtcdLockClient::rpc_counts)
             .sum::<RpcCounts>()
             - before;
         rows.push((
@@ -474,7 +474,7 @@ async fn service_workers(endpoints: &[String], shape: Shape) -> Vec<Worker> {
 async fn palisade_workers(
     endpoints: &[String],
     shape: Shape,
-) -> (Vec<Worker>, Vec<EtcdConnection>) {
+) -> (Vec<Worker>, Vec<EtcdLockClient>) {
     let prefix = unique("palisade");
     let mut workers = Vec::new();
     let mut connections = Vec::new();
@@ -483,7 +483,7 @@ async fn palisade_workers(
             .expect("endpoints")
             .with_prefix(prefix.clone())
             .expect("prefix");
-        let connection = EtcdConnection::connect(config).await.expect("connect");
+        let connection = EtcdLockClient::connect(config).await.expect("connect");
         let session = connection
             .session(SessionOptions::default())
             .await

@@ -555,7 +555,8 @@ impl Session {
         retry: bool,
         make: impl Fn() -> Txn,
     ) -> Result<TxnResponse, LockError> {
-        let mut pause = Duration::from_millis(50);
+        let mut pauses =
+            palisade_core::retry_pauses(Duration::from_millis(50), Duration::from_secs(1));
         loop {
             match self.connection.inner.txn(operation, make()).await {
                 Ok(response) => return Ok(response),
@@ -566,13 +567,13 @@ impl Session {
                 Err(error @ (LockError::Unavailable { .. } | LockError::BackendTimeout { .. }))
                     if retry && self.is_valid() =>
                 {
+                    let pause = pauses.next().unwrap_or(Duration::from_secs(1));
                     let retry_at = Instant::now() + pause;
                     if deadline.is_some_and(|deadline| retry_at >= deadline) {
                         return Err(timeout_error(name, started));
                     }
                     tracing::debug!(lock = %name, operation, %error, ?pause, "etcd request failed; retrying");
                     tokio::time::sleep_until(retry_at).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
                 }
                 Err(error) => return Err(error),
             }
@@ -590,7 +591,8 @@ impl Session {
         let session = self.clone();
         self.runtime.spawn(async move {
             let _gate = gate;
-            let mut pause = Duration::from_millis(100);
+            let mut pauses =
+                palisade_core::retry_pauses(Duration::from_millis(100), Duration::from_secs(2));
             loop {
                 let txn = txns::remove(
                     &keys,
@@ -606,9 +608,9 @@ impl Session {
                     // The lease ends without us; etcd then deletes the key.
                     Err(_) if !session.is_valid() => return,
                     Err(error) => {
+                        let pause = pauses.next().unwrap_or(Duration::from_secs(2));
                         tracing::debug!(%error, ?pause, "withdrawing failed; retrying");
                         tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(2));
                     }
                 }
             }

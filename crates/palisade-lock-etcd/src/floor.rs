@@ -18,8 +18,8 @@ use etcd_client::GetOptions;
 use palisade_core::LockError;
 use tokio::task::JoinSet;
 
-use crate::EtcdConnection;
-use crate::connection::{Resend, within};
+use crate::EtcdLockClient;
+use crate::client::{Resend, within};
 use crate::errors::BACKEND;
 
 /// The key the floor is raised with, `<prefix>/.revision-floor`. Lock
@@ -114,7 +114,7 @@ pub enum RaiseFloorError {
     Lock(#[from] LockError),
 }
 
-impl EtcdConnection {
+impl EtcdLockClient {
     /// The store's current revision (one linearizable read). The next
     /// holder's generation is above it.
     pub async fn revision(&self) -> Result<u64, LockError> {

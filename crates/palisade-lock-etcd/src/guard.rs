@@ -9,7 +9,7 @@ use palisade_core::{
 };
 use tokio::sync::OwnedMutexGuard;
 
-use crate::connection::Resend;
+use crate::client::Resend;
 use crate::keys::LockKeys;
 use crate::session::{Hold, Session, lock};
 use crate::txns;

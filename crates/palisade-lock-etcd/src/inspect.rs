@@ -15,12 +15,12 @@ use palisade_core::{
     ForceRelease, Generation, Holder, Inspect, LockError, LockInfo, LockName, Waiter,
 };
 
-use crate::connection::{ConnectionInner, Resend};
+use crate::client::{ClientInner, Resend};
 use crate::keys::{self, KeyKind, LockKeys, lease_hex};
 use crate::queue::{Contender, Marker, Snapshot, Turn};
-use crate::{EtcdConnection, txns};
+use crate::{EtcdLockClient, txns};
 
-impl Inspect for EtcdConnection {
+impl Inspect for EtcdLockClient {
     async fn inspect(&self, name: &LockName) -> Result<LockInfo, LockError> {
         let keys = LockKeys::new(self.inner.config.prefix(), name);
         let kvs = range(&self.inner, keys.dir().to_owned()).await?;
@@ -63,7 +63,7 @@ impl Inspect for EtcdConnection {
     }
 }
 
-impl ForceRelease for EtcdConnection {
+impl ForceRelease for EtcdLockClient {
     /// Deletes the holder's contender key and its lock-delay marker, if
     /// the key still has `generation` as create-revision (so a newer
     /// holder is never touched). The holder's session lease lives on; its
@@ -103,7 +103,7 @@ impl ForceRelease for EtcdConnection {
 
 /// Every key under `key` (a lock's directory, or the start of many), by
 /// create-revision, from one linearizable read.
-async fn range(inner: &ConnectionInner, key: String) -> Result<Vec<KeyValue>, LockError> {
+async fn range(inner: &ClientInner, key: String) -> Result<Vec<KeyValue>, LockError> {
     let read = Txn::new().and_then([TxnOp::get(
         key,
         Some(
@@ -125,7 +125,7 @@ async fn range(inner: &ConnectionInner, key: String) -> Result<Vec<KeyValue>, Lo
 
 /// The lock's state from its directory's keys.
 async fn describe(
-    inner: &ConnectionInner,
+    inner: &ClientInner,
     name: LockName,
     keys: &LockKeys,
     kvs: &[KeyValue],
@@ -195,7 +195,7 @@ fn holder_of(value: &[u8]) -> Option<String> {
 
 /// What etcd says is left of `lease` (whole seconds), `None` if it has
 /// already ended.
-async fn lease_left(inner: &ConnectionInner, lease: i64) -> Result<Option<Duration>, LockError> {
+async fn lease_left(inner: &ClientInner, lease: i64) -> Result<Option<Duration>, LockError> {
     let client = inner.client.lease_client();
     let response = inner
         .bounded("lease time to live", Resend::Always, || {

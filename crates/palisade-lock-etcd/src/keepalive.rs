@@ -24,7 +24,7 @@ use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use palisade_core::{LeaseState, LockError, LostReason, SessionOptions};
 use tokio::time::Instant;
 
-use crate::connection::{self, ConnectionInner, Resend};
+use crate::client::{self, ClientInner, Resend};
 use crate::errors;
 use crate::keys::lease_hex;
 use crate::metrics::Counters;
@@ -33,7 +33,7 @@ use crate::session::{SessionState, ceil_secs, end_state, lock, valid_until};
 /// What the task needs; it holds the session state weakly, so it ends when
 /// the session does.
 pub(crate) struct KeepAlive {
-    pub(crate) connection: Arc<ConnectionInner>,
+    pub(crate) connection: Arc<ClientInner>,
     pub(crate) options: SessionOptions,
     pub(crate) lease_id: i64,
     pub(crate) delay_lease_id: Option<i64>,
@@ -63,7 +63,10 @@ pub(crate) async fn run(keepalive: KeepAlive) {
     let mut session_stream: Option<Stream> = None;
     let mut delay_stream: Option<Stream> = None;
     let mut next_round = Instant::now() + interval;
-    let mut retry = FIRST_RETRY;
+    // Failed renewals are retried at most half an interval apart, so a
+    // lease outlives a few of them.
+    let retries = || palisade_core::retry_pauses(FIRST_RETRY, (interval / 2).max(FIRST_RETRY));
+    let mut pauses = retries();
     loop {
         tokio::time::sleep_until(next_round).await;
         let Some(state) = keepalive.state.upgrade() else {
@@ -91,7 +94,7 @@ pub(crate) async fn run(keepalive: KeepAlive) {
                     end_and_revoke(&keepalive, &state, LostReason::Expired).await;
                     return;
                 }
-                retry = FIRST_RETRY;
+                pauses = retries();
                 next_round = sent_at + interval;
             }
             Renewal::Gone => {
@@ -109,9 +112,9 @@ pub(crate) async fn run(keepalive: KeepAlive) {
                     end_and_revoke(&keepalive, &state, LostReason::KeepAliveFailed).await;
                     return;
                 }
+                let retry = pauses.next().unwrap_or(FIRST_RETRY);
                 tracing::debug!(lease = %lease_hex(keepalive.lease_id), %error, ?retry, "keep-alive failed; retrying");
                 next_round = Instant::now() + retry;
-                retry = (retry * 2).min(interval / 2).max(FIRST_RETRY);
             }
         }
     }
@@ -132,7 +135,7 @@ async fn renew(keepalive: &KeepAlive, lease_id: i64, stream: &mut Option<Stream>
         // TTL and fails with "lease not found" on 0. An unreachable member
         // is skipped for a live one.
         let client = connection.client.lease_client();
-        let opened = connection::within("keep-alive", within, Resend::Always, || {
+        let opened = client::within("keep-alive", within, Resend::Always, || {
             let mut client = client.clone();
             async move { client.keep_alive(lease_id).await }
         })

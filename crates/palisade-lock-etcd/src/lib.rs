@@ -22,7 +22,7 @@
 //!
 //! - [`EtcdConfig`]: endpoints, key prefix, timeouts, auth, TLS, and the
 //!   optional [`Signer`](palisade_core::Signer) of every sequencer.
-//! - [`EtcdConnection`]: one gRPC connection; open sessions on it.
+//! - [`EtcdLockClient`]: one gRPC connection; open sessions on it.
 //! - [`EtcdLock`]: a session, the `Lock` implementation.
 //! - `acquire.rs`: the algorithm (queue, wait for the one key ahead,
 //!   confirm, grant), with `queue.rs` deciding whose turn it is from one
@@ -30,8 +30,8 @@
 //! - `keepalive.rs`: how a lease's validity is tracked and lost.
 //! - [`EtcdLiveCheck`]: Chubby's CheckSequencer for resource servers.
 //! - `inspect.rs`: [`palisade_core::Inspect`] and
-//!   [`palisade_core::ForceRelease`] on [`EtcdConnection`], for operators.
-//! - [`EtcdConnection::raise_floor`]: recovery after etcd lost its history
+//!   [`palisade_core::ForceRelease`] on [`EtcdLockClient`], for operators.
+//! - [`EtcdLockClient::raise_floor`]: recovery after etcd lost its history
 //!   (wiped data, old snapshot): moves the revision past a server's mark.
 //!
 //! ```no_run
@@ -52,8 +52,8 @@
 //! ```
 
 mod acquire;
+mod client;
 mod config;
-mod connection;
 mod errors;
 mod floor;
 mod guard;
@@ -69,8 +69,8 @@ mod task;
 mod txns;
 mod watch_hub;
 
+pub use client::EtcdLockClient;
 pub use config::{ConfigError, DEFAULT_PREFIX, EtcdConfig};
-pub use connection::EtcdConnection;
 pub use floor::{FloorProgress, FloorRaised, RaiseFloorError, RaiseFloorOptions};
 pub use guard::EtcdGuard;
 pub use live_check::EtcdLiveCheck;

@@ -7,7 +7,7 @@ use palisade_core::{LiveCheck, Liveness, LockError, Sequencer, SharedLiveCheck};
 
 use crate::keys::{LockKeys, lease_hex};
 use crate::queue::Turn;
-use crate::{EtcdConfig, EtcdConnection, txns};
+use crate::{EtcdConfig, EtcdLockClient, txns};
 
 /// Answers whether a sequencer's holder still holds its lock, for a
 /// resource server that wants to refuse a lapsed holder before any newer
@@ -33,14 +33,14 @@ use crate::{EtcdConfig, EtcdConnection, txns};
 /// ```
 #[derive(Clone, Debug)]
 pub struct EtcdLiveCheck {
-    pub(crate) connection: EtcdConnection,
+    pub(crate) connection: EtcdLockClient,
 }
 
 impl EtcdLiveCheck {
     /// Connects with `config`, which must use the prefix (and issuer, if
     /// overridden) of the lock side whose sequencers are checked.
     pub async fn connect(config: EtcdConfig) -> Result<EtcdLiveCheck, LockError> {
-        Ok(EtcdConnection::connect(config).await?.live_check())
+        Ok(EtcdLockClient::connect(config).await?.live_check())
     }
 
     /// As a type-erased [`SharedLiveCheck`] for the resource server.

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A snapshot of the requests one [`EtcdConnection`](crate::EtcdConnection)
+/// A snapshot of the requests one [`EtcdLockClient`](crate::EtcdLockClient)
 /// has made since it was opened, over all its sessions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]

@@ -18,7 +18,7 @@ use crate::key_watch::KeyWatch;
 use crate::keys::lease_hex;
 use crate::task::AbortOnDrop;
 use crate::watch_hub::WatchHub;
-use crate::{ConfigError, EtcdConfig, EtcdConnection};
+use crate::{ConfigError, EtcdConfig, EtcdLockClient};
 
 /// A Palisade lock session on etcd: one lease, kept alive in the background,
 /// under which locks are taken. Implements the core `Lock` trait.
@@ -26,7 +26,7 @@ use crate::{ConfigError, EtcdConfig, EtcdConnection};
 /// Re-entry is per session: acquiring a lock this session already holds, in
 /// the same mode, succeeds at once with the same generation. Tasks that must
 /// exclude each other therefore need their own sessions; they can share one
-/// [`EtcdConnection`]. Clones of an `EtcdLock` are the same session.
+/// [`EtcdLockClient`]. Clones of an `EtcdLock` are the same session.
 ///
 /// The session ends when its lease ends: dropped (the lease is revoked in
 /// the background), [`closed`](EtcdLock::close), revoked or expired on the
@@ -63,7 +63,7 @@ pub struct EtcdLock {
 /// every guard taken under it (so a guard keeps its lease alive even if the
 /// handle is dropped first).
 pub(crate) struct Session {
-    pub(crate) connection: EtcdConnection,
+    pub(crate) connection: EtcdLockClient,
     pub(crate) options: SessionOptions,
     /// The session's lease. Every contender key of this session is attached
     /// to it, so if the process dies or pauses past the TTL, etcd deletes
@@ -159,7 +159,7 @@ pub(crate) fn valid_until(
     }
 }
 
-impl EtcdConnection {
+impl EtcdLockClient {
     /// Opens a session: grants its lease (and, with a lock-delay, its delay
     /// lease) and starts the keep-alive.
     ///
@@ -235,14 +235,14 @@ impl EtcdLock {
         config: EtcdConfig,
         options: SessionOptions,
     ) -> Result<EtcdLock, LockError> {
-        EtcdConnection::connect(config)
+        EtcdLockClient::connect(config)
             .await?
             .session(options)
             .await
     }
 
     /// The connection this session runs on.
-    pub fn connection(&self) -> &EtcdConnection {
+    pub fn connection(&self) -> &EtcdLockClient {
         &self.session.connection
     }
 
@@ -294,6 +294,7 @@ impl EtcdLock {
     /// signal fires at their local validity deadline. The GC-pause and
     /// flash-sale demos use it to pause a holder inside one process; in
     /// production, close the session instead.
+    #[cfg(feature = "testing")]
     pub fn stop_keepalive(&self) {
         self.session.stop_keepalive();
         tracing::warn!(lease = %lease_hex(self.session.lease_id), "keep-alive stopped on purpose (test hook)");
@@ -306,6 +307,7 @@ impl EtcdLock {
     /// delay). The local side is not told: guards find out as a crashed
     /// holder that came back would, through their key watch or the
     /// validity deadline.
+    #[cfg(feature = "testing")]
     pub async fn simulate_crash(&self) -> Result<(), LockError> {
         let session = &self.session;
         session.stop_keepalive();

@@ -20,7 +20,7 @@ use etcd_client::{
 };
 use tokio::sync::mpsc;
 
-use crate::connection::{ConnectionInner, Resend};
+use crate::client::{ClientInner, Resend};
 use crate::metrics::Counters;
 use crate::task::AbortOnDrop;
 
@@ -94,7 +94,7 @@ impl Drop for Registration {
 }
 
 impl WatchHub {
-    pub(crate) fn new(connection: Arc<ConnectionInner>) -> Self {
+    pub(crate) fn new(connection: Arc<ClientInner>) -> Self {
         let (commands, receiver) = mpsc::unbounded_channel();
         let task = tokio::spawn(run(connection, receiver));
         WatchHub {
@@ -143,7 +143,7 @@ enum Step {
     Response(Result<Option<WatchResponse>, etcd_client::Error>),
 }
 
-async fn run(connection: Arc<ConnectionInner>, mut commands: mpsc::UnboundedReceiver<Command>) {
+async fn run(connection: Arc<ClientInner>, mut commands: mpsc::UnboundedReceiver<Command>) {
     let mut watchers: HashMap<i64, Sink> = HashMap::new();
     let mut stream: Option<Stream> = None;
     loop {
@@ -211,13 +211,13 @@ async fn run(connection: Arc<ConnectionInner>, mut commands: mpsc::UnboundedRece
 
 /// Opens the stream with its first watch.
 async fn open_stream(
-    connection: &ConnectionInner,
+    connection: &ClientInner,
     key: Vec<u8>,
     options: WatchOptions,
 ) -> Option<Stream> {
     Counters::bump(&connection.counters.watch_streams);
     let client = connection.client.watch_client();
-    let opened = crate::connection::within(
+    let opened = crate::client::within(
         "watch",
         connection.request_timeout(),
         Resend::Always,

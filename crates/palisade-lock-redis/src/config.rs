@@ -139,6 +139,19 @@ pub(crate) fn is_tls_url(url: &str) -> bool {
     })
 }
 
+/// Refuses `#insecure` URLs unless this build `allows` them (the
+/// `insecure-tls` feature): a production build's configuration must not be
+/// able to turn certificate verification off.
+fn refuse_insecure_urls<'a>(
+    mut urls: impl Iterator<Item = &'a str>,
+    allows: bool,
+) -> Result<(), String> {
+    if !allows && urls.any(is_insecure_url) {
+        return Err("a URL ends in #insecure, which turns TLS certificate verification off: this build refuses it (the `insecure-tls` feature of palisade-lock-redis allows it, for tests)".into());
+    }
+    Ok(())
+}
+
 /// Whether `url` turns certificate verification off (`rediss://...#insecure`).
 pub(crate) fn is_insecure_url(url: &str) -> bool {
     is_tls_url(url)
@@ -506,6 +519,10 @@ impl RedisConfig {
                     .into(),
             );
         }
+        refuse_insecure_urls(
+            self.endpoints.iter().map(String::as_str),
+            cfg!(feature = "insecure-tls"),
+        )?;
         if self.endpoints.tls.root_certs_pem.is_some()
             && self.endpoints.iter().any(|url| is_insecure_url(url))
         {
@@ -571,6 +588,18 @@ mod tests {
                 .is_err()
         );
         assert!(RedisConfig::cluster(["redis://a", "redis://b"]).is_cluster());
+    }
+
+    #[test]
+    fn insecure_urls_need_the_insecure_tls_feature() {
+        let urls = ["rediss://a:6380/", "rediss://b:6380/#insecure"];
+        let error = refuse_insecure_urls(urls.into_iter(), false).unwrap_err();
+        assert!(error.contains("insecure-tls"), "{error}");
+        assert_eq!(refuse_insecure_urls(urls.into_iter(), true), Ok(()));
+        assert_eq!(
+            refuse_insecure_urls(["rediss://a:6380/"].into_iter(), false),
+            Ok(())
+        );
     }
 
     #[test]

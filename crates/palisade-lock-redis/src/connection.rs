@@ -332,17 +332,17 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Value, LockError> {
         let call = async {
-            let mut pause = RESEND_FIRST_PAUSE;
+            let mut pauses = palisade_core::retry_pauses(RESEND_FIRST_PAUSE, RESEND_MAX_PAUSE);
             loop {
                 match self.eval_once(script, keys, args).await {
                     Err(error) if resend_after(script, &error) => {
+                        let pause = pauses.next().unwrap_or(RESEND_MAX_PAUSE);
                         // The connection to the node dropped (a killed
                         // connection, a restarted node): the client
                         // reconnects in the background; send again once it
                         // may have. Bounded by the timeout below.
                         tracing::debug!(backend = BACKEND, script = script.name, %error, ?pause, "connection dropped; sending again");
                         tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(RESEND_MAX_PAUSE);
                     }
                     other => return other,
                 }

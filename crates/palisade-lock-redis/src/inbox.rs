@@ -220,11 +220,12 @@ async fn run(
     connected: watch::Sender<bool>,
 ) {
     let mut pubsub = Some(first);
-    let mut backoff = Duration::from_millis(20);
+    let fresh = || palisade_core::retry_pauses(Duration::from_millis(20), Duration::from_secs(1));
+    let mut pauses = fresh();
     loop {
         if let Some(current) = pubsub.take() {
             connected.send_replace(true);
-            backoff = Duration::from_millis(20);
+            pauses = fresh();
             let mut messages = current.into_on_message();
             while let Some(message) = messages.next().await {
                 dispatch(&routes, message.get_payload_bytes());
@@ -233,8 +234,7 @@ async fn run(
             tracing::warn!(backend = BACKEND, %channel, "inbox subscription lost; resubscribing");
             broadcast_recheck(&routes);
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        tokio::time::sleep(pauses.next().unwrap_or(Duration::from_secs(1))).await;
         index = (index + 1) % clients.len();
         match subscribe(&clients[index], &channel, connect_timeout).await {
             Ok(resubscribed) => {

@@ -85,6 +85,7 @@ impl RedisLock {
     ///
     /// This is the "holder outlives its TTL" setting of the fencing tests;
     /// in production, keep the watchdog.
+    #[cfg(feature = "testing")]
     pub fn without_watchdog(self) -> Self {
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) => {
@@ -247,7 +248,7 @@ impl Drop for AttemptCleanup {
             // Entries and holds expire by themselves: retry until then.
             let give_up_at = Instant::now() + attempt.ttl.max(attempt.waiter_ttl) + timeout;
             let mut passes = if in_flight { 2 } else { 1 };
-            let mut backoff = Duration::from_millis(20);
+            let mut pauses = palisade_core::retry_pauses(Duration::from_millis(20), Duration::from_secs(1));
             while passes > 0 && Instant::now() < give_up_at {
                 match client
                     .release_call(&attempt.keys, &attempt.token, attempt.mode, true)
@@ -263,8 +264,7 @@ impl Drop for AttemptCleanup {
                     }
                     Err(error) => {
                         tracing::debug!(backend = BACKEND, %error, "cleanup of an abandoned acquire failed; retrying");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                        tokio::time::sleep(pauses.next().unwrap_or(Duration::from_secs(1))).await;
                     }
                 }
             }
@@ -371,7 +371,13 @@ impl SessionInner {
         // request was sent is below the one we are granted.
         let mut floor_when_last_waiting = 0;
         let mut queued_once = false;
-        let mut retry_pause = FIRST_RETRY_PAUSE;
+        let retry_pauses = || {
+            palisade_core::retry_pauses(
+                FIRST_RETRY_PAUSE,
+                recheck.clamp(FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE),
+            )
+        };
+        let mut retry_pause = retry_pauses();
         loop {
             let floor_at_send = client.generation_floor(name);
             let sent_at = Instant::now();
@@ -390,10 +396,9 @@ impl SessionInner {
                     // us again at the back). Try again until the caller's
                     // deadline; a grant made meanwhile is reported by the
                     // acquire script.
-                    tracing::warn!(backend = BACKEND, lock = %name, %error, pause = ?retry_pause, "re-check failed; trying again");
-                    tokio::time::sleep(retry_pause).await;
-                    retry_pause =
-                        (retry_pause * 2).min(recheck.clamp(FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE));
+                    let pause = retry_pause.next().unwrap_or(FIRST_RETRY_PAUSE);
+                    tracing::warn!(backend = BACKEND, lock = %name, %error, ?pause, "re-check failed; trying again");
+                    tokio::time::sleep(pause).await;
                     continue;
                 }
                 Err(error) => {
@@ -434,7 +439,7 @@ impl SessionInner {
                     return Ok(None);
                 }
                 AcquireReply::Queued { hint } => {
-                    retry_pause = FIRST_RETRY_PAUSE;
+                    retry_pause = retry_pauses();
                     last_seen_waiting = Some(sent_at);
                     floor_when_last_waiting = floor_at_send;
                     if !queued_once {

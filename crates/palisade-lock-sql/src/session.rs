@@ -158,7 +158,7 @@ impl SqlLock {
             session_id: None,
             waiter: None,
         };
-        let mut backoff = BACKOFF_MIN;
+        let mut pauses = palisade_core::retry_pauses(BACKOFF_MIN, BACKOFF_MAX);
         loop {
             let session_id = self.inner.live_session_id().await?;
             cleanup.session_id = Some(session_id.clone());
@@ -203,8 +203,7 @@ impl SqlLock {
                     let bound = match store.dialect {
                         Dialect::Postgres => expiry.unwrap_or(NOTIFY_FALLBACK).min(NOTIFY_FALLBACK),
                         Dialect::MariaDb => {
-                            let jittered = backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0);
-                            backoff = (backoff * 2).min(BACKOFF_MAX);
+                            let jittered = pauses.next().unwrap_or(BACKOFF_MAX);
                             expiry.map_or(jittered, |expiry| expiry.min(jittered))
                         }
                     };
@@ -625,9 +624,10 @@ fn retry_release(
     let client = Arc::downgrade(&client.inner);
     let (name, session_id) = (name.clone(), session_id.to_owned());
     runtime.spawn(async move {
-        let mut pause = Duration::from_millis(100);
+        let mut pauses =
+            palisade_core::retry_pauses(Duration::from_millis(100), Duration::from_secs(2));
         loop {
-            tokio::time::sleep(pause).await;
+            tokio::time::sleep(pauses.next().unwrap_or(Duration::from_secs(2))).await;
             let Some(client) = client.upgrade() else {
                 return;
             };
@@ -639,7 +639,6 @@ fn retry_release(
                 Ok(_) => return,
                 Err(error) => {
                     tracing::debug!(%error, lock = %name, "retrying a release");
-                    pause = (pause * 2).min(Duration::from_secs(2));
                 }
             }
         }

@@ -18,7 +18,7 @@
 //!
 //! ```
 //! use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
-//! use palisade_lock_embedded::EmbeddedLockService;
+//! use palisade_lock_embedded::EmbeddedLockClient;
 //! use palisade_metrics::{LockMetrics, Metered};
 //! use prometheus_client::registry::Registry;
 //!
@@ -28,7 +28,7 @@
 //! let mut registry = Registry::default();
 //! metrics.register(&mut registry);
 //!
-//! let service = EmbeddedLockService::new();
+//! let service = EmbeddedLockClient::new();
 //! let locks = Metered::new(service.session(SessionOptions::default())?, metrics.clone());
 //! let guard = locks.acquire(&LockName::new("orders/42")?, Mode::Exclusive).await?;
 //! guard.release().await?;
@@ -41,9 +41,9 @@
 //! ```
 //!
 //! Waits and hand-offs are seen from outside the backend: [`Metered`]
-//! first asks for the lock without queueing ([`Lock::try_acquire`], which
+//! first asks for the lock without queueing ([`Lock::try_acquire`](palisade_core::Lock::try_acquire), which
 //! never jumps the queue), and only when that fails queues with
-//! [`Lock::acquire`], counting a wait, then a hand-off when it is granted.
+//! [`Lock::acquire`](palisade_core::Lock::acquire), counting a wait, then a hand-off when it is granted.
 
 mod metered;
 mod metrics;

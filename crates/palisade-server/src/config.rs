@@ -10,7 +10,8 @@ use palisade_store::{Durability, Limits, StoreConfig};
 use crate::{ServerError, ServerLimits, StoreSpec, TlsConfig, TokenTable};
 
 /// The `--durability` flag: see [`Durability`] for what each one means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum DurabilityMode {
     /// A 2xx means fsynced (group commit).
     Flushed,
@@ -19,10 +20,12 @@ pub enum DurabilityMode {
 }
 
 /// Everything the server needs to start, from flags or environment
-/// variables. A `clap::Args`, so the `palisade` CLI can flatten it into its
-/// own `serve` command and add what it needs (a live check).
+/// variables. With the `cli` feature it is a `clap::Args`, so the
+/// `palisade` CLI can flatten it into its own `serve` command and add what
+/// it needs (a live check); without it, build one with [`ServerConfig::new`].
 ///
 /// ```
+/// # #[cfg(feature = "cli")] {
 /// use clap::Parser;
 /// use palisade_server::ServerConfig;
 ///
@@ -35,17 +38,22 @@ pub enum DurabilityMode {
 /// let cli = Cli::parse_from(["palisade-server", "--data-dir", "/tmp/p", "--durability", "buffered"]);
 /// assert_eq!(cli.server.store_config().durability.name(), "buffered");
 /// assert_eq!(cli.server.listen.port(), 7411);
+/// # }
 /// ```
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct ServerConfig {
     /// Directory of the sled database (created if missing): the same as
     /// `--store sled:DIR`.
-    #[arg(long, env = "PALISADE_DATA_DIR", required_unless_present = "store")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "PALISADE_DATA_DIR", required_unless_present = "store")
+    )]
     pub data_dir: Option<PathBuf>,
 
     /// Where marks and data live: `sled:DIR`, `postgres://...` or
     /// `etcd://host:port,...[/prefix]`. Instead of --data-dir.
-    #[arg(
+    #[cfg_attr(feature = "cli", arg(
         long,
         env = "PALISADE_STORE",
         conflicts_with = "data_dir",
@@ -53,66 +61,87 @@ pub struct ServerConfig {
         // A PostgreSQL URL may carry a password: never echo it in --help,
         // and parse it in `store_spec` (clap would quote it in its error).
         hide_env_values = true
-    )]
+    ))]
     pub store: Option<String>,
 
     /// Address to listen on; port 0 picks a free port.
-    #[arg(long, env = "PALISADE_LISTEN", default_value = "127.0.0.1:7411")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "PALISADE_LISTEN", default_value = "127.0.0.1:7411")
+    )]
     pub listen: SocketAddr,
 
     /// What a 2xx means: `flushed` (on disk, group commit) or `buffered`
     /// (in memory, flushed in the background every --buffered-flush-ms).
-    #[arg(long, env = "PALISADE_DURABILITY", value_enum, default_value_t = DurabilityMode::Flushed)]
+    #[cfg_attr(feature = "cli", arg(long, env = "PALISADE_DURABILITY", value_enum, default_value_t = DurabilityMode::Flushed))]
     pub durability: DurabilityMode,
 
     /// Background flush period in `buffered` mode, in milliseconds.
-    #[arg(long, env = "PALISADE_BUFFERED_FLUSH_MS", default_value_t = 500)]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "PALISADE_BUFFERED_FLUSH_MS", default_value_t = 500)
+    )]
     pub buffered_flush_ms: u64,
 
     /// Longest key, in bytes.
-    #[arg(long, env = "PALISADE_MAX_KEY_BYTES", default_value_t = 1024)]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "PALISADE_MAX_KEY_BYTES", default_value_t = 1024)
+    )]
     pub max_key_bytes: usize,
 
     /// Longest value, in bytes.
-    #[arg(long, env = "PALISADE_MAX_VALUE_BYTES", default_value_t = 1024 * 1024)]
+    #[cfg_attr(feature = "cli", arg(long, env = "PALISADE_MAX_VALUE_BYTES", default_value_t = 1024 * 1024))]
     pub max_value_bytes: usize,
 
     /// Most ops in one batch.
-    #[arg(long, env = "PALISADE_MAX_BATCH_OPS", default_value_t = 1000)]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "PALISADE_MAX_BATCH_OPS", default_value_t = 1000)
+    )]
     pub max_batch_ops: usize,
 
     /// Largest request body, in bytes.
-    #[arg(long, env = "PALISADE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    #[cfg_attr(feature = "cli", arg(long, env = "PALISADE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024))]
     pub max_body_bytes: usize,
 
     /// How many idempotency keys each lock remembers.
-    #[arg(long, env = "PALISADE_IDEMPOTENCY_WINDOW", default_value_t = 1024)]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "PALISADE_IDEMPOTENCY_WINDOW", default_value_t = 1024)
+    )]
     pub idempotency_window: u32,
 
     /// sled's page cache size, in bytes.
-    #[arg(long, env = "PALISADE_CACHE_CAPACITY_BYTES", default_value_t = 256 * 1024 * 1024)]
+    #[cfg_attr(feature = "cli", arg(long, env = "PALISADE_CACHE_CAPACITY_BYTES", default_value_t = 256 * 1024 * 1024))]
     pub cache_capacity_bytes: u64,
 
     /// Key ring of the sequencer signing keys this server accepts: one
     /// `<key id> <hex secret>` per line. With it, sequencers are verified
     /// before the store sees them.
-    #[arg(
-        long,
-        env = "PALISADE_VERIFY_KEYS_FILE",
-        value_name = "PATH",
-        help_heading = "Security"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            env = "PALISADE_VERIFY_KEYS_FILE",
+            value_name = "PATH",
+            help_heading = "Security"
+        )
     )]
     pub verify_keys_file: Option<PathBuf>,
 
     /// A trusted issuer (repeat the flag, or comma-separate in the
     /// environment). Without any, every issuer whose sequencer verifies
     /// under a known key is trusted. Needs --verify-keys-file.
-    #[arg(
-        long = "issuer",
-        env = "PALISADE_ISSUERS",
-        value_delimiter = ',',
-        value_name = "ID",
-        help_heading = "Security"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "issuer",
+            env = "PALISADE_ISSUERS",
+            value_delimiter = ',',
+            value_name = "ID",
+            help_heading = "Security"
+        )
     )]
     pub issuers: Vec<String>,
 
@@ -120,7 +149,7 @@ pub struct ServerConfig {
     /// --verify-keys-file is given. `--require-signatures=false` with a
     /// key ring verifies signed sequencers and lets unsigned ones pass
     /// (for a rollout).
-    #[arg(
+    #[cfg_attr(feature = "cli", arg(
         long,
         env = "PALISADE_REQUIRE_SIGNATURES",
         num_args = 0..=1,
@@ -128,18 +157,21 @@ pub struct ServerConfig {
         default_missing_value = "true",
         value_name = "BOOL",
         help_heading = "Security"
-    )]
+    ))]
     pub require_signatures: Option<bool>,
 
     /// Refuse (409 `raise_too_large`) a sequencer more than N above its
     /// lock's highest mark, when that mark is a counter (etcd revisions,
     /// Redis's counter scheme). Off by default. Turns on
     /// --max-mark-raise-time for clock generations too.
-    #[arg(
-        long,
-        env = "PALISADE_MAX_MARK_RAISE",
-        value_name = "N",
-        help_heading = "Security"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            env = "PALISADE_MAX_MARK_RAISE",
+            value_name = "N",
+            help_heading = "Security"
+        )
     )]
     pub max_mark_raise: Option<u64>,
 
@@ -148,7 +180,7 @@ pub struct ServerConfig {
     /// or has no mark yet) more than this far ahead of this server's clock.
     /// `90s`, `10m`, `1h`; must exceed the clock difference between the
     /// lock service and this server.
-    #[arg(
+    #[cfg_attr(feature = "cli", arg(
         long,
         env = "PALISADE_MAX_MARK_RAISE_TIME",
         value_name = "DURATION",
@@ -156,94 +188,118 @@ pub struct ServerConfig {
         value_parser = parse_duration,
         requires = "max_mark_raise",
         help_heading = "Security"
-    )]
+    ))]
     pub max_mark_raise_time: Duration,
 
     /// Bearer tokens: one `<token> <prefix>,<prefix>...` (or `<token> *`)
     /// per line. With it, every /v1/locks request needs
     /// `authorization: Bearer <token>` for a lock under its prefixes.
-    #[arg(
-        long,
-        env = "PALISADE_TOKENS_FILE",
-        value_name = "PATH",
-        help_heading = "Security"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            env = "PALISADE_TOKENS_FILE",
+            value_name = "PATH",
+            help_heading = "Security"
+        )
     )]
     pub tokens_file: Option<PathBuf>,
 
     /// TLS certificate chain, PEM (server certificate first). Needs
     /// --tls-key.
-    #[arg(
-        long,
-        env = "PALISADE_TLS_CERT",
-        requires = "tls_key",
-        value_name = "PEM",
-        help_heading = "Security"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            env = "PALISADE_TLS_CERT",
+            requires = "tls_key",
+            value_name = "PEM",
+            help_heading = "Security"
+        )
     )]
     pub tls_cert: Option<PathBuf>,
 
     /// TLS private key, PEM. Needs --tls-cert.
-    #[arg(
-        long,
-        env = "PALISADE_TLS_KEY",
-        requires = "tls_cert",
-        value_name = "PEM",
-        help_heading = "Security"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            env = "PALISADE_TLS_KEY",
+            requires = "tls_cert",
+            value_name = "PEM",
+            help_heading = "Security"
+        )
     )]
     pub tls_key: Option<PathBuf>,
 
     /// Time a client has to send a request's headers (and the TLS
     /// handshake); also the keep-alive idle timeout.
-    #[arg(
-        long,
-        env = "PALISADE_HEADER_READ_TIMEOUT_MS",
-        default_value_t = 10_000,
-        value_name = "MS",
-        help_heading = "Limits"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            env = "PALISADE_HEADER_READ_TIMEOUT_MS",
+            default_value_t = 10_000,
+            value_name = "MS",
+            help_heading = "Limits"
+        )
     )]
     pub header_read_timeout_ms: u64,
 
     /// Time a request's body has to arrive (else 408 `body_timeout`).
-    #[arg(
-        long,
-        env = "PALISADE_BODY_READ_TIMEOUT_MS",
-        default_value_t = 30_000,
-        value_name = "MS",
-        help_heading = "Limits"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            env = "PALISADE_BODY_READ_TIMEOUT_MS",
+            default_value_t = 30_000,
+            value_name = "MS",
+            help_heading = "Limits"
+        )
     )]
     pub body_read_timeout_ms: u64,
 
     /// Most connections served at once; at the bound a new connection
     /// takes the place of the one outside a request the longest.
-    #[arg(
-        long,
-        env = "PALISADE_MAX_CONNECTIONS",
-        default_value_t = 1024,
-        value_name = "N",
-        help_heading = "Limits"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            env = "PALISADE_MAX_CONNECTIONS",
+            default_value_t = 1024,
+            value_name = "N",
+            help_heading = "Limits"
+        )
     )]
     pub max_connections: usize,
 
     /// Most lock requests handled at once; more get 503 `overloaded`.
-    #[arg(
-        long,
-        env = "PALISADE_MAX_IN_FLIGHT",
-        default_value_t = 256,
-        value_name = "N",
-        help_heading = "Limits"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            env = "PALISADE_MAX_IN_FLIGHT",
+            default_value_t = 256,
+            value_name = "N",
+            help_heading = "Limits"
+        )
     )]
     pub max_in_flight: usize,
 
     /// Largest request line plus headers, in bytes (else 431).
-    #[arg(long, env = "PALISADE_MAX_HEADER_BYTES", default_value_t = 16 * 1024, value_name = "BYTES", help_heading = "Limits")]
+    #[cfg_attr(feature = "cli", arg(long, env = "PALISADE_MAX_HEADER_BYTES", default_value_t = 16 * 1024, value_name = "BYTES", help_heading = "Limits"))]
     pub max_header_bytes: usize,
 
     /// Most header fields in one request (else 431).
-    #[arg(
-        long,
-        env = "PALISADE_MAX_HEADERS",
-        default_value_t = 100,
-        value_name = "N",
-        help_heading = "Limits"
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            env = "PALISADE_MAX_HEADERS",
+            default_value_t = 100,
+            value_name = "N",
+            help_heading = "Limits"
+        )
     )]
     pub max_headers: usize,
 }
@@ -446,6 +502,7 @@ pub(crate) fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, Serv
 
 /// A duration flag: a whole number and a unit, `ms`, `s`, `m` or `h`
 /// (`1500ms`, `90s`, `10m`, `1h`).
+#[cfg(feature = "cli")]
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let split = text
         .find(|c: char| !c.is_ascii_digit())

@@ -52,7 +52,6 @@ mod connection_service;
 mod connections;
 mod decisions;
 mod dto;
-mod encoding;
 mod error;
 mod etcd_store;
 mod events;

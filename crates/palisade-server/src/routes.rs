@@ -18,12 +18,12 @@ use tracing::Instrument as _;
 
 use crate::decisions::{MarksView, Outcome};
 use crate::dto::{BatchBody, CasBody, WriteResponse};
-use crate::encoding::percent_decode;
 use crate::error::{ApiError, marks_json};
 use crate::metrics::OpKind;
 use crate::sequencer_policy::check_raise;
 use crate::state::AppState;
 use crate::tokens::forbidden;
+use palisade_core::percent_decode;
 
 /// The header carrying `H_excl` on every 2xx of a lock route.
 pub const MARK_EXCLUSIVE_HEADER: &str = "palisade-mark-exclusive";

@@ -439,7 +439,8 @@ impl Inner {
         let txn = txn::read_txn(ranges);
         let after = self.config.request_timeout();
         let deadline = tokio::time::Instant::now() + after;
-        let mut pause = Duration::from_millis(2);
+        let mut pauses =
+            palisade_core::retry_pauses(Duration::from_millis(2), Duration::from_millis(100));
         let response = loop {
             let mut kv = self.kv.clone();
             let error = match tokio::time::timeout_at(deadline, kv.txn(txn.clone())).await {
@@ -448,6 +449,7 @@ impl Inner {
                 Err(_elapsed) => return Err(errors::timed_out(operation, after)),
             };
             let again = errors::is_unsent(&error) || errors::is_transient(&error);
+            let pause = pauses.next().unwrap_or(Duration::from_millis(100));
             if !again || tokio::time::Instant::now() + pause >= deadline {
                 return Err(errors::unavailable(operation, &error));
             }
@@ -458,7 +460,6 @@ impl Inner {
                 "etcd engine: read failed; sending again"
             );
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(100));
         };
         Ok(Snapshot {
             found: txn::snapshot_of(&response),

@@ -11,12 +11,24 @@
 //!
 //! | feature | module | what |
 //! |---|---|---|
-//! | (always) | crate root | [`palisade_core`]: names, sequencers, the [`Lock`] trait |
-//! | `embedded` (default) | [`embedded`] | the in-process lock backend |
-//! | `client` (default) | [`client`] | the typed HTTP client |
+//! | (always) | crate root | [`palisade_core`]: names, sequencers, the [`Lock`] / [`LockGuard`] traits, [`marks`], [`Signer`] / [`Verifier`] |
+//! | `embedded` (default) | `embedded` | the in-process lock backend |
 //! | `etcd` | `etcd` | the etcd lock backend |
-//! | `redis` | `redis` | the Redis lock backend |
-//! | `server` | `store`, `server` | the fenced store and the HTTP resource server |
+//! | `redis` | `redis` | the Redis lock backend, single instance and Redlock |
+//! | `sql` | `sql` | the PostgreSQL and MariaDB lock backend |
+//! | `client` (default) | `client` | the typed HTTP client of the resource server |
+//! | `store` | `store` | the fenced store (sled built in), without the HTTP server |
+//! | `store-engines` | `store_postgres`, `store_etcd` | the store's PostgreSQL and etcd engines |
+//! | `server` | `server` (and `store`) | the HTTP resource server, for embedding |
+//! | `guard` | `guard` (and `store`) | fencing for any axum/tower service |
+//! | `sql-fence` | `sql_fence` | fencing inside the application's own SQL transaction |
+//! | `metrics` | `metrics` | lock-side Prometheus metrics around any backend |
+//! | `testing` | (the backends' modules) | the backends' test hooks: pause or crash a session on purpose |
+//!
+//! Every lock backend has the same shape: a `<Backend>LockClient` connects
+//! (and holds the configuration), its `session(options)` opens a
+//! `<Backend>Lock`, which implements [`Lock`], and a grant is a
+//! `<Backend>Guard`, which implements [`LockGuard`] (see [`Lock`]).
 //!
 //! # Where to start
 //!
@@ -24,6 +36,7 @@
 //! - `client::Client`: send writes with the sequencer; a stale one comes back
 //!   as `Refused::Stale` with the server's marks.
 //! - `docs/ARCHITECTURE.md` and `docs/SAFETY.md` in the repository.
+//! - These docs with every part in them: `cargo doc -p palisade --all-features --open`.
 //!
 //! ```
 //! # #[cfg(feature = "embedded")]
@@ -31,7 +44,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use palisade::{Lock, LockGuard, LockName, Mode, SessionOptions};
 //!
-//! let locks = palisade::embedded::EmbeddedLockService::new();
+//! let locks = palisade::embedded::EmbeddedLockClient::new();
 //! let session = locks.session(SessionOptions::default())?;
 //! let guard = session.acquire(&LockName::new("orders/42")?, Mode::Exclusive).await?;
 //! println!("send this with every write: {}", guard.sequencer()?);
@@ -56,10 +69,16 @@ pub mod etcd {
     pub use palisade_lock_etcd::*;
 }
 
-/// The Redis lock backend.
+/// The Redis lock backend, single instance and Redlock.
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use palisade_lock_redis::*;
+}
+
+/// The PostgreSQL and MariaDB lock backend.
+#[cfg(feature = "sql")]
+pub mod sql {
+    pub use palisade_lock_sql::*;
 }
 
 /// The typed HTTP client for the resource server.
@@ -68,16 +87,46 @@ pub mod client {
     pub use palisade_client::*;
 }
 
-/// The fenced store (sled with per-lock high-water marks).
-#[cfg(feature = "server")]
+/// The fenced store: per-lock high-water marks and data in one atomic step of a storage engine.
+#[cfg(feature = "store")]
 pub mod store {
     pub use palisade_store::*;
+}
+
+/// The fenced store's PostgreSQL storage engine.
+#[cfg(feature = "store-engines")]
+pub mod store_postgres {
+    pub use palisade_store_postgres::*;
+}
+
+/// The fenced store's etcd storage engine.
+#[cfg(feature = "store-engines")]
+pub mod store_etcd {
+    pub use palisade_store_etcd::*;
 }
 
 /// The HTTP resource server.
 #[cfg(feature = "server")]
 pub mod server {
     pub use palisade_server::*;
+}
+
+/// Fencing for services that are not the Palisade server.
+#[cfg(feature = "guard")]
+pub mod guard {
+    pub use palisade_guard::*;
+}
+
+/// Fencing for the application's own PostgreSQL or MariaDB transaction.
+#[cfg(feature = "sql-fence")]
+pub mod sql_fence {
+    pub use palisade_sql::*;
+}
+
+/// Lock-side metrics around any backend.
+#[cfg(feature = "metrics")]
+pub mod metrics {
+    pub use palisade_metrics::*;
 }
 
 /// The README's Rust examples, compiled as doctests so they stay true.

@@ -45,7 +45,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use palisade::client::{Client, ClientError, Refused, Written};
-use palisade::etcd::{EtcdConfig, EtcdConnection, EtcdLock};
+use palisade::etcd::{EtcdConfig, EtcdLock, EtcdLockClient};
 use palisade::redis::{GenerationScheme, RedisConfig, RedisLock, RedisLockClient};
 use palisade::{LeaseState, Lock, LockError, LockGuard, LockName, Mode, Sequencer, SessionOptions};
 use palisade_lock_sql::{SqlConfig, SqlLock, SqlLockClient};
@@ -264,7 +264,7 @@ trait Sessions {
 }
 
 struct EtcdSessions {
-    connection: EtcdConnection,
+    connection: EtcdLockClient,
     options: SessionOptions,
     current: Option<EtcdLock>,
 }
@@ -277,7 +277,7 @@ impl EtcdSessions {
         options: SessionOptions,
         control: &Control,
     ) -> anyhow::Result<Self> {
-        let connection = retry_connect(control, || EtcdConnection::connect(config.clone())).await?;
+        let connection = retry_connect(control, || EtcdLockClient::connect(config.clone())).await?;
         say("READY");
         Ok(EtcdSessions {
             connection,

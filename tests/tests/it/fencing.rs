@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use palisade::client::{ClientError, Refused};
-use palisade::embedded::EmbeddedLockService;
+use palisade::embedded::EmbeddedLockClient;
 use palisade::{Lock, LockError, LockGuard, LockName, Mode, SessionOptions};
 use palisade_tests::ResourceServer;
 
@@ -24,7 +24,7 @@ fn short_lease() -> SessionOptions {
 async fn late_write_of_a_paused_holder_is_refused() -> anyhow::Result<()> {
     let server = ResourceServer::start().await?;
     let client = server.client();
-    let locks = EmbeddedLockService::new();
+    let locks = EmbeddedLockClient::new();
     let name = LockName::new("accounts/alice")?;
 
     let client_a = locks.session(short_lease())?;
@@ -89,7 +89,7 @@ async fn late_write_of_a_paused_holder_is_refused() -> anyhow::Result<()> {
 async fn a_lapsed_guard_sends_nothing() -> anyhow::Result<()> {
     let server = ResourceServer::start().await?;
     let client = server.client();
-    let locks = EmbeddedLockService::new();
+    let locks = EmbeddedLockClient::new();
     let name = LockName::new("jobs/nightly")?;
 
     let session = locks.session(short_lease())?;
@@ -121,7 +121,7 @@ async fn a_lapsed_guard_sends_nothing() -> anyhow::Result<()> {
 async fn readers_fence_older_writers_and_cannot_write() -> anyhow::Result<()> {
     let server = ResourceServer::start().await?;
     let client = server.client();
-    let locks = EmbeddedLockService::new();
+    let locks = EmbeddedLockClient::new();
     let name = LockName::new("catalog")?;
 
     let writer = locks.session(short_lease())?;

@@ -259,9 +259,9 @@ async fn force_release_compares_the_generation<L, F>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_force_release_compares_the_generation() {
     use palisade_core::SessionOptions;
-    use palisade_lock_etcd::{EtcdConfig, EtcdConnection};
+    use palisade_lock_etcd::{EtcdConfig, EtcdLockClient};
     let etcd = palisade_testkit::etcd::EtcdServer::start();
-    let connection = EtcdConnection::connect(EtcdConfig::new(etcd.endpoints()).expect("config"))
+    let connection = EtcdLockClient::connect(EtcdConfig::new(etcd.endpoints()).expect("config"))
         .await
         .expect("connect");
     let options = SessionOptions::default();

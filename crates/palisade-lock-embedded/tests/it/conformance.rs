@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use palisade_core::SessionOptions;
-use palisade_lock_embedded::{EmbeddedLock, EmbeddedLockService};
+use palisade_lock_embedded::{EmbeddedLock, EmbeddedLockClient};
 use palisade_testkit::lock_suite::{self, SuiteBackend, SuiteInspect};
 
 /// The embedded service, driven by the suite.
 struct EmbeddedBackend {
-    service: EmbeddedLockService,
+    service: EmbeddedLockClient,
 }
 
 impl SuiteBackend for EmbeddedBackend {
@@ -38,9 +38,9 @@ impl SuiteBackend for EmbeddedBackend {
 }
 
 impl SuiteInspect for EmbeddedBackend {
-    type Inspector = EmbeddedLockService;
+    type Inspector = EmbeddedLockClient;
 
-    fn inspector(&self) -> &EmbeddedLockService {
+    fn inspector(&self) -> &EmbeddedLockClient {
         &self.service
     }
 }
@@ -48,7 +48,7 @@ impl SuiteInspect for EmbeddedBackend {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conformance() {
     let backend = EmbeddedBackend {
-        service: EmbeddedLockService::new(),
+        service: EmbeddedLockClient::new(),
     };
     lock_suite::test_all(backend).await;
 }

@@ -3,29 +3,29 @@
 
 use palisade_core::SessionOptions;
 use palisade_core::Signer;
-use palisade_lock_embedded::{EmbeddedLock, EmbeddedLockService};
+use palisade_lock_embedded::{EmbeddedLock, EmbeddedLockClient};
 use palisade_testkit::signing_suite::{SigningBackend, key, signer};
 
 /// Each client is a service of its own, signing with its signer.
 struct EmbeddedSigning;
 
 impl SigningBackend for EmbeddedSigning {
-    type Client = EmbeddedLockService;
+    type Client = EmbeddedLockClient;
     type Lock = EmbeddedLock;
-    type Check = EmbeddedLockService;
+    type Check = EmbeddedLockClient;
 
-    async fn client(&self, signer: Option<Signer>) -> EmbeddedLockService {
+    async fn client(&self, signer: Option<Signer>) -> EmbeddedLockClient {
         match signer {
-            Some(signer) => EmbeddedLockService::with_signer(signer),
-            None => EmbeddedLockService::new(),
+            Some(signer) => EmbeddedLockClient::with_signer(signer),
+            None => EmbeddedLockClient::new(),
         }
     }
 
-    fn issuer(&self, service: &EmbeddedLockService) -> String {
+    fn issuer(&self, service: &EmbeddedLockClient) -> String {
         service.issuer().to_owned()
     }
 
-    async fn session(&self, service: &EmbeddedLockService) -> EmbeddedLock {
+    async fn session(&self, service: &EmbeddedLockClient) -> EmbeddedLock {
         service.session(SessionOptions::default()).unwrap()
     }
 
@@ -33,9 +33,9 @@ impl SigningBackend for EmbeddedSigning {
     /// signer's.
     async fn live_check(
         &self,
-        service: &EmbeddedLockService,
+        service: &EmbeddedLockClient,
         _signer: Signer,
-    ) -> EmbeddedLockService {
+    ) -> EmbeddedLockClient {
         service.clone()
     }
 
@@ -48,7 +48,7 @@ palisade_testkit::signing_tests!(EmbeddedSigning);
 
 #[test]
 fn the_service_names_its_signing_key() {
-    let signed = EmbeddedLockService::with_signer(signer(key("k1", 1)));
+    let signed = EmbeddedLockClient::with_signer(signer(key("k1", 1)));
     assert_eq!(signed.signing_key_id(), Some("k1"));
-    assert_eq!(EmbeddedLockService::new().signing_key_id(), None);
+    assert_eq!(EmbeddedLockClient::new().signing_key_id(), None);
 }

@@ -5,13 +5,13 @@ use std::future::Future;
 use std::time::Duration;
 
 use palisade_core::SessionOptions;
-use palisade_lock_etcd::{EtcdConfig, EtcdConnection, EtcdLock};
+use palisade_lock_etcd::{EtcdConfig, EtcdLock, EtcdLockClient};
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::lock_suite::{self, SuiteBackend, SuiteInspect};
 
 /// The etcd backend as the suite drives it: sessions on one connection.
 struct EtcdBackend {
-    connection: EtcdConnection,
+    connection: EtcdLockClient,
     /// Keeps the spawned etcd alive for the whole suite.
     _etcd: EtcdServer,
 }
@@ -53,9 +53,9 @@ impl SuiteBackend for EtcdBackend {
 }
 
 impl SuiteInspect for EtcdBackend {
-    type Inspector = EtcdConnection;
+    type Inspector = EtcdLockClient;
 
-    fn inspector(&self) -> &EtcdConnection {
+    fn inspector(&self) -> &EtcdLockClient {
         &self.connection
     }
 }
@@ -75,7 +75,7 @@ async fn etcd_passes_the_lock_suite() {
         .expect("valid endpoints")
         .with_prefix(prefix)
         .expect("valid prefix");
-    let connection = EtcdConnection::connect(config)
+    let connection = EtcdLockClient::connect(config)
         .await
         .expect("connecting to etcd");
     lock_suite::test_all(EtcdBackend {

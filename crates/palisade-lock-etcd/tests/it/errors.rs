@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use etcd_client::Permission;
 use palisade_core::{Lock, LockError, Mode, SessionOptions};
-use palisade_lock_etcd::{ConfigError, EtcdConnection};
+use palisade_lock_etcd::{ConfigError, EtcdLockClient};
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::process;
 
@@ -17,7 +17,7 @@ async fn connection_refused_is_unavailable() {
     let config = config(&[endpoint], "/palisade-test/refused")
         .with_connect_timeout(Duration::from_millis(500))
         .with_request_timeout(Duration::from_secs(2));
-    match EtcdConnection::connect(config).await {
+    match EtcdLockClient::connect(config).await {
         Err(LockError::Unavailable {
             backend: "etcd", ..
         }) => {}
@@ -32,7 +32,7 @@ async fn a_frozen_etcd_gives_backend_timeout() {
     let prefix = unique_prefix("frozen");
     let config =
         config(&etcd.endpoints(), &prefix).with_request_timeout(Duration::from_millis(500));
-    let connection = EtcdConnection::connect(config).await.unwrap();
+    let connection = EtcdLockClient::connect(config).await.unwrap();
     let locks = session(&connection, options(5)).await;
     etcd.pause().unwrap();
     let result = locks.try_acquire(&name("frozen"), Mode::Exclusive).await;
@@ -97,7 +97,7 @@ async fn auth_failures_are_permission_denied() {
     admin.auth_enable().await.unwrap();
 
     let wrong_password = config(&etcd.endpoints(), prefix).with_user("writer", "guess");
-    match EtcdConnection::connect(wrong_password).await {
+    match EtcdLockClient::connect(wrong_password).await {
         Err(LockError::PermissionDenied {
             backend: "etcd",
             message,
@@ -109,11 +109,11 @@ async fn auth_failures_are_permission_denied() {
     let elsewhere =
         config(&etcd.endpoints(), "/somewhere-else").with_user("reader", "reader-password");
     assert!(matches!(
-        EtcdConnection::connect(elsewhere).await,
+        EtcdLockClient::connect(elsewhere).await,
         Err(LockError::PermissionDenied { .. })
     ));
     // Reading is allowed, queueing (a write) is not.
-    let reader = EtcdConnection::connect(
+    let reader = EtcdLockClient::connect(
         config(&etcd.endpoints(), prefix).with_user("reader", "reader-password"),
     )
     .await
@@ -124,7 +124,7 @@ async fn auth_failures_are_permission_denied() {
         Err(LockError::PermissionDenied { .. })
     ));
     // With the right permission, everything works.
-    let writer = EtcdConnection::connect(
+    let writer = EtcdLockClient::connect(
         config(&etcd.endpoints(), prefix).with_user("writer", "writer-password"),
     )
     .await

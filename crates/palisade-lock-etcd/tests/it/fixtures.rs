@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, EventType, WatchOptions};
 use palisade_core::{LockName, SessionOptions};
-use palisade_lock_etcd::{EtcdConfig, EtcdConnection, EtcdLock};
+use palisade_lock_etcd::{EtcdConfig, EtcdLock, EtcdLockClient};
 use palisade_testkit::etcd::EtcdServer;
 
 /// Installs a `tracing` subscriber once, honouring `RUST_LOG`: the
@@ -62,13 +62,13 @@ pub(crate) fn options(ttl_secs: u64) -> SessionOptions {
         .with_safety_margin(Duration::from_millis(500))
 }
 
-pub(crate) async fn connect(endpoints: &[String], prefix: &str) -> EtcdConnection {
-    EtcdConnection::connect(config(endpoints, prefix))
+pub(crate) async fn connect(endpoints: &[String], prefix: &str) -> EtcdLockClient {
+    EtcdLockClient::connect(config(endpoints, prefix))
         .await
         .expect("connect to etcd")
 }
 
-pub(crate) async fn session(connection: &EtcdConnection, options: SessionOptions) -> EtcdLock {
+pub(crate) async fn session(connection: &EtcdLockClient, options: SessionOptions) -> EtcdLock {
     connection.session(options).await.expect("open a session")
 }
 

@@ -2,7 +2,7 @@
 //! and the issuer a connection refuses.
 
 use palisade_core::{LockError, Signer};
-use palisade_lock_etcd::{ConfigError, EtcdConfig, EtcdConnection, EtcdLiveCheck, EtcdLock};
+use palisade_lock_etcd::{ConfigError, EtcdConfig, EtcdLiveCheck, EtcdLock, EtcdLockClient};
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::signing_suite::{ISSUER, SigningBackend, key, signer};
 
@@ -32,25 +32,25 @@ impl EtcdSigning {
 }
 
 impl SigningBackend for EtcdSigning {
-    type Client = EtcdConnection;
+    type Client = EtcdLockClient;
     type Lock = EtcdLock;
     type Check = EtcdLiveCheck;
 
-    async fn client(&self, signer: Option<Signer>) -> EtcdConnection {
-        EtcdConnection::connect(self.config(signer))
+    async fn client(&self, signer: Option<Signer>) -> EtcdLockClient {
+        EtcdLockClient::connect(self.config(signer))
             .await
             .expect("connect to etcd")
     }
 
-    fn issuer(&self, connection: &EtcdConnection) -> String {
+    fn issuer(&self, connection: &EtcdLockClient) -> String {
         connection.issuer().to_owned()
     }
 
-    async fn session(&self, connection: &EtcdConnection) -> EtcdLock {
+    async fn session(&self, connection: &EtcdLockClient) -> EtcdLock {
         session(connection, options(10)).await
     }
 
-    async fn live_check(&self, _connection: &EtcdConnection, signer: Signer) -> EtcdLiveCheck {
+    async fn live_check(&self, _connection: &EtcdLockClient, signer: Signer) -> EtcdLiveCheck {
         let check = EtcdLiveCheck::connect(self.config(Some(signer)))
             .await
             .unwrap();
@@ -72,7 +72,7 @@ async fn an_unsigned_connection_names_etcd_and_a_conflicting_issuer_is_refused()
         .with_issuer("etcd-other")
         .unwrap()
         .with_signer(signer(key("k1", 1)));
-    let error = EtcdConnection::connect(conflicting).await.unwrap_err();
+    let error = EtcdLockClient::connect(conflicting).await.unwrap_err();
     let LockError::Backend { source, .. } = &error else {
         panic!("expected a configuration error, got {error:?}");
     };

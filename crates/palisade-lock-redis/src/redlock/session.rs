@@ -198,6 +198,7 @@ impl Redlock {
     /// This session without the per-master watchdogs: each hold lapses one
     /// TTL after its grant. The "holder outlives its TTL" setting of the
     /// fencing tests. Must be called before the first acquire.
+    #[cfg(feature = "testing")]
     pub fn without_watchdog(self) -> Self {
         let inner = &self.inner;
         Redlock {
@@ -395,7 +396,8 @@ impl RedlockSessionInner {
         let majority = self.majority();
         let mut pending: FuturesUnordered<MemberAttempt> = FuturesUnordered::new();
         let mut failing = vec![false; total];
-        let mut pauses = vec![RETRY_PAUSE; total];
+        let fresh = || palisade_core::retry_pauses(RETRY_PAUSE, Duration::from_secs(1));
+        let mut pauses: Vec<_> = (0..total).map(|_| fresh()).collect();
         for (index, member) in self.members.iter().enumerate() {
             match member {
                 Some(_) => pending.push(self.member_attempt(index, name, mode, Duration::ZERO)),
@@ -426,7 +428,7 @@ impl RedlockSessionInner {
                 Some((index, result)) = pending.next() => match result {
                     Ok(guard) => {
                         failing[index] = false;
-                        pauses[index] = RETRY_PAUSE;
+                        pauses[index] = fresh();
                         granted.push((index, guard));
                         split_deadline.get_or_insert_with(|| Instant::now() + jitter(self.split_timeout()));
                     }
@@ -437,8 +439,8 @@ impl RedlockSessionInner {
                     Err(error) => {
                         tracing::debug!(backend = BACKEND, lock = %name, master = index, %error, "master failed; asking again after a pause");
                         failing[index] = true;
-                        pending.push(self.member_attempt(index, name, mode, pauses[index]));
-                        pauses[index] = (pauses[index] * 2).min(Duration::from_secs(1));
+                        let pause = pauses[index].next().unwrap_or(RETRY_PAUSE);
+                        pending.push(self.member_attempt(index, name, mode, pause));
                         last_error = Some(error);
                     }
                 },

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use palisade_core::{Lock, LockError, LockGuard, LockName, Mode, SessionOptions};
-use palisade_lock_embedded::EmbeddedLockService;
+use palisade_lock_embedded::EmbeddedLockClient;
 use palisade_metrics::{LockMetrics, Metered};
 use prometheus_client::registry::Registry;
 
@@ -54,7 +54,7 @@ fn name(text: &str) -> LockName {
 async fn an_uncontended_acquire_counts_no_wait() {
     let metrics = LockMetrics::default();
     let scrape = Scrape::of(&metrics);
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let locks = Metered::new(service.session(SessionOptions::default()).unwrap(), metrics);
     let guard = locks.acquire(&name("a"), Mode::Exclusive).await.unwrap();
     assert!(guard.sequencer().is_ok());
@@ -84,7 +84,7 @@ async fn an_uncontended_acquire_counts_no_wait() {
 async fn a_queued_acquire_counts_a_wait_then_a_handoff() {
     let metrics = LockMetrics::default();
     let scrape = Scrape::of(&metrics);
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let alice = Metered::new(
         service.session(SessionOptions::default()).unwrap(),
         metrics.clone(),
@@ -122,7 +122,7 @@ async fn a_queued_acquire_counts_a_wait_then_a_handoff() {
 async fn a_lost_lease_is_counted_with_its_reason() {
     let metrics = LockMetrics::default();
     let scrape = Scrape::of(&metrics);
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let session = service.session(SessionOptions::default()).unwrap();
     let locks = Metered::new(session, metrics);
     let guard = locks.acquire(&name("a"), Mode::Exclusive).await.unwrap();
@@ -168,7 +168,7 @@ async fn a_lost_lease_is_counted_with_its_reason() {
 async fn a_busy_refusal_is_counted() {
     let metrics = LockMetrics::default();
     let scrape = Scrape::of(&metrics);
-    let service = EmbeddedLockService::new();
+    let service = EmbeddedLockClient::new();
     let holder = Metered::new(
         service.session(SessionOptions::default()).unwrap(),
         metrics.clone(),

@@ -20,7 +20,7 @@ use palisade_core::{
     Generation, Lock as _, LockGuard as _, LockName, Mode, Sequencer, SessionOptions, Signer,
     SigningKey,
 };
-use palisade_lock_embedded::EmbeddedLockService;
+use palisade_lock_embedded::EmbeddedLockClient;
 use palisade_testkit::process::ChildProcess;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -141,7 +141,7 @@ async fn a_paused_holders_late_write_is_refused_and_only_the_new_holders_change_
     let dir = tempfile::tempdir().unwrap();
     let service = Running::start(dir.path(), Options::default()).await;
     let client = Client::new(&service.base);
-    let locks = EmbeddedLockService::new();
+    let locks = EmbeddedLockClient::new();
 
     // Setup: someone stocks 100 widgets under the lock.
     let setup = locks.session(lease_options()).unwrap();
@@ -271,7 +271,7 @@ async fn the_binary_with_signatures_refuses_forgeries_and_fences_a_revoked_holde
     let client = Client::new(&base);
     let key = SigningKey::new("k1", vec![0xab; 32]).unwrap();
     let locks =
-        EmbeddedLockService::with_signer(Signer::new("inventory-locks", key.clone()).unwrap());
+        EmbeddedLockClient::with_signer(Signer::new("inventory-locks", key.clone()).unwrap());
 
     // An unsigned sequencer with generation u64::MAX would fence the item
     // forever; a signature from another deployment, or with another

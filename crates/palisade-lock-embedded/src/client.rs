@@ -19,7 +19,7 @@ use crate::state::ServiceState;
 /// generation counter, lock-delay) and the session leases.
 ///
 /// Cheap to clone: clones share one service. Open sessions with
-/// [`EmbeddedLockService::session`]; give a resource server its live check
+/// [`EmbeddedLockClient::session`]; give a resource server its live check
 /// by passing the service itself (it implements [`LiveCheck`]).
 ///
 /// Generations start at 1 for a new service and are not comparable with
@@ -28,11 +28,11 @@ use crate::state::ServiceState;
 ///
 /// ```
 /// use palisade_core::{LiveCheck, Liveness, Lock, LockGuard, LockName, Mode, SessionOptions};
-/// use palisade_lock_embedded::EmbeddedLockService;
+/// use palisade_lock_embedded::EmbeddedLockClient;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let service = EmbeddedLockService::with_issuer("demo")?;
+/// let service = EmbeddedLockClient::with_issuer("demo")?;
 /// let session = service.session(SessionOptions::default())?;
 /// let guard = session.acquire(&LockName::new("stock/apples")?, Mode::Exclusive).await?;
 ///
@@ -46,12 +46,12 @@ use crate::state::ServiceState;
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct EmbeddedLockService {
-    inner: Arc<ServiceInner>,
+pub struct EmbeddedLockClient {
+    inner: Arc<ClientInner>,
 }
 
 /// What the service's clones, sessions and tasks share.
-pub(crate) struct ServiceInner {
+pub(crate) struct ClientInner {
     issuer: String,
     /// The signing key's id, when sequencers are signed (the signer itself
     /// lives in the state, next to the code that mints sequencers).
@@ -61,7 +61,7 @@ pub(crate) struct ServiceInner {
     state: Mutex<ServiceState>,
 }
 
-impl ServiceInner {
+impl ClientInner {
     /// Locks the state. A panic while the lock was held (a bug) leaves the
     /// state as consistent as the code that panicked left it; carrying on
     /// beats poisoning every later lock operation of the process.
@@ -70,7 +70,7 @@ impl ServiceInner {
     }
 }
 
-impl EmbeddedLockService {
+impl EmbeddedLockClient {
     /// A service with a random issuer id, `embedded-<16 hex digits>`.
     pub fn new() -> Self {
         Self::build(format!("embedded-{}", random_hex()), None)
@@ -84,12 +84,12 @@ impl EmbeddedLockService {
     ///
     /// ```
     /// use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions, Signer, SigningKey, Verifier};
-    /// use palisade_lock_embedded::EmbeddedLockService;
+    /// use palisade_lock_embedded::EmbeddedLockClient;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let key = SigningKey::new("k1", [7u8; 32])?;
-    /// let service = EmbeddedLockService::with_signer(Signer::new("demo", key.clone())?);
+    /// let service = EmbeddedLockClient::with_signer(Signer::new("demo", key.clone())?);
     /// let session = service.session(SessionOptions::default())?;
     /// let guard = session.acquire(&LockName::new("stock/apples")?, Mode::Exclusive).await?;
     ///
@@ -119,12 +119,12 @@ impl EmbeddedLockService {
 
     fn build(issuer: String, signer: Option<Signer>) -> Self {
         let key_id = signer.as_ref().map(|signer| signer.key_id().to_owned());
-        let inner = Arc::new_cyclic(|me| ServiceInner {
+        let inner = Arc::new_cyclic(|me| ClientInner {
             issuer: issuer.clone(),
             key_id,
             state: Mutex::new(ServiceState::new(me.clone(), issuer, signer)),
         });
-        EmbeddedLockService { inner }
+        EmbeddedLockClient { inner }
     }
 
     /// The issuer id put in every sequencer.
@@ -133,7 +133,7 @@ impl EmbeddedLockService {
     }
 
     /// The id of the key that signs this service's sequencers, if they are
-    /// signed (see [`EmbeddedLockService::with_signer`]).
+    /// signed (see [`EmbeddedLockClient::with_signer`]).
     pub fn signing_key_id(&self) -> Option<&str> {
         self.inner.key_id.as_deref()
     }
@@ -171,20 +171,20 @@ impl EmbeddedLockService {
         Arc::new(self.clone())
     }
 
-    pub(crate) fn inner(&self) -> &Arc<ServiceInner> {
+    pub(crate) fn inner(&self) -> &Arc<ClientInner> {
         &self.inner
     }
 }
 
-impl Default for EmbeddedLockService {
+impl Default for EmbeddedLockClient {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl fmt::Debug for EmbeddedLockService {
+impl fmt::Debug for EmbeddedLockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EmbeddedLockService")
+        f.debug_struct("EmbeddedLockClient")
             .field("issuer", &self.inner.issuer)
             .field("signing_key_id", &self.inner.key_id)
             .finish_non_exhaustive()
@@ -192,7 +192,7 @@ impl fmt::Debug for EmbeddedLockService {
 }
 
 /// What the service holds, queues and delays, read under its one mutex.
-impl Inspect for EmbeddedLockService {
+impl Inspect for EmbeddedLockClient {
     async fn inspect(&self, name: &LockName) -> Result<LockInfo, LockError> {
         Ok(self.inner.lock_state().inspect(name, Instant::now()))
     }
@@ -206,7 +206,7 @@ impl Inspect for EmbeddedLockService {
 /// held right now with exactly that generation (and mode, holder and lease,
 /// where the sequencer names them) by a session whose lease is valid.
 /// Sequencers of another issuer, or without one, are `NotHeld`.
-impl LiveCheck for EmbeddedLockService {
+impl LiveCheck for EmbeddedLockClient {
     async fn check(&self, sequencer: &Sequencer) -> Result<Liveness, LockError> {
         let live = self.inner.lock_state().is_live(sequencer, Instant::now());
         tracing::debug!(lock = %sequencer.lock(), generation = sequencer.generation().get(), live, "live check");

@@ -16,16 +16,16 @@ use crate::{EtcdConfig, EtcdLiveCheck};
 /// configured endpoints), the cluster's identity, and request counters.
 ///
 /// Cheap to clone. Open sessions on it with
-/// [`EtcdConnection::session`]: each session has its own lease and identity,
+/// [`EtcdLockClient::session`]: each session has its own lease and identity,
 /// so tasks that must exclude each other need separate sessions, and many
 /// sessions can share one connection.
 ///
 /// ```no_run
 /// use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
-/// use palisade_lock_etcd::{EtcdConfig, EtcdConnection};
+/// use palisade_lock_etcd::{EtcdConfig, EtcdLockClient};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// let connection = EtcdConnection::connect(EtcdConfig::new(["127.0.0.1:2379"])?).await?;
+/// let connection = EtcdLockClient::connect(EtcdConfig::new(["127.0.0.1:2379"])?).await?;
 /// let session = connection.session(SessionOptions::default()).await?;
 /// let guard = session.acquire(&LockName::new("orders/42")?, Mode::Exclusive).await?;
 /// println!("{}", guard.sequencer()?);
@@ -33,11 +33,11 @@ use crate::{EtcdConfig, EtcdLiveCheck};
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct EtcdConnection {
-    pub(crate) inner: Arc<ConnectionInner>,
+pub struct EtcdLockClient {
+    pub(crate) inner: Arc<ClientInner>,
 }
 
-pub(crate) struct ConnectionInner {
+pub(crate) struct ClientInner {
     pub(crate) client: Client,
     pub(crate) config: EtcdConfig,
     /// The etcd cluster id from the first response header. Every
@@ -49,9 +49,9 @@ pub(crate) struct ConnectionInner {
     pub(crate) counters: Counters,
 }
 
-impl fmt::Debug for EtcdConnection {
+impl fmt::Debug for EtcdLockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdConnection")
+        f.debug_struct("EtcdLockClient")
             .field("endpoints", &self.inner.config.endpoints())
             .field("prefix", &self.inner.config.prefix())
             .field("issuer", &self.inner.issuer)
@@ -59,7 +59,7 @@ impl fmt::Debug for EtcdConnection {
     }
 }
 
-impl EtcdConnection {
+impl EtcdLockClient {
     /// Connects and makes one read under the key prefix, so that an
     /// unreachable cluster, a wrong password or a missing permission is
     /// reported here, typed (`Unavailable`, `BackendTimeout`,
@@ -67,7 +67,7 @@ impl EtcdConnection {
     ///
     /// An invalid configuration is reported as `LockError::Backend` whose
     /// source is a [`ConfigError`](crate::ConfigError).
-    pub async fn connect(config: EtcdConfig) -> Result<EtcdConnection, LockError> {
+    pub async fn connect(config: EtcdConfig) -> Result<EtcdLockClient, LockError> {
         config.validate().map_err(errors::config)?;
         let connect_within = config.connect_timeout() + config.request_timeout();
         let client = match tokio::time::timeout(
@@ -104,8 +104,8 @@ impl EtcdConnection {
         tracing::debug!(endpoints = ?config.endpoints(), %issuer, "connected to etcd");
         let counters = Counters::default();
         Counters::bump(&counters.txns);
-        Ok(EtcdConnection {
-            inner: Arc::new(ConnectionInner {
+        Ok(EtcdLockClient {
+            inner: Arc::new(ClientInner {
                 client,
                 config,
                 cluster_id,
@@ -156,7 +156,7 @@ impl EtcdConnection {
     }
 }
 
-impl ConnectionInner {
+impl ClientInner {
     pub(crate) fn request_timeout(&self) -> Duration {
         self.config.request_timeout()
     }
@@ -173,7 +173,7 @@ impl ConnectionInner {
         self.txn_resending(operation, Resend::Always, txn).await
     }
 
-    /// [`ConnectionInner::txn`], resending as `resend` says.
+    /// [`ClientInner::txn`], resending as `resend` says.
     pub(crate) async fn txn_resending(
         &self,
         operation: &'static str,
@@ -269,7 +269,8 @@ where
     F: Future<Output = Result<T, etcd_client::Error>>,
 {
     let deadline = tokio::time::Instant::now() + after;
-    let mut pause = Duration::from_millis(2);
+    let mut pauses =
+        palisade_core::retry_pauses(Duration::from_millis(2), Duration::from_millis(100));
     loop {
         let error = match tokio::time::timeout_at(deadline, make()).await {
             Ok(Ok(response)) => return Ok(response),
@@ -291,12 +292,12 @@ where
         let mapped = errors::from_etcd(operation, after, error);
         let again =
             unsent || (resend == Resend::Always && matches!(mapped, LockError::Unavailable { .. }));
+        let pause = pauses.next().unwrap_or(Duration::from_millis(100));
         let retry_at = tokio::time::Instant::now() + pause;
         if !again || retry_at >= deadline {
             return Err(mapped);
         }
         tracing::debug!(operation, error = %mapped, ?pause, "etcd request failed; sending again");
         tokio::time::sleep_until(retry_at).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
     }
 }
