@@ -95,6 +95,18 @@ impl LocalClient {
             .await
     }
 
+    /// Reads the number without a sequencer: what anyone sees now, moving
+    /// no mark.
+    pub(crate) async fn peek(&self) -> Result<Option<i64>, DemoError> {
+        match self.storage.read(&self.lock, &self.key, None).await? {
+            Ok(value) => Ok(value),
+            Err(stale) => Err(DemoError::story(format!(
+                "a read without a sequencer was refused (generation {} < {})",
+                stale.presented, stale.mark
+            ))),
+        }
+    }
+
     /// Writes the number with the sequencer fetched at the grant, whatever
     /// the lease says now.
     pub(crate) async fn write(&self, value: i64) -> Result<WriteOutcome, DemoError> {

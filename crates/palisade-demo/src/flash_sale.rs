@@ -514,6 +514,9 @@ pub(crate) async fn buy_until_sold_out(
                 stock_seen: stock,
             });
             tokio::time::sleep(pause).await;
+            if plan.forced_pause && buyer == 0 && attempt == 0 {
+                wait_until_another_buyer_sold(client, stock, ttl).await?;
+            }
         }
         if plan.hold_micros > 0 {
             tokio::time::sleep(Duration::from_micros(plan.hold_micros)).await;
@@ -552,6 +555,23 @@ pub(crate) async fn buy_until_sold_out(
         let _ = client.release().await;
     }
     Ok(tally)
+}
+
+/// The demo's forced pause ends only once another buyer has sold from
+/// the segment (the stock moved from `stock_seen`), so the paused holder's
+/// late write always meets a newer one: on a loaded machine the next
+/// holder may take longer than the pause to be granted and write. Bounded:
+/// after 20 TTLs the buyer writes anyway.
+async fn wait_until_another_buyer_sold(
+    client: &LocalClient,
+    stock_seen: i64,
+    ttl: Duration,
+) -> Result<(), DemoError> {
+    let deadline = Instant::now() + ttl * 20;
+    while Instant::now() < deadline && client.peek().await? == Some(stock_seen) {
+        tokio::time::sleep(ttl / 10).await;
+    }
+    Ok(())
 }
 
 fn micros(elapsed: Duration) -> u64 {
