@@ -217,7 +217,7 @@ pub async fn late_write_after_a_silent_new_holder<A: Lock, B: Lock>(
     anyhow::ensure!(guard_b.generation() > sequencer_a.generation());
     if fence {
         let marks = resource
-            .fence_with(&guard_b)
+            .fence(&guard_b)
             .await?
             .expect("a new holder's fence is accepted");
         assert_eq!(marks.exclusive, guard_b.generation().get());

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use palisade_core::{Generation, LockGuard, LockName, Mode, Sequencer};
+use palisade_core::{Generation, LockGuard, LockName, Mode, Sequencer, SequencerSource};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -638,14 +638,21 @@ impl Client {
         }
     }
 
-    /// Sets `key` to `value` under `sequencer` (exclusive).
-    pub async fn put(
+    /// Sets `key` to `value` under `holder`'s sequencer (exclusive).
+    ///
+    /// `holder` is a [`Sequencer`] or a lock guard. A guard is asked for its
+    /// sequencer first, so once its lease may have lapsed nothing is sent
+    /// and the call fails with [`ClientError::Lock`]; the server's check
+    /// catches the rest. The same holds for every write below.
+    pub async fn put<S: SequencerSource + ?Sized>(
         &self,
-        sequencer: &Sequencer,
+        holder: &S,
         key: &[u8],
         value: impl Into<Bytes>,
         idempotency_key: Option<&str>,
     ) -> Result<Result<Written, Refused>, ClientError> {
+        let sequencer = holder.sequencer_now()?;
+        let sequencer = sequencer.as_ref();
         let url = self.lock_url(sequencer.lock(), &format!("keys/{}", segment(key)));
         self.write(
             Method::PUT,
@@ -657,14 +664,16 @@ impl Client {
         .await
     }
 
-    /// Removes `key` under `sequencer` (exclusive). Deleting a missing key
-    /// succeeds with [`OpResult::Absent`].
-    pub async fn delete(
+    /// Removes `key` under `holder`'s sequencer (exclusive). Deleting a
+    /// missing key succeeds with [`OpResult::Absent`].
+    pub async fn delete<S: SequencerSource + ?Sized>(
         &self,
-        sequencer: &Sequencer,
+        holder: &S,
         key: &[u8],
         idempotency_key: Option<&str>,
     ) -> Result<Result<Written, Refused>, ClientError> {
+        let sequencer = holder.sequencer_now()?;
+        let sequencer = sequencer.as_ref();
         let url = self.lock_url(sequencer.lock(), &format!("keys/{}", segment(key)));
         self.write(Method::DELETE, url, sequencer, idempotency_key, None)
             .await
@@ -672,14 +681,16 @@ impl Client {
 
     /// Compare-and-swap: sets `key` to `new` (removes it when `None`) only
     /// if its value is `expected` (absent when `None`).
-    pub async fn cas(
+    pub async fn cas<S: SequencerSource + ?Sized>(
         &self,
-        sequencer: &Sequencer,
+        holder: &S,
         key: &[u8],
         expected: Option<&[u8]>,
         new: Option<&[u8]>,
         idempotency_key: Option<&str>,
     ) -> Result<Result<Written, Refused>, ClientError> {
+        let sequencer = holder.sequencer_now()?;
+        let sequencer = sequencer.as_ref();
         let url = self.lock_url(sequencer.lock(), &format!("cas/{}", segment(key)));
         let body = json!({"expected": json_optional(expected), "new": json_optional(new)});
         self.write(
@@ -692,14 +703,16 @@ impl Client {
         .await
     }
 
-    /// Applies `ops` atomically under `sequencer` (exclusive): all or none.
-    /// An empty batch only raises the mark (fences older holders).
-    pub async fn batch(
+    /// Applies `ops` atomically under `holder`'s sequencer (exclusive): all
+    /// or none. An empty batch only raises the mark (fences older holders).
+    pub async fn batch<S: SequencerSource + ?Sized>(
         &self,
-        sequencer: &Sequencer,
+        holder: &S,
         ops: &[BatchOp],
         idempotency_key: Option<&str>,
     ) -> Result<Result<Written, Refused>, ClientError> {
+        let sequencer = holder.sequencer_now()?;
+        let sequencer = sequencer.as_ref();
         let ops: Vec<Value> = ops
             .iter()
             .map(|op| match op {
@@ -773,56 +786,6 @@ impl Client {
             }
             Err(answer) => Err(answer.failure()),
         }
-    }
-
-    /// [`Client::put`] with the sequencer of `guard`. Asks the guard first,
-    /// so once the lease may have lapsed nothing is sent and the call fails
-    /// with [`ClientError::Lock`].
-    pub async fn put_with<G: LockGuard>(
-        &self,
-        guard: &G,
-        key: &[u8],
-        value: impl Into<Bytes>,
-        idempotency_key: Option<&str>,
-    ) -> Result<Result<Written, Refused>, ClientError> {
-        let sequencer = guard.sequencer()?;
-        self.put(&sequencer, key, value, idempotency_key).await
-    }
-
-    /// [`Client::delete`] with the sequencer of `guard`.
-    pub async fn delete_with<G: LockGuard>(
-        &self,
-        guard: &G,
-        key: &[u8],
-        idempotency_key: Option<&str>,
-    ) -> Result<Result<Written, Refused>, ClientError> {
-        let sequencer = guard.sequencer()?;
-        self.delete(&sequencer, key, idempotency_key).await
-    }
-
-    /// [`Client::cas`] with the sequencer of `guard`.
-    pub async fn cas_with<G: LockGuard>(
-        &self,
-        guard: &G,
-        key: &[u8],
-        expected: Option<&[u8]>,
-        new: Option<&[u8]>,
-        idempotency_key: Option<&str>,
-    ) -> Result<Result<Written, Refused>, ClientError> {
-        let sequencer = guard.sequencer()?;
-        self.cas(&sequencer, key, expected, new, idempotency_key)
-            .await
-    }
-
-    /// [`Client::batch`] with the sequencer of `guard`.
-    pub async fn batch_with<G: LockGuard>(
-        &self,
-        guard: &G,
-        ops: &[BatchOp],
-        idempotency_key: Option<&str>,
-    ) -> Result<Result<Written, Refused>, ClientError> {
-        let sequencer = guard.sequencer()?;
-        self.batch(&sequencer, ops, idempotency_key).await
     }
 
     /// [`Client::get`] under `guard`'s lock with its sequencer.

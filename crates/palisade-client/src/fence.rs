@@ -4,10 +4,10 @@
 //! The server refuses a request only once a newer generation has been
 //! honoured. Between a grant and the new holder's first request, an older
 //! holder that was paused past its lease can still write: nothing newer
-//! has reached the server yet. [`Client::fence_with`] closes that window
+//! has reached the server yet. [`Client::fence`] closes that window
 //! the moment the lock is granted.
 
-use palisade_core::{LockGuard, Mode, Sequencer};
+use palisade_core::{Mode, SequencerSource};
 
 use crate::{Client, ClientError, Marks, Refused};
 
@@ -24,10 +24,34 @@ impl Client {
     /// Shared: a fenced read, which raises `H_shared`. Either way every
     /// request of an older holder is refused from then on. A sequencer
     /// older than the marks is [`Refused::Stale`] and changes nothing.
-    pub async fn fence(
+    ///
+    /// `holder` is a [`Sequencer`] or a lock guard: call it right after
+    /// acquiring, before the first read or write. A guard is asked first,
+    /// so once its lease may have lapsed nothing is sent and the call fails
+    /// with [`ClientError::Lock`].
+    ///
+    /// ```no_run
+    /// # use palisade_client::{Client, Refused};
+    /// # use palisade_core::{Lock, LockName, Mode};
+    /// # async fn example<L: Lock>(locks: &L, server: &Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let guard = locks.acquire(&LockName::new("orders/42")?, Mode::Exclusive).await?;
+    /// match server.fence(&guard).await? {
+    ///     // From here on, older holders are refused.
+    ///     Ok(marks) => println!("fenced; marks now {marks:?}"),
+    ///     // The lock service handed out a generation the server has
+    ///     // already passed: its counter went backwards.
+    ///     Err(Refused::Stale { marks, .. }) => return Err(format!("behind the marks {marks:?}").into()),
+    ///     Err(other) => return Err(other.into()),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn fence<S: SequencerSource + ?Sized>(
         &self,
-        sequencer: &Sequencer,
+        holder: &S,
     ) -> Result<Result<Marks, Refused>, ClientError> {
+        let sequencer = holder.sequencer_now()?;
+        let sequencer = sequencer.as_ref();
         let outcome = match sequencer.mode() {
             Mode::Exclusive => self
                 .batch(sequencer, &[], None)
@@ -48,34 +72,5 @@ impl Client {
             );
         }
         Ok(outcome)
-    }
-
-    /// [`Client::fence`] with the sequencer of `guard`: call it right after
-    /// acquiring, before the first read or write. Asks the guard first, so
-    /// once the lease may have lapsed nothing is sent and the call fails
-    /// with [`ClientError::Lock`].
-    ///
-    /// ```no_run
-    /// # use palisade_client::{Client, Refused};
-    /// # use palisade_core::{Lock, LockName, Mode};
-    /// # async fn example<L: Lock>(locks: &L, server: &Client) -> Result<(), Box<dyn std::error::Error>> {
-    /// let guard = locks.acquire(&LockName::new("orders/42")?, Mode::Exclusive).await?;
-    /// match server.fence_with(&guard).await? {
-    ///     // From here on, older holders are refused.
-    ///     Ok(marks) => println!("fenced; marks now {marks:?}"),
-    ///     // The lock service handed out a generation the server has
-    ///     // already passed: its counter went backwards.
-    ///     Err(Refused::Stale { marks, .. }) => return Err(format!("behind the marks {marks:?}").into()),
-    ///     Err(other) => return Err(other.into()),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn fence_with<G: LockGuard>(
-        &self,
-        guard: &G,
-    ) -> Result<Result<Marks, Refused>, ClientError> {
-        let sequencer = guard.sequencer()?;
-        self.fence(&sequencer).await
     }
 }

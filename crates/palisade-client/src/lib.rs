@@ -28,9 +28,9 @@
 //!   `batch`, `marks`, `health`.
 //! - [`ClientBuilder`] (`Client::builder(base_url)`): a bearer token for a
 //!   server that requires one, a private CA for `https://`, a timeout.
-//! - [`Client::fence_with`]: right after acquiring, raise the lock's marks
+//! - [`Client::fence`]: right after acquiring, raise the lock's marks
 //!   to the new generation, so older holders are refused at once.
-//! - [`Client::put_with`] and friends: take any
+//! - [`Client::put`] and the other writes: take a sequencer or any
 //!   [`LockGuard`](palisade_core::LockGuard) and use its sequencer, refusing
 //!   locally once the lease may have lapsed.
 //! - [`Refused`], [`ClientError`]: the outcomes, typed.

@@ -50,7 +50,7 @@ pub use generation::Generation;
 pub use inspect::{ForceRelease, Holder, Inspect, LockInfo, Waiter, name_has_prefix};
 pub use lease::{LeaseState, LeaseTracker, LeaseWatch, LostReason};
 pub use live_check::{DynLiveCheck, LiveCheck, LiveCheckFuture, Liveness, SharedLiveCheck};
-pub use lock::{Lock, LockGuard, SessionOptions};
+pub use lock::{Lock, LockGuard, SequencerSource, SessionOptions};
 pub use mode::{Mode, ModeParseError};
 pub use name::{LockName, LockNameError};
 pub use op_result::{OpResult, OpResultParseError};

@@ -212,6 +212,27 @@ pub trait LockGuard: Send + Sync + fmt::Debug + 'static {
     }
 }
 
+/// What a request's sequencer comes from: a [`Sequencer`] as it is, or a
+/// [`LockGuard`], asked at the moment of sending (so nothing is sent once
+/// its lease may have lapsed). Lets one client method serve both instead
+/// of a variant for each.
+pub trait SequencerSource {
+    /// The sequencer to send now.
+    fn sequencer_now(&self) -> Result<std::borrow::Cow<'_, Sequencer>, LockError>;
+}
+
+impl SequencerSource for Sequencer {
+    fn sequencer_now(&self) -> Result<std::borrow::Cow<'_, Sequencer>, LockError> {
+        Ok(std::borrow::Cow::Borrowed(self))
+    }
+}
+
+impl<G: LockGuard> SequencerSource for G {
+    fn sequencer_now(&self) -> Result<std::borrow::Cow<'_, Sequencer>, LockError> {
+        self.sequencer().map(std::borrow::Cow::Owned)
+    }
+}
+
 /// Session settings every backend understands.
 ///
 /// ```

@@ -84,10 +84,7 @@ async fn leader_kill_keeps_generations_ordered_and_writes_fenced() -> anyhow::Re
     // or knows it lost the lease (then its guard refuses to hand out the
     // sequencer). Never both A and B valid with a write of A's after B's.
     let mut accepted = vec![sequencer_a.generation().get()];
-    match resource
-        .put_with(&guard_a, b"log", "A-after-kill", None)
-        .await
-    {
+    match resource.put(&guard_a, b"log", "A-after-kill", None).await {
         Ok(Ok(written)) => accepted.push(written.marks.exclusive),
         Ok(Err(refused)) => panic!("nobody newer has written yet, A was refused: {refused}"),
         Err(error) => {
@@ -111,7 +108,7 @@ async fn leader_kill_keeps_generations_ordered_and_writes_fenced() -> anyhow::Re
     );
     assert!(guard_b.generation() > sequencer_a.generation());
     let written = resource
-        .put_with(&guard_b, b"log", "B", None)
+        .put(&guard_b, b"log", "B", None)
         .await?
         .expect("B holds the newest generation");
     accepted.push(written.marks.exclusive);
@@ -141,7 +138,7 @@ async fn leader_kill_keeps_generations_ordered_and_writes_fenced() -> anyhow::Re
         .await?;
     assert!(guard_c.generation() > generation_b);
     resource
-        .put_with(&guard_c, b"log", "C", None)
+        .put(&guard_c, b"log", "C", None)
         .await?
         .expect("C is newest");
     guard_c.release().await?;
@@ -151,7 +148,7 @@ async fn leader_kill_keeps_generations_ordered_and_writes_fenced() -> anyhow::Re
 /// A holder whose lease ended while it was paused (`etcdctl lease revoke`
 /// stands in for the expiry) still has a write in hand; B takes the lock
 /// and writes nothing. A's late write lands unless B fenced on acquire;
-/// with `fence_with` it is refused as stale.
+/// with `fence` it is refused as stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_on_acquire_refuses_a_paused_holder_before_the_new_one_writes() -> anyhow::Result<()>
 {

@@ -52,7 +52,7 @@ async fn late_write_of_a_paused_holder_is_refused() -> anyhow::Result<()> {
         tokio::time::timeout(LEASE_WAIT, client_b.acquire(&name, Mode::Exclusive)).await??;
     assert!(guard_b.generation() > sequencer_a.generation());
     let written = client
-        .put_with(&guard_b, b"balance", "150", None)
+        .put(&guard_b, b"balance", "150", None)
         .await?
         .expect("B holds the newest generation");
     assert_eq!(written.marks.exclusive, guard_b.generation().get());
@@ -99,7 +99,7 @@ async fn a_lapsed_guard_sends_nothing() -> anyhow::Result<()> {
     tokio::time::timeout(LEASE_WAIT, lease.lost()).await?;
 
     let error = client
-        .put_with(&guard, b"report", "done", None)
+        .put(&guard, b"report", "done", None)
         .await
         .expect_err("a lapsed guard must not produce a sequencer");
     assert!(
@@ -143,7 +143,7 @@ async fn readers_fence_older_writers_and_cannot_write() -> anyhow::Result<()> {
     assert_eq!(read.marks.shared, read_guard.generation().get());
 
     let refused = client
-        .put_with(&read_guard, b"k", "v2", None)
+        .put(&read_guard, b"k", "v2", None)
         .await?
         .expect_err("shared sequencers are read-only");
     assert!(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use palisade::client::Refused;
 use palisade::etcd::{EtcdConfig, EtcdLock};
 use palisade::redis::RedisLock;
-use palisade::{Lock, LockGuard, LockName, Mode, SessionOptions};
+use palisade::{Lock, LockGuard, LockName, Mode, Sequencer, SessionOptions};
 use palisade_lock_sql::{SqlConfig, SqlLockClient};
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::redis::RedisServer;
@@ -77,7 +77,7 @@ async fn paused_holder_is_fenced<L: Lock>(
         holder.generation
     );
     client
-        .put_with(&guard_b, b"balance", "from-B", None)
+        .put(&guard_b, b"balance", "from-B", None)
         .await?
         .expect("B holds the newest generation");
 
@@ -104,7 +104,12 @@ async fn paused_holder_is_fenced<L: Lock>(
     assert_eq!(read.value.as_deref(), Some(&b"from-B"[..]));
     assert_eq!(read.marks.exclusive, guard_b.generation().get());
     let refused_again = client
-        .put(&holder.sequencer.parse()?, b"balance", "again", None)
+        .put(
+            &holder.sequencer.parse::<Sequencer>()?,
+            b"balance",
+            "again",
+            None,
+        )
         .await?
         .expect_err("still stale");
     assert!(matches!(refused_again, Refused::Stale { .. }));

@@ -60,7 +60,7 @@ async fn holder_outliving_its_ttl_without_watchdog_is_fenced() -> anyhow::Result
         .await?;
     assert!(guard_b.generation() > sequencer_a.generation());
     resource
-        .put_with(&guard_b, b"report", "done-by-B", None)
+        .put(&guard_b, b"report", "done-by-B", None)
         .await?
         .expect("newest holder");
 
@@ -97,7 +97,7 @@ async fn counter_lost_in_a_restart_is_refused_then_recovered() -> anyhow::Result
     for round in 0..5 {
         let guard = session.acquire(&lock, Mode::Exclusive).await?;
         let written = resource
-            .put_with(&guard, b"stock", format!("{round}"), None)
+            .put(&guard, b"stock", format!("{round}"), None)
             .await?
             .expect("generations increase before the crash");
         mark = written.marks.exclusive;
@@ -122,7 +122,7 @@ async fn counter_lost_in_a_restart_is_refused_then_recovered() -> anyhow::Result
         guard.generation()
     );
     let refused = resource
-        .put_with(&guard, b"stock", "after-crash", None)
+        .put(&guard, b"stock", "after-crash", None)
         .await?
         .expect_err("a generation below the mark must be refused");
     let current_mark = match refused {
@@ -139,7 +139,7 @@ async fn counter_lost_in_a_restart_is_refused_then_recovered() -> anyhow::Result
     let guard = session.acquire(&lock, Mode::Exclusive).await?;
     assert!(guard.generation().get() > mark);
     let written = resource
-        .put_with(&guard, b"stock", "after-recovery", None)
+        .put(&guard, b"stock", "after-recovery", None)
         .await?
         .expect("above the mark after raising the floor");
     assert_eq!(written.marks.exclusive, guard.generation().get());
@@ -161,7 +161,7 @@ async fn default_generations_stay_above_the_mark_after_a_restart() -> anyhow::Re
     let guard = session.acquire(&lock, Mode::Exclusive).await?;
     let old_sequencer = guard.sequencer()?;
     let mark = resource
-        .put_with(&guard, b"k", "before", None)
+        .put(&guard, b"k", "before", None)
         .await?
         .expect("first write")
         .marks
@@ -180,7 +180,7 @@ async fn default_generations_stay_above_the_mark_after_a_restart() -> anyhow::Re
         .await?;
     assert!(guard.generation().get() > mark);
     resource
-        .put_with(&guard, b"k", "after", None)
+        .put(&guard, b"k", "after", None)
         .await?
         .expect("above the mark without any recovery step");
     let refused = resource
@@ -194,7 +194,7 @@ async fn default_generations_stay_above_the_mark_after_a_restart() -> anyhow::Re
 
 /// Holder A (no watchdog: a task that stopped renewing) outlives its TTL
 /// with a write in hand; B takes the lock and writes nothing. A's late
-/// write lands unless B fenced on acquire; with `fence_with` it is
+/// write lands unless B fenced on acquire; with `fence` it is
 /// refused as stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_on_acquire_refuses_a_paused_holder_before_the_new_one_writes() -> anyhow::Result<()>
@@ -261,7 +261,7 @@ async fn the_documented_raise_cap_accepts_a_clock_generation_after_an_idle_lock(
 
     let first = session.acquire(&lock, Mode::Exclusive).await?;
     let mark = resource
-        .put_with(&first, b"k", "first", None)
+        .put(&first, b"k", "first", None)
         .await?
         .expect("the first write")
         .marks
@@ -278,7 +278,7 @@ async fn the_documented_raise_cap_accepts_a_clock_generation_after_an_idle_lock(
         "the idle gap ({gap}) must be beyond the count for this test to mean anything"
     );
     let written = resource
-        .put_with(&second, b"k", "after-idle", None)
+        .put(&second, b"k", "after-idle", None)
         .await?
         .expect("an honest clock generation after an idle spell is accepted");
     assert_eq!(written.marks.exclusive, second.generation().get());
@@ -302,7 +302,7 @@ async fn the_documented_raise_cap_refuses_absurd_raises() -> anyhow::Result<()> 
     let clock_session = clock_locks.session(options())?;
     let guard = clock_session.acquire(&clock_lock, Mode::Exclusive).await?;
     resource
-        .put_with(&guard, b"k", "honest", None)
+        .put(&guard, b"k", "honest", None)
         .await?
         .expect("the honest write");
     guard.release().await?;
@@ -371,7 +371,7 @@ async fn the_documented_raise_cap_refuses_absurd_raises() -> anyhow::Result<()> 
         .acquire(&counter_lock, Mode::Exclusive)
         .await?;
     let mark = resource
-        .put_with(&guard, b"k", "honest", None)
+        .put(&guard, b"k", "honest", None)
         .await?
         .expect("the honest counter write")
         .marks
@@ -407,7 +407,7 @@ async fn the_documented_raise_cap_refuses_absurd_raises() -> anyhow::Result<()> 
     ] {
         let guard = session.acquire(lock, Mode::Exclusive).await?;
         resource
-            .put_with(&guard, b"k", "next", None)
+            .put(&guard, b"k", "next", None)
             .await?
             .expect("the next honest holder writes");
         guard.release().await?;

@@ -266,7 +266,7 @@ async fn a_holder_paused_past_its_lease_is_fenced() -> anyhow::Result<()> {
         .await?;
     assert!(guard_b.generation() > sequencer_a.generation());
     resource
-        .put_with(&guard_b, b"report", "done-by-B", None)
+        .put(&guard_b, b"report", "done-by-B", None)
         .await?
         .expect("the newest holder writes");
 

@@ -26,7 +26,7 @@ fn options() -> SessionOptions {
 /// A holder whose session the database ended (`expire_session`, the drill
 /// that ends a session's lease on the database as its expiry would) still
 /// has a write in hand; B takes the lock and writes nothing. A's late
-/// write lands unless B fenced on acquire; with `fence_with` it is refused
+/// write lands unless B fenced on acquire; with `fence` it is refused
 /// as stale.
 async fn fence_on_acquire_refuses_an_expired_holder(
     database: SqlServer,

@@ -401,34 +401,30 @@ async fn guard_helpers_refuse_locally_once_the_lease_is_lost() {
         sequencer: excl("G", 5),
         tracker: LeaseTracker::new(tokio::time::Instant::now() + Duration::from_secs(600)),
     };
-    let written = client
-        .put_with(&guard, b"k", "v", None)
-        .await
-        .unwrap()
-        .unwrap();
+    let written = client.put(&guard, b"k", "v", None).await.unwrap().unwrap();
     assert_eq!(written.marks.exclusive, 5);
     let read = client.get_with(&guard, b"k").await.unwrap().unwrap();
     assert_eq!(read.value.as_deref(), Some(&b"v"[..]));
     client
-        .batch_with(&guard, &[BatchOp::put("k2", "v2")], None)
+        .batch(&guard, &[BatchOp::put("k2", "v2")], None)
         .await
         .unwrap()
         .unwrap();
     client
-        .cas_with(&guard, b"k2", Some(b"v2"), None, None)
+        .cas(&guard, b"k2", Some(b"v2"), None, None)
         .await
         .unwrap()
         .unwrap();
 
     guard.tracker.lose(LostReason::Expired);
-    match client.put_with(&guard, b"k", "late", None).await {
+    match client.put(&guard, b"k", "late", None).await {
         Err(ClientError::Lock(LockError::LeaseLost { generation, .. })) => {
             assert_eq!(generation.get(), 5)
         }
         other => panic!("expected lease lost, got {other:?}"),
     }
     assert!(matches!(
-        client.delete_with(&guard, b"k", None).await,
+        client.delete(&guard, b"k", None).await,
         Err(ClientError::Lock(_))
     ));
     // Nothing was sent: the value is unchanged.
