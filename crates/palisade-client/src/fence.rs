@@ -25,7 +25,7 @@ impl Client {
     /// request of an older holder is refused from then on. A sequencer
     /// older than the marks is [`Refused::Stale`] and changes nothing.
     ///
-    /// `holder` is a [`Sequencer`] or a lock guard: call it right after
+    /// `holder` is a [`Sequencer`](palisade_core::Sequencer) or a lock guard: call it right after
     /// acquiring, before the first read or write. A guard is asked first,
     /// so once its lease may have lapsed nothing is sent and the call fails
     /// with [`ClientError::Lock`].
