@@ -22,7 +22,11 @@
 //! `PALISADE_BENCH_ROUNDS` how many times the cells are run, interleaved
 //! (default 2; the report gives the best of each); `PALISADE_BENCH_CELLS`
 //! a comma-separated subset of `raw-tx,raw-stmt,engine,http` (default all),
-//! e.g. to profile one cell alone.
+//! e.g. to profile one cell alone. The server shares the load generator's
+//! runtime (two workers on this machine), so every cell runs on the same
+//! threads; `PALISADE_BENCH_SERVER_RUNTIME=own` gives the server a runtime
+//! and a pool of its own instead, as `palisade serve` has in its own
+//! process.
 //!
 //! Each cell also prints where the CPU went, per write: this process (the
 //! load generator, plus the server in the HTTP cell) and PostgreSQL (the
@@ -356,6 +360,43 @@ fn name(cell: &str) -> &'static str {
         .map_or("?", |(_, name)| name)
 }
 
+/// The server on a runtime of its own (on a thread of its own) with its
+/// own engine: the layout of a separate `palisade serve` process.
+fn serve_on_own_runtime(
+    url: String,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready, addr) = std::sync::mpsc::channel();
+    let serving = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("server")
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let engine = PostgresEngine::open(
+                PostgresConfig::new(&url).with_max_connections(CLIENTS as u32),
+            )
+            .await
+            .unwrap();
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            ready.send(listener.local_addr().unwrap()).unwrap();
+            let store = Store::with_engine(Arc::new(engine), StoreConfig::default());
+            run(listener, AppState::new(store), async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+    });
+    let serving = tokio::task::spawn_blocking(move || serving.join().unwrap());
+    (addr.recv().unwrap(), stop, serving)
+}
+
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -376,20 +417,26 @@ async fn main() {
             .unwrap(),
     );
     let pool = raw_pool(&url).await;
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let store = Store::with_engine(
-        Arc::clone(&engine) as Arc<dyn Engine>,
-        StoreConfig::default(),
-    );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(async move {
-        run(listener, AppState::new(store), async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
+    let own_runtime = std::env::var("PALISADE_BENCH_SERVER_RUNTIME").as_deref() == Ok("own");
+    let (addr, stop, serving) = if own_runtime {
+        serve_on_own_runtime(url.clone())
+    } else {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let store = Store::with_engine(
+            Arc::clone(&engine) as Arc<dyn Engine>,
+            StoreConfig::default(),
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(async move {
+            run(listener, AppState::new(store), async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        (addr, stop, serving)
+    };
 
     let postgres = server.pid().expect("the testkit's PostgreSQL runs");
     let cells: Vec<&str> = std::env::var("PALISADE_BENCH_CELLS")
