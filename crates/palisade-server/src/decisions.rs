@@ -264,6 +264,21 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_seen_again_is_forgotten_last() {
+        let log = DecisionLog::default();
+        log.record(outcome("again", None, 1));
+        log.record(outcome("once", None, 1));
+        log.record(outcome("again", None, 2));
+        for index in 0..(MARKS_CAPACITY - 1) {
+            log.record(outcome(&format!("lock-{index}"), None, 1));
+        }
+        let snapshot = log.snapshot(|_| true);
+        assert_eq!(snapshot.marks.len(), MARKS_CAPACITY);
+        assert!(!snapshot.marks.contains_key("once"), "seen the longest ago");
+        assert_eq!(snapshot.marks["again"].exclusive, 2);
+    }
+
+    #[test]
     fn watchers_see_only_their_locks_and_live_decisions() {
         let log = DecisionLog::default();
         log.record(outcome("orders/a", None, 5));
