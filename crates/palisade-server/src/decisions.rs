@@ -204,6 +204,7 @@ impl DecisionLog {
 impl Recent {
     /// Records `lock`'s latest marks, forgetting the lock seen the longest
     /// ago beyond [`MARKS_CAPACITY`].
+    ///
     /// A lock already known costs no allocation: its entry is updated in
     /// place and its name moves to the new seq.
     fn remember_marks(&mut self, lock: &str, marks: MarksView, seq: u64) {
