@@ -139,16 +139,23 @@ impl DecisionLog {
                 generation: outcome.generation,
                 marks: outcome.marks,
             };
-            if recent.ring.len() == RING_CAPACITY {
-                recent.ring.pop_front();
-            }
-            recent.ring.push_back(decision.clone());
             if let Some(marks) = decision.marks {
                 recent.remember_marks(&decision.lock, marks, decision.seq);
             }
+            if recent.ring.len() == RING_CAPACITY {
+                recent.ring.pop_front();
+            }
+            // A watcher subscribes before it takes its snapshot (under
+            // this lock), so with none now, nobody can miss this one: the
+            // copy for the live stream is made only when someone listens.
+            if self.live.receiver_count() == 0 {
+                recent.ring.push_back(decision);
+                return;
+            }
+            recent.ring.push_back(decision.clone());
             decision
         };
-        // No watcher is not an error.
+        // A watcher gone since is not an error.
         let _ = self.live.send(decision);
     }
 
@@ -197,10 +204,20 @@ impl DecisionLog {
 impl Recent {
     /// Records `lock`'s latest marks, forgetting the lock seen the longest
     /// ago beyond [`MARKS_CAPACITY`].
+    ///
+    /// A lock already known costs no allocation: its entry is updated in
+    /// place and its name moves to the new seq.
     fn remember_marks(&mut self, lock: &str, marks: MarksView, seq: u64) {
-        if let Some((_, previous)) = self.marks.insert(lock.to_owned(), (marks, seq)) {
-            self.by_seq.remove(&previous);
+        if let Some(entry) = self.marks.get_mut(lock) {
+            let previous = std::mem::replace(entry, (marks, seq)).1;
+            let name = self
+                .by_seq
+                .remove(&previous)
+                .unwrap_or_else(|| lock.to_owned());
+            self.by_seq.insert(seq, name);
+            return;
         }
+        self.marks.insert(lock.to_owned(), (marks, seq));
         self.by_seq.insert(seq, lock.to_owned());
         if self.marks.len() > MARKS_CAPACITY {
             if let Some((_, oldest)) = self.by_seq.pop_first() {
@@ -245,6 +262,21 @@ mod tests {
         );
         let last = snapshot.decisions.last().unwrap();
         assert_eq!(last.seq, u64::try_from(MARKS_CAPACITY + 10).unwrap());
+    }
+
+    #[test]
+    fn a_lock_seen_again_is_forgotten_last() {
+        let log = DecisionLog::default();
+        log.record(outcome("again", None, 1));
+        log.record(outcome("once", None, 1));
+        log.record(outcome("again", None, 2));
+        for index in 0..(MARKS_CAPACITY - 1) {
+            log.record(outcome(&format!("lock-{index}"), None, 1));
+        }
+        let snapshot = log.snapshot(|_| true);
+        assert_eq!(snapshot.marks.len(), MARKS_CAPACITY);
+        assert!(!snapshot.marks.contains_key("once"), "seen the longest ago");
+        assert_eq!(snapshot.marks["again"].exclusive, 2);
     }
 
     #[test]

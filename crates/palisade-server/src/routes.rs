@@ -80,9 +80,9 @@ async fn handle(
     // cost an allocation and a formatted path on every request.
     let span = tracing::debug_span!("request", op = op.as_str(), path = %uri.path());
     let response = match work.instrument(span).await {
-        Ok(response) => {
+        Ok(mut response) => {
             state.metrics.accepted(op);
-            record_accepted(state, op, uri, headers, &response);
+            record_accepted(state, op, &mut response);
             response
         }
         Err(error) => {
@@ -109,29 +109,30 @@ fn presented_generation(headers: &HeaderMap) -> Option<u64> {
     Some(text.parse::<Sequencer>().ok()?.generation().get())
 }
 
-fn record_accepted(
-    state: &AppState,
-    op: OpKind,
-    uri: &Uri,
-    headers: &HeaderMap,
-    response: &Response,
-) {
-    if !is_write(op) {
+/// An accepted write as the decision log records it. `apply_write` puts
+/// it in the answer's extensions and `handle` takes it out: the lock, the
+/// generation and the marks are at hand there, so nothing is parsed back
+/// from the path, the sequencer header or the mark headers (that cost
+/// twice hyper's parsing of the request; docs/benchmarks.md).
+#[derive(Debug, Clone)]
+struct AcceptedWrite {
+    lock: LockName,
+    generation: u64,
+    marks: Marks,
+}
+
+/// Records an accepted write (an answer that carries an [`AcceptedWrite`]).
+fn record_accepted(state: &AppState, op: OpKind, response: &mut Response) {
+    let Some(accepted) = response.extensions_mut().remove::<AcceptedWrite>() else {
         return;
-    }
-    let Ok(lock) = path_lock(uri) else { return };
-    let mark =
-        |name: &str| -> Option<u64> { response.headers().get(name)?.to_str().ok()?.parse().ok() };
-    let marks = mark(MARK_EXCLUSIVE_HEADER)
-        .zip(mark(MARK_SHARED_HEADER))
-        .map(|(exclusive, shared)| MarksView { exclusive, shared });
+    };
     state.decisions.record(Outcome {
-        lock: lock.as_str().to_owned(),
+        lock: accepted.lock.into(),
         op: op.as_str(),
         reason: None,
         status: response.status().as_u16(),
-        generation: presented_generation(headers),
-        marks,
+        generation: Some(accepted.generation),
+        marks: Some(accepted.marks.into()),
     });
 }
 
@@ -413,9 +414,14 @@ fn marks_headers(response: &mut Response, marks: Marks, replayed: bool) {
     }
 }
 
-fn write_response(lock: &LockName, applied: &Applied) -> Response {
+fn write_response(lock: &LockName, sequencer: &Sequencer, applied: &Applied) -> Response {
     let mut response = axum::Json(WriteResponse::new(lock, applied)).into_response();
     marks_headers(&mut response, applied.marks, applied.replayed);
+    response.extensions_mut().insert(AcceptedWrite {
+        lock: lock.clone(),
+        generation: sequencer.generation().get(),
+        marks: applied.marks,
+    });
     response
 }
 
@@ -433,7 +439,7 @@ async fn apply_write(
         Ok(applied) => applied,
         Err(refused) => return Err(refusal(state, sequencer, refused).await),
     };
-    Ok(write_response(lock, &applied))
+    Ok(write_response(lock, sequencer, &applied))
 }
 
 /// A store refusal as an answer. A stale refusal is marked as a

@@ -20,7 +20,18 @@
 //!
 //! `PALISADE_BENCH_SECS` sets the seconds per cell (default 5);
 //! `PALISADE_BENCH_ROUNDS` how many times the cells are run, interleaved
-//! (default 2; the report gives the best of each).
+//! (default 2; the report gives the best of each); `PALISADE_BENCH_CELLS`
+//! a comma-separated subset of `raw-tx,raw-stmt,engine,http` (default all),
+//! e.g. to profile one cell alone. The server shares the load generator's
+//! runtime (two workers on this machine), so every cell runs on the same
+//! threads; `PALISADE_BENCH_SERVER_RUNTIME=own` gives the server a runtime
+//! and a pool of its own instead, as `palisade serve` has in its own
+//! process.
+//!
+//! Each cell also prints where the CPU went, per write: this process (the
+//! load generator, plus the server in the HTTP cell) and PostgreSQL (the
+//! postmaster and its backends), both from `/proc/<pid>/schedstat`, and
+//! how often this process's threads were switched in.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,11 +70,92 @@ fn exclusive(lock: &str) -> Sequencer {
     )
 }
 
-/// Writes per second and the median latency of a cell.
+/// Writes per second and the median latency of a cell, and its CPU cost
+/// per write.
 #[derive(Debug, Clone, Copy, Default)]
 struct Figures {
+    writes: usize,
     per_second: f64,
     p50_us: u32,
+    /// CPU µs per write of this process (load generator, and the server
+    /// in the HTTP cell).
+    process_us: f64,
+    /// CPU µs per write of PostgreSQL (postmaster and backends).
+    postgres_us: f64,
+    /// Times this process's threads were switched in, per write.
+    switches: f64,
+}
+
+/// CPU nanoseconds and switches-in so far, from `/proc/<pid>/schedstat`
+/// (time on CPU, time waiting for it, times run).
+#[derive(Debug, Clone, Copy, Default)]
+struct Usage {
+    process_ns: u64,
+    process_switches: u64,
+    postgres_ns: u64,
+}
+
+fn schedstat(path: &std::path::Path) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut fields = text.split_whitespace();
+    let on_cpu = fields.next()?.parse().ok()?;
+    let runs = fields.nth(1)?.parse().ok()?;
+    Some((on_cpu, runs))
+}
+
+/// The parent pid in `/proc/<pid>/stat` (the field after the state, after
+/// the command name in parentheses).
+fn parent_pid(pid: &str) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(1)?.parse().ok()
+}
+
+impl Usage {
+    /// This process's threads, and the postmaster `postgres` with its
+    /// children (each backend is one single-threaded process).
+    fn now(postgres: u32) -> Usage {
+        let mut usage = Usage::default();
+        for task in std::fs::read_dir("/proc/self/task").into_iter().flatten() {
+            let path = task.expect("a /proc entry").path().join("schedstat");
+            if let Some((on_cpu, runs)) = schedstat(&path) {
+                usage.process_ns += on_cpu;
+                usage.process_switches += runs;
+            }
+        }
+        for entry in std::fs::read_dir("/proc").into_iter().flatten() {
+            let name = entry.expect("a /proc entry").file_name();
+            let Some(pid) = name
+                .to_str()
+                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            else {
+                continue;
+            };
+            let ours = pid.parse() == Ok(postgres) || parent_pid(pid) == Some(postgres);
+            if let Some((on_cpu, _)) = ours
+                .then(|| schedstat(&std::path::Path::new("/proc").join(pid).join("schedstat")))
+                .flatten()
+            {
+                usage.postgres_ns += on_cpu;
+            }
+        }
+        usage
+    }
+}
+
+/// Runs one cell between two readings of [`Usage`].
+async fn metered(postgres: u32, cell: impl Future<Output = Figures>) -> Figures {
+    let before = Usage::now(postgres);
+    let figures = cell.await;
+    let after = Usage::now(postgres);
+    let writes = figures.writes.max(1) as f64;
+    let per_write = |delta: u64, scale: f64| delta as f64 / scale / writes;
+    Figures {
+        process_us: per_write(after.process_ns - before.process_ns, 1e3),
+        postgres_us: per_write(after.postgres_ns.saturating_sub(before.postgres_ns), 1e3),
+        switches: per_write(after.process_switches - before.process_switches, 1.0),
+        ..figures
+    }
 }
 
 /// Runs `write(client, i)` in a loop on `CLIENTS` tasks for `duration`.
@@ -99,8 +191,10 @@ where
     }
     latencies.sort_unstable();
     Figures {
+        writes: latencies.len(),
         per_second: latencies.len() as f64 / duration.as_secs_f64(),
         p50_us: latencies.get(latencies.len() / 2).copied().unwrap_or(0),
+        ..Figures::default()
     }
 }
 
@@ -251,6 +345,58 @@ async fn http_puts(addr: SocketAddr, duration: Duration) -> Figures {
     .await
 }
 
+/// The cells, by the name `PALISADE_BENCH_CELLS` knows them by.
+const CELLS: [(&str, &str); 4] = [
+    ("raw-tx", "raw transaction (BEGIN; upsert; COMMIT)"),
+    ("raw-stmt", "raw statement (auto-committed upsert)"),
+    ("engine", "engine in-process (Engine::write)"),
+    ("http", "engine through HTTP (PUT)"),
+];
+
+fn name(cell: &str) -> &'static str {
+    CELLS
+        .iter()
+        .find(|(known, _)| *known == cell)
+        .map_or("?", |(_, name)| name)
+}
+
+/// The server on a runtime of its own (on a thread of its own) with its
+/// own engine: the layout of a separate `palisade serve` process.
+fn serve_on_own_runtime(
+    url: String,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready, addr) = std::sync::mpsc::channel();
+    let serving = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("server")
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let engine = PostgresEngine::open(
+                PostgresConfig::new(&url).with_max_connections(CLIENTS as u32),
+            )
+            .await
+            .unwrap();
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            ready.send(listener.local_addr().unwrap()).unwrap();
+            let store = Store::with_engine(Arc::new(engine), StoreConfig::default());
+            run(listener, AppState::new(store), async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+    });
+    let serving = tokio::task::spawn_blocking(move || serving.join().unwrap());
+    (addr.recv().unwrap(), stop, serving)
+}
+
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -271,56 +417,84 @@ async fn main() {
             .unwrap(),
     );
     let pool = raw_pool(&url).await;
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let store = Store::with_engine(
-        Arc::clone(&engine) as Arc<dyn Engine>,
-        StoreConfig::default(),
-    );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(async move {
-        run(listener, AppState::new(store), async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
+    let own_runtime = std::env::var("PALISADE_BENCH_SERVER_RUNTIME").as_deref() == Ok("own");
+    let (addr, stop, serving) = if own_runtime {
+        serve_on_own_runtime(url.clone())
+    } else {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let store = Store::with_engine(
+            Arc::clone(&engine) as Arc<dyn Engine>,
+            StoreConfig::default(),
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(async move {
+            run(listener, AppState::new(store), async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        (addr, stop, serving)
+    };
 
+    let postgres = server.pid().expect("the testkit's PostgreSQL runs");
+    let cells: Vec<&str> = std::env::var("PALISADE_BENCH_CELLS")
+        .unwrap_or_else(|_| CELLS.map(|(cell, _)| cell).join(","))
+        .split(',')
+        .map(str::trim)
+        .filter(|cell| !cell.is_empty())
+        .map(|cell| {
+            CELLS
+                .iter()
+                .find(|(known, _)| *known == cell)
+                .unwrap_or_else(|| panic!("unknown cell `{cell}`; known: {CELLS:?}"))
+                .0
+        })
+        .collect();
     println!(
         "postgres_writes: {CLIENTS} clients, lock per client, {VALUE_BYTES}-byte values, {rounds} rounds of {secs} s per cell"
     );
-    let mut best = [Figures::default(); 4];
-    let names = [
-        "raw transaction (BEGIN; upsert; COMMIT)",
-        "raw statement (auto-committed upsert)",
-        "engine in-process (Engine::write)",
-        "engine through HTTP (PUT)",
-    ];
+    let mut best = vec![Figures::default(); cells.len()];
     for round in 1..=rounds {
-        let figures = [
-            raw_transactions(&pool, duration).await,
-            raw_statements(&pool, duration).await,
-            engine_writes(&engine, duration).await,
-            http_puts(addr, duration).await,
-        ];
-        for (index, figure) in figures.iter().enumerate() {
+        for (index, cell) in cells.iter().enumerate() {
+            let figures = metered(postgres, async {
+                match *cell {
+                    "raw-tx" => raw_transactions(&pool, duration).await,
+                    "raw-stmt" => raw_statements(&pool, duration).await,
+                    "engine" => engine_writes(&engine, duration).await,
+                    _ => http_puts(addr, duration).await,
+                }
+            })
+            .await;
             println!(
-                "round {round}  {:<42} {:>8.0} writes/s  p50 {:>6} µs",
-                names[index], figure.per_second, figure.p50_us
+                "round {round}  {:<42} {:>8.0} writes/s  p50 {:>6} µs  CPU/write: process {:>4.0} µs, PostgreSQL {:>4.0} µs; switches/write {:.1}",
+                name(cell),
+                figures.per_second,
+                figures.p50_us,
+                figures.process_us,
+                figures.postgres_us,
+                figures.switches,
             );
-            if figure.per_second > best[index].per_second {
-                best[index] = *figure;
+            if figures.per_second > best[index].per_second {
+                best[index] = figures;
             }
         }
     }
     println!();
-    for (index, figure) in best.iter().enumerate() {
+    let baseline = cells
+        .iter()
+        .position(|cell| *cell == "raw-tx")
+        .map(|index| best[index].per_second);
+    for (cell, figure) in cells.iter().zip(&best) {
+        let ratio = baseline.map_or_else(String::new, |baseline| {
+            format!("  = {:.2} × raw transaction", figure.per_second / baseline)
+        });
         println!(
-            "best  {:<42} {:>8.0} writes/s  p50 {:>6} µs  = {:.2} × raw transaction",
-            names[index],
+            "best  {:<42} {:>8.0} writes/s  p50 {:>6} µs{ratio}",
+            name(cell),
             figure.per_second,
             figure.p50_us,
-            figure.per_second / best[0].per_second
         );
     }
     let _ = stop.send(());
