@@ -7,7 +7,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use palisade_core::{Generation, LockName, LockNameError, Mode, SequencerError, SignatureError};
+use palisade_core::{Generation, LockName, LockNameError, SequencerError, SignatureError};
 use palisade_store::{Marks, Refused, StoreError};
 use serde_json::{Map, Value, json};
 
@@ -48,7 +48,7 @@ pub enum MarkStoreError {
 /// | 403 | `wrong_issuer` | [`GuardError::Signature`] |
 /// | 403 | `shared_on_write` | [`GuardError::Refused`] ([`Refused::SharedOnWrite`]) |
 /// | 409 | `stale` | [`GuardError::Refused`] ([`Refused::Stale`]) |
-/// | 409 | `raise_too_large` | [`GuardError::RaiseTooLarge`] |
+/// | 409 | `raise_too_large` | [`GuardError::Refused`] ([`Refused::RaiseTooLarge`]) |
 /// | 412 | `cas_mismatch` | [`GuardError::Refused`] ([`Refused::CasMismatch`], a handler's own write) |
 /// | 422 | `lock_mismatch` | [`GuardError::Refused`] ([`Refused::LockMismatch`]) |
 /// | 422 | `idempotency_key_reused` | [`GuardError::Refused`] ([`Refused::IdempotencyKeyReused`], a handler's own write) |
@@ -111,36 +111,15 @@ pub enum GuardError {
     /// The sequencer was judged and refused: for another lock than the
     /// route's (`lock_mismatch`), shared on a write (`shared_on_write`),
     /// below the marks (`stale`, with the marks so the lock side can raise
-    /// its generation floor above them), or, for a handler's own write
+    /// its generation floor above them), too far above the marks
+    /// (`raise_too_large`: a buggy issuer, or a forgery with a valid key;
+    /// same status as `stale`, and a lock side must not answer it by
+    /// raising its generation floor), or, for a handler's own write
     /// through the fenced store in transaction mode, a failed
-    /// compare-and-swap or a reused idempotency key. The fenced store's own
-    /// refusal type, so the guard, the store and the server answer alike.
+    /// compare-and-swap or a reused idempotency key. Core's one refusal
+    /// type, so the guard, the store and the server answer alike.
     #[error(transparent)]
     Refused(#[from] Refused),
-    /// The generation is more than the configured cap above the lock's
-    /// highest mark (a buggy issuer, or a forgery with a valid key). Same
-    /// status as `stale`, as in the Palisade server; clients tell them apart
-    /// by the code, and a lock side must not answer this one by raising its
-    /// generation floor.
-    #[error(
-        "lock `{lock}`: {mode} generation {presented} is above {allowed_up_to}, the most the raise cap allows (marks {marks})"
-    )]
-    RaiseTooLarge {
-        /// The lock.
-        lock: LockName,
-        /// The sequencer's mode.
-        mode: Mode,
-        /// The generation offered.
-        presented: Generation,
-        /// The lock's marks at the time of the check.
-        marks: Marks,
-        /// The configured count for counter marks.
-        max_raise: u64,
-        /// The highest generation the cap allowed: the highest mark plus
-        /// `max_raise` for a counter mark, the clock plus the clock lead
-        /// (in microseconds) for a clock mark or a lock without one.
-        allowed_up_to: u64,
-    },
     /// The mark store failed; nothing was decided (safety first: refused).
     #[error("the mark store failed: {0}")]
     MarkStore(#[from] MarkStoreError),
@@ -169,19 +148,11 @@ impl GuardError {
             GuardError::Signature { source, .. } if source.is_unauthenticated() => {
                 StatusCode::UNAUTHORIZED
             }
-            GuardError::Signature { .. } | GuardError::Refused(Refused::SharedOnWrite { .. }) => {
-                StatusCode::FORBIDDEN
-            }
-            GuardError::RaiseTooLarge { .. } => StatusCode::CONFLICT,
+            GuardError::Signature { .. } => StatusCode::FORBIDDEN,
             GuardError::MarkStore(MarkStoreError::Store(_)) => StatusCode::SERVICE_UNAVAILABLE,
             GuardError::Storage(error) => storage_status(error),
-            GuardError::Refused(refused) => match refused {
-                Refused::CasMismatch { .. } => StatusCode::PRECONDITION_FAILED,
-                Refused::IdempotencyKeyReused { .. } | Refused::LockMismatch { .. } => {
-                    StatusCode::UNPROCESSABLE_ENTITY
-                }
-                _ => StatusCode::CONFLICT,
-            },
+            GuardError::Refused(refused) => StatusCode::from_u16(refused.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             GuardError::MarkStore(_) | GuardError::NotConfigured => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -200,7 +171,6 @@ impl GuardError {
             | GuardError::BadLockName(_)
             | GuardError::LockNotResolved { .. } => "bad_lock_name",
             GuardError::Signature { source, .. } => source.code(),
-            GuardError::RaiseTooLarge { .. } => "raise_too_large",
             GuardError::MarkStore(MarkStoreError::Store(_)) => "storage_unavailable",
             GuardError::Storage(error) => match error {
                 StoreError::TooLarge { .. } => "too_large",
@@ -253,6 +223,7 @@ impl GuardError {
                 mode,
                 presented,
                 marks,
+                ..
             }) => {
                 put("lock", lock.as_str().into());
                 put("mode", mode.as_str().into());
@@ -260,18 +231,27 @@ impl GuardError {
                 put("required", marks.required(*mode).into());
                 put("marks", marks_json(*marks));
             }
-            GuardError::RaiseTooLarge {
+            GuardError::Refused(Refused::RaiseTooLarge {
                 lock,
                 mode,
                 presented,
                 marks,
                 max_raise,
+                clock_lead,
+                by_clock,
                 allowed_up_to,
-            } => {
+            }) => {
                 put("lock", lock.as_str().into());
                 put("mode", mode.as_str().into());
                 put("presented", presented.get().into());
                 put("max_raise", (*max_raise).into());
+                put(
+                    "max_raise_time_ms",
+                    u64::try_from(clock_lead.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .into(),
+                );
+                put("by_clock", (*by_clock).into());
                 put("allowed_up_to", (*allowed_up_to).into());
                 put("marks", marks_json(*marks));
             }

@@ -11,6 +11,8 @@ use palisade_core::{KeyError, LockName, Sequencer};
 use palisade_store::{Marks, Refused, StoreError};
 use serde_json::{Map, Value, json};
 
+use crate::dto::json_bytes;
+
 /// An error answer: status, stable `code`, message, and extra fields.
 ///
 /// Built from store refusals ([`Refused`]), store failures ([`StoreError`])
@@ -140,27 +142,6 @@ impl ApiError {
         .with("sequencer_lock", sequencer.lock().as_str())
     }
 
-    /// A `stale` refusal known to be a generation regression: the lock
-    /// service still grants the presented sequencer although a higher
-    /// generation was honoured. Keeps the status and `code` (clients that
-    /// only know `stale` still work) and adds `"regression": true`, the
-    /// recovery command, and a message that says so.
-    pub(crate) fn into_regression(mut self) -> Self {
-        let field = |name: &str| self.extra.get(name).cloned().unwrap_or_default();
-        let (lock, presented, required, recovery) = (
-            field("lock"),
-            field("presented"),
-            field("required"),
-            field("recovery"),
-        );
-        self.message = format!(
-            "generation regression on lock `{}`: the lock service still grants generation {presented}, yet generation {required} has already been honoured here, so its generations went backwards (lost counter, wiped or restored data); recover with `{}`",
-            lock.as_str().unwrap_or_default(),
-            recovery.as_str().unwrap_or_default()
-        );
-        self.with("regression", true)
-    }
-
     pub(crate) fn not_found(lock: &LockName, marks: Marks) -> Self {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such key")
             .with("lock", lock.as_str())
@@ -173,52 +154,83 @@ pub(crate) fn marks_json(marks: Marks) -> Value {
 }
 
 impl From<Refused> for ApiError {
+    /// The one mapping of a refusal to the wire: status and `code` from
+    /// [`Refused::http_status`] and [`Refused::reason`], the fields of
+    /// docs/http-api.md.
     fn from(refused: Refused) -> Self {
-        let message = refused.to_string();
+        let status = StatusCode::from_u16(refused.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let error = ApiError::new(status, refused.reason(), refused.to_string());
         match refused {
             Refused::Stale {
                 lock,
                 mode,
                 presented,
                 marks,
-            } => ApiError::new(
-                StatusCode::CONFLICT,
-                "stale",
-                format!(
-                    "{message}: either a newer holder has been honoured, or the lock service's generations are behind this mark (a regression: lost counter, wiped or restored data); if no newer holder exists, recover with `{}`",
-                    lock.raise_floor_command()
-                ),
-            )
-            .with("regression", false)
-            .with("recovery", lock.raise_floor_command())
-            .with("lock", lock.as_str())
-                .with("mode", mode.as_str())
-                .with("presented", presented.get())
-                .with("required", marks.required(mode))
-                .with("marks", marks_json(marks)),
-            Refused::SharedOnWrite { lock, presented } => {
-                ApiError::new(StatusCode::FORBIDDEN, "shared_on_write", message)
+                regression,
+            } => {
+                let recovery = lock.raise_floor_command();
+                let error = if regression {
+                    error
+                } else {
+                    let message = format!(
+                        "{}: either a newer holder has been honoured, or the lock service's generations are behind this mark (a regression: lost counter, wiped or restored data); if no newer holder exists, recover with `{recovery}`",
+                        error.message
+                    );
+                    ApiError { message, ..error }
+                };
+                error
+                    .with("regression", regression)
+                    .with("recovery", recovery)
+                    .with("lock", lock.as_str())
+                    .with("mode", mode.as_str())
+                    .with("presented", presented.get())
+                    .with("required", marks.required(mode))
+                    .with("marks", marks_json(marks))
+            }
+            Refused::NotHeld { lock, presented } | Refused::SharedOnWrite { lock, presented } => {
+                error
                     .with("lock", lock.as_str())
                     .with("presented", presented.get())
             }
-            Refused::CasMismatch { op_index, current } => {
-                ApiError::new(StatusCode::PRECONDITION_FAILED, "cas_mismatch", message)
-                    .with("op_index", op_index)
-                    .with("current_exists", current.is_some())
+            Refused::CasMismatch { op_index, current } => error
+                .with("op_index", op_index)
+                .with("current_exists", current.is_some())
+                .with(
+                    "current",
+                    current.as_deref().map_or(Value::Null, json_bytes),
+                ),
+            Refused::IdempotencyKeyReused { request_id } => {
+                error.with("idempotency_key", request_id.as_str())
             }
-            Refused::IdempotencyKeyReused { request_id } => ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency_key_reused",
-                message,
-            )
-            .with("idempotency_key", request_id.as_str()),
             Refused::LockMismatch {
                 requested,
                 presented,
-            } => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "lock_mismatch", message)
+            } => error
                 .with("path_lock", requested.as_str())
                 .with("sequencer_lock", presented.as_str()),
-            other => ApiError::new(StatusCode::CONFLICT, "refused", other.to_string()),
+            Refused::RaiseTooLarge {
+                lock,
+                mode,
+                presented,
+                marks,
+                max_raise,
+                clock_lead,
+                by_clock,
+                allowed_up_to,
+            } => error
+                .with("lock", lock.as_str())
+                .with("mode", mode.as_str())
+                .with("presented", presented.get())
+                .with("max_raise", max_raise)
+                .with(
+                    "max_raise_time_ms",
+                    u64::try_from(clock_lead.as_millis()).unwrap_or(u64::MAX),
+                )
+                .with("by_clock", by_clock)
+                .with("allowed_up_to", allowed_up_to)
+                .with("marks", marks_json(marks)),
+            _ => error,
         }
     }
 }

@@ -368,13 +368,11 @@ async fn live_check(state: &AppState, sequencer: &Sequencer) -> Result<(), ApiEr
                 reason = "not_held",
                 "refused: the lock service says this sequencer's holder no longer holds the lock"
             );
-            Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "not_held",
-                format!("the lock service says generation {generation} of lock `{lock}` is no longer held"),
-            )
-            .with("lock", lock.as_str())
-            .with("presented", generation))
+            Err(Refused::NotHeld {
+                lock: lock.clone(),
+                presented: sequencer.generation(),
+            }
+            .into())
         }
         Ok(Err(error)) => {
             tracing::warn!(lock = %lock, generation, %error, "live check failed; refusing");
@@ -443,14 +441,12 @@ async fn apply_write(
 /// the lock service's generations went backwards (lost counter, wiped or
 /// restored data). The check before the store is not enough: the lease may
 /// have lapsed and a newer holder written in between.
-async fn refusal(state: &AppState, sequencer: &Sequencer, refused: Refused) -> ApiError {
-    let stale = matches!(refused, Refused::Stale { .. });
-    let error = ApiError::from(refused);
-    if !stale {
-        return error;
-    }
+async fn refusal(state: &AppState, sequencer: &Sequencer, mut refused: Refused) -> ApiError {
+    let Refused::Stale { regression, .. } = &mut refused else {
+        return refused.into();
+    };
     let Some(live_check) = &state.live_check else {
-        return error;
+        return refused.into();
     };
     match tokio::time::timeout(LIVE_CHECK_TIMEOUT, live_check.check_dyn(sequencer)).await {
         Ok(Ok(Liveness::Held)) => {
@@ -461,15 +457,14 @@ async fn refusal(state: &AppState, sequencer: &Sequencer, refused: Refused) -> A
                 reason = "regression",
                 "refused: the lock service still grants a generation below the mark; its generations went backwards"
             );
-            error.into_regression()
+            *regression = true;
         }
-        Ok(Ok(Liveness::NotHeld)) => error,
+        Ok(Ok(Liveness::NotHeld)) | Err(_) => {}
         Ok(Err(cause)) => {
             tracing::debug!(lock = %sequencer.lock(), %cause, "regression check failed; plain stale");
-            error
         }
-        Err(_elapsed) => error,
     }
+    refused.into()
 }
 
 /// `GET /v1/locks/{lock}/keys/{key}`: a key's value.
