@@ -7,7 +7,8 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use palisade_core::{Generation, LockName, LockNameError, SequencerError, SignatureError};
+use base64::Engine as _;
+use palisade_core::{Field, Generation, LockName, LockNameError, SequencerError, SignatureError};
 use palisade_store::{Marks, Refused, StoreError};
 use serde_json::{Map, Value, json};
 
@@ -207,65 +208,15 @@ impl GuardError {
                     put("issuer", issuer.as_str().into());
                 }
             }
-            GuardError::Refused(Refused::LockMismatch {
-                requested,
-                presented,
-            }) => {
-                put("path_lock", requested.as_str().into());
-                put("sequencer_lock", presented.as_str().into());
-            }
-            GuardError::Refused(Refused::SharedOnWrite { lock, presented }) => {
-                put("lock", lock.as_str().into());
-                put("presented", presented.get().into());
-            }
-            GuardError::Refused(Refused::Stale {
-                lock,
-                mode,
-                presented,
-                marks,
-                ..
-            }) => {
-                put("lock", lock.as_str().into());
-                put("mode", mode.as_str().into());
-                put("presented", presented.get().into());
-                put("required", marks.required(*mode).into());
-                put("marks", marks_json(*marks));
-            }
-            GuardError::Refused(Refused::RaiseTooLarge {
-                lock,
-                mode,
-                presented,
-                marks,
-                max_raise,
-                clock_lead,
-                by_clock,
-                allowed_up_to,
-            }) => {
-                put("lock", lock.as_str().into());
-                put("mode", mode.as_str().into());
-                put("presented", presented.get().into());
-                put("max_raise", (*max_raise).into());
-                put(
-                    "max_raise_time_ms",
-                    u64::try_from(clock_lead.as_millis())
-                        .unwrap_or(u64::MAX)
-                        .into(),
-                );
-                put("by_clock", (*by_clock).into());
-                put("allowed_up_to", (*allowed_up_to).into());
-                put("marks", marks_json(*marks));
+            GuardError::Refused(refused) => {
+                for (name, field) in refused.fields() {
+                    put(name, field_json(field));
+                }
             }
             GuardError::Storage(StoreError::TooLarge { kind, actual, max }) => {
                 put("limit", kind.as_str().into());
                 put("max", (*max).into());
                 put("actual", (*actual).into());
-            }
-            GuardError::Refused(Refused::CasMismatch { op_index, current }) => {
-                put("op_index", (*op_index).into());
-                put("current_exists", current.is_some().into());
-            }
-            GuardError::Refused(Refused::IdempotencyKeyReused { request_id }) => {
-                put("idempotency_key", request_id.as_str().into());
             }
             _ => {}
         }
@@ -285,6 +236,23 @@ fn storage_status(error: &StoreError) -> StatusCode {
 /// The marks as the server writes them: `{"exclusive": .., "shared": ..}`.
 pub(crate) fn marks_json(marks: Marks) -> Value {
     json!({"exclusive": marks.exclusive, "shared": marks.shared})
+}
+
+/// A refusal's field as the server writes it; bytes as a string when
+/// UTF-8, `{"base64": ..}` otherwise.
+fn field_json(field: Field<'_>) -> Value {
+    match field {
+        Field::Text(text) => Value::String(text.into_owned()),
+        Field::Number(number) => number.into(),
+        Field::Flag(flag) => flag.into(),
+        Field::Marks(marks) => marks_json(marks),
+        Field::Bytes(None) => Value::Null,
+        Field::Bytes(Some(bytes)) => match std::str::from_utf8(bytes) {
+            Ok(text) => Value::String(text.to_owned()),
+            Err(_) => json!({"base64": base64::engine::general_purpose::STANDARD.encode(bytes)}),
+        },
+        _ => Value::Null,
+    }
 }
 
 impl IntoResponse for GuardError {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use palisade_core::{KeyError, LockName, Sequencer};
+use palisade_core::{Field, KeyError, LockName, Sequencer};
 use palisade_store::{Marks, Refused, StoreError};
 use serde_json::{Map, Value, json};
 
@@ -154,84 +154,39 @@ pub(crate) fn marks_json(marks: Marks) -> Value {
 }
 
 impl From<Refused> for ApiError {
-    /// The one mapping of a refusal to the wire: status and `code` from
-    /// [`Refused::http_status`] and [`Refused::reason`], the fields of
-    /// docs/http-api.md.
+    /// The one mapping of a refusal to the wire: status, `code` and fields
+    /// from [`Refused::http_status`], [`Refused::reason`] and
+    /// [`Refused::fields`] (docs/http-api.md).
     fn from(refused: Refused) -> Self {
         let status = StatusCode::from_u16(refused.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let error = ApiError::new(status, refused.reason(), refused.to_string());
-        match refused {
+        let message = match &refused {
             Refused::Stale {
                 lock,
-                mode,
-                presented,
-                marks,
-                regression,
-            } => {
-                let recovery = lock.raise_floor_command();
-                let error = if regression {
-                    error
-                } else {
-                    let message = format!(
-                        "{}: either a newer holder has been honoured, or the lock service's generations are behind this mark (a regression: lost counter, wiped or restored data); if no newer holder exists, recover with `{recovery}`",
-                        error.message
-                    );
-                    ApiError { message, ..error }
-                };
-                error
-                    .with("regression", regression)
-                    .with("recovery", recovery)
-                    .with("lock", lock.as_str())
-                    .with("mode", mode.as_str())
-                    .with("presented", presented.get())
-                    .with("required", marks.required(mode))
-                    .with("marks", marks_json(marks))
-            }
-            Refused::NotHeld { lock, presented } | Refused::SharedOnWrite { lock, presented } => {
-                error
-                    .with("lock", lock.as_str())
-                    .with("presented", presented.get())
-            }
-            Refused::CasMismatch { op_index, current } => error
-                .with("op_index", op_index)
-                .with("current_exists", current.is_some())
-                .with(
-                    "current",
-                    current.as_deref().map_or(Value::Null, json_bytes),
-                ),
-            Refused::IdempotencyKeyReused { request_id } => {
-                error.with("idempotency_key", request_id.as_str())
-            }
-            Refused::LockMismatch {
-                requested,
-                presented,
-            } => error
-                .with("path_lock", requested.as_str())
-                .with("sequencer_lock", presented.as_str()),
-            Refused::RaiseTooLarge {
-                lock,
-                mode,
-                presented,
-                marks,
-                max_raise,
-                clock_lead,
-                by_clock,
-                allowed_up_to,
-            } => error
-                .with("lock", lock.as_str())
-                .with("mode", mode.as_str())
-                .with("presented", presented.get())
-                .with("max_raise", max_raise)
-                .with(
-                    "max_raise_time_ms",
-                    u64::try_from(clock_lead.as_millis()).unwrap_or(u64::MAX),
-                )
-                .with("by_clock", by_clock)
-                .with("allowed_up_to", allowed_up_to)
-                .with("marks", marks_json(marks)),
-            _ => error,
-        }
+                regression: false,
+                ..
+            } => format!(
+                "{refused}: either a newer holder has been honoured, or the lock service's generations are behind this mark (a regression: lost counter, wiped or restored data); if no newer holder exists, recover with `{}`",
+                lock.raise_floor_command()
+            ),
+            _ => refused.to_string(),
+        };
+        refused.fields().into_iter().fold(
+            ApiError::new(status, refused.reason(), message),
+            |error, (name, field)| error.with(name, field_json(field)),
+        )
+    }
+}
+
+/// A refusal's field as JSON.
+fn field_json(field: Field<'_>) -> Value {
+    match field {
+        Field::Text(text) => Value::String(text.into_owned()),
+        Field::Number(number) => number.into(),
+        Field::Flag(flag) => flag.into(),
+        Field::Marks(marks) => marks_json(marks),
+        Field::Bytes(bytes) => bytes.map_or(Value::Null, json_bytes),
+        _ => Value::Null,
     }
 }
 
