@@ -28,7 +28,7 @@ pub enum Refused {
     /// require. Either a newer holder has been honoured, or the lock
     /// service's generations went backwards. Carries the current marks so
     /// the lock side can raise its generation floor above them.
-    #[error("{}", StaleText(self))]
+    #[error("{}", stale_text(lock, *mode, *presented, *marks, *regression))]
     Stale {
         /// The lock.
         lock: LockName,
@@ -100,7 +100,10 @@ pub enum Refused {
     /// it.
     ///
     /// [`RaiseCap`]: crate::RaiseCap
-    #[error("{}", RaiseText(self))]
+    #[error(
+        "{}",
+        raise_text(lock, *presented, *marks, *max_raise, *clock_lead, *by_clock, *allowed_up_to)
+    )]
     RaiseTooLarge {
         /// The lock.
         lock: LockName,
@@ -254,67 +257,46 @@ impl Refused {
 
 /// The text of [`Refused::Stale`]: a regression says so and names the way
 /// out; otherwise both generations and the marks.
-struct StaleText<'a>(&'a Refused);
-
-impl fmt::Display for StaleText<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Refused::Stale {
-            lock,
-            mode,
-            presented,
-            marks,
-            regression,
-        } = self.0
-        else {
-            return Ok(());
-        };
-        let required = marks.required(*mode);
-        if *regression {
-            write!(
-                f,
-                "generation regression on lock `{lock}`: the lock service still grants generation {presented}, yet generation {required} has already been honoured here, so its generations went backwards (lost counter, wiped or restored data); recover with `{}`",
-                lock.raise_floor_command()
-            )
-        } else {
-            write!(
-                f,
-                "stale sequencer for lock `{lock}`: {mode} generation {presented} is below the required {required} ({marks})"
-            )
-        }
+fn stale_text(
+    lock: &LockName,
+    mode: Mode,
+    presented: Generation,
+    marks: Marks,
+    regression: bool,
+) -> String {
+    let required = marks.required(mode);
+    if regression {
+        format!(
+            "generation regression on lock `{lock}`: the lock service still grants generation {presented}, yet generation {required} has already been honoured here, so its generations went backwards (lost counter, wiped or restored data); recover with `{}`",
+            lock.raise_floor_command()
+        )
+    } else {
+        format!(
+            "stale sequencer for lock `{lock}`: {mode} generation {presented} is below the required {required} ({marks})"
+        )
     }
 }
 
 /// The text of [`Refused::RaiseTooLarge`], by the rule that decided.
-struct RaiseText<'a>(&'a Refused);
-
-impl fmt::Display for RaiseText<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Refused::RaiseTooLarge {
-            lock,
-            presented,
-            marks,
-            max_raise,
-            clock_lead,
-            by_clock,
-            allowed_up_to,
-            ..
-        } = self.0
-        else {
-            return Ok(());
-        };
-        let highest = marks.exclusive.max(marks.shared);
-        if *by_clock {
-            write!(
-                f,
-                "generation {presented} of lock `{lock}` is more than {clock_lead:?} ahead of this server's clock in microseconds, the limit for a lock whose mark is a clock generation or absent (allowed up to {allowed_up_to}; marks at {highest})"
-            )
-        } else {
-            write!(
-                f,
-                "generation {presented} of lock `{lock}` would raise its mark by {} (from {highest}); this server allows at most {max_raise}",
-                presented.get().saturating_sub(highest)
-            )
-        }
+fn raise_text(
+    lock: &LockName,
+    presented: Generation,
+    marks: Marks,
+    max_raise: u64,
+    clock_lead: Duration,
+    by_clock: bool,
+    allowed_up_to: u64,
+) -> String {
+    let highest = marks.exclusive.max(marks.shared);
+    if by_clock {
+        format!(
+            "generation {presented} of lock `{lock}` is more than {clock_lead:?} ahead of this server's clock in microseconds, the limit for a lock whose mark is a clock generation or absent (allowed up to {allowed_up_to}; marks at {highest})"
+        )
+    } else {
+        format!(
+            "generation {presented} of lock `{lock}` would raise its mark by {} (from {highest}); this server allows at most {max_raise}",
+            presented.get().saturating_sub(highest)
+        )
     }
 }
 
