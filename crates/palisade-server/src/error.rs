@@ -12,6 +12,7 @@ use palisade_store::{Marks, Refused, StoreError};
 use serde_json::{Map, Value, json};
 
 use crate::dto::json_bytes;
+use crate::metrics::Metrics;
 
 /// An error answer: status, stable `code`, message, and extra fields.
 ///
@@ -86,6 +87,13 @@ impl ApiError {
             u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
         )
         .with_header(header::CONNECTION, HeaderValue::from_static("close"))
+    }
+
+    /// The answer, counted among the rejected requests by its code: how
+    /// every route outside the lock routes' common frame refuses.
+    pub(crate) fn counted(self, metrics: &Metrics) -> Response {
+        metrics.rejected(self.code);
+        self.into_response()
     }
 
     /// The HTTP status.

@@ -72,9 +72,8 @@ async fn handle(
 ) -> Response {
     let started = Instant::now();
     let Some(_in_flight) = state.admit_request() else {
-        state.metrics.rejected("overloaded");
         tracing::debug!(op = op.as_str(), "refused: overloaded");
-        return ApiError::overloaded(state.limits.max_in_flight).into_response();
+        return ApiError::overloaded(state.limits.max_in_flight).counted(&state.metrics);
     };
     // At debug level: at the default level (info) a span per request would
     // cost an allocation and a formatted path on every request.
@@ -86,10 +85,9 @@ async fn handle(
             response
         }
         Err(error) => {
-            state.metrics.rejected(error.code());
             tracing::debug!(op = op.as_str(), code = error.code(), status = %error.status(), "request refused");
             record_refused(state, op, uri, headers, &error);
-            error.into_response()
+            error.counted(&state.metrics)
         }
     };
     state.metrics.observe(op, started.elapsed());
@@ -706,11 +704,7 @@ async fn health(State(state): State<AppState>) -> Response {
             }))
             .into_response()
         }
-        Err(error) => {
-            let error = ApiError::from(error);
-            state.metrics.rejected(error.code());
-            error.into_response()
-        }
+        Err(error) => ApiError::from(error).counted(&state.metrics),
     }
 }
 
@@ -749,21 +743,19 @@ async fn openapi_json() -> Response {
 }
 
 async fn no_route(State(state): State<AppState>, uri: Uri) -> Response {
-    state.metrics.rejected("no_route");
     ApiError::new(
         StatusCode::NOT_FOUND,
         "no_route",
         format!("no route for {}", uri.path()),
     )
-    .into_response()
+    .counted(&state.metrics)
 }
 
 async fn method_not_allowed(State(state): State<AppState>) -> Response {
-    state.metrics.rejected("method_not_allowed");
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
         "this route does not support that method",
     )
-    .into_response()
+    .counted(&state.metrics)
 }
