@@ -473,13 +473,19 @@ fn refusal(refused: &Refused, lock: &LockName) -> anyhow::Error {
         Refused::Stale {
             mode,
             presented,
-            required,
             marks,
             regression,
             ..
         } => (
             exit::STALE,
-            stale_message(lock, *mode, *presented, *required, *marks, *regression),
+            stale_message(
+                lock,
+                *mode,
+                *presented,
+                marks.required(*mode),
+                *marks,
+                *regression,
+            ),
         ),
         Refused::NotHeld { presented, .. } => (
             exit::REFUSED,
@@ -493,20 +499,16 @@ fn refusal(refused: &Refused, lock: &LockName) -> anyhow::Error {
                 "refused (403 shared_on_write): writes under lock `{lock}` need an exclusive sequencer; nothing was changed"
             ),
         ),
-        Refused::CasMismatch { message, .. } => (
-            exit::REFUSED,
-            format!("refused (412 cas_mismatch): {message}; nothing was changed"),
-        ),
-        Refused::IdempotencyKeyReused { message } => (
-            exit::REFUSED,
-            format!("refused (422 idempotency_key_reused): {message}; nothing was changed"),
-        ),
         other => (
             exit::REFUSED,
-            format!("refused ({}): {other}", other.code()),
+            format!(
+                "refused ({} {}): {other}; nothing was changed",
+                other.http_status(),
+                other.reason()
+            ),
         ),
     };
-    tracing::debug!(lock = %lock, code = refused.code(), "request refused");
+    tracing::debug!(lock = %lock, code = refused.reason(), "request refused");
     Failure::new(code, message).into()
 }
 
@@ -616,13 +618,11 @@ mod tests {
             lock: LockName::new("a").unwrap(),
             mode: Mode::Exclusive,
             presented: palisade_core::Generation::new(33).unwrap(),
-            required: 34,
             marks: Marks {
                 exclusive: 34,
                 shared: 0,
             },
             regression: false,
-            message: String::new(),
         };
         let error = refusal(&refused, &LockName::new("a").unwrap());
         let (code, line) = exit::describe(&error);

@@ -115,7 +115,7 @@ fn refusal(refused: &Refused, sequencer: &Sequencer, url: &str) -> anyhow::Error
             exit::REFUSED,
             format!(
                 "fencing lock `{lock}` at {url} was refused ({}): {other}; the command did not run",
-                other.code()
+                other.reason()
             ),
         )
         .into(),
@@ -156,12 +156,10 @@ mod tests {
             lock: sequencer.lock().clone(),
             mode: sequencer.mode(),
             presented: sequencer.generation(),
-            required: 9,
             marks: palisade_client::Marks {
                 exclusive: 9,
                 shared: 0,
             },
-            message: String::new(),
             regression: false,
         };
         let error = refusal(&refused, &sequencer, "http://127.0.0.1:7411");

@@ -247,7 +247,7 @@ async fn fence_servers(
                     exit::REFUSED,
                     not_fenced(format!(
                         "{url} refused the fence ({}): {other}",
-                        other.code()
+                        other.reason()
                     )),
                 )
                 .into());

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use palisade_core::{Generation, LockGuard, LockName, Mode, Sequencer, SequencerSource};
+use palisade_core::{Generation, LockGuard, LockName, Mode, RequestId, Sequencer, SequencerSource};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -293,61 +293,107 @@ impl ErrorAnswer {
         }
     }
 
-    /// The refusal this answer stands for, if it is one.
+    fn lock(&self, field: &str) -> Result<LockName, ClientError> {
+        self.body[field]
+            .as_str()
+            .and_then(|lock| LockName::new(lock).ok())
+            .ok_or_else(|| {
+                self.unexpected(&format!("{} answer without a valid `{field}`", self.code))
+            })
+    }
+
+    fn mode(&self) -> Result<Mode, ClientError> {
+        self.body["mode"]
+            .as_str()
+            .and_then(|mode| mode.parse::<Mode>().ok())
+            .ok_or_else(|| self.unexpected(&format!("{} answer without a valid mode", self.code)))
+    }
+
+    fn presented(&self) -> Result<Generation, ClientError> {
+        self.u64_field("presented")
+            .and_then(Generation::new)
+            .ok_or_else(|| self.unexpected(&format!("{} answer without a generation", self.code)))
+    }
+
+    fn required_marks(&self) -> Result<Marks, ClientError> {
+        self.marks()
+            .ok_or_else(|| self.unexpected(&format!("{} answer without marks", self.code)))
+    }
+
+    /// The key's current value of a `cas_mismatch`: `current` (a JSON
+    /// string, `{"base64": ...}`, or `null` for absent). An answer without
+    /// it is honest only about an absent key (`current_exists: false`).
+    fn cas_current(&self) -> Result<Option<Bytes>, ClientError> {
+        let Some(current) = self.body.get("current") else {
+            return match self.body["current_exists"].as_bool() {
+                Some(false) => Ok(None),
+                _ => Err(self.unexpected("cas_mismatch answer without the current value")),
+            };
+        };
+        match current {
+            Value::Null => Ok(None),
+            Value::String(text) => Ok(Some(Bytes::from(text.clone().into_bytes()))),
+            value => value["base64"]
+                .as_str()
+                .and_then(|text| base64::engine::general_purpose::STANDARD.decode(text).ok())
+                .map(|bytes| Some(Bytes::from(bytes)))
+                .ok_or_else(|| self.unexpected("cas_mismatch answer with an invalid `current`")),
+        }
+    }
+
+    /// The refusal this answer stands for, if it is one: core's
+    /// [`Refused`], decoded from the fields docs/http-api.md lists for its
+    /// `code`. `lock_mismatch` is left to [`ErrorAnswer::failure`] (a
+    /// `BadRequest`): a client sends the path's lock's own sequencer, so
+    /// it is a caller's bug, not an outcome to act on.
     fn refusal(&self) -> Result<Option<Refused>, ClientError> {
-        let message = self.message.clone();
-        Ok(Some(match (self.status, self.code.as_str()) {
-            (StatusCode::CONFLICT, "stale") => {
-                let lock = self.body["lock"]
-                    .as_str()
-                    .and_then(|l| LockName::new(l).ok())
-                    .ok_or_else(|| self.unexpected("stale answer without a valid lock"))?;
-                let mode = self.body["mode"]
-                    .as_str()
-                    .and_then(|m| m.parse::<Mode>().ok())
-                    .ok_or_else(|| self.unexpected("stale answer without a valid mode"))?;
-                let presented = self
-                    .u64_field("presented")
-                    .and_then(Generation::new)
-                    .ok_or_else(|| self.unexpected("stale answer without a generation"))?;
-                let marks = self
-                    .marks()
-                    .ok_or_else(|| self.unexpected("stale answer without marks"))?;
-                Refused::Stale {
-                    lock,
-                    mode,
-                    presented,
-                    required: self
-                        .u64_field("required")
-                        .unwrap_or_else(|| marks.required(mode)),
-                    marks,
-                    regression: self.body["regression"].as_bool().unwrap_or(false),
-                    message,
-                }
-            }
-            (StatusCode::CONFLICT, "not_held") => Refused::NotHeld {
-                presented: self.u64_field("presented").unwrap_or_default(),
-                message,
+        let refused = match self.code.as_str() {
+            "stale" => Refused::Stale {
+                lock: self.lock("lock")?,
+                mode: self.mode()?,
+                presented: self.presented()?,
+                marks: self.required_marks()?,
+                regression: self.body["regression"].as_bool().unwrap_or(false),
             },
-            (StatusCode::FORBIDDEN, "shared_on_write") => Refused::SharedOnWrite { message },
-            (StatusCode::PRECONDITION_FAILED, "cas_mismatch") => Refused::CasMismatch {
-                op_index: self.u64_field("op_index").unwrap_or_default() as usize,
-                current_exists: self.body["current_exists"].as_bool().unwrap_or_default(),
-                message,
+            "not_held" => Refused::NotHeld {
+                lock: self.lock("lock")?,
+                presented: self.presented()?,
             },
-            (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused") => {
-                Refused::IdempotencyKeyReused { message }
-            }
-            (StatusCode::CONFLICT, "raise_too_large") => Refused::RaiseTooLarge {
-                presented: self.u64_field("presented").unwrap_or_default(),
+            "shared_on_write" => Refused::SharedOnWrite {
+                lock: self.lock("lock")?,
+                presented: self.presented()?,
+            },
+            "cas_mismatch" => Refused::CasMismatch {
+                op_index: self
+                    .u64_field("op_index")
+                    .and_then(|index| usize::try_from(index).ok())
+                    .ok_or_else(|| self.unexpected("cas_mismatch answer without an op index"))?,
+                current: self.cas_current()?,
+            },
+            "idempotency_key_reused" => Refused::IdempotencyKeyReused {
+                request_id: self.body["idempotency_key"]
+                    .as_str()
+                    .and_then(|key| RequestId::new(key).ok())
+                    .ok_or_else(|| {
+                        self.unexpected("idempotency_key_reused answer without a valid key")
+                    })?,
+            },
+            "raise_too_large" => Refused::RaiseTooLarge {
+                lock: self.lock("lock")?,
+                mode: self.mode()?,
+                presented: self.presented()?,
+                marks: self.required_marks()?,
                 max_raise: self.u64_field("max_raise").unwrap_or_default(),
-                marks: self
-                    .marks()
-                    .ok_or_else(|| self.unexpected("raise_too_large answer without marks"))?,
-                message,
+                clock_lead: Duration::from_millis(
+                    self.u64_field("max_raise_time_ms").unwrap_or_default(),
+                ),
+                by_clock: self.body["by_clock"].as_bool().unwrap_or(false),
+                allowed_up_to: self.u64_field("allowed_up_to").unwrap_or_default(),
             },
             _ => return Ok(None),
-        }))
+        };
+        // A code on an unexpected status is not this refusal.
+        Ok((refused.http_status() == self.status.as_u16()).then_some(refused))
     }
 
     /// The failure this answer stands for.
@@ -590,7 +636,7 @@ impl Client {
                     tracing::debug!(
                         lock = %sequencer.lock(),
                         generation = sequencer.generation().get(),
-                        code = refused.code(),
+                        code = refused.reason(),
                         "write refused"
                     );
                     Ok(Err(refused))

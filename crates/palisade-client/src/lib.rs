@@ -47,4 +47,7 @@ pub use error::ClientError;
 /// guard use.
 pub use palisade_core::OpResult;
 pub use palisade_core::marks::Marks;
-pub use types::{BatchOp, Health, Read, Refused, Written};
+/// Every refusal, core's one type: what the server's `409`, `403`, `412`
+/// and `422` refusals decode into, the same the store and the guard make.
+pub use palisade_core::{Refused, RequestId};
+pub use types::{BatchOp, Health, Read, Written};

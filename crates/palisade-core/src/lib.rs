@@ -24,6 +24,9 @@
 //!   lock-delay is in force, as every backend reports it.
 //! - [`Signer`] / [`Verifier`]: HMAC-SHA256 signed sequencers, so only the
 //!   lock side can mint a generation a resource server will honour.
+//! - [`Refused`]: every refusal the system makes, one type for the store,
+//!   the resource server, the guard and the client; [`RequestId`] for
+//!   idempotent retries.
 //! - [`LockError`], [`SequencerError`]: what can go wrong, typed.
 
 mod encoding;
@@ -39,6 +42,7 @@ mod name;
 pub mod op;
 mod op_result;
 mod raise_cap;
+mod refusal;
 mod retry;
 mod sequencer;
 mod signing;
@@ -55,6 +59,7 @@ pub use mode::{Mode, ModeParseError};
 pub use name::{LockName, LockNameError};
 pub use op_result::{OpResult, OpResultParseError};
 pub use raise_cap::RaiseCap;
+pub use refusal::{Field, Refused, RequestId, RequestIdError};
 pub use retry::retry_pauses;
 pub use sequencer::{Sequencer, SequencerError, Signature};
 pub use signing::{KeyError, KeyRing, SignatureError, Signer, SigningKey, Verifier};

@@ -4,11 +4,11 @@
 //! statements, as a service that trusts its lock would. With fencing every
 //! read and every write is a `palisade_sql` fenced transaction: the fence
 //! is its first statement, so a buyer whose lease ran out while it paused
-//! is refused (`FenceError::Stale`) and its transaction rolls back before
+//! is refused (`Refused::Stale`) and its transaction rolls back before
 //! it can write anything.
 
 use palisade::{LockName, Sequencer};
-use palisade_sql::FenceError;
+use palisade_sql::{FenceError, Refused};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::DemoError;
@@ -132,9 +132,9 @@ impl SqlStock {
     ) -> Result<Result<palisade_sql::Fenced<'static, sqlx::Postgres>, Stale>, DemoError> {
         match palisade_sql::begin_fenced(&self.pool, sequencer).await {
             Ok(tx) => Ok(Ok(tx)),
-            Err(FenceError::Stale {
+            Err(FenceError::Refused(Refused::Stale {
                 presented, marks, ..
-            }) => Ok(Err(Stale {
+            })) => Ok(Err(Stale {
                 presented: presented.get(),
                 mark: marks.exclusive,
             })),

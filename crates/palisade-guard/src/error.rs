@@ -7,7 +7,8 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use palisade_core::{Generation, LockName, LockNameError, Mode, SequencerError, SignatureError};
+use base64::Engine as _;
+use palisade_core::{Field, Generation, LockName, LockNameError, SequencerError, SignatureError};
 use palisade_store::{Marks, Refused, StoreError};
 use serde_json::{Map, Value, json};
 
@@ -48,7 +49,7 @@ pub enum MarkStoreError {
 /// | 403 | `wrong_issuer` | [`GuardError::Signature`] |
 /// | 403 | `shared_on_write` | [`GuardError::Refused`] ([`Refused::SharedOnWrite`]) |
 /// | 409 | `stale` | [`GuardError::Refused`] ([`Refused::Stale`]) |
-/// | 409 | `raise_too_large` | [`GuardError::RaiseTooLarge`] |
+/// | 409 | `raise_too_large` | [`GuardError::Refused`] ([`Refused::RaiseTooLarge`]) |
 /// | 412 | `cas_mismatch` | [`GuardError::Refused`] ([`Refused::CasMismatch`], a handler's own write) |
 /// | 422 | `lock_mismatch` | [`GuardError::Refused`] ([`Refused::LockMismatch`]) |
 /// | 422 | `idempotency_key_reused` | [`GuardError::Refused`] ([`Refused::IdempotencyKeyReused`], a handler's own write) |
@@ -111,36 +112,15 @@ pub enum GuardError {
     /// The sequencer was judged and refused: for another lock than the
     /// route's (`lock_mismatch`), shared on a write (`shared_on_write`),
     /// below the marks (`stale`, with the marks so the lock side can raise
-    /// its generation floor above them), or, for a handler's own write
+    /// its generation floor above them), too far above the marks
+    /// (`raise_too_large`: a buggy issuer, or a forgery with a valid key;
+    /// same status as `stale`, and a lock side must not answer it by
+    /// raising its generation floor), or, for a handler's own write
     /// through the fenced store in transaction mode, a failed
-    /// compare-and-swap or a reused idempotency key. The fenced store's own
-    /// refusal type, so the guard, the store and the server answer alike.
+    /// compare-and-swap or a reused idempotency key. Core's one refusal
+    /// type, so the guard, the store and the server answer alike.
     #[error(transparent)]
     Refused(#[from] Refused),
-    /// The generation is more than the configured cap above the lock's
-    /// highest mark (a buggy issuer, or a forgery with a valid key). Same
-    /// status as `stale`, as in the Palisade server; clients tell them apart
-    /// by the code, and a lock side must not answer this one by raising its
-    /// generation floor.
-    #[error(
-        "lock `{lock}`: {mode} generation {presented} is above {allowed_up_to}, the most the raise cap allows (marks {marks})"
-    )]
-    RaiseTooLarge {
-        /// The lock.
-        lock: LockName,
-        /// The sequencer's mode.
-        mode: Mode,
-        /// The generation offered.
-        presented: Generation,
-        /// The lock's marks at the time of the check.
-        marks: Marks,
-        /// The configured count for counter marks.
-        max_raise: u64,
-        /// The highest generation the cap allowed: the highest mark plus
-        /// `max_raise` for a counter mark, the clock plus the clock lead
-        /// (in microseconds) for a clock mark or a lock without one.
-        allowed_up_to: u64,
-    },
     /// The mark store failed; nothing was decided (safety first: refused).
     #[error("the mark store failed: {0}")]
     MarkStore(#[from] MarkStoreError),
@@ -169,19 +149,11 @@ impl GuardError {
             GuardError::Signature { source, .. } if source.is_unauthenticated() => {
                 StatusCode::UNAUTHORIZED
             }
-            GuardError::Signature { .. } | GuardError::Refused(Refused::SharedOnWrite { .. }) => {
-                StatusCode::FORBIDDEN
-            }
-            GuardError::RaiseTooLarge { .. } => StatusCode::CONFLICT,
+            GuardError::Signature { .. } => StatusCode::FORBIDDEN,
             GuardError::MarkStore(MarkStoreError::Store(_)) => StatusCode::SERVICE_UNAVAILABLE,
             GuardError::Storage(error) => storage_status(error),
-            GuardError::Refused(refused) => match refused {
-                Refused::CasMismatch { .. } => StatusCode::PRECONDITION_FAILED,
-                Refused::IdempotencyKeyReused { .. } | Refused::LockMismatch { .. } => {
-                    StatusCode::UNPROCESSABLE_ENTITY
-                }
-                _ => StatusCode::CONFLICT,
-            },
+            GuardError::Refused(refused) => StatusCode::from_u16(refused.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             GuardError::MarkStore(_) | GuardError::NotConfigured => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -200,7 +172,6 @@ impl GuardError {
             | GuardError::BadLockName(_)
             | GuardError::LockNotResolved { .. } => "bad_lock_name",
             GuardError::Signature { source, .. } => source.code(),
-            GuardError::RaiseTooLarge { .. } => "raise_too_large",
             GuardError::MarkStore(MarkStoreError::Store(_)) => "storage_unavailable",
             GuardError::Storage(error) => match error {
                 StoreError::TooLarge { .. } => "too_large",
@@ -237,55 +208,15 @@ impl GuardError {
                     put("issuer", issuer.as_str().into());
                 }
             }
-            GuardError::Refused(Refused::LockMismatch {
-                requested,
-                presented,
-            }) => {
-                put("path_lock", requested.as_str().into());
-                put("sequencer_lock", presented.as_str().into());
-            }
-            GuardError::Refused(Refused::SharedOnWrite { lock, presented }) => {
-                put("lock", lock.as_str().into());
-                put("presented", presented.get().into());
-            }
-            GuardError::Refused(Refused::Stale {
-                lock,
-                mode,
-                presented,
-                marks,
-            }) => {
-                put("lock", lock.as_str().into());
-                put("mode", mode.as_str().into());
-                put("presented", presented.get().into());
-                put("required", marks.required(*mode).into());
-                put("marks", marks_json(*marks));
-            }
-            GuardError::RaiseTooLarge {
-                lock,
-                mode,
-                presented,
-                marks,
-                max_raise,
-                allowed_up_to,
-            } => {
-                put("lock", lock.as_str().into());
-                put("mode", mode.as_str().into());
-                put("presented", presented.get().into());
-                put("max_raise", (*max_raise).into());
-                put("allowed_up_to", (*allowed_up_to).into());
-                put("marks", marks_json(*marks));
+            GuardError::Refused(refused) => {
+                for (name, field) in refused.fields() {
+                    put(name, field_json(field));
+                }
             }
             GuardError::Storage(StoreError::TooLarge { kind, actual, max }) => {
                 put("limit", kind.as_str().into());
                 put("max", (*max).into());
                 put("actual", (*actual).into());
-            }
-            GuardError::Refused(Refused::CasMismatch { op_index, current }) => {
-                put("op_index", (*op_index).into());
-                put("current_exists", current.is_some().into());
-            }
-            GuardError::Refused(Refused::IdempotencyKeyReused { request_id }) => {
-                put("idempotency_key", request_id.as_str().into());
             }
             _ => {}
         }
@@ -305,6 +236,23 @@ fn storage_status(error: &StoreError) -> StatusCode {
 /// The marks as the server writes them: `{"exclusive": .., "shared": ..}`.
 pub(crate) fn marks_json(marks: Marks) -> Value {
     json!({"exclusive": marks.exclusive, "shared": marks.shared})
+}
+
+/// A refusal's field as the server writes it; bytes as a string when
+/// UTF-8, `{"base64": ..}` otherwise.
+fn field_json(field: Field<'_>) -> Value {
+    match field {
+        Field::Text(text) => Value::String(text.into_owned()),
+        Field::Number(number) => number.into(),
+        Field::Flag(flag) => flag.into(),
+        Field::Marks(marks) => marks_json(marks),
+        Field::Bytes(None) => Value::Null,
+        Field::Bytes(Some(bytes)) => match std::str::from_utf8(bytes) {
+            Ok(text) => Value::String(text.to_owned()),
+            Err(_) => json!({"base64": base64::engine::general_purpose::STANDARD.encode(bytes)}),
+        },
+        _ => Value::Null,
+    }
 }
 
 impl IntoResponse for GuardError {

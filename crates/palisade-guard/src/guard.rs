@@ -364,6 +364,7 @@ impl Guard {
                 mode: sequencer.mode(),
                 presented: sequencer.generation(),
                 marks,
+                regression: false,
             }
             .into()),
         }
@@ -381,14 +382,17 @@ impl Guard {
         let presented = sequencer.generation().get();
         let allowed_up_to = cap.allowed_up_to(highest, SystemTime::now());
         if presented > allowed_up_to {
-            return Err(GuardError::RaiseTooLarge {
+            return Err(Refused::RaiseTooLarge {
                 lock: sequencer.lock().clone(),
                 mode: sequencer.mode(),
                 presented: sequencer.generation(),
                 marks,
                 max_raise: cap.max_raise(),
+                clock_lead: cap.clock_lead(),
+                by_clock: RaiseCap::by_clock(highest),
                 allowed_up_to,
-            });
+            }
+            .into());
         }
         Ok(())
     }

@@ -72,7 +72,10 @@ impl EtcdLockClient {
         let connect_within = config.connect_timeout() + config.request_timeout();
         let client = match tokio::time::timeout(
             connect_within,
-            Client::connect(config.endpoints(), Some(config.connect_options())),
+            Client::connect(
+                config.endpoints(),
+                Some(config.connection().connect_options()),
+            ),
         )
         .await
         {

@@ -1,10 +1,10 @@
 //! Where etcd is and how to talk to it: [`EtcdConfig`], and [`ConfigError`],
 //! this crate's one error enum (everything else is a core `LockError`).
 
-use std::fmt;
 use std::time::Duration;
 
 use palisade_core::{Generation, LockName, Mode, Sequencer, SequencerError, Signer};
+use palisade_etcd::{EndpointError, EtcdConnection};
 
 /// The default key prefix: every Palisade key in etcd lives under it.
 pub const DEFAULT_PREFIX: &str = "/palisade/locks";
@@ -13,18 +13,10 @@ pub const DEFAULT_PREFIX: &str = "/palisade/locks";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// No endpoint was given.
-    #[error("no etcd endpoint given")]
-    NoEndpoints,
-    /// An endpoint is not `host:port`, `http://host:port` or (with the `tls`
-    /// feature) `https://host:port`.
-    #[error("etcd endpoint `{endpoint}`: {reason}")]
-    BadEndpoint {
-        /// The endpoint as given.
-        endpoint: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
+    /// The endpoint list is empty, or an endpoint is not `host:port`,
+    /// `http://host:port` or (with the `tls` feature) `https://host:port`.
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
     /// The key prefix is empty, too long, ends with `/` or contains a control
     /// character.
     #[error("etcd key prefix `{prefix}`: {reason}")]
@@ -71,23 +63,6 @@ pub enum ConfigError {
     },
 }
 
-/// User name and password for etcd's authentication. The password is never
-/// printed.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Credentials {
-    pub(crate) user: String,
-    pub(crate) password: String,
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Credentials")
-            .field("user", &self.user)
-            .field("password", &"<redacted>")
-            .finish()
-    }
-}
-
 /// Where etcd is and how to talk to it.
 ///
 /// Session behaviour (TTL, keep-alive interval, safety margin, lock-delay,
@@ -108,22 +83,15 @@ impl fmt::Debug for Credentials {
 /// ```
 #[derive(Clone, Debug)]
 pub struct EtcdConfig {
-    /// Every member the client may talk to. Requests are balanced over the
-    /// reachable ones, so losing one member of three costs nothing but the
-    /// requests in flight to it.
-    endpoints: Vec<String>,
+    /// The endpoints, credentials, TLS and timeouts, shared with the etcd
+    /// storage engine. Its request timeout applies to every unary request
+    /// (txn, get, lease grant): a request that takes longer is reported as
+    /// `BackendTimeout`; its effect is unknown, and the caller cleans up by
+    /// owner key.
+    connection: EtcdConnection,
     /// Keys live under `<prefix>/<escaped lock name>/`. Two deployments that
     /// must not see each other's locks use different prefixes.
     prefix: String,
-    /// Applied to every unary request (txn, get, lease grant). A request that
-    /// takes longer is reported as `BackendTimeout`; its effect is unknown,
-    /// and the caller cleans up by owner key.
-    request_timeout: Duration,
-    /// Applied to opening a TCP connection to one member.
-    connect_timeout: Duration,
-    credentials: Option<Credentials>,
-    #[cfg(feature = "tls")]
-    tls: Option<etcd_client::TlsOptions>,
     /// Overrides the issuer written into sequencers; by default it is
     /// derived from the etcd cluster id, so a resource server can tell which
     /// cluster minted a generation.
@@ -147,24 +115,9 @@ impl EtcdConfig {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let endpoints: Vec<String> = endpoints
-            .into_iter()
-            .map(|endpoint| endpoint.into().trim().to_owned())
-            .collect();
-        if endpoints.is_empty() {
-            return Err(ConfigError::NoEndpoints);
-        }
-        for endpoint in &endpoints {
-            validate_endpoint(endpoint)?;
-        }
         Ok(EtcdConfig {
-            endpoints,
+            connection: EtcdConnection::new(endpoints)?,
             prefix: DEFAULT_PREFIX.to_owned(),
-            request_timeout: Duration::from_secs(5),
-            connect_timeout: Duration::from_secs(3),
-            credentials: None,
-            #[cfg(feature = "tls")]
-            tls: None,
             issuer: None,
             holder_name: None,
             signer: None,
@@ -183,11 +136,21 @@ impl EtcdConfig {
     /// # Ok::<(), palisade_lock_etcd::ConfigError>(())
     /// ```
     pub fn from_endpoint_list(list: &str) -> Result<Self, ConfigError> {
-        EtcdConfig::new(
-            list.split(',')
-                .map(str::trim)
-                .filter(|endpoint| !endpoint.is_empty()),
-        )
+        Ok(EtcdConfig::with_connection(
+            EtcdConnection::from_endpoint_list(list)?,
+        ))
+    }
+
+    /// A configuration over a connection built elsewhere (the same one an
+    /// etcd storage engine uses, say), with the default prefix.
+    pub fn with_connection(connection: EtcdConnection) -> Self {
+        EtcdConfig {
+            connection,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            issuer: None,
+            holder_name: None,
+            signer: None,
+        }
     }
 
     /// Sets the key prefix (1 to 256 bytes, no control characters, not
@@ -214,22 +177,19 @@ impl EtcdConfig {
 
     /// Sets the per-request timeout (must be positive; checked on connect).
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+        self.connection = self.connection.with_request_timeout(timeout);
         self
     }
 
     /// Sets the connect timeout (must be positive; checked on connect).
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.connection = self.connection.with_connect_timeout(timeout);
         self
     }
 
     /// Authenticates as `user` (etcd's auth must be enabled on the server).
     pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials = Some(Credentials {
-            user: user.into(),
-            password: password.into(),
-        });
+        self.connection = self.connection.with_user(user, password);
         self
     }
 
@@ -237,7 +197,7 @@ impl EtcdConfig {
     /// scheme), with these settings passed through to the gRPC channel.
     #[cfg(feature = "tls")]
     pub fn with_tls(mut self, tls: etcd_client::TlsOptions) -> Self {
-        self.tls = Some(tls);
+        self.connection = self.connection.with_tls(tls);
         self
     }
 
@@ -291,7 +251,7 @@ impl EtcdConfig {
 
     /// The endpoints.
     pub fn endpoints(&self) -> &[String] {
-        &self.endpoints
+        self.connection.endpoints()
     }
 
     /// The key prefix.
@@ -301,17 +261,22 @@ impl EtcdConfig {
 
     /// The per-request timeout.
     pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
+        self.connection.request_timeout()
     }
 
     /// The connect timeout.
     pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
+        self.connection.connect_timeout()
     }
 
     /// The user name, if authentication is configured.
     pub fn user(&self) -> Option<&str> {
-        self.credentials.as_ref().map(|c| c.user.as_str())
+        self.connection.user()
+    }
+
+    /// The endpoints, credentials, TLS and timeouts.
+    pub fn connection(&self) -> &EtcdConnection {
+        &self.connection
     }
 
     /// The configured issuer override, if any: the one given to
@@ -345,69 +310,17 @@ impl EtcdConfig {
                 signer: signer.issuer().to_owned(),
             });
         }
-        if self.request_timeout.is_zero() {
+        if self.request_timeout().is_zero() {
             return Err(ConfigError::ZeroTimeout {
                 field: "request timeout",
             });
         }
-        if self.connect_timeout.is_zero() {
+        if self.connect_timeout().is_zero() {
             return Err(ConfigError::ZeroTimeout {
                 field: "connect timeout",
             });
         }
         Ok(())
-    }
-
-    /// The etcd-client options this configuration stands for.
-    pub(crate) fn connect_options(&self) -> etcd_client::ConnectOptions {
-        let mut options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(self.connect_timeout)
-            // HTTP/2 pings find a dead connection between requests. etcd
-            // refuses pings more often than every 5 s (`too_many_pings`).
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            // A member that has lost its leader fails requests and watch
-            // streams at once instead of leaving them hanging, so the
-            // client moves on to a member that can serve them.
-            .with_require_leader(true);
-        if let Some(credentials) = &self.credentials {
-            options = options
-                .with_user(credentials.user.clone(), credentials.password.clone())
-                .with_auto_token_refresh(true);
-        }
-        #[cfg(feature = "tls")]
-        if let Some(tls) = &self.tls {
-            options = options.with_tls(tls.clone());
-        }
-        options
-    }
-}
-
-fn validate_endpoint(endpoint: &str) -> Result<(), ConfigError> {
-    let bad = |reason| {
-        Err(ConfigError::BadEndpoint {
-            endpoint: endpoint.to_owned(),
-            reason,
-        })
-    };
-    let authority = if let Some(rest) = endpoint.strip_prefix("http://") {
-        rest
-    } else if let Some(rest) = endpoint.strip_prefix("https://") {
-        if cfg!(not(feature = "tls")) {
-            return bad("https needs the `tls` feature of palisade-lock-etcd");
-        }
-        rest
-    } else if endpoint.contains("://") {
-        return bad("the scheme must be http or https");
-    } else {
-        endpoint
-    };
-    let authority = authority.trim_end_matches('/');
-    match authority.rsplit_once(':') {
-        None => bad("no port; expected host:port"),
-        Some(("", _)) => bad("no host; expected host:port"),
-        Some((_, port)) if port.parse::<u16>().is_err() => bad("the port is not a number"),
-        Some(_) if authority.contains('/') => bad("a path is not allowed"),
-        Some(_) => Ok(()),
     }
 }
 
@@ -447,31 +360,31 @@ mod tests {
         assert_eq!(endpoint("http://etcd-0.etcd:2379/"), Ok(()));
         assert!(matches!(
             endpoint("127.0.0.1"),
-            Err(ConfigError::BadEndpoint {
+            Err(ConfigError::Endpoint(EndpointError::BadEndpoint {
                 reason: "no port; expected host:port",
                 ..
-            })
+            }))
         ));
         assert!(matches!(
             endpoint("ftp://127.0.0.1:21"),
-            Err(ConfigError::BadEndpoint { .. })
+            Err(ConfigError::Endpoint(EndpointError::BadEndpoint { .. }))
         ));
         assert!(matches!(
             endpoint("http://127.0.0.1:port"),
-            Err(ConfigError::BadEndpoint { .. })
+            Err(ConfigError::Endpoint(EndpointError::BadEndpoint { .. }))
         ));
         assert!(matches!(
             endpoint("http://127.0.0.1:2379/v3"),
-            Err(ConfigError::BadEndpoint { .. })
+            Err(ConfigError::Endpoint(EndpointError::BadEndpoint { .. }))
         ));
         assert_eq!(
             EtcdConfig::new(Vec::<String>::new()).map(|_| ()),
-            Err(ConfigError::NoEndpoints)
+            Err(ConfigError::Endpoint(EndpointError::NoEndpoints))
         );
         #[cfg(not(feature = "tls"))]
         assert!(matches!(
             endpoint("https://127.0.0.1:2379"),
-            Err(ConfigError::BadEndpoint { .. })
+            Err(ConfigError::Endpoint(EndpointError::BadEndpoint { .. }))
         ));
     }
 

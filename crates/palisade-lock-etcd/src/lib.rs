@@ -75,4 +75,7 @@ pub use floor::{FloorProgress, FloorRaised, RaiseFloorError, RaiseFloorOptions};
 pub use guard::EtcdGuard;
 pub use live_check::EtcdLiveCheck;
 pub use metrics::RpcCounts;
+/// The endpoints, credentials, TLS and timeouts, shared with the etcd
+/// storage engine (`palisade-store-etcd`).
+pub use palisade_etcd::{EndpointError, EtcdConnection};
 pub use session::EtcdLock;

@@ -31,6 +31,17 @@ impl JsonBytes {
     }
 }
 
+/// Bytes as this API writes them in JSON, the way [`JsonBytes`] reads
+/// them: a string when they are UTF-8, `{"base64": ...}` otherwise.
+pub(crate) fn json_bytes(bytes: &[u8]) -> Value {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Value::String(text.to_owned()),
+        Err(_) => {
+            serde_json::json!({"base64": base64::engine::general_purpose::STANDARD.encode(bytes)})
+        }
+    }
+}
+
 fn optional(bytes: Option<JsonBytes>, field: &str) -> Result<Option<Bytes>, ApiError> {
     bytes.map(|b| b.decode(field)).transpose()
 }

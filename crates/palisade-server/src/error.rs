@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use palisade_core::{KeyError, LockName, Sequencer};
+use palisade_core::{Field, KeyError, LockName, Sequencer};
 use palisade_store::{Marks, Refused, StoreError};
 use serde_json::{Map, Value, json};
+
+use crate::dto::json_bytes;
+use crate::metrics::Metrics;
 
 /// An error answer: status, stable `code`, message, and extra fields.
 ///
@@ -86,6 +89,13 @@ impl ApiError {
         .with_header(header::CONNECTION, HeaderValue::from_static("close"))
     }
 
+    /// The answer, counted among the rejected requests by its code: how
+    /// every route outside the lock routes' common frame refuses.
+    pub(crate) fn counted(self, metrics: &Metrics) -> Response {
+        metrics.rejected(self.code);
+        self.into_response()
+    }
+
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         self.status
@@ -140,27 +150,6 @@ impl ApiError {
         .with("sequencer_lock", sequencer.lock().as_str())
     }
 
-    /// A `stale` refusal known to be a generation regression: the lock
-    /// service still grants the presented sequencer although a higher
-    /// generation was honoured. Keeps the status and `code` (clients that
-    /// only know `stale` still work) and adds `"regression": true`, the
-    /// recovery command, and a message that says so.
-    pub(crate) fn into_regression(mut self) -> Self {
-        let field = |name: &str| self.extra.get(name).cloned().unwrap_or_default();
-        let (lock, presented, required, recovery) = (
-            field("lock"),
-            field("presented"),
-            field("required"),
-            field("recovery"),
-        );
-        self.message = format!(
-            "generation regression on lock `{}`: the lock service still grants generation {presented}, yet generation {required} has already been honoured here, so its generations went backwards (lost counter, wiped or restored data); recover with `{}`",
-            lock.as_str().unwrap_or_default(),
-            recovery.as_str().unwrap_or_default()
-        );
-        self.with("regression", true)
-    }
-
     pub(crate) fn not_found(lock: &LockName, marks: Marks) -> Self {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such key")
             .with("lock", lock.as_str())
@@ -173,53 +162,39 @@ pub(crate) fn marks_json(marks: Marks) -> Value {
 }
 
 impl From<Refused> for ApiError {
+    /// The one mapping of a refusal to the wire: status, `code` and fields
+    /// from [`Refused::http_status`], [`Refused::reason`] and
+    /// [`Refused::fields`] (docs/http-api.md).
     fn from(refused: Refused) -> Self {
-        let message = refused.to_string();
-        match refused {
+        let status = StatusCode::from_u16(refused.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let message = match &refused {
             Refused::Stale {
                 lock,
-                mode,
-                presented,
-                marks,
-            } => ApiError::new(
-                StatusCode::CONFLICT,
-                "stale",
-                format!(
-                    "{message}: either a newer holder has been honoured, or the lock service's generations are behind this mark (a regression: lost counter, wiped or restored data); if no newer holder exists, recover with `{}`",
-                    lock.raise_floor_command()
-                ),
-            )
-            .with("regression", false)
-            .with("recovery", lock.raise_floor_command())
-            .with("lock", lock.as_str())
-                .with("mode", mode.as_str())
-                .with("presented", presented.get())
-                .with("required", marks.required(mode))
-                .with("marks", marks_json(marks)),
-            Refused::SharedOnWrite { lock, presented } => {
-                ApiError::new(StatusCode::FORBIDDEN, "shared_on_write", message)
-                    .with("lock", lock.as_str())
-                    .with("presented", presented.get())
-            }
-            Refused::CasMismatch { op_index, current } => {
-                ApiError::new(StatusCode::PRECONDITION_FAILED, "cas_mismatch", message)
-                    .with("op_index", op_index)
-                    .with("current_exists", current.is_some())
-            }
-            Refused::IdempotencyKeyReused { request_id } => ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency_key_reused",
-                message,
-            )
-            .with("idempotency_key", request_id.as_str()),
-            Refused::LockMismatch {
-                requested,
-                presented,
-            } => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "lock_mismatch", message)
-                .with("path_lock", requested.as_str())
-                .with("sequencer_lock", presented.as_str()),
-            other => ApiError::new(StatusCode::CONFLICT, "refused", other.to_string()),
-        }
+                regression: false,
+                ..
+            } => format!(
+                "{refused}: either a newer holder has been honoured, or the lock service's generations are behind this mark (a regression: lost counter, wiped or restored data); if no newer holder exists, recover with `{}`",
+                lock.raise_floor_command()
+            ),
+            _ => refused.to_string(),
+        };
+        refused.fields().into_iter().fold(
+            ApiError::new(status, refused.reason(), message),
+            |error, (name, field)| error.with(name, field_json(field)),
+        )
+    }
+}
+
+/// A refusal's field as JSON.
+fn field_json(field: Field<'_>) -> Value {
+    match field {
+        Field::Text(text) => Value::String(text.into_owned()),
+        Field::Number(number) => number.into(),
+        Field::Flag(flag) => flag.into(),
+        Field::Marks(marks) => marks_json(marks),
+        Field::Bytes(bytes) => bytes.map_or(Value::Null, json_bytes),
+        _ => Value::Null,
     }
 }
 

@@ -69,15 +69,11 @@ pub(crate) async fn events(State(state): State<AppState>, headers: HeaderMap) ->
         None => None,
         Some(tokens) => match tokens.authenticate(&headers) {
             Ok(grant) => Some(grant.clone()),
-            Err(error) => {
-                state.metrics.rejected(error.code());
-                return error.into_response();
-            }
+            Err(error) => return error.counted(&state.metrics),
         },
     };
     let Some(permit) = state.decisions.admit_watcher() else {
-        state.metrics.rejected("overloaded");
-        return ApiError::overloaded(MAX_WATCHERS).into_response();
+        return ApiError::overloaded(MAX_WATCHERS).counted(&state.metrics);
     };
     let visible = Visible(grant);
     // Subscribe first: a decision made between the snapshot and the

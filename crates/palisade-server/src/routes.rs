@@ -72,9 +72,8 @@ async fn handle(
 ) -> Response {
     let started = Instant::now();
     let Some(_in_flight) = state.admit_request() else {
-        state.metrics.rejected("overloaded");
         tracing::debug!(op = op.as_str(), "refused: overloaded");
-        return ApiError::overloaded(state.limits.max_in_flight).into_response();
+        return ApiError::overloaded(state.limits.max_in_flight).counted(&state.metrics);
     };
     // At debug level: at the default level (info) a span per request would
     // cost an allocation and a formatted path on every request.
@@ -86,10 +85,9 @@ async fn handle(
             response
         }
         Err(error) => {
-            state.metrics.rejected(error.code());
             tracing::debug!(op = op.as_str(), code = error.code(), status = %error.status(), "request refused");
             record_refused(state, op, uri, headers, &error);
-            error.into_response()
+            error.counted(&state.metrics)
         }
     };
     state.metrics.observe(op, started.elapsed());
@@ -369,13 +367,11 @@ async fn live_check(state: &AppState, sequencer: &Sequencer) -> Result<(), ApiEr
                 reason = "not_held",
                 "refused: the lock service says this sequencer's holder no longer holds the lock"
             );
-            Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "not_held",
-                format!("the lock service says generation {generation} of lock `{lock}` is no longer held"),
-            )
-            .with("lock", lock.as_str())
-            .with("presented", generation))
+            Err(Refused::NotHeld {
+                lock: lock.clone(),
+                presented: sequencer.generation(),
+            }
+            .into())
         }
         Ok(Err(error)) => {
             tracing::warn!(lock = %lock, generation, %error, "live check failed; refusing");
@@ -449,14 +445,12 @@ async fn apply_write(
 /// the lock service's generations went backwards (lost counter, wiped or
 /// restored data). The check before the store is not enough: the lease may
 /// have lapsed and a newer holder written in between.
-async fn refusal(state: &AppState, sequencer: &Sequencer, refused: Refused) -> ApiError {
-    let stale = matches!(refused, Refused::Stale { .. });
-    let error = ApiError::from(refused);
-    if !stale {
-        return error;
-    }
+async fn refusal(state: &AppState, sequencer: &Sequencer, mut refused: Refused) -> ApiError {
+    let Refused::Stale { regression, .. } = &mut refused else {
+        return refused.into();
+    };
     let Some(live_check) = &state.live_check else {
-        return error;
+        return refused.into();
     };
     match tokio::time::timeout(LIVE_CHECK_TIMEOUT, live_check.check_dyn(sequencer)).await {
         Ok(Ok(Liveness::Held)) => {
@@ -467,15 +461,14 @@ async fn refusal(state: &AppState, sequencer: &Sequencer, refused: Refused) -> A
                 reason = "regression",
                 "refused: the lock service still grants a generation below the mark; its generations went backwards"
             );
-            error.into_regression()
+            *regression = true;
         }
-        Ok(Ok(Liveness::NotHeld)) => error,
+        Ok(Ok(Liveness::NotHeld)) | Err(_) => {}
         Ok(Err(cause)) => {
             tracing::debug!(lock = %sequencer.lock(), %cause, "regression check failed; plain stale");
-            error
         }
-        Err(_elapsed) => error,
     }
+    refused.into()
 }
 
 /// `GET /v1/locks/{lock}/keys/{key}`: a key's value.
@@ -717,11 +710,7 @@ async fn health(State(state): State<AppState>) -> Response {
             }))
             .into_response()
         }
-        Err(error) => {
-            let error = ApiError::from(error);
-            state.metrics.rejected(error.code());
-            error.into_response()
-        }
+        Err(error) => ApiError::from(error).counted(&state.metrics),
     }
 }
 
@@ -760,21 +749,19 @@ async fn openapi_json() -> Response {
 }
 
 async fn no_route(State(state): State<AppState>, uri: Uri) -> Response {
-    state.metrics.rejected("no_route");
     ApiError::new(
         StatusCode::NOT_FOUND,
         "no_route",
         format!("no route for {}", uri.path()),
     )
-    .into_response()
+    .counted(&state.metrics)
 }
 
 async fn method_not_allowed(State(state): State<AppState>) -> Response {
-    state.metrics.rejected("method_not_allowed");
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
         "this route does not support that method",
     )
-    .into_response()
+    .counted(&state.metrics)
 }

@@ -7,9 +7,9 @@ use std::time::{Duration, SystemTime};
 
 use axum::http::{HeaderValue, StatusCode, header};
 use palisade_core::{RaiseCap, Sequencer, SignatureError, Verifier};
-use palisade_store::Marks;
+use palisade_store::{Marks, Refused};
 
-use crate::error::{ApiError, marks_json};
+use crate::error::ApiError;
 use crate::state::AppState;
 
 /// The server's sequencer rules beyond the fencing rule itself.
@@ -136,7 +136,6 @@ pub(crate) async fn check_raise(state: &AppState, sequencer: &Sequencer) -> Resu
         return Ok(());
     }
     let by_clock = RaiseCap::by_clock(highest);
-    let clock_lead_ms = u64::try_from(cap.clock_lead().as_millis()).unwrap_or(u64::MAX);
     tracing::warn!(
         target: "palisade_server::fence",
         lock = %lock,
@@ -148,27 +147,15 @@ pub(crate) async fn check_raise(state: &AppState, sequencer: &Sequencer) -> Resu
         reason = "raise_too_large",
         "refused: the generation is too far above the marks (a buggy issuer?)"
     );
-    let message = if by_clock {
-        format!(
-            "generation {presented} of lock `{lock}` is more than {:?} ahead of this server's clock in microseconds, the limit for a lock whose mark is a clock generation or absent (allowed up to {allowed_up_to}; marks at {highest})",
-            cap.clock_lead()
-        )
-    } else {
-        format!(
-            "generation {presented} of lock `{lock}` would raise its mark by {} (from {highest}); this server allows at most {}",
-            presented - highest,
-            cap.max_raise()
-        )
-    };
-    Err(
-        ApiError::new(StatusCode::CONFLICT, "raise_too_large", message)
-            .with("lock", lock.as_str())
-            .with("mode", sequencer.mode().as_str())
-            .with("presented", presented)
-            .with("max_raise", cap.max_raise())
-            .with("max_raise_time_ms", clock_lead_ms)
-            .with("by_clock", by_clock)
-            .with("allowed_up_to", allowed_up_to)
-            .with("marks", marks_json(marks)),
-    )
+    Err(Refused::RaiseTooLarge {
+        lock: lock.clone(),
+        mode: sequencer.mode(),
+        presented: sequencer.generation(),
+        marks,
+        max_raise: cap.max_raise(),
+        clock_lead: cap.clock_lead(),
+        by_clock,
+        allowed_up_to,
+    }
+    .into())
 }

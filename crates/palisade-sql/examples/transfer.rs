@@ -7,7 +7,7 @@
 //! generation than a previous run shows the refusal.
 
 use palisade_core::{Generation, LockName, Mode, Sequencer};
-use palisade_sql::FenceError;
+use palisade_sql::{FenceError, Refused};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -33,7 +33,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Begin and fence in one call: nothing can run before the fence.
     let mut tx = match palisade_sql::begin_fenced(&pool, &sequencer).await {
         Ok(tx) => tx,
-        Err(FenceError::Stale { marks, .. }) => {
+        Err(FenceError::Refused(Refused::Stale { marks, .. })) => {
             eprintln!("refused: a newer holder has written ({marks}); nothing was changed");
             return Ok(());
         }

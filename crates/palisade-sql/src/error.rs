@@ -1,6 +1,6 @@
 //! Why a transaction was not fenced.
 
-use palisade_core::{Generation, LockName, Mode, SignatureError, marks::Marks};
+use palisade_core::{Generation, LockName, Refused, SignatureError};
 
 /// Why [`fence`](crate::fence) refused a transaction. On every variant the
 /// transaction has been rolled back: nothing the application wrote in it
@@ -8,31 +8,15 @@ use palisade_core::{Generation, LockName, Mode, SignatureError, marks::Marks};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FenceError {
-    /// The sequencer's generation is below what the lock's marks require:
-    /// a newer holder has already been honoured. Carries the marks so the
-    /// lock side can raise its generation floor above them.
-    #[error(
-        "stale sequencer for lock `{lock}`: {mode} generation {presented} is below the required {required} ({marks})",
-        required = marks.required(*mode)
-    )]
-    Stale {
-        /// The lock.
-        lock: LockName,
-        /// The mode of the sequencer.
-        mode: Mode,
-        /// The generation offered.
-        presented: Generation,
-        /// The lock's marks as committed, which stay as they were.
-        marks: Marks,
-    },
-    /// A write fenced with a shared (reader) sequencer.
-    #[error("lock `{lock}`: writes need an exclusive sequencer; generation {presented} is shared")]
-    SharedOnWrite {
-        /// The lock.
-        lock: LockName,
-        /// The generation offered.
-        presented: Generation,
-    },
+    /// The fencing rule refused the sequencer: core's one refusal type,
+    /// as the resource server and the guard make it. Here it is
+    /// [`Refused::Stale`] (the generation is below what the lock's marks
+    /// require: a newer holder has been honoured; it carries the marks, as
+    /// committed and unchanged, so the lock side can raise its generation
+    /// floor above them) or [`Refused::SharedOnWrite`] (a write fenced
+    /// with a shared, reader, sequencer).
+    #[error(transparent)]
+    Refused(#[from] Refused),
     /// The sequencer's signature (or issuer) did not verify; nothing was
     /// sent to the database.
     #[error("lock `{lock}`: {source}")]
@@ -102,10 +86,7 @@ impl FenceError {
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            FenceError::Stale { .. }
-                | FenceError::SharedOnWrite { .. }
-                | FenceError::Signature { .. }
-                | FenceError::StaleRow { .. }
+            FenceError::Refused(_) | FenceError::Signature { .. } | FenceError::StaleRow { .. }
         )
     }
 }

@@ -4,7 +4,7 @@
 use std::ops::{Deref, DerefMut};
 
 use palisade_core::marks::Marks;
-use palisade_core::{Generation, LockName, Mode, Sequencer, Verifier};
+use palisade_core::{Generation, LockName, Mode, Refused, Sequencer, Verifier};
 use sqlx::{Pool, Transaction};
 
 use crate::dialect::{FenceDatabase, RowOutcome};
@@ -70,10 +70,10 @@ impl Fence {
     }
 
     /// Fences `tx` for writes: `sequencer` must be exclusive
-    /// ([`FenceError::SharedOnWrite`] otherwise). In `tx`, locks the lock's
+    /// ([`Refused::SharedOnWrite`] otherwise). In `tx`, locks the lock's
     /// marks row until commit, applies the fencing rule of
     /// [`Marks::admit`] to the committed marks and raises them, or rolls
-    /// `tx` back and refuses with [`FenceError::Stale`].
+    /// `tx` back and refuses with [`Refused::Stale`].
     ///
     /// Must be the first statement of `tx`: a read taken before it may come
     /// from a snapshot older than the previous holder's commit (MariaDB and
@@ -108,10 +108,11 @@ impl Fence {
                 })?;
         }
         if write && sequencer.mode() != Mode::Exclusive {
-            return Err(FenceError::SharedOnWrite {
+            return Err(Refused::SharedOnWrite {
                 lock: lock.clone(),
                 presented: sequencer.generation(),
-            });
+            }
+            .into());
         }
         i64::try_from(sequencer.generation().get()).map_err(|_| FenceError::GenerationOutOfRange {
             lock: lock.clone(),
@@ -146,12 +147,14 @@ impl Fence {
         let Some(after) = before.admit(sequencer.mode(), sequencer.generation()) else {
             // Release the row lock now rather than when the pool gets to it.
             let _ = tx.rollback().await;
-            return Err(FenceError::Stale {
+            return Err(Refused::Stale {
                 lock: lock.clone(),
                 mode: sequencer.mode(),
                 presented: sequencer.generation(),
                 marks: before,
-            });
+                regression: false,
+            }
+            .into());
         };
         if after != before {
             // Both fit: each is a committed mark or the checked generation.
@@ -224,10 +227,11 @@ impl<'c, DB: FenceDatabase> Fenced<'c, DB> {
     pub async fn update_row(&mut self, update: RowUpdate<'_>) -> Result<(), FenceError> {
         let valid = update.validate()?;
         if self.mode != Mode::Exclusive {
-            return Err(FenceError::SharedOnWrite {
+            return Err(Refused::SharedOnWrite {
                 lock: self.lock.clone(),
                 presented: self.generation,
-            });
+            }
+            .into());
         }
         // Checked by the fence.
         let generation = i64::try_from(self.generation.get()).unwrap_or(i64::MAX);

@@ -7,7 +7,7 @@
 //! locks the lock's row in `palisade_marks` until commit, applies the
 //! resource server's rule ([`palisade_core::marks::Marks::admit`], the same
 //! function) and raises the marks, or rolls the transaction back with
-//! [`FenceError::Stale`]. Every statement after the fence runs while the
+//! [`Refused::Stale`] (in [`FenceError::Refused`]). Every statement after the fence runs while the
 //! mark row is locked, so a stale holder's transaction can commit nothing.
 //!
 //! ```no_run
@@ -34,6 +34,8 @@ mod row;
 pub use dialect::{FenceDatabase, SCHEMA_VERSION, mysql, postgres};
 pub use error::{FenceError, SchemaError};
 pub use fence::{Fence, Fenced, begin_fenced, fence, migrate};
+/// Core's one refusal type, inside [`FenceError::Refused`].
+pub use palisade_core::Refused;
 pub use row::RowUpdate;
 #[doc(hidden)]
 pub use row::ValidRowUpdate;

@@ -2,8 +2,9 @@
 //! [`EtcdEngineConfig`], and [`ConfigError`] for a configuration that
 //! cannot work.
 
-use std::fmt;
 use std::time::Duration;
+
+use palisade_etcd::{EndpointError, EtcdConnection};
 
 /// The default key prefix of the engine's keys.
 pub const DEFAULT_PREFIX: &str = "/palisade/store";
@@ -18,18 +19,10 @@ pub const DEFAULT_MAX_TXN_OPS: usize = 128;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// No endpoint was given.
-    #[error("no etcd endpoint given")]
-    NoEndpoints,
-    /// An endpoint is not `host:port`, `http://host:port` or (with the `tls`
-    /// feature) `https://host:port`.
-    #[error("etcd endpoint `{endpoint}`: {reason}")]
-    BadEndpoint {
-        /// The endpoint as given.
-        endpoint: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
+    /// The endpoint list is empty, or an endpoint is not `host:port`,
+    /// `http://host:port` or (with the `tls` feature) `https://host:port`.
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
     /// The key prefix is empty, too long, does not start with `/`, ends
     /// with `/` or contains a control character.
     #[error("etcd key prefix `{prefix}`: {reason}")]
@@ -47,23 +40,6 @@ pub enum ConfigError {
         /// Why it cannot work.
         reason: &'static str,
     },
-}
-
-/// User name and password for etcd's authentication. The password is never
-/// printed.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Credentials {
-    pub(crate) user: String,
-    pub(crate) password: String,
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Credentials")
-            .field("user", &self.user)
-            .field("password", &"<redacted>")
-            .finish()
-    }
 }
 
 /// Where the engine's etcd is, and what that cluster accepts.
@@ -85,13 +61,10 @@ impl fmt::Debug for Credentials {
 /// ```
 #[derive(Clone, Debug)]
 pub struct EtcdEngineConfig {
-    endpoints: Vec<String>,
+    /// The endpoints, credentials, TLS and timeouts, shared with the etcd
+    /// lock backend.
+    connection: EtcdConnection,
     prefix: String,
-    request_timeout: Duration,
-    connect_timeout: Duration,
-    credentials: Option<Credentials>,
-    #[cfg(feature = "tls")]
-    tls: Option<etcd_client::TlsOptions>,
     max_request_bytes: usize,
     max_txn_ops: usize,
     max_attempts: u32,
@@ -108,38 +81,29 @@ impl EtcdEngineConfig {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let endpoints: Vec<String> = endpoints
-            .into_iter()
-            .map(|endpoint| endpoint.into().trim().to_owned())
-            .collect();
-        if endpoints.is_empty() {
-            return Err(ConfigError::NoEndpoints);
-        }
-        for endpoint in &endpoints {
-            validate_endpoint(endpoint)?;
-        }
-        Ok(EtcdEngineConfig {
-            endpoints,
-            prefix: DEFAULT_PREFIX.to_owned(),
-            request_timeout: Duration::from_secs(5),
-            connect_timeout: Duration::from_secs(3),
-            credentials: None,
-            #[cfg(feature = "tls")]
-            tls: None,
-            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
-            max_txn_ops: DEFAULT_MAX_TXN_OPS,
-            max_attempts: 32,
-            idempotency_window: 1024,
-        })
+        EtcdEngineConfig::with_connection(EtcdConnection::new(endpoints)?)
     }
 
     /// A configuration from a comma-separated endpoint list.
     pub fn from_endpoint_list(list: &str) -> Result<Self, ConfigError> {
-        EtcdEngineConfig::new(
-            list.split(',')
-                .map(str::trim)
-                .filter(|endpoint| !endpoint.is_empty()),
-        )
+        EtcdEngineConfig::with_connection(EtcdConnection::from_endpoint_list(list)?)
+    }
+
+    /// A configuration over a connection built elsewhere (the same one the
+    /// etcd lock backend uses, say), with the other defaults of
+    /// [`EtcdEngineConfig::new`]. Its timeouts must be positive.
+    pub fn with_connection(connection: EtcdConnection) -> Result<Self, ConfigError> {
+        let config = EtcdEngineConfig {
+            connection: connection.clone(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_txn_ops: DEFAULT_MAX_TXN_OPS,
+            max_attempts: 32,
+            idempotency_window: 1024,
+        };
+        config
+            .with_request_timeout(connection.request_timeout())?
+            .with_connect_timeout(connection.connect_timeout())
     }
 
     /// Sets the key prefix: 2 to 256 bytes, starting with `/`, not ending
@@ -175,7 +139,7 @@ impl EtcdEngineConfig {
                 reason: "must be positive",
             });
         }
-        self.request_timeout = timeout;
+        self.connection = self.connection.with_request_timeout(timeout);
         Ok(self)
     }
 
@@ -187,16 +151,13 @@ impl EtcdEngineConfig {
                 reason: "must be positive",
             });
         }
-        self.connect_timeout = timeout;
+        self.connection = self.connection.with_connect_timeout(timeout);
         Ok(self)
     }
 
     /// Authenticates as `user` (etcd's auth must be enabled on the server).
     pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials = Some(Credentials {
-            user: user.into(),
-            password: password.into(),
-        });
+        self.connection = self.connection.with_user(user, password);
         self
     }
 
@@ -204,7 +165,7 @@ impl EtcdEngineConfig {
     /// through to the gRPC channel.
     #[cfg(feature = "tls")]
     pub fn with_tls(mut self, tls: etcd_client::TlsOptions) -> Self {
-        self.tls = Some(tls);
+        self.connection = self.connection.with_tls(tls);
         self
     }
 
@@ -251,7 +212,7 @@ impl EtcdEngineConfig {
 
     /// The endpoints.
     pub fn endpoints(&self) -> &[String] {
-        &self.endpoints
+        self.connection.endpoints()
     }
 
     /// The key prefix.
@@ -261,17 +222,17 @@ impl EtcdEngineConfig {
 
     /// The per-request timeout.
     pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
+        self.connection.request_timeout()
     }
 
     /// The connect timeout.
     pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
+        self.connection.connect_timeout()
     }
 
     /// The user name, if authentication is configured.
     pub fn user(&self) -> Option<&str> {
-        self.credentials.as_ref().map(|c| c.user.as_str())
+        self.connection.user()
     }
 
     /// The cluster's request size limit, as configured here.
@@ -296,54 +257,7 @@ impl EtcdEngineConfig {
 
     /// The etcd-client options this configuration stands for.
     pub(crate) fn connect_options(&self) -> etcd_client::ConnectOptions {
-        let mut options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(self.connect_timeout)
-            // HTTP/2 pings find a dead connection between requests. etcd
-            // refuses pings more often than every 5 s (`too_many_pings`).
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            // A member that has lost its leader fails requests at once
-            // instead of leaving them hanging, so the next attempt can
-            // reach a member that can serve them.
-            .with_require_leader(true);
-        if let Some(credentials) = &self.credentials {
-            options = options
-                .with_user(credentials.user.clone(), credentials.password.clone())
-                .with_auto_token_refresh(true);
-        }
-        #[cfg(feature = "tls")]
-        if let Some(tls) = &self.tls {
-            options = options.with_tls(tls.clone());
-        }
-        options
-    }
-}
-
-fn validate_endpoint(endpoint: &str) -> Result<(), ConfigError> {
-    let bad = |reason| {
-        Err(ConfigError::BadEndpoint {
-            endpoint: endpoint.to_owned(),
-            reason,
-        })
-    };
-    let authority = if let Some(rest) = endpoint.strip_prefix("http://") {
-        rest
-    } else if let Some(rest) = endpoint.strip_prefix("https://") {
-        if cfg!(not(feature = "tls")) {
-            return bad("https needs the `tls` feature of palisade-store-etcd");
-        }
-        rest
-    } else if endpoint.contains("://") {
-        return bad("the scheme must be http or https");
-    } else {
-        endpoint
-    };
-    let authority = authority.trim_end_matches('/');
-    match authority.rsplit_once(':') {
-        None => bad("no port; expected host:port"),
-        Some(("", _)) => bad("no host; expected host:port"),
-        Some((_, port)) if port.parse::<u16>().is_err() => bad("the port is not a number"),
-        Some(_) if authority.contains('/') => bad("a path is not allowed"),
-        Some(_) => Ok(()),
+        self.connection.connect_options()
     }
 }
 
@@ -357,13 +271,13 @@ mod tests {
         assert!(EtcdEngineConfig::new(["http://127.0.0.1:2379/"]).is_ok());
         assert_eq!(
             EtcdEngineConfig::new(Vec::<String>::new()).unwrap_err(),
-            ConfigError::NoEndpoints
+            ConfigError::Endpoint(EndpointError::NoEndpoints)
         );
         for bad in ["127.0.0.1", ":2379", "ftp://h:1", "h:port", "h:1/x"] {
             assert!(
                 matches!(
                     EtcdEngineConfig::new([bad]),
-                    Err(ConfigError::BadEndpoint { .. })
+                    Err(ConfigError::Endpoint(EndpointError::BadEndpoint { .. }))
                 ),
                 "{bad}"
             );

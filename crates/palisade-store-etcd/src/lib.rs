@@ -81,6 +81,9 @@ pub use config::{
     ConfigError, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS, DEFAULT_PREFIX, EtcdEngineConfig,
 };
 pub use engine::EtcdEngine;
+/// The endpoints, credentials, TLS and timeouts, shared with the etcd lock
+/// backend (`palisade-lock-etcd`).
+pub use palisade_etcd::{EndpointError, EtcdConnection};
 
 /// Txn operations the engine takes for its own keys in a write: the marks,
 /// the idempotency record and its slot, the evicted slot and record, and

@@ -258,6 +258,7 @@ fn stale(sequencer: &Sequencer, marks: Marks) -> Refused {
         mode: sequencer.mode(),
         presented: sequencer.generation(),
         marks,
+        regression: false,
     }
 }
 

@@ -362,6 +362,7 @@ fn stale(sequencer: &Sequencer, marks: Marks) -> Refused {
         mode: sequencer.mode(),
         presented: sequencer.generation(),
         marks,
+        regression: false,
     }
 }
 

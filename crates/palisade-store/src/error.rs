@@ -85,3 +85,11 @@ impl StoreError {
         )
     }
 }
+
+impl From<palisade_core::RequestIdError> for StoreError {
+    fn from(error: palisade_core::RequestIdError) -> Self {
+        StoreError::InvalidRequestId {
+            reason: error.reason,
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! Idempotency keys: how a retried write gets its original outcome instead
 //! of being applied twice.
 //!
-//! A write may carry a [`RequestId`]. In the write's own atomic step the
+//! A write may carry a [`RequestId`](crate::RequestId). In the write's own atomic step the
 //! engine records, under the lock, the id, a fingerprint of the request
 //! (computed here, once, by the store) and the outcome. At least the last
 //! [`StoreConfig::idempotency_window`] ids of each lock are kept (the sled
@@ -15,62 +15,10 @@
 //!
 //! [`StoreConfig::idempotency_window`]: crate::StoreConfig::idempotency_window
 
-use std::fmt;
-
 use palisade_core::{Mode, Sequencer};
 use sha2::{Digest as _, Sha256};
 
-use crate::{Op, StoreError};
-
-/// A client-chosen idempotency key: 1 to 128 bytes of visible ASCII
-/// (`!` to `~`), scoped to one lock.
-///
-/// ```
-/// use palisade_store::RequestId;
-///
-/// assert!(RequestId::new("order-42-attempt").is_ok());
-/// assert!(RequestId::new("").is_err());
-/// assert!(RequestId::new("has space").is_err());
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct RequestId(String);
-
-impl RequestId {
-    /// The longest id, in bytes.
-    pub const MAX_LEN: usize = 128;
-
-    /// Validates and wraps `id`.
-    pub fn new(id: impl Into<String>) -> Result<RequestId, StoreError> {
-        let id = id.into();
-        if id.is_empty() {
-            return Err(StoreError::InvalidRequestId {
-                reason: "it is empty",
-            });
-        }
-        if id.len() > Self::MAX_LEN {
-            return Err(StoreError::InvalidRequestId {
-                reason: "it is longer than 128 bytes",
-            });
-        }
-        if !id.bytes().all(|b| (b'!'..=b'~').contains(&b)) {
-            return Err(StoreError::InvalidRequestId {
-                reason: "it contains a byte outside visible ASCII",
-            });
-        }
-        Ok(RequestId(id))
-    }
-
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for RequestId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+use crate::Op;
 
 /// What a fingerprint is computed over, written once for both hashes.
 trait Sink {
@@ -222,13 +170,5 @@ mod tests {
         for other in others {
             assert_ne!(base, other);
         }
-    }
-
-    #[test]
-    fn request_ids_are_visible_ascii() {
-        assert!(RequestId::new("a".repeat(128)).is_ok());
-        assert!(RequestId::new("a".repeat(129)).is_err());
-        assert!(RequestId::new("tab\t").is_err());
-        assert!(RequestId::new("é").is_err());
     }
 }

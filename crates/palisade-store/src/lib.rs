@@ -120,8 +120,7 @@ pub use durable_sled::DurableSled;
 pub use engine::sled::{FlushStats, open_sled_engine};
 pub use engine::{Engine, EngineFuture, EngineInfo, StoredRecord, WriteRequest};
 pub use error::StoreError;
-pub use idempotency::RequestId;
-pub use op::{Applied, Op, Read, Refused};
+pub use op::{Applied, Op, Read, Refused, RequestId};
 /// What one op did: defined in core, shared with the client.
 pub use palisade_core::OpResult;
 /// The marks and the fencing rule live in core, shared with every fence.

@@ -433,6 +433,7 @@ pub async fn refusal_changes_nothing<F: EngineFactory>(factory: &F) {
                 mode: Mode::Exclusive,
                 presented,
                 marks,
+                regression: false,
             }) if refused == lock && presented.get() == generation && marks == before => {}
             other => case.fail(format_args!(
                 "{what}: expected a stale refusal naming the lock, the generation and {before}, got {other:?}"

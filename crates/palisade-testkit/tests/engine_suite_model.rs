@@ -72,6 +72,7 @@ impl ModelEngine {
             mode: sequencer.mode(),
             presented: sequencer.generation(),
             marks: lock.marks,
+            regression: false,
         })
     }
 

@@ -455,7 +455,7 @@ fn classify(result: Result<Result<Written, Refused>, ClientError>) -> WriteOutco
             mark: Some(marks.exclusive.max(marks.shared)),
         },
         Ok(Err(refused)) => WriteOutcome::Refused {
-            detail: refused.code().into(),
+            detail: refused.reason().into(),
             mark: None,
         },
         Err(ClientError::Connect { .. }) => WriteOutcome::NotSent("connect".into()),

@@ -110,8 +110,8 @@ impl Probe {
                 ProbeWrite::Stale { marks },
             ),
             Ok(Err(refused)) => (
-                event(Phase::Fail).detail(refused.code()),
-                ProbeWrite::Refused(refused.code().to_owned()),
+                event(Phase::Fail).detail(refused.reason()),
+                ProbeWrite::Refused(refused.reason().to_owned()),
             ),
             // A 503 may come after the write was committed in memory: its
             // outcome is unknown, and a restart may show it applied.

@@ -322,7 +322,7 @@ async fn the_documented_raise_cap_refuses_absurd_raises() -> anyhow::Result<()> 
             .await?
             .expect_err("a generation a day ahead of the clock is absurd");
         assert!(
-            matches!(refused, Refused::RaiseTooLarge { presented, .. } if presented == generation),
+            matches!(refused, Refused::RaiseTooLarge { presented, .. } if presented.get() == generation),
             "{refused:?}"
         );
     }

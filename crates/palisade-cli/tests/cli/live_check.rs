@@ -301,14 +301,16 @@ async fn only_a_refused_holder_that_still_holds_is_a_regression() {
     assert_eq!(low_sequencer.generation().get(), 1);
     let (first, second) = put_both(low_sequencer.clone(), "low").await;
     match first {
-        Err(Refused::Stale {
-            regression: true,
-            presented,
-            marks,
-            ref message,
-            ..
-        }) => {
+        Err(
+            ref refused @ Refused::Stale {
+                regression: true,
+                presented,
+                marks,
+                ..
+            },
+        ) => {
             assert_eq!((presented.get(), marks.exclusive), (1, mark));
+            let message = refused.to_string();
             assert!(message.contains("generation regression"), "{message}");
         }
         other => panic!("expected a stale regression, got {other:?}"),

@@ -190,10 +190,10 @@ async fn refusals_arrive_typed_and_change_nothing() {
         .unwrap()
         .unwrap_err();
     assert!(
-        matches!(refused, Refused::RaiseTooLarge { presented: 5000, max_raise: 1000, marks, .. } if marks.exclusive == 10),
+        matches!(refused, Refused::RaiseTooLarge { presented, max_raise: 1000, marks, by_clock: false, .. } if presented.get() == 5000 && marks.exclusive == 10),
         "{refused:?}"
     );
-    assert_eq!(refused.code(), "raise_too_large");
+    assert_eq!(refused.reason(), "raise_too_large");
 
     assert_eq!(client.marks(&orders).await.unwrap().exclusive, 10);
     let read = client.get(&orders, b"k", None).await.unwrap().unwrap();

@@ -90,8 +90,8 @@ async fn a_current_write_is_admitted_and_a_stale_one_gets_the_servers_409_body()
     assert_eq!(response.headers()["content-type"], "application/json");
     let (status, body) = status_and_json(response).await;
     assert_eq!(status, StatusCode::CONFLICT);
-    // The Palisade server's fields (docs/http-api.md); the server also adds
-    // `regression` and `recovery`, which need its live check.
+    // The Palisade server's fields (docs/http-api.md), from the same
+    // `Refused::fields`; `regression` stays false without a live check.
     assert_eq!(
         body,
         json!({
@@ -101,7 +101,9 @@ async fn a_current_write_is_admitted_and_a_stale_one_gets_the_servers_409_body()
             "mode": "exclusive",
             "presented": 33,
             "required": 34,
-            "marks": {"exclusive": 34, "shared": 0}
+            "marks": {"exclusive": 34, "shared": 0},
+            "regression": false,
+            "recovery": "palisade raise-floor orders/42"
         })
     );
     assert_eq!(
@@ -936,7 +938,17 @@ async fn store_refusals_and_failures_map_to_the_servers_codes() {
             .into(),
             StatusCode::PRECONDITION_FAILED,
             "cas_mismatch",
-            json!({"op_index": 2, "current_exists": false}),
+            json!({"op_index": 2, "current_exists": false, "current": null}),
+        ),
+        (
+            palisade_store::Refused::CasMismatch {
+                op_index: 0,
+                current: Some(vec![0xff, 0x00].into()),
+            }
+            .into(),
+            StatusCode::PRECONDITION_FAILED,
+            "cas_mismatch",
+            json!({"op_index": 0, "current_exists": true, "current": {"base64": "/wA="}}),
         ),
         (
             StoreError::TooLarge {

@@ -370,6 +370,7 @@ async fn compare_and_swap_412_changes_nothing() {
         .assert_error(StatusCode::PRECONDITION_FAILED, "cas_mismatch");
     assert_eq!(body["op_index"], 0);
     assert_eq!(body["current_exists"], true);
+    assert_eq!(body["current"], "v1");
     assert_eq!(server.marks("L").await, (1, 0));
     // Base64 values.
     let answer = cas(
@@ -379,6 +380,11 @@ async fn compare_and_swap_412_changes_nothing() {
     .await;
     assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.json());
     assert_eq!(&server.get("L", "k", None).await.body[..], &[0xff, 0x00]);
+    // A mismatch carries a value that is not UTF-8 in base64.
+    let body = cas(2, json!({"expected": "v1", "new": "v3"}))
+        .await
+        .assert_error(StatusCode::PRECONDITION_FAILED, "cas_mismatch");
+    assert_eq!(body["current"], json!({"base64": "/wA="}));
     // Compare-and-delete (new omitted).
     let answer = cas(2, json!({"expected": {"base64": "/wA="}})).await;
     assert_eq!(answer.status, StatusCode::OK);
@@ -414,6 +420,7 @@ async fn a_batch_is_atomic() {
     let body = answer.assert_error(StatusCode::PRECONDITION_FAILED, "cas_mismatch");
     assert_eq!(body["op_index"], 3);
     assert_eq!(body["current_exists"], false);
+    assert_eq!(body.get("current"), Some(&json!(null)));
     server
         .get("L", "a", None)
         .await

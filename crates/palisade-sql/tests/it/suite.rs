@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use palisade_core::marks::{Marks, RULE_CASES};
 use palisade_core::{Mode, Signer, SigningKey, Verifier};
-use palisade_sql::{Fence, FenceError, RowUpdate};
+use palisade_sql::{Fence, FenceError, Refused, RowUpdate};
 
 use crate::common::{Env, TestDb, excl, seq};
 
@@ -37,7 +37,7 @@ pub(crate) async fn the_shared_rule_table_of_core_holds<D: TestDb>() {
         match case.expected_marks() {
             Some(after) => assert_eq!(outcome.unwrap(), after, "{case:?}"),
             None => assert!(
-                matches!(outcome, Err(FenceError::Stale { marks, .. }) if marks == before),
+                matches!(outcome, Err(FenceError::Refused(Refused::Stale { marks, .. })) if marks == before),
                 "{case:?}: {outcome:?}"
             ),
         }
@@ -76,9 +76,9 @@ pub(crate) async fn a_paused_holders_transaction_is_refused_and_rolls_back<D: Te
         .await
         .unwrap_err();
     match refused {
-        FenceError::Stale {
+        FenceError::Refused(Refused::Stale {
             presented, marks, ..
-        } => {
+        }) => {
             assert_eq!(presented.get(), 1);
             assert_eq!(
                 marks,
@@ -130,7 +130,7 @@ pub(crate) async fn a_stale_holder_waits_for_the_row_lock_then_is_refused<D: Tes
     newer.commit().await.unwrap();
     let outcome = older.await.unwrap();
     assert!(
-        matches!(outcome, Err(FenceError::Stale { marks, .. }) if marks.exclusive == 5),
+        matches!(outcome, Err(FenceError::Refused(Refused::Stale { marks, .. })) if marks.exclusive == 5),
         "{outcome:?}"
     );
 }
@@ -172,7 +172,7 @@ pub(crate) async fn concurrent_holders_never_commit_out_of_order<D: TestDb>() {
                             tx.commit().await.unwrap();
                             accepted.push(generation);
                         }
-                        Err(FenceError::Stale { .. }) => {}
+                        Err(FenceError::Refused(Refused::Stale { .. })) => {}
                         Err(other) => panic!("unexpected {other:?}"),
                     }
                 }
@@ -203,7 +203,7 @@ pub(crate) async fn shared_sequencers_cannot_fence_writes_and_signatures_are_che
         .await
         .unwrap_err();
     assert!(
-        matches!(refused, FenceError::SharedOnWrite { .. }),
+        matches!(refused, FenceError::Refused(Refused::SharedOnWrite { .. })),
         "{refused:?}"
     );
 

@@ -86,6 +86,7 @@ fn exclusive_writes_follow_the_rule_and_equal_generations_pass() {
             mode,
             presented,
             marks: current,
+            regression: false,
         }) => {
             assert_eq!(refused_lock, lock("L"));
             assert_eq!(mode, Mode::Exclusive);

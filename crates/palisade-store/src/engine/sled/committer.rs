@@ -545,6 +545,7 @@ impl Committer {
                 mode: job.sequencer.mode(),
                 presented: job.sequencer.generation(),
                 marks: before.marks,
+                regression: false,
             })));
         };
 
@@ -817,6 +818,7 @@ fn apply_read(
             mode: job.sequencer.mode(),
             presented: job.sequencer.generation(),
             marks: before.marks,
+            regression: false,
         };
         return Ok((Ok(Err(refused)), false));
     };

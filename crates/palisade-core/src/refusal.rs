@@ -1,0 +1,425 @@
+//! What a request can be refused for: one type for every part that refuses
+//! (the fenced store, the resource server, the guard, the SQL fence) and
+//! for the client that decodes the server's answer.
+//!
+//! A refusal is an expected outcome in a fenced system, not a failure: it
+//! lives in the inner `Result` of a store, client or guard call, apart
+//! from I/O and server failures. Nothing changed where it was refused: no
+//! data, no mark, no idempotency record.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::marks::Marks;
+use crate::{Generation, LockName, Mode};
+
+/// A request considered and refused; nothing changed.
+///
+/// [`Refused::reason`] is the refusal's stable name, the same as the
+/// `code` of the HTTP API's JSON body (docs/http-api.md), and
+/// [`Refused::http_status`] its status there. The `Display` text is the
+/// message a person reads (the server's `message`, what the CLI prints).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refused {
+    /// `stale` (409): the sequencer's generation is below what the marks
+    /// require. Either a newer holder has been honoured, or the lock
+    /// service's generations went backwards. Carries the current marks so
+    /// the lock side can raise its generation floor above them.
+    #[error("{}", stale_text(lock, *mode, *presented, *marks, *regression))]
+    Stale {
+        /// The lock.
+        lock: LockName,
+        /// The mode of the sequencer.
+        mode: Mode,
+        /// The generation offered.
+        presented: Generation,
+        /// The lock's current marks.
+        marks: Marks,
+        /// `true`: a live check says the presented sequencer's holder
+        /// still holds the lock, so no newer holder exists and the lock
+        /// service's generations went backwards (raise its floor above
+        /// `marks`). `false`: not established. The store always says
+        /// `false`; only a resource server with a live check can tell.
+        regression: bool,
+    },
+    /// `not_held` (409): a live check says the sequencer's holder no
+    /// longer holds the lock. Only a resource server with a live check
+    /// refuses this way.
+    #[error("the lock service says generation {presented} of lock `{lock}` is no longer held")]
+    NotHeld {
+        /// The lock.
+        lock: LockName,
+        /// The generation offered.
+        presented: Generation,
+    },
+    /// `shared_on_write` (403): a write under a shared (reader) sequencer.
+    #[error("lock `{lock}`: writes need an exclusive sequencer; generation {presented} is shared")]
+    SharedOnWrite {
+        /// The lock.
+        lock: LockName,
+        /// The generation offered.
+        presented: Generation,
+    },
+    /// `cas_mismatch` (412): a compare-and-swap whose comparison failed.
+    /// The whole request was rolled back.
+    #[error(
+        "compare-and-swap failed at op {op_index}: the current value differs from the expected one"
+    )]
+    CasMismatch {
+        /// Which op of the request (0-based).
+        op_index: usize,
+        /// The key's current value (`None`: absent). The HTTP API carries
+        /// it in the body's `current` (and `current_exists`), so a client
+        /// knows it as well as the store.
+        current: Option<Bytes>,
+    },
+    /// `idempotency_key_reused` (422): the idempotency key was already
+    /// used on this lock for a *different* request (other ops, mode or
+    /// generation).
+    #[error("idempotency key `{request_id}` was already used for a different request")]
+    IdempotencyKeyReused {
+        /// The key.
+        request_id: RequestId,
+    },
+    /// `lock_mismatch` (422): the request names one lock and presents a
+    /// sequencer for another.
+    #[error("the request is for lock `{requested}` but the sequencer is for lock `{presented}`")]
+    LockMismatch {
+        /// The lock the request names.
+        requested: LockName,
+        /// The lock the sequencer is for.
+        presented: LockName,
+    },
+    /// `raise_too_large` (409): the generation is further above the
+    /// lock's marks than the raise cap allows ([`RaiseCap`]). A lock side
+    /// minting such generations has a bug (or a forger has a valid key):
+    /// fix it rather than retry, and do not raise a generation floor for
+    /// it.
+    ///
+    /// [`RaiseCap`]: crate::RaiseCap
+    #[error(
+        "{}",
+        raise_text(lock, *presented, *marks, *max_raise, *clock_lead, *by_clock, *allowed_up_to)
+    )]
+    RaiseTooLarge {
+        /// The lock.
+        lock: LockName,
+        /// The mode of the sequencer.
+        mode: Mode,
+        /// The generation offered.
+        presented: Generation,
+        /// The lock's marks at the time of the check.
+        marks: Marks,
+        /// The cap's count, for a counter mark.
+        max_raise: u64,
+        /// The cap's lead over the clock, for a clock mark or a lock
+        /// without marks.
+        clock_lead: Duration,
+        /// Which rule decided: `true` the clock's (the highest mark is a
+        /// clock generation, or both are 0), `false` the count's.
+        by_clock: bool,
+        /// The highest generation the cap allowed.
+        allowed_up_to: u64,
+    },
+}
+
+impl Refused {
+    /// The stable name: `stale`, `not_held`, `shared_on_write`,
+    /// `cas_mismatch`, `idempotency_key_reused`, `lock_mismatch`,
+    /// `raise_too_large`; the JSON `code` of the HTTP API.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refused::Stale { .. } => "stale",
+            Refused::NotHeld { .. } => "not_held",
+            Refused::SharedOnWrite { .. } => "shared_on_write",
+            Refused::CasMismatch { .. } => "cas_mismatch",
+            Refused::IdempotencyKeyReused { .. } => "idempotency_key_reused",
+            Refused::LockMismatch { .. } => "lock_mismatch",
+            Refused::RaiseTooLarge { .. } => "raise_too_large",
+        }
+    }
+
+    /// The HTTP status the API answers this refusal with.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Refused::Stale { .. } | Refused::NotHeld { .. } | Refused::RaiseTooLarge { .. } => 409,
+            Refused::SharedOnWrite { .. } => 403,
+            Refused::CasMismatch { .. } => 412,
+            Refused::IdempotencyKeyReused { .. } | Refused::LockMismatch { .. } => 422,
+        }
+    }
+
+    /// The lock's marks, when the refusal carries them (`stale`,
+    /// `raise_too_large`).
+    pub fn marks(&self) -> Option<Marks> {
+        match self {
+            Refused::Stale { marks, .. } | Refused::RaiseTooLarge { marks, .. } => Some(*marks),
+            _ => None,
+        }
+    }
+}
+
+/// One field of a refusal's body in the HTTP API, beside `code` and
+/// `message` (docs/http-api.md lists them per code), in a form that needs
+/// no JSON library: the resource server and the guard render it, so both
+/// answer with the same fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Field<'a> {
+    /// A string: a lock name, a mode, an idempotency key, a command.
+    Text(std::borrow::Cow<'a, str>),
+    /// A number: a generation, an index, a limit.
+    Number(u64),
+    /// A flag.
+    Flag(bool),
+    /// The two marks, `{"exclusive": .., "shared": ..}`.
+    Marks(Marks),
+    /// A key's value as bytes (`None`: absent, `null`); written as a
+    /// string when UTF-8, `{"base64": ..}` otherwise, as requests send them.
+    Bytes(Option<&'a [u8]>),
+}
+
+impl<'a> Field<'a> {
+    fn name(lock: &'a LockName) -> Self {
+        Field::Text(lock.as_str().into())
+    }
+}
+
+impl Refused {
+    /// The body's fields of this refusal, by their wire names.
+    pub fn fields(&self) -> Vec<(&'static str, Field<'_>)> {
+        use Field::{Flag, Number, Text};
+        match self {
+            Refused::Stale {
+                lock,
+                mode,
+                presented,
+                marks,
+                regression,
+            } => vec![
+                ("lock", Field::name(lock)),
+                ("mode", Text(mode.as_str().into())),
+                ("presented", Number(presented.get())),
+                ("required", Number(marks.required(*mode))),
+                ("marks", Field::Marks(*marks)),
+                ("regression", Flag(*regression)),
+                ("recovery", Text(lock.raise_floor_command().into())),
+            ],
+            Refused::NotHeld { lock, presented } | Refused::SharedOnWrite { lock, presented } => {
+                vec![
+                    ("lock", Field::name(lock)),
+                    ("presented", Number(presented.get())),
+                ]
+            }
+            Refused::CasMismatch { op_index, current } => vec![
+                ("op_index", Number(*op_index as u64)),
+                ("current_exists", Flag(current.is_some())),
+                ("current", Field::Bytes(current.as_deref())),
+            ],
+            Refused::IdempotencyKeyReused { request_id } => {
+                vec![("idempotency_key", Text(request_id.as_str().into()))]
+            }
+            Refused::LockMismatch {
+                requested,
+                presented,
+            } => vec![
+                ("path_lock", Field::name(requested)),
+                ("sequencer_lock", Field::name(presented)),
+            ],
+            Refused::RaiseTooLarge {
+                lock,
+                mode,
+                presented,
+                marks,
+                max_raise,
+                clock_lead,
+                by_clock,
+                allowed_up_to,
+            } => vec![
+                ("lock", Field::name(lock)),
+                ("mode", Text(mode.as_str().into())),
+                ("presented", Number(presented.get())),
+                ("max_raise", Number(*max_raise)),
+                (
+                    "max_raise_time_ms",
+                    Number(u64::try_from(clock_lead.as_millis()).unwrap_or(u64::MAX)),
+                ),
+                ("by_clock", Flag(*by_clock)),
+                ("allowed_up_to", Number(*allowed_up_to)),
+                ("marks", Field::Marks(*marks)),
+            ],
+        }
+    }
+}
+
+/// The text of [`Refused::Stale`]: a regression says so and names the way
+/// out; otherwise both generations and the marks.
+fn stale_text(
+    lock: &LockName,
+    mode: Mode,
+    presented: Generation,
+    marks: Marks,
+    regression: bool,
+) -> String {
+    let required = marks.required(mode);
+    if regression {
+        format!(
+            "generation regression on lock `{lock}`: the lock service still grants generation {presented}, yet generation {required} has already been honoured here, so its generations went backwards (lost counter, wiped or restored data); recover with `{}`",
+            lock.raise_floor_command()
+        )
+    } else {
+        format!(
+            "stale sequencer for lock `{lock}`: {mode} generation {presented} is below the required {required} ({marks})"
+        )
+    }
+}
+
+/// The text of [`Refused::RaiseTooLarge`], by the rule that decided.
+fn raise_text(
+    lock: &LockName,
+    presented: Generation,
+    marks: Marks,
+    max_raise: u64,
+    clock_lead: Duration,
+    by_clock: bool,
+    allowed_up_to: u64,
+) -> String {
+    let highest = marks.exclusive.max(marks.shared);
+    if by_clock {
+        format!(
+            "generation {presented} of lock `{lock}` is more than {clock_lead:?} ahead of this server's clock in microseconds, the limit for a lock whose mark is a clock generation or absent (allowed up to {allowed_up_to}; marks at {highest})"
+        )
+    } else {
+        format!(
+            "generation {presented} of lock `{lock}` would raise its mark by {} (from {highest}); this server allows at most {max_raise}",
+            presented.get().saturating_sub(highest)
+        )
+    }
+}
+
+/// A client-chosen idempotency key: 1 to 128 bytes of visible ASCII
+/// (`!` to `~`), scoped to one lock.
+///
+/// ```
+/// use palisade_core::RequestId;
+///
+/// assert!(RequestId::new("order-42-attempt").is_ok());
+/// assert!(RequestId::new("").is_err());
+/// assert!(RequestId::new("has space").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RequestId(String);
+
+/// Why a text is not a [`RequestId`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("invalid idempotency key: {reason}")]
+pub struct RequestIdError {
+    /// What is wrong, e.g. "it is empty".
+    pub reason: &'static str,
+}
+
+impl RequestId {
+    /// The longest id, in bytes.
+    pub const MAX_LEN: usize = 128;
+
+    /// Validates and wraps `id`.
+    pub fn new(id: impl Into<String>) -> Result<RequestId, RequestIdError> {
+        let id = id.into();
+        let reason = if id.is_empty() {
+            "it is empty"
+        } else if id.len() > Self::MAX_LEN {
+            "it is longer than 128 bytes"
+        } else if !id.bytes().all(|b| (b'!'..=b'~').contains(&b)) {
+            "it contains a byte outside visible ASCII"
+        } else {
+            return Ok(RequestId(id));
+        };
+        Err(RequestIdError { reason })
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stale(regression: bool) -> Refused {
+        Refused::Stale {
+            lock: LockName::new("orders/42").unwrap(),
+            mode: Mode::Exclusive,
+            presented: Generation::new(33).unwrap(),
+            marks: Marks {
+                exclusive: 34,
+                shared: 0,
+            },
+            regression,
+        }
+    }
+
+    #[test]
+    fn request_ids_are_visible_ascii_up_to_128_bytes() {
+        assert!(RequestId::new("a".repeat(128)).is_ok());
+        assert!(RequestId::new("a".repeat(129)).is_err());
+        assert!(RequestId::new("tab\t").is_err());
+        assert!(RequestId::new("é").is_err());
+        assert_eq!(
+            RequestId::new("").unwrap_err().to_string(),
+            "invalid idempotency key: it is empty"
+        );
+    }
+
+    #[test]
+    fn a_stale_text_gives_both_generations_and_a_regression_the_way_out() {
+        assert_eq!(
+            stale(false).to_string(),
+            "stale sequencer for lock `orders/42`: exclusive generation 33 is below the required 34 (H_excl=34 H_shared=0)"
+        );
+        let regression = stale(true).to_string();
+        assert!(
+            regression.starts_with("generation regression on lock `orders/42`"),
+            "{regression}"
+        );
+        assert!(
+            regression.ends_with("recover with `palisade raise-floor orders/42`"),
+            "{regression}"
+        );
+        assert_eq!(stale(true).reason(), "stale");
+        assert_eq!(stale(true).http_status(), 409);
+    }
+
+    #[test]
+    fn a_raise_too_large_text_names_the_rule_that_decided() {
+        let raise = |by_clock| Refused::RaiseTooLarge {
+            lock: LockName::new("a").unwrap(),
+            mode: Mode::Exclusive,
+            presented: Generation::new(5000).unwrap(),
+            marks: Marks {
+                exclusive: 10,
+                shared: 0,
+            },
+            max_raise: 1000,
+            clock_lead: Duration::from_secs(3600),
+            by_clock,
+            allowed_up_to: 1010,
+        };
+        assert_eq!(
+            raise(false).to_string(),
+            "generation 5000 of lock `a` would raise its mark by 4990 (from 10); this server allows at most 1000"
+        );
+        assert!(raise(true).to_string().contains("more than 3600s ahead"));
+        assert_eq!(raise(true).reason(), "raise_too_large");
+    }
+}

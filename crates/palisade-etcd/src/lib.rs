@@ -1,0 +1,281 @@
+//! Where etcd is and how to connect to it: what the etcd lock backend
+//! (`palisade-lock-etcd`) and the etcd storage engine
+//! (`palisade-store-etcd`) share, written once.
+//!
+//! [`EtcdConnection`] holds the endpoints, the credentials, the TLS
+//! settings and the two timeouts, and turns them into etcd-client's
+//! `ConnectOptions` with the settings both need (HTTP/2 keep-alive pings,
+//! `require_leader`, token refresh). Everything else (key prefixes, session
+//! and storage limits) stays in the crate it belongs to, and so does each
+//! crate's error type: [`EndpointError`] converts into both.
+//!
+//! **Architecture Invariant:** this crate depends on etcd-client only, not
+//! on any Palisade crate: it is a leaf both etcd crates may depend on
+//! without depending on each other.
+
+use std::fmt;
+use std::time::Duration;
+
+/// An endpoint list that cannot work, caught before any connection is made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EndpointError {
+    /// No endpoint was given.
+    #[error("no etcd endpoint given")]
+    NoEndpoints,
+    /// An endpoint is not `host:port`, `http://host:port` or (with the `tls`
+    /// feature) `https://host:port`.
+    #[error("etcd endpoint `{endpoint}`: {reason}")]
+    BadEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
+
+/// User name and password for etcd's authentication. The password is never
+/// printed.
+#[derive(Clone, PartialEq, Eq)]
+struct Credentials {
+    user: String,
+    password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Where etcd is and how to talk to it.
+///
+/// ```
+/// use std::time::Duration;
+/// use palisade_etcd::EtcdConnection;
+///
+/// let connection = EtcdConnection::from_endpoint_list("127.0.0.1:2379, http://127.0.0.1:22379")?
+///     .with_request_timeout(Duration::from_secs(2))
+///     .with_user("orders", "secret");
+/// assert_eq!(connection.endpoints(), ["127.0.0.1:2379", "http://127.0.0.1:22379"]);
+/// assert!(!format!("{connection:?}").contains("secret"));
+/// assert!(EtcdConnection::from_endpoint_list(" , ").is_err());
+/// # Ok::<(), palisade_etcd::EndpointError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct EtcdConnection {
+    /// Every member the client may talk to. Requests are balanced over the
+    /// reachable ones, so losing one member of three costs nothing but the
+    /// requests in flight to it.
+    endpoints: Vec<String>,
+    /// Applied to every unary request. A request that takes longer is
+    /// reported as a timeout; its effect is unknown.
+    request_timeout: Duration,
+    /// Applied to opening a TCP connection to one member.
+    connect_timeout: Duration,
+    credentials: Option<Credentials>,
+    #[cfg(feature = "tls")]
+    tls: Option<etcd_client::TlsOptions>,
+}
+
+impl EtcdConnection {
+    /// The request timeout unless set: 5 s.
+    pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The connect timeout unless set: 3 s.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+    /// A connection to these endpoints, with the default timeouts.
+    pub fn new<I, S>(endpoints: I) -> Result<Self, EndpointError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let endpoints: Vec<String> = endpoints
+            .into_iter()
+            .map(|endpoint| endpoint.into().trim().to_owned())
+            .collect();
+        if endpoints.is_empty() {
+            return Err(EndpointError::NoEndpoints);
+        }
+        for endpoint in &endpoints {
+            validate_endpoint(endpoint)?;
+        }
+        Ok(EtcdConnection {
+            endpoints,
+            request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            credentials: None,
+            #[cfg(feature = "tls")]
+            tls: None,
+        })
+    }
+
+    /// A connection from a comma-separated endpoint list, as found in
+    /// `PALISADE_ETCD_ENDPOINTS` or a `--etcd-endpoints` flag.
+    pub fn from_endpoint_list(list: &str) -> Result<Self, EndpointError> {
+        EtcdConnection::new(
+            list.split(',')
+                .map(str::trim)
+                .filter(|endpoint| !endpoint.is_empty()),
+        )
+    }
+
+    /// Sets the per-request timeout. Whether zero is refused, and when, is
+    /// the caller's rule.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Sets the connect timeout. Whether zero is refused, and when, is the
+    /// caller's rule.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Authenticates as `user` (etcd's auth must be enabled on the server).
+    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some(Credentials {
+            user: user.into(),
+            password: password.into(),
+        });
+        self
+    }
+
+    /// Uses TLS for `https://` endpoints (and for endpoints without a
+    /// scheme), with these settings passed through to the gRPC channel.
+    #[cfg(feature = "tls")]
+    pub fn with_tls(mut self, tls: etcd_client::TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The endpoints.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// The per-request timeout.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The connect timeout.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The user name, if authentication is configured.
+    pub fn user(&self) -> Option<&str> {
+        self.credentials
+            .as_ref()
+            .map(|credentials| credentials.user.as_str())
+    }
+
+    /// The etcd-client options this connection stands for.
+    pub fn connect_options(&self) -> etcd_client::ConnectOptions {
+        let mut options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(self.connect_timeout)
+            // HTTP/2 pings find a dead connection between requests. etcd
+            // refuses pings more often than every 5 s (`too_many_pings`).
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            // A member that has lost its leader fails requests and watch
+            // streams at once instead of leaving them hanging, so the
+            // client moves on to a member that can serve them.
+            .with_require_leader(true);
+        if let Some(credentials) = &self.credentials {
+            options = options
+                .with_user(credentials.user.clone(), credentials.password.clone())
+                .with_auto_token_refresh(true);
+        }
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            options = options.with_tls(tls.clone());
+        }
+        options
+    }
+}
+
+fn validate_endpoint(endpoint: &str) -> Result<(), EndpointError> {
+    let bad = |reason| {
+        Err(EndpointError::BadEndpoint {
+            endpoint: endpoint.to_owned(),
+            reason,
+        })
+    };
+    let authority = if let Some(rest) = endpoint.strip_prefix("http://") {
+        rest
+    } else if let Some(rest) = endpoint.strip_prefix("https://") {
+        if cfg!(not(feature = "tls")) {
+            return bad(
+                "https needs the `tls` feature (of palisade-lock-etcd or palisade-store-etcd)",
+            );
+        }
+        rest
+    } else if endpoint.contains("://") {
+        return bad("the scheme must be http or https");
+    } else {
+        endpoint
+    };
+    let authority = authority.trim_end_matches('/');
+    match authority.rsplit_once(':') {
+        None => bad("no port; expected host:port"),
+        Some(("", _)) => bad("no host; expected host:port"),
+        Some((_, port)) if port.parse::<u16>().is_err() => bad("the port is not a number"),
+        Some(_) if authority.contains('/') => bad("a path is not allowed"),
+        Some(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(endpoint: &str) -> Option<&'static str> {
+        match EtcdConnection::new([endpoint]) {
+            Ok(_) => None,
+            Err(EndpointError::BadEndpoint { reason, .. }) => Some(reason),
+            Err(other) => panic!("{endpoint}: {other}"),
+        }
+    }
+
+    #[test]
+    fn endpoints_table() {
+        for good in [
+            "127.0.0.1:2379",
+            " http://127.0.0.1:2379 ",
+            "http://etcd-0.etcd:2379/",
+        ] {
+            assert_eq!(reason(good), None, "{good}");
+        }
+        for (bad, why) in [
+            ("127.0.0.1", "no port; expected host:port"),
+            (":2379", "no host; expected host:port"),
+            ("ftp://h:21", "the scheme must be http or https"),
+            ("h:port", "the port is not a number"),
+            ("h:1/v3", "the port is not a number"),
+            ("h/v3:1", "a path is not allowed"),
+        ] {
+            assert_eq!(reason(bad), Some(why), "{bad}");
+        }
+        assert_eq!(
+            EtcdConnection::new(Vec::<String>::new()).map(|_| ()),
+            Err(EndpointError::NoEndpoints)
+        );
+    }
+
+    #[test]
+    fn the_password_is_never_printed() {
+        let connection = EtcdConnection::new(["h:1"])
+            .unwrap()
+            .with_user("alice", "hunter2");
+        let printed = format!("{connection:?}");
+        assert!(printed.contains("alice"), "{printed}");
+        assert!(!printed.contains("hunter2"), "{printed}");
+        assert_eq!(connection.user(), Some("alice"));
+    }
+}
