@@ -270,10 +270,9 @@ impl Inner {
                             plan::replay_results(&keys, &request.ops, &existed)
                         }
                     };
-                    let oldest_slot = match request.request_id {
-                        Some(_) => Some(then_found.into_iter().next().flatten()),
-                        None => admitted.oldest_slot,
-                    };
+                    let oldest_slot = admitted
+                        .oldest_after
+                        .resolve(revision, then_found.into_iter().next().flatten());
                     self.memory.remember(
                         &lock,
                         Cached {
