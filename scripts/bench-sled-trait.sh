@@ -6,7 +6,8 @@
 # this working tree, then the two binaries run alternately in interleaved
 # rounds, so load from elsewhere on the machine hits both alike. Prints the
 # after / before ratio per path (Store::apply in-process; the HTTP server)
-# and client count.
+# and client count, with CPU time and context switches per write (the
+# whole process, from getrusage), which are steadier than the rates.
 #
 # Usage: scripts/bench-sled-trait.sh
 # Environment: PALISADE_BENCH_ROUNDS (default 5), PALISADE_BENCH_SECS per
@@ -72,6 +73,7 @@ palisade-core = { path = "$tree/crates/palisade-core" }
 palisade-store = { path = "$tree/crates/palisade-store" }
 palisade-server = { path = "$tree/crates/palisade-server" }
 tokio = { version = "1", features = ["rt-multi-thread", "net", "io-util", "sync", "time"] }
+libc = "0.2"
 
 # The trees' own release profile.
 [profile.release]
@@ -108,21 +110,22 @@ for round in $(seq 1 "$rounds"); do
     for path in $paths; do
         for clients in $clients_list; do
             for side in $order; do
-                read -r rate p50 < <("$work/$side.bin" "$path" "$clients" "$secs")
-                echo "$path $clients $side $round $rate $p50" >>"$results"
+                read -r rate p50 cpu switches < <("$work/$side.bin" "$path" "$clients" "$secs")
+                echo "$path $clients $side $round $rate $p50 $cpu $switches" >>"$results"
             done
         done
     done
 done
 echo "load at end: $(uptime | sed 's/.*load average: //')"
 echo
-echo "| path | clients | before writes/s | after writes/s | **after / before** | per round | before p50 | after p50 |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| path | clients | before writes/s | after writes/s | **after / before** | per round | p50 before / after | CPU per write before / after | context switches per write before / after |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for path in $paths; do
     for clients in $clients_list; do
         awk -v path="$path" -v clients="$clients" '
             $1 == path && $2 == clients {
                 rate[$3] += $5; n[$3]++
+                cpu[$3] += $5 * $7; switches[$3] += $5 * $8
                 p50[$3, n[$3]] = $6
                 round_rate[$3, $4] = $5; if ($4 > rounds) rounds = $4
             }
@@ -136,11 +139,13 @@ for path in $paths; do
             END {
                 per = ""
                 for (r = 1; r <= rounds; r++) per = per sprintf(" %.2f", round_rate["after", r] / round_rate["before", r])
-                printf "| %s | %s | %.0f | %.0f | **%.2f ×** |%s | %d µs | %d µs |\n",
+                printf "| %s | %s | %.0f | %.0f | **%.2f ×** |%s | %d / %d µs | %.0f / %.0f µs | %.1f / %.1f |\n",
                     path == "store" ? "Store::apply" : "HTTP PUT", clients,
                     rate["before"] / n["before"], rate["after"] / n["after"],
                     rate["after"] / rate["before"], per,
-                    median("before"), median("after")
+                    median("before"), median("after"),
+                    cpu["before"] / rate["before"], cpu["after"] / rate["after"],
+                    switches["before"] / rate["before"], switches["after"] / rate["after"]
             }' "$results"
     done
 done

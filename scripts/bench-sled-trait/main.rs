@@ -1,6 +1,8 @@
 //! The workload of `scripts/bench-sled-trait.sh`: durable fenced writes to
 //! the sled store, through `Store::apply` in-process or through the HTTP
-//! server, for a few seconds; prints `<writes per second> <p50 µs>`.
+//! server, for a few seconds; prints `<writes per second> <p50 µs> <CPU µs
+//! per write> <context switches per write>` (the last two for the whole
+//! process, every thread of it, from `getrusage`).
 //!
 //! It uses only what the store and the server offered both before and
 //! after the engine trait (`Store::open`, `Store::apply`, `Op::put`,
@@ -32,6 +34,7 @@ fn main() {
         _ => panic!("usage: sled-trait-bench <store|http> <clients> <seconds>"),
     };
     let duration = Duration::from_secs_f64(seconds);
+    let usage_before = usage();
     let dir = std::env::temp_dir().join(format!("sled-trait-bench-{}", std::process::id()));
     // The default configuration: durability `Flushed` (group commit).
     let store = Store::open(&dir, StoreConfig::default()).expect("opening the store");
@@ -44,14 +47,36 @@ fn main() {
             .block_on(through_http(store.clone(), clients, duration)),
         other => panic!("unknown path `{other}`: store or http"),
     };
+    let (cpu, switches) = usage();
+    let writes = latencies.len().max(1) as f64;
     latencies.sort_unstable();
     let p50 = latencies.get(latencies.len() / 2).copied().unwrap_or(0);
     println!(
-        "{:.1} {p50}",
-        latencies.len() as f64 / duration.as_secs_f64()
+        "{:.1} {p50} {:.1} {:.2}",
+        latencies.len() as f64 / duration.as_secs_f64(),
+        (cpu - usage_before.0).as_secs_f64() * 1e6 / writes,
+        (switches - usage_before.1) as f64 / writes,
     );
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// CPU time and context switches (voluntary and not) of the whole
+/// process so far, every thread included.
+fn usage() -> (Duration, i64) {
+    // SAFETY: `getrusage` only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    (
+        time(usage.ru_utime) + time(usage.ru_stime),
+        usage.ru_nvcsw + usage.ru_nivcsw,
+    )
 }
 
 fn sequencer(client: usize) -> Sequencer {
