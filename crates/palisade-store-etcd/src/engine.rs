@@ -228,14 +228,18 @@ impl Inner {
         let reads = ReadSet::for_write(&keys, &request);
         let window = self.config.idempotency_window();
         let _turn = self.stripe(&lock).lock().await;
-        // The snapshot a failed commit's failure branch read, if any.
+        // The snapshot a failed fresh commit's failure branch read, if any.
         let mut snapshot: Option<Snapshot> = None;
+        // Cleared once a commit built on the memory has failed: from then
+        // on every attempt decides on a read.
+        let mut from_memory = true;
         for attempt in 1..=self.config.max_attempts() {
-            let optimistic = match &snapshot {
-                None => self.memory.recall(&lock).and_then(|cached| {
-                    plan::plan_optimistic(&keys, &request, &reads, &cached, window)
-                }),
-                Some(_) => None,
+            let optimistic = if from_memory {
+                self.memory
+                    .recall(&lock)
+                    .and_then(|cached| plan::plan_optimistic(&keys, &request, &cached, window))
+            } else {
+                None
             };
             let fresh = optimistic.is_none();
             let admitted = match optimistic {
@@ -270,10 +274,9 @@ impl Inner {
                             plan::replay_results(&keys, &request.ops, &existed)
                         }
                     };
-                    let oldest_slot = match request.request_id {
-                        Some(_) => Some(then_found.into_iter().next().flatten()),
-                        None => admitted.oldest_slot,
-                    };
+                    let oldest_slot = admitted
+                        .oldest_after
+                        .resolve(revision, then_found.into_iter().next().flatten());
                     self.memory.remember(
                         &lock,
                         Cached {
@@ -290,10 +293,12 @@ impl Inner {
                     }));
                 }
                 Outcome::Failed { else_found } => {
-                    snapshot = Some(Snapshot { found: else_found });
-                    // A remembered state gone stale is no contention; a
-                    // fresh reading overtaken is.
+                    from_memory = false;
+                    // A remembered state gone stale is no contention (the
+                    // next attempt reads); a fresh reading overtaken is,
+                    // and its failure branch read the next snapshot.
                     if fresh {
+                        snapshot = Some(Snapshot { found: else_found });
                         self.contended(&lock, attempt).await;
                     }
                 }

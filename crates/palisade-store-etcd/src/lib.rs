@@ -33,9 +33,10 @@
 //! commit itself (the previous key of each write; for a request id, a
 //! nested Txn picks the record matching the one key whose prior existence
 //! decides the results). If another engine wrote since, the compare fails,
-//! the failure branch reads step 1's snapshot in the same round trip, and
-//! the request continues from step 2. Refusals are always decided on a
-//! fresh read.
+//! nothing is applied, and the request continues from step 1: such a
+//! commit carries no failure branch, since reads sent with every commit
+//! cost etcd more than one more round trip in the rare case they serve.
+//! Refusals are always decided on a fresh read.
 //!
 //! Every write rewrites its lock's marks key, so that key's
 //! `mod_revision` moves with anything in the lock's keyspace: two requests
@@ -87,6 +88,6 @@ pub use palisade_etcd::{EndpointError, EtcdConnection};
 
 /// Txn operations the engine takes for its own keys in a write: the marks,
 /// the idempotency record and its slot, the evicted slot and record, and
-/// the read-back of the oldest remembered id. A request may carry
+/// after an eviction the read of the next oldest id. A request may carry
 /// `--max-txn-ops` minus these.
 pub const RESERVED_TXN_OPS: usize = 6;

@@ -214,8 +214,38 @@ pub(crate) struct Admitted {
     pub(crate) marks: Marks,
     /// The lock's state once committed.
     pub(crate) after: LockState,
-    /// The oldest slot the decision was based on, when known.
-    pub(crate) oldest_slot: Option<Option<Found>>,
+    /// The oldest remembered id once committed.
+    pub(crate) oldest_after: OldestAfter,
+}
+
+/// What the oldest remembered id's slot is once a commit has applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OldestAfter {
+    /// Known without the commit's answer (`None`: not known).
+    Known(Option<Option<Found>>),
+    /// The slot the commit writes: the lock remembered no id before.
+    Written { key: Vec<u8>, value: Vec<u8> },
+    /// The commit evicted the oldest: the next one is read back by the
+    /// commit's `then_read`.
+    ReadBack,
+}
+
+impl OldestAfter {
+    /// The oldest slot after a commit applied at `revision`; `read_back` is
+    /// its first `then_read` range.
+    pub(crate) fn resolve(self, revision: i64, read_back: Option<Found>) -> Option<Option<Found>> {
+        match self {
+            OldestAfter::Known(oldest) => oldest,
+            OldestAfter::Written { key, value } => Some(Some(Found {
+                key,
+                value,
+                mod_revision: revision,
+            })),
+            // Absent only if the slots had a gap, which no engine makes:
+            // not known then, so the next eviction reads it afresh.
+            OldestAfter::ReadBack => read_back.map(Some),
+        }
+    }
 }
 
 /// How a write is decided.
@@ -288,45 +318,57 @@ pub(crate) fn replay_results(
 }
 
 /// The idempotency record of an admitted write, its slot, and the eviction
-/// of the oldest id beyond the window, added to `commit`.
+/// of the oldest id beyond the window, added to `commit`. `oldest_slot` is
+/// the oldest remembered id's slot before it (`Some(None)`: none; `None`:
+/// not known, allowed only while the window cannot be full).
 fn record_idempotency(
     keys: &LockKeys,
     request_id: &str,
     record: Option<Vec<u8>>,
-    oldest_slot: Option<&Found>,
+    oldest_slot: Option<Option<&Found>>,
     after: &mut LockState,
     commit: &mut Commit,
     window: u32,
-) -> Result<(), Undecodable> {
+) -> Result<OldestAfter, Undecodable> {
     if let Some(record) = record {
         commit.puts.push((keys.record(request_id), record));
     }
-    commit
-        .puts
-        .push((keys.slot(after.recorded), request_id.as_bytes().to_vec()));
+    let slot = (keys.slot(after.recorded), request_id.as_bytes().to_vec());
+    commit.puts.push(slot.clone());
     after.recorded += 1;
+    let Some(oldest) = oldest_slot else {
+        return Ok(OldestAfter::Known(None));
+    };
+    let Some(found) = oldest else {
+        let (key, value) = slot;
+        return Ok(OldestAfter::Written { key, value });
+    };
     // Keep the last `window` ids: cut one from the oldest end once there
     // are more (one per write, so a window made smaller shrinks the kept
     // set over the next writes).
-    if let Some(found) = oldest_slot {
-        let number = keys
-            .slot_number(&found.key)
-            .ok_or_else(|| Undecodable("an idempotency slot key".to_owned()))?;
-        if after.recorded.saturating_sub(number) > u64::from(window) {
-            let evicted = std::str::from_utf8(&found.value)
-                .ok()
-                .filter(|evicted| *evicted != request_id)
-                .ok_or_else(|| Undecodable("an idempotency slot".to_owned()))?;
-            commit.deletes.push(found.key.clone());
-            commit.deletes.push(keys.record(evicted));
-        }
+    let number = keys
+        .slot_number(&found.key)
+        .ok_or_else(|| Undecodable("an idempotency slot key".to_owned()))?;
+    if after.recorded.saturating_sub(number) <= u64::from(window) {
+        return Ok(OldestAfter::Known(Some(Some(found.clone()))));
     }
-    // Read after the writes, in the same Txn: the oldest id now, for the
-    // next write's eviction.
-    commit.then_read.push(Range::FirstUnder {
-        prefix: keys.slots(),
+    let evicted = std::str::from_utf8(&found.value)
+        .ok()
+        .filter(|evicted| *evicted != request_id)
+        .ok_or_else(|| Undecodable("an idempotency slot".to_owned()))?;
+    commit.deletes.push(found.key.clone());
+    commit.deletes.push(keys.record(evicted));
+    // Slots are contiguous (recorded at the top, evicted one at a time from
+    // the bottom), so the next oldest is the next number: read back as one
+    // key in the same Txn, for the next write's eviction. Not a range over
+    // the slots: etcd 3.4 walks every key a range covers before applying
+    // its limit, deleted ones too until compaction, so that read would
+    // cost in proportion to every id the lock ever recorded.
+    commit.then_read.push(Range::Key {
+        key: keys.slot(number + 1),
+        keys_only: false,
     });
-    Ok(())
+    Ok(OldestAfter::ReadBack)
 }
 
 /// Decides a write from what the engine remembers of its lock, with no
@@ -334,12 +376,13 @@ fn record_idempotency(
 /// always decided on a fresh read; a compare-and-swap that fails within
 /// the request; an eviction from an unknown oldest slot; a request id with
 /// more than one key of unknown prior existence). The commit's conditions
-/// make it apply only if the memory was right; its failure branch reads
-/// the slow path's snapshot.
+/// make it apply only if the memory was right. It has no failure branch:
+/// a memory gone stale is rare for a lock written through one engine, and
+/// reads sent in every commit for that case cost etcd more than the extra
+/// round trip when it happens (the caller then reads afresh).
 pub(crate) fn plan_optimistic(
     keys: &LockKeys,
     request: &WriteRequest,
-    reads: &ReadSet,
     cached: &Cached,
     window: u32,
 ) -> Option<Admitted> {
@@ -357,7 +400,6 @@ pub(crate) fn plan_optimistic(
             mod_revision: cached.state_revision,
         }],
         data_reports_previous: true,
-        else_read: reads.ranges.clone(),
         ..Commit::default()
     };
     // Each key's value as the ops leave it, and, for keys first touched by
@@ -421,17 +463,23 @@ pub(crate) fn plan_optimistic(
         (Some(_), [_]) => Results::FromPrevious,
         (Some(_), _) => return None,
     };
+    let mut oldest_after = OldestAfter::Known(cached.oldest_slot.clone());
     if let Some(request_id) = &request.request_id {
         // More than `window` ids once this one is added: one is evicted,
         // which needs the oldest slot.
+        let full = after.recorded >= u64::from(window);
         let oldest_slot = match &cached.oldest_slot {
-            _ if after.recorded < u64::from(window) => None,
-            Some(Some(found)) => Some(found),
+            Some(Some(found)) => Some(Some(found)),
+            Some(None) if !full => Some(None),
+            None if !full => None,
             Some(None) | None => return None,
         };
         // The oldest id is this one: a retry, whose record a read finds.
         // (Evicting and recording one key in one Txn is refused by etcd.)
-        if oldest_slot.is_some_and(|found| found.value == request_id.as_str().as_bytes()) {
+        if oldest_slot
+            .flatten()
+            .is_some_and(|found| found.value == request_id.as_str().as_bytes())
+        {
             return None;
         }
         commit.conditions.push(Condition::Absent {
@@ -463,7 +511,7 @@ pub(crate) fn plan_optimistic(
             }
             (Results::FromPrevious, _) => return None,
         };
-        record_idempotency(
+        oldest_after = record_idempotency(
             keys,
             request_id.as_str(),
             record,
@@ -483,7 +531,7 @@ pub(crate) fn plan_optimistic(
         results,
         marks,
         after,
-        oldest_slot: cached.oldest_slot.clone(),
+        oldest_after,
     })
 }
 
@@ -618,17 +666,18 @@ pub(crate) fn plan_write(
         marks,
         recorded: before.recorded,
     };
+    let mut oldest_after = OldestAfter::Known(oldest_slot.clone());
     if let Some(request_id) = &request.request_id {
         let record = Record {
             fingerprint: request.fingerprint.clone(),
             marks,
             results: results.clone(),
         };
-        record_idempotency(
+        oldest_after = record_idempotency(
             keys,
             request_id.as_str(),
             Some(record.encode()),
-            oldest_slot.as_ref().and_then(Option::as_ref),
+            oldest_slot.as_ref().map(Option::as_ref),
             &mut after,
             &mut commit,
             window,
@@ -643,7 +692,7 @@ pub(crate) fn plan_write(
         results: Results::Known(results),
         marks,
         after,
-        oldest_slot,
+        oldest_after,
     })))
 }
 
@@ -917,6 +966,68 @@ mod tests {
         assert!(room.puts.contains(&(keys().slot(2), b"new".to_vec())));
     }
 
+    /// After an eviction the next oldest id is read back as one key, the
+    /// next slot, never as a range over the slots (whose cost in etcd grows
+    /// with every id ever recorded); otherwise it is known without a read.
+    #[test]
+    fn the_next_oldest_id_is_one_key_read_or_known() {
+        let request = request(3, vec![], Some("new"));
+        let reads = ReadSet::for_write(&keys(), &request);
+        let plan = |found: Option<Found>, recorded: u64, window: u32| {
+            let snapshot = Snapshot {
+                found: vec![state(2, recorded), None, found],
+            };
+            match plan_write(&keys(), &request, &reads, &snapshot, window).unwrap() {
+                WritePlan::Commit(admitted) => *admitted,
+                other => panic!("expected a commit, got {other:?}"),
+            }
+        };
+        let oldest = Found {
+            key: keys().slot(5),
+            value: b"old".to_vec(),
+            mod_revision: 4,
+        };
+        // Ids 5..7 kept, window 2: recording id 7 evicts id 5; 6 is next.
+        let evicting = plan(Some(oldest.clone()), 7, 2);
+        assert_eq!(
+            evicting.commit.then_read,
+            [Range::Key {
+                key: keys().slot(6),
+                keys_only: false
+            }]
+        );
+        assert_eq!(evicting.oldest_after, OldestAfter::ReadBack);
+        let next = Found {
+            key: keys().slot(6),
+            value: b"six".to_vec(),
+            mod_revision: 9,
+        };
+        assert_eq!(
+            evicting.oldest_after.resolve(10, Some(next.clone())),
+            Some(Some(next))
+        );
+        assert_eq!(
+            OldestAfter::ReadBack.resolve(10, None),
+            None,
+            "a gap: not known"
+        );
+        // Room in the window: the oldest stays, nothing read.
+        let room = plan(Some(oldest.clone()), 7, 4);
+        assert!(room.commit.then_read.is_empty());
+        assert_eq!(room.oldest_after.resolve(10, None), Some(Some(oldest)));
+        // No id remembered before: the one recorded now is the oldest.
+        let first = plan(None, 0, 4);
+        assert!(first.commit.then_read.is_empty());
+        assert_eq!(
+            first.oldest_after.resolve(10, None),
+            Some(Some(Found {
+                key: keys().slot(0),
+                value: b"new".to_vec(),
+                mod_revision: 10
+            }))
+        );
+    }
+
     #[test]
     fn a_read_commits_only_a_raised_mark() {
         let shared = Sequencer::new(
@@ -970,8 +1081,7 @@ mod tests {
             ],
             None,
         );
-        let reads = ReadSet::for_write(&keys(), &request);
-        let admitted = plan_optimistic(&keys(), &request, &reads, &cached(2, 0, None), 4).unwrap();
+        let admitted = plan_optimistic(&keys(), &request, &cached(2, 0, None), 4).unwrap();
         assert_eq!(
             admitted.commit.conditions,
             [
@@ -993,7 +1103,7 @@ mod tests {
             ]
         );
         assert_eq!(admitted.results, Results::FromPrevious);
-        assert_eq!(admitted.commit.else_read, reads.ranges);
+        assert!(admitted.commit.else_read.is_empty(), "no failure branch");
         let existed = HashMap::from([(keys().data(b"c"), true), (keys().data(b"k"), true)]);
         assert_eq!(
             replay_results(&keys(), &request.ops, &existed),
@@ -1003,34 +1113,22 @@ mod tests {
 
     #[test]
     fn the_optimistic_path_leaves_to_a_fresh_read_what_it_cannot_decide() {
-        let reads_of = |request: &WriteRequest| ReadSet::for_write(&keys(), request);
         // Stale on the remembered marks: refusals are decided on a read.
         let stale = request(1, vec![Op::put("k", "v")], None);
-        assert!(
-            plan_optimistic(&keys(), &stale, &reads_of(&stale), &cached(2, 0, None), 4).is_none()
-        );
+        assert!(plan_optimistic(&keys(), &stale, &cached(2, 0, None), 4).is_none());
         // A compare-and-swap that fails within the request.
         let mismatch = request(
             3,
             vec![Op::put("k", "1"), Op::cas("k", Some("2".into()), None)],
             None,
         );
-        assert!(
-            plan_optimistic(
-                &keys(),
-                &mismatch,
-                &reads_of(&mismatch),
-                &cached(2, 0, None),
-                4
-            )
-            .is_none()
-        );
+        assert!(plan_optimistic(&keys(), &mismatch, &cached(2, 0, None), 4).is_none());
         // A request id with two keys of unknown prior existence.
         let two = request(3, vec![Op::put("a", "1"), Op::put("b", "2")], Some("r"));
-        assert!(plan_optimistic(&keys(), &two, &reads_of(&two), &cached(2, 0, None), 4).is_none());
+        assert!(plan_optimistic(&keys(), &two, &cached(2, 0, None), 4).is_none());
         // An eviction from an unknown oldest slot.
         let one = request(3, vec![Op::put("a", "1")], Some("r"));
-        assert!(plan_optimistic(&keys(), &one, &reads_of(&one), &cached(2, 4, None), 4).is_none());
+        assert!(plan_optimistic(&keys(), &one, &cached(2, 4, None), 4).is_none());
         // A retry of the oldest remembered id: evicting and recording one
         // key in one Txn would be refused by etcd as a duplicate key.
         let oldest = Found {
@@ -1038,19 +1136,9 @@ mod tests {
             value: b"r".to_vec(),
             mod_revision: 3,
         };
-        assert!(
-            plan_optimistic(
-                &keys(),
-                &one,
-                &reads_of(&one),
-                &cached(2, 4, Some(Some(oldest))),
-                4
-            )
-            .is_none()
-        );
+        assert!(plan_optimistic(&keys(), &one, &cached(2, 4, Some(Some(oldest))), 4).is_none());
         // With room in the window, one key: the record is chosen by etcd.
-        let admitted =
-            plan_optimistic(&keys(), &one, &reads_of(&one), &cached(2, 1, None), 4).unwrap();
+        let admitted = plan_optimistic(&keys(), &one, &cached(2, 1, None), 4).unwrap();
         let choice = admitted.commit.record_choice.expect("a record choice");
         assert_eq!(choice.data_key, keys().data(b"a"));
         assert_ne!(choice.if_present, choice.if_absent);
