@@ -21,22 +21,23 @@
 //! blocking `flush()` once. One flush therefore covers every request
 //! committed before it started (group commit).
 //!
-//! # Why the file sync runs on a second thread
+//! # Why the file sync runs on the committer's thread
 //!
 //! sled's flush only hands the log to the kernel (see below); the
-//! `fdatasync` that makes it durable is ours, and it does not take sled's
-//! lock. So the committer passes each flushed group to a **syncer** thread
-//! and goes on with the next group's transaction and flush while the
-//! syncer waits for the disk. The syncer takes every group queued for it,
-//! syncs sled's files once, and only then delivers each job's outcome: an
+//! `fdatasync` that makes it durable is ours. The committer runs it right
+//! after the group's flush and only then delivers each job's outcome, so an
 //! outcome is never delivered before an `fdatasync` that began after its
-//! group's sled flush returned, so "acknowledged" keeps its full meaning.
-//! The two waits (the log's write-back in sled's flush, the disk cache's
-//! flush in `fdatasync`) overlap instead of adding up, and one sync can
-//! acknowledge several groups. Groups reach the syncer, and are answered,
-//! in commit order, including groups that wrote nothing: a reader waiting
-//! for an epoch must not see a later group acknowledged before an earlier
-//! one.
+//! group's sled flush returned. Groups are answered in commit order,
+//! including groups that wrote nothing: a reader waiting for an epoch must
+//! not see a later group acknowledged before an earlier one.
+//!
+//! A second thread that syncs one group while the committer applies the
+//! next was tried and measured against this, in one run
+//! (`scripts/bench-sled-trait.sh`, 8 to 128 clients, in-process and through
+//! HTTP; docs/benchmarks.md, "sled before and after the engine trait"): it
+//! cost up to 20 µs of CPU and 2.6 context switches more per write and won
+//! no throughput, since the requests that queue during one sync make the
+//! next group large anyway.
 //!
 //! Each job keeps its own all-or-nothing semantics inside the shared
 //! transaction: its ops are first evaluated against an overlay (its own
@@ -65,7 +66,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -165,7 +166,7 @@ impl Decision {
 /// what [`Durability::Flushed`] promises (see the module docs for why
 /// sled's own flush falls short on Linux).
 ///
-/// Shared by the syncer (after every sled flush of a group) and
+/// Shared by the committer (after every sled flush of a group) and
 /// the engine's `close` ([`Store::flush`](crate::Store::flush)), behind a mutex: the two never
 /// sync at the same time, and the record of which blobs are already synced
 /// stays whole.
@@ -338,27 +339,6 @@ impl Committer {
             stats: Arc::clone(&self.stats),
             sync: self.durability == Durability::Flushed,
         };
-        let (handoff, syncer_thread) = if syncer.sync {
-            let (to_syncer, committed) = channel();
-            let thread = syncer.clone();
-            match std::thread::Builder::new()
-                .name("palisade-syncer".into())
-                .spawn(move || thread.run(committed))
-            {
-                Ok(handle) => (
-                    Handoff::Thread(to_syncer, Arc::clone(&self.epochs)),
-                    Some(handle),
-                ),
-                Err(error) => {
-                    // Still correct, only slower: sync on this thread.
-                    tracing::warn!(%error, "cannot start the store's syncer thread; syncing on the committer's");
-                    (Handoff::Inline(syncer), None)
-                }
-            }
-        } else {
-            // `Buffered`: nothing to wait for, so answer on this thread.
-            (Handoff::Inline(syncer), None)
-        };
         let mut group_number = 0u64;
         let mut pending: Option<Job> = None;
         loop {
@@ -391,11 +371,12 @@ impl Committer {
             // group that has no outcome yet, and fail-stop the store.
             let slots: Vec<AnySlot> = group.iter().map(AnySlot::of).collect();
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.commit_group(group_number, group)
+                if let Some(committed) = self.commit_group(group_number, group) {
+                    syncer.answer(committed);
+                }
             }));
             match outcome {
-                Ok(Some(committed)) => handoff.send(committed),
-                Ok(None) => {}
+                Ok(()) => {}
                 Err(_) => {
                     let message = "the store's committer failed unexpectedly".to_owned();
                     tracing::error!("{message}; the store refuses further requests");
@@ -407,11 +388,6 @@ impl Committer {
                     }
                 }
             }
-        }
-        // Every group handed over is answered before the store closes.
-        drop(handoff);
-        if let Some(thread) = syncer_thread {
-            let _ = thread.join();
         }
         self.epochs.close();
         if self.epochs.failure().is_none() {
@@ -481,7 +457,7 @@ impl Committer {
         let wrote = decisions.iter().any(Decision::wrote);
         if self.durability == Durability::Flushed && wrote {
             // sled's part of the flush: its log handed to the kernel. The
-            // syncer makes it durable.
+            // syncer's `fdatasync` makes it durable.
             if let Err(error) = self.db.flush() {
                 let message = error.to_string();
                 tracing::error!(error = %message, "flush failed; the store refuses further requests");
@@ -668,41 +644,8 @@ impl Committed {
     }
 }
 
-/// Where the committer hands a committed group.
-enum Handoff {
-    /// To the syncer thread (`Flushed`).
-    Thread(Sender<Committed>, Arc<Epochs>),
-    /// Answered on the committer's thread (`Buffered`, or no syncer thread).
-    Inline(Syncer),
-}
-
-impl Handoff {
-    fn send(&self, committed: Committed) {
-        match self {
-            Handoff::Thread(sender, epochs) => {
-                if let Err(std::sync::mpsc::SendError(committed)) = sender.send(committed) {
-                    // The syncer thread is gone (a panic it could not
-                    // contain): nothing can be acknowledged any more.
-                    let message = "the store's syncer is not running".to_owned();
-                    epochs.fail(message.clone());
-                    for (job, _) in committed.outcomes {
-                        deliver_error(
-                            job,
-                            &StoreError::FlushFailed {
-                                message: message.clone(),
-                            },
-                        );
-                    }
-                }
-            }
-            Handoff::Inline(syncer) => syncer.answer(vec![committed]),
-        }
-    }
-}
-
-/// The second half of group commit: syncs sled's files for the groups the
-/// committer has flushed, then answers them (see the module docs).
-#[derive(Clone)]
+/// The second half of group commit: syncs sled's files for a group the
+/// committer has flushed, then answers it (see the module docs).
 struct Syncer {
     files: Arc<Mutex<DurableFiles>>,
     epochs: Arc<Epochs>,
@@ -713,41 +656,12 @@ struct Syncer {
 }
 
 impl Syncer {
-    fn run(self, committed: Receiver<Committed>) {
-        while let Ok(first) = committed.recv() {
-            // Everything queued so far shares one sync.
-            let mut batch = vec![first];
-            batch.extend(committed.try_iter());
-            let slots: Vec<AnySlot> = batch
-                .iter()
-                .flat_map(|group| group.outcomes.iter().map(|(job, _)| AnySlot::of(job)))
-                .collect();
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.answer(batch);
-            }));
-            if outcome.is_err() {
-                let message = "the store's syncer failed unexpectedly".to_owned();
-                tracing::error!("{message}; the store refuses further requests");
-                self.epochs.fail(message.clone());
-                for slot in slots {
-                    slot.fill_error(StoreError::FlushFailed {
-                        message: message.clone(),
-                    });
-                }
-            }
-        }
-    }
-
-    /// Syncs (if any group wrote) and delivers every outcome of `batch`,
+    /// Syncs (if the group wrote) and delivers every outcome of `group`,
     /// or an error to all of them if the store is or becomes fail-stopped.
-    fn answer(&self, batch: Vec<Committed>) {
-        let Some(last) = batch.last().map(|group| group.group_number) else {
-            return;
-        };
-        let wrote = batch.iter().any(|group| group.wrote);
+    fn answer(&self, group: Committed) {
         let synced = match self.epochs.failure() {
             Some(message) => Err(message),
-            None if self.sync && wrote => {
+            None if self.sync && group.wrote => {
                 let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
                 files.sync().map_err(|error| {
                     let message = format!("syncing the data files failed: {error}");
@@ -759,41 +673,33 @@ impl Syncer {
             None => Ok(()),
         };
         if let Err(message) = synced {
-            self.epochs.finish_group(last);
-            for group in batch {
-                for (job, _) in group.outcomes {
-                    deliver_error(
-                        job,
-                        &StoreError::FlushFailed {
-                            message: message.clone(),
-                        },
-                    );
-                }
+            self.epochs.finish_group(group.group_number);
+            for (job, _) in group.outcomes {
+                deliver_error(
+                    job,
+                    &StoreError::FlushFailed {
+                        message: message.clone(),
+                    },
+                );
             }
             return;
         }
-        if self.sync && wrote {
+        if self.sync && group.wrote {
             let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
             stats.flushes += 1;
-            stats.tickets += batch
-                .iter()
-                .filter(|group| group.wrote)
-                .map(|group| group.outcomes.len() as u64)
-                .sum::<u64>();
+            stats.tickets += group.outcomes.len() as u64;
         }
-        self.epochs.finish_group(last);
-        for group in batch {
-            for (job, decision) in group.outcomes {
-                match (job, decision) {
-                    (Job::Write(job), Decision::Write(outcome)) => job.slot.fill(outcome),
-                    (Job::Read(job), Decision::Read(outcome, _)) => job.slot.fill(outcome),
-                    (job, _) => deliver_error(
-                        job,
-                        &StoreError::Corrupt {
-                            what: "a decision did not match its job".into(),
-                        },
-                    ),
-                }
+        self.epochs.finish_group(group.group_number);
+        for (job, decision) in group.outcomes {
+            match (job, decision) {
+                (Job::Write(job), Decision::Write(outcome)) => job.slot.fill(outcome),
+                (Job::Read(job), Decision::Read(outcome, _)) => job.slot.fill(outcome),
+                (job, _) => deliver_error(
+                    job,
+                    &StoreError::Corrupt {
+                        what: "a decision did not match its job".into(),
+                    },
+                ),
             }
         }
     }
