@@ -55,7 +55,7 @@
 //! writes without any sync at all. The fault suite's "disk died" scenario
 //! (ext4 shut down without flushing its journal, the nearest thing to a
 //! power cut these machines can make) lost every acknowledged write and
-//! every mark that way. So after sled's flush the syncer syncs sled's
+//! every mark that way. So after sled's flush the committer syncs sled's
 //! files itself ([`DurableFiles`]): `fdatasync` of the log file, `fsync`
 //! of every new blob and of the directories that name new files. Only
 //! then is the group acknowledged, and a failed sync fail-stops the store
@@ -333,12 +333,6 @@ pub(crate) struct Committer {
 
 impl Committer {
     pub(crate) fn run(self, jobs: Receiver<Job>) {
-        let syncer = Syncer {
-            files: Arc::clone(&self.files),
-            epochs: Arc::clone(&self.epochs),
-            stats: Arc::clone(&self.stats),
-            sync: self.durability == Durability::Flushed,
-        };
         let mut group_number = 0u64;
         let mut pending: Option<Job> = None;
         loop {
@@ -372,7 +366,7 @@ impl Committer {
             let slots: Vec<AnySlot> = group.iter().map(AnySlot::of).collect();
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 if let Some(committed) = self.commit_group(group_number, group) {
-                    syncer.answer(committed);
+                    self.answer(committed);
                 }
             }));
             match outcome {
@@ -398,7 +392,7 @@ impl Committer {
     }
 
     /// Applies `group` in one transaction and, if it wrote in `Flushed`
-    /// mode, runs sled's flush. Returns the group for the syncer (which
+    /// mode, runs sled's flush. Returns the group for [`Committer::answer`] (which
     /// syncs and answers), or `None` if the group was answered here (the
     /// store was already fail-stopped).
     fn commit_group(&self, group_number: u64, group: Vec<Job>) -> Option<Committed> {
@@ -448,7 +442,7 @@ impl Committer {
                     },
                 };
                 tracing::error!(%error, "group transaction failed");
-                // Answered through the syncer all the same, so that groups
+                // Answered through `answer` all the same, so that groups
                 // are answered in order.
                 return Some(Committed::failed(group_number, group, &error));
             }
@@ -457,7 +451,7 @@ impl Committer {
         let wrote = decisions.iter().any(Decision::wrote);
         if self.durability == Durability::Flushed && wrote {
             // sled's part of the flush: its log handed to the kernel. The
-            // syncer's `fdatasync` makes it durable.
+            // `fdatasync` in `answer` makes it durable.
             if let Err(error) = self.db.flush() {
                 let message = error.to_string();
                 tracing::error!(error = %message, "flush failed; the store refuses further requests");
@@ -615,7 +609,7 @@ impl Committer {
 }
 
 /// A group the committer has applied (and, if it wrote, flushed through
-/// sled), on its way to the syncer.
+/// sled), on its way to [`Committer::answer`].
 struct Committed {
     group_number: u64,
     /// Whether any job of the group wrote: only then is a sync needed.
@@ -644,24 +638,17 @@ impl Committed {
     }
 }
 
-/// The second half of group commit: syncs sled's files for a group the
-/// committer has flushed, then answers it (see the module docs).
-struct Syncer {
-    files: Arc<Mutex<DurableFiles>>,
-    epochs: Arc<Epochs>,
-    stats: Arc<Mutex<crate::FlushStats>>,
-    /// `Flushed` mode: sync before answering. `Buffered` mode answers at
-    /// once (the interval sync makes it durable later).
-    sync: bool,
-}
-
-impl Syncer {
-    /// Syncs (if the group wrote) and delivers every outcome of `group`,
-    /// or an error to all of them if the store is or becomes fail-stopped.
+impl Committer {
+    /// The second half of group commit: in `Flushed` mode syncs sled's
+    /// files if the group wrote (see the module docs), then delivers every
+    /// outcome of `group`, or an error to all of them if the store is or
+    /// becomes fail-stopped. `Buffered` mode answers at once (the interval
+    /// sync makes it durable later).
     fn answer(&self, group: Committed) {
+        let sync = self.durability == Durability::Flushed;
         let synced = match self.epochs.failure() {
             Some(message) => Err(message),
-            None if self.sync && group.wrote => {
+            None if sync && group.wrote => {
                 let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
                 files.sync().map_err(|error| {
                     let message = format!("syncing the data files failed: {error}");
@@ -684,7 +671,7 @@ impl Syncer {
             }
             return;
         }
-        if self.sync && group.wrote {
+        if sync && group.wrote {
             let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
             stats.flushes += 1;
             stats.tickets += group.outcomes.len() as u64;
