@@ -9,7 +9,10 @@
 //! **Architecture Invariant:** core does no IO and knows no backend. It
 //! depends on `tokio` only for `sync` (the lease-lost signal) and `time`
 //! (deadlines), and on pure computation: `hmac`/`sha2` for signatures,
-//! `backon` for [`retry_pauses`]. A backend author needs this crate and nothing else.
+//! `backon` for [`retry_pauses`], and on text handling: `url` for the one
+//! redaction of connection strings ([`redact`]), `humantime` for the one
+//! duration grammar ([`parse_duration`]). A backend author needs this crate
+//! and nothing else.
 //!
 //! # Where to start
 //!
@@ -29,6 +32,7 @@
 //!   idempotent retries.
 //! - [`LockError`], [`SequencerError`]: what can go wrong, typed.
 
+mod duration;
 mod encoding;
 mod error;
 mod generation;
@@ -42,12 +46,14 @@ mod name;
 pub mod op;
 mod op_result;
 mod raise_cap;
+pub mod redact;
 mod refusal;
 mod retry;
 mod sequencer;
 mod signing;
 mod suspend_clock;
 
+pub use duration::{format_duration, parse_duration};
 pub use encoding::percent_decode;
 pub use error::{BoxError, LockError};
 pub use generation::Generation;
