@@ -13,6 +13,8 @@
 //! - `demos`: the GC-pause story and the flash sale as checks.
 //! - `hostile`: the hostile corpus; nothing is written.
 //! - `deploy`: the deploy files, checked against the code.
+//! - `tidy`: docs/ARCHITECTURE.md's rules (dependencies, code map, no
+//!   unused dependency, no skipped test), checked against the code.
 
 mod demos;
 mod deploy;
@@ -23,6 +25,7 @@ mod hostile;
 mod redis_fencing;
 mod redlock_fencing;
 mod sql_fencing;
+mod tidy;
 
 use palisade::Generation;
 use palisade::client::Refused;
