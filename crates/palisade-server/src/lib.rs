@@ -50,8 +50,8 @@
 mod config;
 mod connection_service;
 mod connections;
+mod deadline;
 mod decisions;
-mod dto;
 mod error;
 mod etcd_store;
 mod events;

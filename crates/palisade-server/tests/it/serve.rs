@@ -133,8 +133,14 @@ fn the_config_reads_flags_and_environment() {
         "16",
         "--max-batch-ops",
         "3",
+        "--request-timeout",
+        "1500ms",
     ])
     .unwrap();
+    assert_eq!(
+        cli.server.limits().unwrap().request_timeout,
+        std::time::Duration::from_millis(1500)
+    );
     let store = cli.server.store_config();
     assert_eq!(store.durability.name(), "buffered");
     assert_eq!(store.limits.max_key_bytes, 16);
@@ -154,6 +160,22 @@ fn the_config_reads_flags_and_environment() {
         Cli::try_parse_from(["palisade-server"]).is_err()
             || std::env::var_os("PALISADE_DATA_DIR").is_some()
     );
+    // A duration without a unit is refused (one grammar: core's).
+    let bare = Cli::try_parse_from([
+        "palisade-server",
+        "--data-dir",
+        "/x",
+        "--request-timeout",
+        "10",
+    ]);
+    assert!(bare.is_err_and(|e| e.to_string().contains("has no unit")));
+    let defaults = Cli::try_parse_from(["palisade-server", "--data-dir", "/x"]).unwrap();
+    if std::env::var_os("PALISADE_REQUEST_TIMEOUT").is_none() {
+        assert_eq!(
+            defaults.server.limits().unwrap().request_timeout,
+            std::time::Duration::from_secs(10)
+        );
+    }
 }
 
 #[derive(clap::Parser)]
