@@ -2,6 +2,7 @@
 //! its wire body ([`palisade_wire::ErrorBody`]: a stable `code`, its
 //! status, its fields), and the errors of running the server.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -222,9 +223,18 @@ impl IntoResponse for ApiError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
-    /// Binding the listener or serving failed.
+    /// Serving failed.
     #[error("server I/O failed: {0}")]
     Io(#[from] std::io::Error),
+    /// The listen address could not be bound (in use, not on this
+    /// machine, a privileged port): one line that names the address.
+    #[error("cannot listen on {addr}: {reason}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why, in words (`address already in use`).
+        reason: String,
+    },
     /// Opening or flushing the store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -285,4 +295,18 @@ pub enum ServerError {
         /// What is wrong.
         reason: String,
     },
+}
+
+impl ServerError {
+    /// Binding `addr` failed with `error`.
+    pub(crate) fn bind(addr: SocketAddr, error: &std::io::Error) -> Self {
+        use std::io::ErrorKind;
+        let reason = match error.kind() {
+            ErrorKind::AddrInUse => "address already in use".to_owned(),
+            ErrorKind::AddrNotAvailable => "address not available on this machine".to_owned(),
+            ErrorKind::PermissionDenied => "permission denied".to_owned(),
+            _ => error.to_string(),
+        };
+        ServerError::Bind { addr, reason }
+    }
 }

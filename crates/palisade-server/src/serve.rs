@@ -351,9 +351,13 @@ impl ServerConfig {
         Ok(Arc::new(engine))
     }
 
-    /// Binds the listen address.
+    /// Binds the listen address. A failure names it
+    /// ([`ServerError::Bind`]: `cannot listen on 127.0.0.1:7411: address
+    /// already in use`).
     pub async fn bind(&self) -> Result<TcpListener, ServerError> {
-        Ok(TcpListener::bind(self.listen).await?)
+        TcpListener::bind(self.listen)
+            .await
+            .map_err(|error| ServerError::bind(self.listen, &error))
     }
 }
 
