@@ -215,7 +215,7 @@ fn digest(token: &str) -> TokenDigest {
 }
 
 fn token_id(digest: &TokenDigest) -> String {
-    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(&digest[..6])
 }
 
 /// RFC 6750 `b64token`: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" /
