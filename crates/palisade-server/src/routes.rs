@@ -323,12 +323,13 @@ fn sequencer_header(
     Ok(Some(sequencer))
 }
 
-/// The sequencer of a write: present, for `lock`, verified, exclusive.
-fn write_sequencer(
+/// The headers of a write: its sequencer (present, for `lock`, verified,
+/// exclusive), then its idempotency key, if any.
+fn write_headers(
     state: &AppState,
     headers: &HeaderMap,
     lock: &LockName,
-) -> Result<Sequencer, ApiError> {
+) -> Result<(Sequencer, Option<RequestId>), ApiError> {
     let sequencer = sequencer_header(state, headers, lock)?.ok_or_else(|| {
         ApiError::new(
             ErrorKind::MissingSequencer,
@@ -348,7 +349,7 @@ fn write_sequencer(
             presented: sequencer.generation(),
         }));
     }
-    Ok(sequencer)
+    Ok((sequencer, request_id(headers)?))
 }
 
 fn request_id(headers: &HeaderMap) -> Result<Option<RequestId>, ApiError> {
@@ -653,8 +654,7 @@ async fn put_key(
         headers,
         move |lock| async move {
             let key = path_key(uri, state)?;
-            let sequencer = write_sequencer(state, headers, &lock)?;
-            let request_id = request_id(headers)?;
+            let (sequencer, request_id) = write_headers(state, headers, &lock)?;
             let value = read_body(state, headers, body).await?;
             let ops = [Op::put(key, value)];
             apply_write(state, &lock, &sequencer, request_id.as_ref(), &ops).await
@@ -689,8 +689,7 @@ async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap)
         headers,
         move |lock| async move {
             let key = path_key(uri, state)?;
-            let sequencer = write_sequencer(state, headers, &lock)?;
-            let request_id = request_id(headers)?;
+            let (sequencer, request_id) = write_headers(state, headers, &lock)?;
             let ops = [Op::delete(key)];
             apply_write(state, &lock, &sequencer, request_id.as_ref(), &ops).await
         },
@@ -730,8 +729,7 @@ async fn cas_key(
         headers,
         move |lock| async move {
             let key = path_key(uri, state)?;
-            let sequencer = write_sequencer(state, headers, &lock)?;
-            let request_id = request_id(headers)?;
+            let (sequencer, request_id) = write_headers(state, headers, &lock)?;
             let body = read_body(state, headers, body).await?;
             let op = json_body::<CasRequest>(&body)?.into_op(key);
             apply_write(state, &lock, &sequencer, request_id.as_ref(), &[op]).await
@@ -770,8 +768,7 @@ async fn batch(
         uri,
         headers,
         move |lock| async move {
-            let sequencer = write_sequencer(state, headers, &lock)?;
-            let request_id = request_id(headers)?;
+            let (sequencer, request_id) = write_headers(state, headers, &lock)?;
             let body = read_body(state, headers, body).await?;
             let batch = json_body::<BatchRequest>(&body)?;
             let max_ops = state.store.config().limits.max_batch_ops;
