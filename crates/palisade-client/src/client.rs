@@ -632,7 +632,7 @@ impl Client {
     }
 
     /// Removes `key` under `holder`'s sequencer (exclusive). Deleting a
-    /// missing key succeeds with [`OpResult::Absent`].
+    /// missing key succeeds with [`OpResult::Absent`](crate::OpResult::Absent).
     pub async fn delete<S: SequencerSource + ?Sized>(
         &self,
         holder: &S,
