@@ -13,11 +13,11 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use base64::Engine as _;
 use clap::Args;
 use palisade_client::{Client, ClientError, Marks, OpResult, Refused, Written};
 use palisade_core::{LockName, Sequencer};
-use serde_json::{Value, json};
+use palisade_wire::{JsonBytes, MarksAnswer, MarksBody, OpResultName};
+use serde::Serialize;
 use tokio::io::AsyncReadExt as _;
 
 use crate::backend::{cause_chain, root_cause};
@@ -372,13 +372,13 @@ pub(crate) async fn get(args: GetArgs) -> anyhow::Result<()> {
     };
     let mut stdout = std::io::stdout().lock();
     if args.server.json {
-        let answer = json!({
-            "lock": lock.as_str(),
-            "key": json_bytes(key),
-            "value": json_bytes(&value),
-            "marks": marks_json(read.marks),
-        });
-        writeln!(stdout, "{answer}")?;
+        let answer = ReadOutput {
+            lock: lock.as_str(),
+            key: key.into(),
+            value: value.into(),
+            marks: read.marks.into(),
+        };
+        writeln!(stdout, "{}", serde_json::to_string(&answer)?)?;
     } else {
         stdout.write_all(&value)?;
     }
@@ -396,8 +396,11 @@ pub(crate) async fn marks(args: MarksArgs) -> anyhow::Result<()> {
         .map_err(|error| server_error(&error, &args.server.server))?;
     let mut stdout = std::io::stdout().lock();
     if args.server.json {
-        let answer = json!({"lock": lock.as_str(), "marks": marks_json(marks)});
-        writeln!(stdout, "{answer}")?;
+        let answer = MarksAnswer {
+            lock: lock.as_str().to_owned(),
+            marks: marks.into(),
+        };
+        writeln!(stdout, "{}", serde_json::to_string(&answer)?)?;
     } else {
         writeln!(
             stdout,
@@ -414,18 +417,19 @@ fn report_written(
     key: &[u8],
     written: &Written,
 ) -> anyhow::Result<()> {
-    let result = written.results.first().copied().map_or("done", result_name);
+    let first = written.results.first().copied();
+    let result = first.map_or("done", result_name);
     let mut stdout = std::io::stdout().lock();
     if server.json {
-        let answer = json!({
-            "lock": lock.as_str(),
-            "key": json_bytes(key),
-            "result": result,
-            "marks": marks_json(written.marks),
-            "commit_seq": written.commit_seq,
-            "replayed": written.replayed,
-        });
-        writeln!(stdout, "{answer}")?;
+        let answer = WriteOutput {
+            lock: lock.as_str(),
+            key: key.into(),
+            result: first.map(OpResultName::from),
+            marks: written.marks.into(),
+            commit_seq: written.commit_seq,
+            replayed: written.replayed,
+        };
+        writeln!(stdout, "{}", serde_json::to_string(&answer)?)?;
     } else {
         let replayed = if written.replayed {
             "; replayed: an earlier request with this idempotency key was applied"
@@ -453,17 +457,25 @@ pub(crate) fn marks_text(marks: Marks) -> String {
     )
 }
 
-fn marks_json(marks: Marks) -> Value {
-    json!({"exclusive": marks.exclusive, "shared": marks.shared})
+/// `palisade get --json`: the API's bytes and marks (`palisade-wire`).
+#[derive(Serialize)]
+struct ReadOutput<'a> {
+    lock: &'a str,
+    key: JsonBytes,
+    value: JsonBytes,
+    marks: MarksBody,
 }
 
-/// Bytes as the HTTP API writes them in JSON: a string when they are
-/// UTF-8, `{"base64": ...}` otherwise.
-fn json_bytes(bytes: &[u8]) -> Value {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => Value::String(text.to_owned()),
-        Err(_) => json!({"base64": base64::engine::general_purpose::STANDARD.encode(bytes)}),
-    }
+/// `palisade put|del --json`: the write's first result and the API's
+/// marks (`palisade-wire`).
+#[derive(Serialize)]
+struct WriteOutput<'a> {
+    lock: &'a str,
+    key: JsonBytes,
+    result: Option<OpResultName>,
+    marks: MarksBody,
+    commit_seq: u64,
+    replayed: bool,
 }
 
 /// A refusal: one line with everything needed to understand it, and its
@@ -556,9 +568,21 @@ mod tests {
     use palisade_core::Mode;
 
     #[test]
-    fn bytes_in_json_follow_the_http_api() {
-        assert_eq!(json_bytes(b"hello"), json!("hello"));
-        assert_eq!(json_bytes(&[0xff, 0x00]), json!({"base64": "/wA="}));
+    fn json_output_writes_bytes_and_marks_as_the_http_api_does() {
+        let output = ReadOutput {
+            lock: "a",
+            key: (&[0xff, 0x00][..]).into(),
+            value: (&b"hello"[..]).into(),
+            marks: Marks {
+                exclusive: 3,
+                shared: 0,
+            }
+            .into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&output).unwrap(),
+            r#"{"lock":"a","key":{"base64":"/wA="},"value":"hello","marks":{"exclusive":3,"shared":0}}"#
+        );
     }
 
     #[test]

@@ -3,15 +3,19 @@
 use std::path::Path;
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
-use palisade_core::{Generation, LockGuard, LockName, Mode, RequestId, Sequencer, SequencerSource};
+use palisade_core::{LockGuard, LockName, Sequencer, SequencerSource};
+use palisade_wire::{
+    BatchRequest, CasRequest, DecodeError, ErrorBody, ErrorKind, MarksAnswer, WriteAnswer,
+};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::tls::TlsTransport;
-use crate::{BatchOp, ClientError, Health, Marks, OpResult, Read, Refused, Written};
+use crate::{BatchOp, ClientError, Health, Marks, Read, Refused, Written};
 
 /// The header carrying `H_excl` on 2xx answers.
 const MARK_EXCLUSIVE_HEADER: &str = "palisade-mark-exclusive";
@@ -217,9 +221,13 @@ fn bearer_header(token: &str) -> Result<HeaderValue, ClientError> {
     Ok(value)
 }
 
+/// The base URL, checked. Credentials in it are refused (a server takes a
+/// bearer token, [`ClientBuilder::bearer_token`]), so no URL this client
+/// shows in an error can hold a secret; the refusal itself shows the URL
+/// redacted.
 fn check_base_url(base_url: &str) -> Result<reqwest::Url, ClientError> {
     let invalid = |reason| ClientError::InvalidUrl {
-        url: base_url.to_owned(),
+        url: palisade_core::redact::redact_url(base_url),
         reason,
     };
     let url = reqwest::Url::parse(base_url).map_err(|_| invalid("not a URL"))?;
@@ -228,6 +236,11 @@ fn check_base_url(base_url: &str) -> Result<reqwest::Url, ClientError> {
     }
     if url.query().is_some() || url.fragment().is_some() {
         return Err(invalid("a base URL has no query or fragment"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid(
+            "credentials in a base URL are not supported; use a bearer token",
+        ));
     }
     Ok(url)
 }
@@ -239,187 +252,95 @@ struct Answer {
     body: Bytes,
 }
 
-/// Percent-encodes bytes for one path segment: everything but `A-Z a-z 0-9
-/// - . _ ~` becomes `%XX`.
+/// What a path segment keeps as is: RFC 3986's unreserved characters,
+/// `A-Z a-z 0-9 - . _ ~`.
+const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Percent-encodes bytes for one path segment: everything but the
+/// unreserved characters becomes `%XX`.
 fn segment(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 3);
-    for byte in bytes {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(*byte as char)
-            }
-            _ => out.push_str(&format!("%{byte:02X}")),
-        }
-    }
-    out
+    percent_encoding::percent_encode(bytes, UNRESERVED).to_string()
 }
 
-/// Bytes as JSON: a string when UTF-8, else `{"base64": ...}`.
-fn json_bytes(bytes: &[u8]) -> Value {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => Value::String(text.to_owned()),
-        Err(_) => json!({"base64": base64::engine::general_purpose::STANDARD.encode(bytes)}),
-    }
+/// A JSON request body.
+fn json_body(body: &impl Serialize) -> Bytes {
+    Bytes::from(serde_json::to_vec(body).expect("a request body serialises"))
 }
 
-fn json_optional(bytes: Option<&[u8]>) -> Value {
-    bytes.map(json_bytes).unwrap_or(Value::Null)
-}
-
-/// An error answer, decoded.
+/// An error answer, decoded with the wire decoder.
 struct ErrorAnswer {
     status: StatusCode,
-    code: String,
-    message: String,
-    body: Value,
+    body: ErrorBody,
 }
 
 impl ErrorAnswer {
-    fn u64_field(&self, field: &str) -> Option<u64> {
-        self.body[field].as_u64()
-    }
-
-    fn marks(&self) -> Option<Marks> {
-        Some(Marks {
-            exclusive: self.body["marks"]["exclusive"].as_u64()?,
-            shared: self.body["marks"]["shared"].as_u64()?,
-        })
-    }
-
-    fn unexpected(&self, detail: &str) -> ClientError {
+    fn unexpected(&self, detail: impl std::fmt::Display) -> ClientError {
         ClientError::UnexpectedResponse {
             status: self.status.as_u16(),
-            detail: format!("{detail}: {}", self.body),
-        }
-    }
-
-    fn lock(&self, field: &str) -> Result<LockName, ClientError> {
-        self.body[field]
-            .as_str()
-            .and_then(|lock| LockName::new(lock).ok())
-            .ok_or_else(|| {
-                self.unexpected(&format!("{} answer without a valid `{field}`", self.code))
-            })
-    }
-
-    fn mode(&self) -> Result<Mode, ClientError> {
-        self.body["mode"]
-            .as_str()
-            .and_then(|mode| mode.parse::<Mode>().ok())
-            .ok_or_else(|| self.unexpected(&format!("{} answer without a valid mode", self.code)))
-    }
-
-    fn presented(&self) -> Result<Generation, ClientError> {
-        self.u64_field("presented")
-            .and_then(Generation::new)
-            .ok_or_else(|| self.unexpected(&format!("{} answer without a generation", self.code)))
-    }
-
-    fn required_marks(&self) -> Result<Marks, ClientError> {
-        self.marks()
-            .ok_or_else(|| self.unexpected(&format!("{} answer without marks", self.code)))
-    }
-
-    /// The key's current value of a `cas_mismatch`: `current` (a JSON
-    /// string, `{"base64": ...}`, or `null` for absent). An answer without
-    /// it is honest only about an absent key (`current_exists: false`).
-    fn cas_current(&self) -> Result<Option<Bytes>, ClientError> {
-        let Some(current) = self.body.get("current") else {
-            return match self.body["current_exists"].as_bool() {
-                Some(false) => Ok(None),
-                _ => Err(self.unexpected("cas_mismatch answer without the current value")),
-            };
-        };
-        match current {
-            Value::Null => Ok(None),
-            Value::String(text) => Ok(Some(Bytes::from(text.clone().into_bytes()))),
-            value => value["base64"]
-                .as_str()
-                .and_then(|text| base64::engine::general_purpose::STANDARD.decode(text).ok())
-                .map(|bytes| Some(Bytes::from(bytes)))
-                .ok_or_else(|| self.unexpected("cas_mismatch answer with an invalid `current`")),
+            detail: detail.to_string(),
         }
     }
 
     /// The refusal this answer stands for, if it is one: core's
-    /// [`Refused`], decoded from the fields docs/http-api.md lists for its
-    /// `code`. `lock_mismatch` is left to [`ErrorAnswer::failure`] (a
-    /// `BadRequest`): a client sends the path's lock's own sequencer, so
-    /// it is a caller's bug, not an outcome to act on.
+    /// [`Refused`], from the fields its code carries. `lock_mismatch` is
+    /// left to [`ErrorAnswer::failure`] (a `BadRequest`): a client sends
+    /// the path's lock's own sequencer, so it is a caller's bug, not an
+    /// outcome to act on. A code on a status that is not its own is not
+    /// this refusal.
     fn refusal(&self) -> Result<Option<Refused>, ClientError> {
-        let refused = match self.code.as_str() {
-            "stale" => Refused::Stale {
-                lock: self.lock("lock")?,
-                mode: self.mode()?,
-                presented: self.presented()?,
-                marks: self.required_marks()?,
-                regression: self.body["regression"].as_bool().unwrap_or(false),
-            },
-            "not_held" => Refused::NotHeld {
-                lock: self.lock("lock")?,
-                presented: self.presented()?,
-            },
-            "shared_on_write" => Refused::SharedOnWrite {
-                lock: self.lock("lock")?,
-                presented: self.presented()?,
-            },
-            "cas_mismatch" => Refused::CasMismatch {
-                op_index: self
-                    .u64_field("op_index")
-                    .and_then(|index| usize::try_from(index).ok())
-                    .ok_or_else(|| self.unexpected("cas_mismatch answer without an op index"))?,
-                current: self.cas_current()?,
-            },
-            "idempotency_key_reused" => Refused::IdempotencyKeyReused {
-                request_id: self.body["idempotency_key"]
-                    .as_str()
-                    .and_then(|key| RequestId::new(key).ok())
-                    .ok_or_else(|| {
-                        self.unexpected("idempotency_key_reused answer without a valid key")
-                    })?,
-            },
-            "raise_too_large" => Refused::RaiseTooLarge {
-                lock: self.lock("lock")?,
-                mode: self.mode()?,
-                presented: self.presented()?,
-                marks: self.required_marks()?,
-                max_raise: self.u64_field("max_raise").unwrap_or_default(),
-                clock_lead: Duration::from_millis(
-                    self.u64_field("max_raise_time_ms").unwrap_or_default(),
-                ),
-                by_clock: self.body["by_clock"].as_bool().unwrap_or(false),
-                allowed_up_to: self.u64_field("allowed_up_to").unwrap_or_default(),
-            },
-            _ => return Ok(None),
-        };
-        // A code on an unexpected status is not this refusal.
-        Ok((refused.http_status() == self.status.as_u16()).then_some(refused))
+        if self.body.status() != self.status.as_u16()
+            || matches!(self.body.kind, ErrorKind::LockMismatch { .. })
+        {
+            return Ok(None);
+        }
+        self.body.kind.to_refused().map_err(|e| self.unexpected(e))
     }
 
     /// The failure this answer stands for.
     fn failure(self) -> ClientError {
-        let (code, message) = (self.code, self.message);
-        match self.status {
-            StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => ClientError::BadRequest {
-                status: self.status.as_u16(),
-                code,
+        let code = self.body.code().to_owned();
+        let too_large = match &self.body.kind {
+            ErrorKind::TooLarge(fields) => Some((fields.limit.clone(), fields.max)),
+            _ => None,
+        };
+        failure(self.status, code, self.body.message, too_large)
+    }
+}
+
+/// The failure an error answer with `status` and `code` stands for.
+fn failure(
+    status: StatusCode,
+    code: String,
+    message: String,
+    too_large: Option<(String, u64)>,
+) -> ClientError {
+    match status {
+        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => ClientError::BadRequest {
+            status: status.as_u16(),
+            code,
+            message,
+        },
+        StatusCode::NOT_FOUND => ClientError::NotFound { code, message },
+        StatusCode::UNAUTHORIZED => ClientError::Unauthenticated { code, message },
+        StatusCode::FORBIDDEN => ClientError::Forbidden { code, message },
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            let (limit, max) = too_large.unwrap_or_default();
+            ClientError::TooLarge {
+                limit,
+                max,
                 message,
-            },
-            StatusCode::NOT_FOUND => ClientError::NotFound { code, message },
-            StatusCode::UNAUTHORIZED => ClientError::Unauthenticated { code, message },
-            StatusCode::FORBIDDEN => ClientError::Forbidden { code, message },
-            StatusCode::PAYLOAD_TOO_LARGE => ClientError::TooLarge {
-                limit: self.body["limit"].as_str().unwrap_or_default().to_owned(),
-                max: self.body["max"].as_u64().unwrap_or_default(),
-                message,
-            },
-            StatusCode::SERVICE_UNAVAILABLE => ClientError::Unavailable { code, message },
-            status => ClientError::Server {
-                status: status.as_u16(),
-                code,
-                message,
-            },
+            }
         }
+        StatusCode::SERVICE_UNAVAILABLE => ClientError::Unavailable { code, message },
+        status => ClientError::Server {
+            status: status.as_u16(),
+            code,
+            message,
+        },
     }
 }
 
@@ -598,23 +519,17 @@ impl Client {
         if status.is_success() {
             return Ok(Ok(answer));
         }
-        let bytes = answer.body;
-        let body: Value =
-            serde_json::from_slice(&bytes).map_err(|_| ClientError::UnexpectedResponse {
+        match ErrorBody::decode(&answer.body) {
+            Ok(body) => Ok(Err(ErrorAnswer { status, body })),
+            // A code newer than this client: never a refusal it acts on.
+            Err(DecodeError::UnknownCode { code, message }) => {
+                Err(failure(status, code, message, None))
+            }
+            Err(error) => Err(ClientError::UnexpectedResponse {
                 status: status.as_u16(),
-                detail: format!(
-                    "error body is not JSON: {:?}",
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-                ),
-            })?;
-        let code = body["code"].as_str().unwrap_or_default().to_owned();
-        let message = body["message"].as_str().unwrap_or_default().to_owned();
-        Ok(Err(ErrorAnswer {
-            status,
-            code,
-            message,
-            body,
-        }))
+                detail: error.to_string(),
+            }),
+        }
     }
 
     /// A write: decodes the result or the refusal.
@@ -630,7 +545,8 @@ impl Client {
             .send(method, url, Some(sequencer), idempotency_key, body)
             .await?
         {
-            Ok(answer) => decode_written(answer.status.as_u16(), &answer.body).map(Ok),
+            Ok(answer) => decode::<WriteAnswer>(answer.status, &answer.body)
+                .map(|written| Ok(written.into_applied())),
             Err(answer) => match answer.refusal()? {
                 Some(refused) => {
                     tracing::debug!(
@@ -671,12 +587,17 @@ impl Client {
                     marks,
                 }))
             }
-            Err(answer) if answer.status == StatusCode::NOT_FOUND && answer.code == "not_found" => {
-                Ok(Ok(Read {
-                    value: None,
-                    marks: answer.marks().unwrap_or_default(),
-                }))
-            }
+            Err(ErrorAnswer {
+                status: StatusCode::NOT_FOUND,
+                body:
+                    ErrorBody {
+                        kind: ErrorKind::NotFound { marks, .. },
+                        ..
+                    },
+            }) => Ok(Ok(Read {
+                value: None,
+                marks: marks.into(),
+            })),
             Err(answer) => match answer.refusal()? {
                 Some(refused) => Ok(Err(refused)),
                 None => Err(answer.failure()),
@@ -711,7 +632,7 @@ impl Client {
     }
 
     /// Removes `key` under `holder`'s sequencer (exclusive). Deleting a
-    /// missing key succeeds with [`OpResult::Absent`].
+    /// missing key succeeds with [`OpResult::Absent`](crate::OpResult::Absent).
     pub async fn delete<S: SequencerSource + ?Sized>(
         &self,
         holder: &S,
@@ -738,15 +659,9 @@ impl Client {
         let sequencer = holder.sequencer_now()?;
         let sequencer = sequencer.as_ref();
         let url = self.lock_url(sequencer.lock(), &format!("cas/{}", segment(key)));
-        let body = json!({"expected": json_optional(expected), "new": json_optional(new)});
-        self.write(
-            Method::POST,
-            url,
-            sequencer,
-            idempotency_key,
-            Some(Bytes::from(body.to_string())),
-        )
-        .await
+        let body = json_body(&CasRequest::new(expected, new));
+        self.write(Method::POST, url, sequencer, idempotency_key, Some(body))
+            .await
     }
 
     /// Applies `ops` atomically under `holder`'s sequencer (exclusive): all
@@ -759,31 +674,10 @@ impl Client {
     ) -> Result<Result<Written, Refused>, ClientError> {
         let sequencer = holder.sequencer_now()?;
         let sequencer = sequencer.as_ref();
-        let ops: Vec<Value> = ops
-            .iter()
-            .map(|op| match op {
-                BatchOp::Put { key, value } => {
-                    json!({"op": "put", "key": json_bytes(key), "value": json_bytes(value)})
-                }
-                BatchOp::Delete { key } => json!({"op": "delete", "key": json_bytes(key)}),
-                BatchOp::Cas { key, expected, new } => json!({
-                    "op": "cas",
-                    "key": json_bytes(key),
-                    "expected": json_optional(expected.as_deref()),
-                    "new": json_optional(new.as_deref()),
-                }),
-            })
-            .collect();
-        let body = json!({ "ops": ops });
+        let body = json_body(&BatchRequest::new(ops));
         let url = self.lock_url(sequencer.lock(), "batch");
-        self.write(
-            Method::POST,
-            url,
-            sequencer,
-            idempotency_key,
-            Some(Bytes::from(body.to_string())),
-        )
-        .await
+        self.write(Method::POST, url, sequencer, idempotency_key, Some(body))
+            .await
     }
 
     /// The marks of `lock` (0 and 0 for a lock never seen).
@@ -794,22 +688,7 @@ impl Client {
             .await?
         {
             Ok(answer) => {
-                let status = answer.status.as_u16();
-                let body: Value = decode_json(status, &answer.body)?;
-                Ok(Marks {
-                    exclusive: body["marks"]["exclusive"].as_u64().ok_or_else(|| {
-                        ClientError::UnexpectedResponse {
-                            status,
-                            detail: "marks without `exclusive`".into(),
-                        }
-                    })?,
-                    shared: body["marks"]["shared"].as_u64().ok_or_else(|| {
-                        ClientError::UnexpectedResponse {
-                            status,
-                            detail: "marks without `shared`".into(),
-                        }
-                    })?,
-                })
+                decode::<MarksAnswer>(answer.status, &answer.body).map(|answer| answer.marks.into())
             }
             Err(answer) => Err(answer.failure()),
         }
@@ -822,14 +701,7 @@ impl Client {
             .send(Method::GET, url.clone(), None, None, None)
             .await?
         {
-            Ok(answer) => {
-                let status = answer.status.as_u16();
-                let body: Value = decode_json(status, &answer.body)?;
-                Ok(Health {
-                    status: body["status"].as_str().unwrap_or_default().to_owned(),
-                    durability: body["durability"].as_str().unwrap_or_default().to_owned(),
-                })
-            }
+            Ok(answer) => decode::<Health>(answer.status, &answer.body),
             Err(answer) => Err(answer.failure()),
         }
     }
@@ -860,40 +732,11 @@ async fn read_body(response: reqwest::Response, url: &str) -> Result<Bytes, Clie
     })
 }
 
-fn decode_json(status: u16, bytes: &[u8]) -> Result<Value, ClientError> {
+/// A 2xx answer's JSON body, as its wire type.
+fn decode<T: DeserializeOwned>(status: StatusCode, bytes: &[u8]) -> Result<T, ClientError> {
     serde_json::from_slice(bytes).map_err(|e| ClientError::UnexpectedResponse {
-        status,
-        detail: format!("body is not JSON: {e}"),
-    })
-}
-
-fn decode_written(status: u16, bytes: &[u8]) -> Result<Written, ClientError> {
-    let body = decode_json(status, bytes)?;
-    let unexpected = |detail: &str| ClientError::UnexpectedResponse {
-        status,
-        detail: format!("{detail}: {body}"),
-    };
-    let results = body["results"]
-        .as_array()
-        .ok_or_else(|| unexpected("write answer without `results`"))?
-        .iter()
-        .map(|r| r.as_str().and_then(|text| text.parse::<OpResult>().ok()))
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| unexpected("unknown op result"))?;
-    Ok(Written {
-        results,
-        marks: Marks {
-            exclusive: body["marks"]["exclusive"]
-                .as_u64()
-                .ok_or_else(|| unexpected("write answer without marks"))?,
-            shared: body["marks"]["shared"]
-                .as_u64()
-                .ok_or_else(|| unexpected("write answer without marks"))?,
-        },
-        commit_seq: body["commit_seq"]
-            .as_u64()
-            .ok_or_else(|| unexpected("write answer without commit_seq"))?,
-        replayed: body["replayed"].as_bool().unwrap_or_default(),
+        status: status.as_u16(),
+        detail: format!("the body is not the API's answer: {e}"),
     })
 }
 
@@ -909,13 +752,6 @@ mod tests {
     }
 
     #[test]
-    fn bytes_are_strings_when_utf8_and_base64_otherwise() {
-        assert_eq!(json_bytes(b"hi"), json!("hi"));
-        assert_eq!(json_bytes(&[0xff, 0x00]), json!({"base64": "/wA="}));
-        assert_eq!(json_optional(None), Value::Null);
-    }
-
-    #[test]
     fn base_urls_are_checked() {
         assert!(Client::new("http://127.0.0.1:7411/").is_ok());
         assert_eq!(Client::new("http://h:1/").unwrap().base_url(), "http://h:1");
@@ -925,5 +761,9 @@ mod tests {
                 "{bad}"
             );
         }
+        let error = Client::new("http://app:s3cret-marker@h:1").unwrap_err();
+        let shown = format!("{error} {error:?}");
+        assert!(shown.contains("credentials"), "{shown}");
+        assert!(!shown.contains("s3cret-marker"), "{shown}");
     }
 }

@@ -33,7 +33,8 @@
 //! - [`Client::put`] and the other writes: take a sequencer or any
 //!   [`LockGuard`](palisade_core::LockGuard) and use its sequencer, refusing
 //!   locally once the lease may have lapsed.
-//! - [`Refused`], [`ClientError`]: the outcomes, typed.
+//! - [`Refused`], [`ClientError`]: the outcomes, typed, decoded with serde
+//!   from the API's bodies (`palisade-wire`, the types the server writes).
 
 mod client;
 mod error;

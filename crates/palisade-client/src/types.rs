@@ -1,4 +1,5 @@
-//! The typed outcomes of the API (JSON DTOs decoded into these).
+//! The typed outcomes of the API: core's types, decoded from the wire
+//! types of `palisade-wire`.
 
 /// A write the server applied (or replayed): core's
 /// [`Applied`](palisade_core::op::Applied), the fenced store's own outcome.
@@ -12,11 +13,5 @@ pub use palisade_core::op::Op as BatchOp;
 /// A read that was not refused (`value` `None`: 404 `not_found`).
 pub use palisade_core::op::Read;
 
-/// What `GET /healthz` said.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Health {
-    /// `ok`.
-    pub status: String,
-    /// The server's durability mode: `flushed` or `buffered`.
-    pub durability: String,
-}
+/// What `GET /healthz` said: the wire type, decoded with serde.
+pub use palisade_wire::HealthAnswer as Health;

@@ -21,6 +21,8 @@ use crate::{Generation, LockName, Mode};
 /// `code` of the HTTP API's JSON body (docs/http-api.md), and
 /// [`Refused::http_status`] its status there. The `Display` text is the
 /// message a person reads (the server's `message`, what the CLI prints).
+/// Its body on the wire, both ways, is `palisade-wire`'s: core keeps no
+/// serde.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refused {
@@ -158,99 +160,6 @@ impl Refused {
         match self {
             Refused::Stale { marks, .. } | Refused::RaiseTooLarge { marks, .. } => Some(*marks),
             _ => None,
-        }
-    }
-}
-
-/// One field of a refusal's body in the HTTP API, beside `code` and
-/// `message` (docs/http-api.md lists them per code), in a form that needs
-/// no JSON library: the resource server and the guard render it, so both
-/// answer with the same fields.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Field<'a> {
-    /// A string: a lock name, a mode, an idempotency key, a command.
-    Text(std::borrow::Cow<'a, str>),
-    /// A number: a generation, an index, a limit.
-    Number(u64),
-    /// A flag.
-    Flag(bool),
-    /// The two marks, `{"exclusive": .., "shared": ..}`.
-    Marks(Marks),
-    /// A key's value as bytes (`None`: absent, `null`); written as a
-    /// string when UTF-8, `{"base64": ..}` otherwise, as requests send them.
-    Bytes(Option<&'a [u8]>),
-}
-
-impl<'a> Field<'a> {
-    fn name(lock: &'a LockName) -> Self {
-        Field::Text(lock.as_str().into())
-    }
-}
-
-impl Refused {
-    /// The body's fields of this refusal, by their wire names.
-    pub fn fields(&self) -> Vec<(&'static str, Field<'_>)> {
-        use Field::{Flag, Number, Text};
-        match self {
-            Refused::Stale {
-                lock,
-                mode,
-                presented,
-                marks,
-                regression,
-            } => vec![
-                ("lock", Field::name(lock)),
-                ("mode", Text(mode.as_str().into())),
-                ("presented", Number(presented.get())),
-                ("required", Number(marks.required(*mode))),
-                ("marks", Field::Marks(*marks)),
-                ("regression", Flag(*regression)),
-                ("recovery", Text(lock.raise_floor_command().into())),
-            ],
-            Refused::NotHeld { lock, presented } | Refused::SharedOnWrite { lock, presented } => {
-                vec![
-                    ("lock", Field::name(lock)),
-                    ("presented", Number(presented.get())),
-                ]
-            }
-            Refused::CasMismatch { op_index, current } => vec![
-                ("op_index", Number(*op_index as u64)),
-                ("current_exists", Flag(current.is_some())),
-                ("current", Field::Bytes(current.as_deref())),
-            ],
-            Refused::IdempotencyKeyReused { request_id } => {
-                vec![("idempotency_key", Text(request_id.as_str().into()))]
-            }
-            Refused::LockMismatch {
-                requested,
-                presented,
-            } => vec![
-                ("path_lock", Field::name(requested)),
-                ("sequencer_lock", Field::name(presented)),
-            ],
-            Refused::RaiseTooLarge {
-                lock,
-                mode,
-                presented,
-                marks,
-                max_raise,
-                clock_lead,
-                by_clock,
-                allowed_up_to,
-            } => vec![
-                ("lock", Field::name(lock)),
-                ("mode", Text(mode.as_str().into())),
-                ("presented", Number(presented.get())),
-                ("max_raise", Number(*max_raise)),
-                (
-                    "max_raise_time_ms",
-                    Number(u64::try_from(clock_lead.as_millis()).unwrap_or(u64::MAX)),
-                ),
-                ("by_clock", Flag(*by_clock)),
-                ("allowed_up_to", Number(*allowed_up_to)),
-                ("marks", Field::Marks(*marks)),
-            ],
         }
     }
 }

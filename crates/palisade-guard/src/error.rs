@@ -1,16 +1,15 @@
 //! Refusals and failures, and the one place they become HTTP answers.
 //!
-//! Every answer has the Palisade resource server's error shape: a JSON
-//! object with a stable machine-readable `code`, a human `message`, and the
-//! extra fields of that code (docs/http-api.md). A client that understands
-//! the server's `409 stale` understands the guard's.
+//! Every answer is the Palisade resource server's error body
+//! (`palisade_wire::ErrorBody`): a stable machine-readable `code`, a human
+//! `message`, and the fields of that code (docs/http-api.md). A client
+//! that understands the server's `409 stale` understands the guard's.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
-use palisade_core::{Field, Generation, LockName, LockNameError, SequencerError, SignatureError};
-use palisade_store::{Marks, Refused, StoreError};
-use serde_json::{Map, Value, json};
+use palisade_core::{Generation, LockName, LockNameError, SequencerError, SignatureError};
+use palisade_store::{Refused, StoreError};
+use palisade_wire::{ErrorBody, ErrorKind, SignatureFields};
 
 /// Why a mark store could not decide. A stale sequencer is *not* here: it
 /// is an outcome ([`Admission::Stale`](crate::Admission::Stale)), so `?` on
@@ -139,134 +138,72 @@ pub enum GuardError {
 impl GuardError {
     /// The HTTP status of the answer.
     pub fn status(&self) -> StatusCode {
-        match self {
-            GuardError::MissingSequencer { .. }
-            | GuardError::MalformedSequencer(_)
-            | GuardError::BadHeader { .. }
-            | GuardError::NoLockParam { .. }
-            | GuardError::BadLockName(_)
-            | GuardError::LockNotResolved { .. } => StatusCode::BAD_REQUEST,
-            GuardError::Signature { source, .. } if source.is_unauthenticated() => {
-                StatusCode::UNAUTHORIZED
-            }
-            GuardError::Signature { .. } => StatusCode::FORBIDDEN,
-            GuardError::MarkStore(MarkStoreError::Store(_)) => StatusCode::SERVICE_UNAVAILABLE,
-            GuardError::Storage(error) => storage_status(error),
-            GuardError::Refused(refused) => StatusCode::from_u16(refused.http_status())
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            GuardError::MarkStore(_) | GuardError::NotConfigured => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
-        }
+        StatusCode::from_u16(self.kind().status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
     /// The stable machine-readable code (the JSON body's `code`, and the
     /// label of [`MetricsSnapshot::refused`](crate::MetricsSnapshot::refused)).
     pub fn code(&self) -> &'static str {
+        self.kind().code()
+    }
+
+    /// The answer's body: the Palisade server's, code and fields
+    /// (`palisade-wire`).
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody::new(self.kind(), self.to_string())
+    }
+
+    /// The code and its fields.
+    fn kind(&self) -> ErrorKind {
         match self {
-            GuardError::MissingSequencer { .. } => "missing_sequencer",
+            GuardError::MissingSequencer { .. } => ErrorKind::MissingSequencer,
             GuardError::MalformedSequencer(_) | GuardError::BadHeader { .. } => {
-                "malformed_sequencer"
+                ErrorKind::MalformedSequencer
             }
             GuardError::NoLockParam { .. }
             | GuardError::BadLockName(_)
-            | GuardError::LockNotResolved { .. } => "bad_lock_name",
-            GuardError::Signature { source, .. } => source.code(),
-            GuardError::MarkStore(MarkStoreError::Store(_)) => "storage_unavailable",
-            GuardError::Storage(error) => match error {
-                StoreError::TooLarge { .. } => "too_large",
-                StoreError::EmptyKey => "bad_key",
-                StoreError::InvalidRequestId { .. } => "bad_request",
-                error if error.is_storage_failure() => "storage_unavailable",
-                _ => "internal",
-            },
-            GuardError::Refused(refused) => refused.reason(),
-            GuardError::MarkStore(_) | GuardError::NotConfigured => "internal",
-        }
-    }
-
-    /// The code-specific fields of the JSON body (docs/http-api.md).
-    fn extra_fields(&self) -> Map<String, Value> {
-        let mut extra = Map::new();
-        let mut put = |field: &str, value: Value| {
-            extra.insert(field.to_owned(), value);
-        };
-        match self {
+            | GuardError::LockNotResolved { .. } => ErrorKind::BadLockName,
             GuardError::Signature {
                 lock,
                 presented,
                 key_id,
                 issuer,
-                source: _,
-            } => {
-                put("lock", lock.as_str().into());
-                put("presented", presented.get().into());
-                if let Some(key_id) = key_id {
-                    put("key_id", key_id.as_str().into());
+                source,
+            } => ErrorKind::signature(
+                source,
+                SignatureFields {
+                    lock: lock.as_str().to_owned(),
+                    presented: presented.get(),
+                    key_id: key_id.clone(),
+                    issuer: issuer.clone(),
+                },
+            ),
+            GuardError::Refused(refused) => refused.into(),
+            GuardError::MarkStore(MarkStoreError::Store(_)) => ErrorKind::StorageUnavailable,
+            GuardError::Storage(error) => match error {
+                StoreError::TooLarge { kind, actual, max } => {
+                    ErrorKind::too_large(kind.as_str(), *max, Some(*actual))
                 }
-                if let Some(issuer) = issuer {
-                    put("issuer", issuer.as_str().into());
-                }
-            }
-            GuardError::Refused(refused) => {
-                for (name, field) in refused.fields() {
-                    put(name, field_json(field));
-                }
-            }
-            GuardError::Storage(StoreError::TooLarge { kind, actual, max }) => {
-                put("limit", kind.as_str().into());
-                put("max", (*max).into());
-                put("actual", (*actual).into());
-            }
-            _ => {}
+                StoreError::EmptyKey => ErrorKind::BadKey,
+                StoreError::InvalidRequestId { .. } => ErrorKind::BadRequest,
+                error if error.is_storage_failure() => ErrorKind::StorageUnavailable,
+                _ => ErrorKind::Internal,
+            },
+            GuardError::MarkStore(_) | GuardError::NotConfigured => ErrorKind::Internal,
         }
-        extra
-    }
-}
-
-fn storage_status(error: &StoreError) -> StatusCode {
-    match error {
-        StoreError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-        StoreError::EmptyKey | StoreError::InvalidRequestId { .. } => StatusCode::BAD_REQUEST,
-        error if error.is_storage_failure() => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-/// The marks as the server writes them: `{"exclusive": .., "shared": ..}`.
-pub(crate) fn marks_json(marks: Marks) -> Value {
-    json!({"exclusive": marks.exclusive, "shared": marks.shared})
-}
-
-/// A refusal's field as the server writes it; bytes as a string when
-/// UTF-8, `{"base64": ..}` otherwise.
-fn field_json(field: Field<'_>) -> Value {
-    match field {
-        Field::Text(text) => Value::String(text.into_owned()),
-        Field::Number(number) => number.into(),
-        Field::Flag(flag) => flag.into(),
-        Field::Marks(marks) => marks_json(marks),
-        Field::Bytes(None) => Value::Null,
-        Field::Bytes(Some(bytes)) => match std::str::from_utf8(bytes) {
-            Ok(text) => Value::String(text.to_owned()),
-            Err(_) => json!({"base64": base64::engine::general_purpose::STANDARD.encode(bytes)}),
-        },
-        _ => Value::Null,
     }
 }
 
 impl IntoResponse for GuardError {
     fn into_response(self) -> Response {
-        let status = self.status();
+        let body = self.body();
+        let status =
+            StatusCode::from_u16(body.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {
             // The only answers logged at ERROR: the service's own failures.
-            tracing::error!(target: "palisade_guard::fence", code = self.code(), error = %self, "guard failure");
+            tracing::error!(target: "palisade_guard::fence", code = body.code(), error = %self, "guard failure");
         }
-        let mut body = Map::new();
-        body.insert("code".into(), self.code().into());
-        body.insert("message".into(), self.to_string().into());
-        body.extend(self.extra_fields());
-        let mut response = (status, axum::Json(Value::Object(body))).into_response();
+        let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             // As the Palisade server does: say which credential is missing.
             response.headers_mut().insert(

@@ -1,102 +1,75 @@
-//! The recent fencing decisions, for `/ui` and `GET /v1/events`: a bounded
-//! ring of the latest writes accepted and refused (with why), the latest
-//! marks seen per lock, and a broadcast of each new decision.
+//! The recent fencing decisions, for `/ui` and `GET /v1/events`: per
+//! requester (the bearer token that made the request, or everyone on a
+//! server without tokens) a bounded ring of its latest requests accepted
+//! and refused (with why) and the latest marks it saw per lock, and a
+//! broadcast of each new decision.
+//!
+//! Only requests whose token may use their lock are recorded: a request
+//! with no valid token (401) or outside its token's prefixes (403) is no
+//! decision on any lock and is counted only
+//! (`palisade_requests_rejected_total`). Bounding per requester means one
+//! token's traffic can push out only its own older decisions, never
+//! another token's: a watcher sees, from every requester's ring, the
+//! decisions on the locks its own token may use.
 //!
 //! Bounded everywhere, so a flood of requests costs memory only up to the
-//! bounds: [`RING_CAPACITY`] decisions, [`MARKS_CAPACITY`] locks (the one
-//! seen the longest ago is forgotten first), [`MAX_WATCHERS`] event streams.
+//! bounds: [`RING_CAPACITY`] decisions and [`MARKS_CAPACITY`] locks per
+//! requester (the lock seen the longest ago is forgotten first), one
+//! requester per token of the tokens file, [`MAX_WATCHERS`] event streams.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use palisade_store::Marks;
-use serde::Serialize;
+use palisade_wire::{Decision, MarksBody, Operation, Snapshot};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, watch};
 
-/// Decisions kept for a new watcher's first page.
+/// Decisions kept per requester for a new watcher's first page.
 pub(crate) const RING_CAPACITY: usize = 256;
-/// Locks whose latest marks are kept.
+/// Locks whose latest marks are kept, per requester.
 pub(crate) const MARKS_CAPACITY: usize = 1024;
 /// Event streams open at once; more are refused (503 `overloaded`).
 pub(crate) const MAX_WATCHERS: usize = 32;
 /// Decisions a slow watcher may fall behind before it skips some.
 const LIVE_BACKLOG: usize = 1024;
 
-/// One write the server accepted or refused.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Decision {
-    /// Increases by one per decision: a watcher drops live decisions its
-    /// first page already had.
-    pub(crate) seq: u64,
-    /// Milliseconds since the Unix epoch.
-    pub(crate) at_ms: u64,
-    pub(crate) lock: String,
-    pub(crate) op: &'static str,
-    /// `accepted` or `refused`.
-    pub(crate) outcome: &'static str,
-    /// The refusal's `code`, or `regression` for a stale refusal known to
-    /// be a generation regression; `None` when accepted.
-    pub(crate) reason: Option<&'static str>,
-    pub(crate) status: u16,
-    /// The presented generation, when the request carried a readable
-    /// sequencer.
-    pub(crate) generation: Option<u64>,
-    /// The lock's marks as the answer gave them, when it gave them.
-    pub(crate) marks: Option<MarksView>,
-}
-
-/// A lock's marks, as JSON.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-pub(crate) struct MarksView {
-    pub(crate) exclusive: u64,
-    pub(crate) shared: u64,
-}
-
-impl From<Marks> for MarksView {
-    fn from(marks: Marks) -> Self {
-        MarksView {
-            exclusive: marks.exclusive,
-            shared: marks.shared,
-        }
-    }
-}
-
 /// What a decision is made of, before it gets its number and time.
 #[derive(Debug)]
 pub(crate) struct Outcome {
     pub(crate) lock: String,
-    pub(crate) op: &'static str,
+    pub(crate) op: Operation,
+    /// The refusal's code (or `regression`); `None` when accepted.
     pub(crate) reason: Option<&'static str>,
     pub(crate) status: u16,
     pub(crate) generation: Option<u64>,
-    pub(crate) marks: Option<MarksView>,
+    pub(crate) marks: Option<MarksBody>,
 }
 
-/// What a new watcher sees first.
-#[derive(Debug, Serialize)]
-pub(crate) struct Snapshot {
-    pub(crate) decisions: Vec<Decision>,
-    pub(crate) marks: BTreeMap<String, MarksView>,
+/// One requester's recent decisions and the marks they saw.
+#[derive(Debug, Default)]
+struct Requester {
+    ring: VecDeque<Arc<Decision>>,
+    /// Per lock: its latest marks and the seq that brought them (to forget
+    /// the lock seen the longest ago first).
+    marks: BTreeMap<String, (MarksBody, u64)>,
+    /// The same locks by that seq, oldest first: forgetting the oldest is
+    /// one step, not a scan of every lock on every write to a new one.
+    by_seq: BTreeMap<u64, String>,
 }
 
 #[derive(Debug, Default)]
 struct Recent {
     next_seq: u64,
-    ring: VecDeque<Decision>,
-    /// Per lock: its latest marks and the seq that brought them (to forget
-    /// the lock seen the longest ago first).
-    marks: BTreeMap<String, (MarksView, u64)>,
-    /// The same locks by that seq, oldest first: forgetting the oldest is
-    /// one step, not a scan of every lock on every write to a new one.
-    by_seq: BTreeMap<u64, String>,
+    /// By token id; `""` for a server without tokens.
+    requesters: HashMap<String, Requester>,
 }
 
 /// The log every handler records into and every watcher reads.
 #[derive(Debug)]
 pub(crate) struct DecisionLog {
     recent: Mutex<Recent>,
-    live: broadcast::Sender<Decision>,
+    live: broadcast::Sender<Arc<Decision>>,
     watchers: Arc<Semaphore>,
     /// Set at shutdown: every event stream ends, so the connections
     /// carrying them can close and the server can stop.
@@ -115,7 +88,9 @@ impl Default for DecisionLog {
 }
 
 impl DecisionLog {
-    pub(crate) fn record(&self, outcome: Outcome) {
+    /// Records a decision on a request made by `requester` (its token's
+    /// id; `None` on a server without tokens).
+    pub(crate) fn record(&self, requester: Option<&str>, outcome: Outcome) {
         let at_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| {
@@ -124,39 +99,48 @@ impl DecisionLog {
         let decision = {
             let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
             recent.next_seq += 1;
-            let decision = Decision {
+            let decision = Arc::new(Decision {
                 seq: recent.next_seq,
                 at_ms,
                 lock: outcome.lock,
                 op: outcome.op,
                 outcome: if outcome.reason.is_none() {
-                    "accepted"
+                    palisade_wire::Outcome::Accepted
                 } else {
-                    "refused"
+                    palisade_wire::Outcome::Refused
                 },
-                reason: outcome.reason,
+                reason: outcome.reason.map(Cow::Borrowed),
                 status: outcome.status,
                 generation: outcome.generation,
                 marks: outcome.marks,
-            };
+            });
+            let requester = requester.unwrap_or_default();
+            // A requester's entry is made once (there is one per token),
+            // so its name is not copied on every decision.
+            if !recent.requesters.contains_key(requester) {
+                recent
+                    .requesters
+                    .insert(requester.to_owned(), Requester::default());
+            }
+            let entry = recent
+                .requesters
+                .get_mut(requester)
+                .expect("inserted above");
             if let Some(marks) = decision.marks {
-                recent.remember_marks(&decision.lock, marks, decision.seq);
+                entry.remember_marks(&decision.lock, marks, decision.seq);
             }
-            if recent.ring.len() == RING_CAPACITY {
-                recent.ring.pop_front();
+            if entry.ring.len() == RING_CAPACITY {
+                entry.ring.pop_front();
             }
-            // A watcher subscribes before it takes its snapshot (under
-            // this lock), so with none now, nobody can miss this one: the
-            // copy for the live stream is made only when someone listens.
-            if self.live.receiver_count() == 0 {
-                recent.ring.push_back(decision);
-                return;
-            }
-            recent.ring.push_back(decision.clone());
+            entry.ring.push_back(Arc::clone(&decision));
             decision
         };
-        // A watcher gone since is not an error.
-        let _ = self.live.send(decision);
+        // A watcher subscribes before it takes its snapshot (under the
+        // lock above), so none can miss this one. None listening, or one
+        // gone since, is not an error.
+        if self.live.receiver_count() > 0 {
+            let _ = self.live.send(decision);
+        }
     }
 
     /// A place among the watchers, or `None` when all are taken.
@@ -166,26 +150,42 @@ impl DecisionLog {
 
     /// The live decisions from now on (subscribe before taking the
     /// snapshot, so nothing falls between the two).
-    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Decision> {
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<Decision>> {
         self.live.subscribe()
     }
 
-    /// The recent decisions and marks, limited to the locks `visible`
-    /// allows.
+    /// The recent decisions of every requester on the locks `visible`
+    /// allows, oldest first, and the latest marks seen of those locks.
     pub(crate) fn snapshot(&self, visible: impl Fn(&str) -> bool) -> Snapshot {
         let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut decisions: Vec<Decision> = recent
+            .requesters
+            .values()
+            .flat_map(|requester| requester.ring.iter())
+            .filter(|decision| visible(&decision.lock))
+            .map(|decision| Decision::clone(decision))
+            .collect();
+        decisions.sort_unstable_by_key(|decision| decision.seq);
+        let mut latest: BTreeMap<String, (MarksBody, u64)> = BTreeMap::new();
+        for requester in recent.requesters.values() {
+            for (lock, (marks, seq)) in &requester.marks {
+                if !visible(lock) {
+                    continue;
+                }
+                match latest.get_mut(lock) {
+                    Some(known) if known.1 >= *seq => {}
+                    Some(known) => *known = (*marks, *seq),
+                    None => {
+                        latest.insert(lock.clone(), (*marks, *seq));
+                    }
+                }
+            }
+        }
         Snapshot {
-            decisions: recent
-                .ring
-                .iter()
-                .filter(|decision| visible(&decision.lock))
-                .cloned()
-                .collect(),
-            marks: recent
-                .marks
-                .iter()
-                .filter(|(lock, _)| visible(lock))
-                .map(|(lock, (marks, _))| (lock.clone(), *marks))
+            decisions,
+            marks: latest
+                .into_iter()
+                .map(|(lock, (marks, _))| (lock, marks))
                 .collect(),
         }
     }
@@ -201,13 +201,13 @@ impl DecisionLog {
     }
 }
 
-impl Recent {
+impl Requester {
     /// Records `lock`'s latest marks, forgetting the lock seen the longest
     /// ago beyond [`MARKS_CAPACITY`].
     ///
     /// A lock already known costs no allocation: its entry is updated in
     /// place and its name moves to the new seq.
-    fn remember_marks(&mut self, lock: &str, marks: MarksView, seq: u64) {
+    fn remember_marks(&mut self, lock: &str, marks: MarksBody, seq: u64) {
         if let Some(entry) = self.marks.get_mut(lock) {
             let previous = std::mem::replace(entry, (marks, seq)).1;
             let name = self
@@ -219,10 +219,10 @@ impl Recent {
         }
         self.marks.insert(lock.to_owned(), (marks, seq));
         self.by_seq.insert(seq, lock.to_owned());
-        if self.marks.len() > MARKS_CAPACITY {
-            if let Some((_, oldest)) = self.by_seq.pop_first() {
-                self.marks.remove(&oldest);
-            }
+        if self.marks.len() > MARKS_CAPACITY
+            && let Some((_, oldest)) = self.by_seq.pop_first()
+        {
+            self.marks.remove(&oldest);
         }
     }
 }
@@ -230,15 +230,16 @@ impl Recent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use palisade_wire::Outcome as Verdict;
 
     fn outcome(lock: &str, reason: Option<&'static str>, exclusive: u64) -> Outcome {
         Outcome {
             lock: lock.to_owned(),
-            op: "put",
+            op: Operation::Put,
             reason,
             status: if reason.is_some() { 409 } else { 200 },
             generation: Some(exclusive),
-            marks: Some(MarksView {
+            marks: Some(MarksBody {
                 exclusive,
                 shared: 0,
             }),
@@ -249,7 +250,7 @@ mod tests {
     fn the_ring_and_the_marks_stay_bounded() {
         let log = DecisionLog::default();
         for index in 0..(MARKS_CAPACITY + 10) {
-            log.record(outcome(&format!("lock-{index}"), None, 1));
+            log.record(None, outcome(&format!("lock-{index}"), None, 1));
         }
         let snapshot = log.snapshot(|_| true);
         assert_eq!(snapshot.decisions.len(), RING_CAPACITY);
@@ -267,11 +268,11 @@ mod tests {
     #[test]
     fn a_lock_seen_again_is_forgotten_last() {
         let log = DecisionLog::default();
-        log.record(outcome("again", None, 1));
-        log.record(outcome("once", None, 1));
-        log.record(outcome("again", None, 2));
+        log.record(None, outcome("again", None, 1));
+        log.record(None, outcome("once", None, 1));
+        log.record(None, outcome("again", None, 2));
         for index in 0..(MARKS_CAPACITY - 1) {
-            log.record(outcome(&format!("lock-{index}"), None, 1));
+            log.record(None, outcome(&format!("lock-{index}"), None, 1));
         }
         let snapshot = log.snapshot(|_| true);
         assert_eq!(snapshot.marks.len(), MARKS_CAPACITY);
@@ -282,15 +283,36 @@ mod tests {
     #[test]
     fn watchers_see_only_their_locks_and_live_decisions() {
         let log = DecisionLog::default();
-        log.record(outcome("orders/a", None, 5));
-        log.record(outcome("billing/x", Some("stale"), 9));
+        log.record(None, outcome("orders/a", None, 5));
+        log.record(None, outcome("billing/x", Some("stale"), 9));
         let mut live = log.subscribe();
         let snapshot = log.snapshot(|lock| lock.starts_with("orders/"));
         assert_eq!(snapshot.decisions.len(), 1);
-        assert_eq!(snapshot.decisions[0].outcome, "accepted");
+        assert_eq!(snapshot.decisions[0].outcome, Verdict::Accepted);
         assert_eq!(snapshot.marks.keys().collect::<Vec<_>>(), ["orders/a"]);
-        log.record(outcome("orders/a", Some("stale"), 5));
+        log.record(None, outcome("orders/a", Some("stale"), 5));
         let next = live.try_recv().unwrap();
-        assert_eq!((next.outcome, next.reason), ("refused", Some("stale")));
+        assert_eq!(
+            (next.outcome, next.reason.as_deref()),
+            (Verdict::Refused, Some("stale"))
+        );
+    }
+
+    #[test]
+    fn one_requesters_flood_pushes_out_only_its_own_decisions() {
+        let log = DecisionLog::default();
+        log.record(Some("b-token"), outcome("shared/x", Some("stale"), 3));
+        for generation in 0..(2 * RING_CAPACITY as u64) {
+            log.record(Some("a-token"), outcome("shared/x", None, 10 + generation));
+        }
+        let snapshot = log.snapshot(|_| true);
+        assert_eq!(snapshot.decisions.len(), RING_CAPACITY + 1);
+        assert_eq!(snapshot.decisions[0].reason.as_deref(), Some("stale"));
+        assert!(snapshot.decisions.windows(2).all(|w| w[0].seq < w[1].seq));
+        // The latest marks of a lock are the newest any requester saw.
+        assert_eq!(
+            snapshot.marks["shared/x"].exclusive,
+            10 + 2 * RING_CAPACITY as u64 - 1
+        );
     }
 }

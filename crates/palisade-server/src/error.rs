@@ -1,30 +1,30 @@
-//! Errors: the one `IntoResponse` that maps every refusal and failure to a
-//! status and a JSON body with a stable `code`, and the errors of running
-//! the server.
+//! Errors: the one `IntoResponse` that maps every refusal and failure to
+//! its wire body ([`palisade_wire::ErrorBody`]: a stable `code`, its
+//! status, its fields), and the errors of running the server.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use palisade_core::{Field, KeyError, LockName, Sequencer};
+use palisade_core::{KeyError, LockName};
 use palisade_store::{Marks, Refused, StoreError};
-use serde_json::{Map, Value, json};
+use palisade_wire::{Dependency, ErrorBody, ErrorKind};
 
-use crate::dto::json_bytes;
 use crate::metrics::Metrics;
 
-/// An error answer: status, stable `code`, message, and extra fields.
+/// An error answer: its wire body, and the headers it needs.
 ///
 /// Built from store refusals ([`Refused`]), store failures ([`StoreError`])
 /// and the server's own checks; rendered as `{"code": ..., "message": ...,
-/// ...extra}` (docs/http-api.md lists every code).
+/// ...fields}` with the code's one status (docs/http-api.md lists every
+/// code).
 #[derive(Debug)]
 pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-    extra: Map<String, Value>,
+    /// Boxed: the fields of the largest codes would make every `Result`
+    /// of the request path large.
+    body: Box<ErrorBody>,
     /// Response headers the refusal needs: `www-authenticate` on a 401,
     /// `retry-after` on `overloaded`, `connection: close` on a body
     /// timeout.
@@ -32,19 +32,8 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-            extra: Map::new(),
-            headers: Vec::new(),
-        }
-    }
-
-    pub(crate) fn with(mut self, field: &str, value: impl Into<Value>) -> Self {
-        self.extra.insert(field.to_owned(), value.into());
-        self
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ErrorBody::new(kind, message).into()
     }
 
     pub(crate) fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
@@ -55,11 +44,11 @@ impl ApiError {
     /// 503 `overloaded`: `max_in_flight` requests are being handled.
     pub(crate) fn overloaded(max_in_flight: usize) -> Self {
         ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
+            ErrorKind::Overloaded {
+                max_in_flight: max_in_flight as u64,
+            },
             format!("the server is handling its limit of {max_in_flight} requests; retry shortly"),
         )
-        .with("max_in_flight", max_in_flight)
         .with_header(header::RETRY_AFTER, HeaderValue::from_static("1"))
     }
 
@@ -67,8 +56,7 @@ impl ApiError {
     /// just as this request's headers arrived; nothing was done.
     pub(crate) fn connection_shed() -> Self {
         ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "connection_shed",
+            ErrorKind::ConnectionShed,
             "the server closed this connection to admit another; nothing was done: retry on a new connection",
         )
         .with_header(header::RETRY_AFTER, HeaderValue::from_static("0"))
@@ -78,45 +66,69 @@ impl ApiError {
     /// 408 `body_timeout`: the body did not arrive in time.
     pub(crate) fn body_timeout(limit: Duration) -> Self {
         ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "body_timeout",
+            ErrorKind::BodyTimeout {
+                timeout_ms: millis(limit),
+            },
             format!("the request body did not arrive within {limit:?}"),
         )
-        .with(
-            "timeout_ms",
-            u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
-        )
         .with_header(header::CONNECTION, HeaderValue::from_static("close"))
+    }
+
+    /// 503 `deadline_exceeded`: `dependency` did not answer within the
+    /// request deadline.
+    pub(crate) fn deadline_exceeded(dependency: Dependency, limit: Duration) -> Self {
+        ApiError::new(
+            ErrorKind::DeadlineExceeded {
+                waiting_for: dependency,
+                deadline_ms: millis(limit),
+            },
+            format!(
+                "{} did not answer within the request deadline of {}; a write may still be applied: retry with the same idempotency key",
+                dependency.describe(),
+                palisade_core::format_duration(limit)
+            ),
+        )
+    }
+
+    /// 501 `unsupported_transfer_coding`: the body is framed with a
+    /// transfer coding the server does not implement.
+    pub(crate) fn unsupported_transfer_coding(codings: &str) -> Self {
+        ApiError::new(
+            ErrorKind::UnsupportedTransferCoding,
+            format!(
+                "transfer coding `{codings}` is not implemented: send the body plain, with content-length or chunked alone"
+            ),
+        )
     }
 
     /// The answer, counted among the rejected requests by its code: how
     /// every route outside the lock routes' common frame refuses.
     pub(crate) fn counted(self, metrics: &Metrics) -> Response {
-        metrics.rejected(self.code);
+        metrics.rejected(self.code());
         self.into_response()
     }
 
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
-        self.status
+        StatusCode::from_u16(self.body.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
     /// The stable code.
     pub fn code(&self) -> &'static str {
-        self.code
+        self.body.code()
     }
 
-    /// One of the body's extra fields (`lock`, `presented`, `marks`, ...).
-    pub(crate) fn field(&self, name: &str) -> Option<&Value> {
-        self.extra.get(name)
+    /// The code and its fields.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.body.kind
     }
 
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+        ApiError::new(ErrorKind::BadRequest, message)
     }
 
     pub(crate) fn malformed_sequencer(message: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::BAD_REQUEST, "malformed_sequencer", message)
+        ApiError::new(ErrorKind::MalformedSequencer, message)
     }
 
     pub(crate) fn too_large(limit: &str, max: usize, actual: Option<usize>) -> Self {
@@ -128,73 +140,51 @@ impl ApiError {
             Some(actual) => format!("the {what} is {actual} {unit}; the limit is {max} {unit}"),
             None => format!("the {what} is over the limit of {max} {unit}"),
         };
-        let error = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
-            .with("limit", limit)
-            .with("max", max);
-        match actual {
-            Some(actual) => error.with("actual", actual),
-            None => error,
-        }
-    }
-
-    pub(crate) fn lock_mismatch(path_lock: &LockName, sequencer: &Sequencer) -> Self {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "lock_mismatch",
-            format!(
-                "the path names lock `{path_lock}` but the sequencer is for lock `{}`",
-                sequencer.lock()
-            ),
-        )
-        .with("path_lock", path_lock.as_str())
-        .with("sequencer_lock", sequencer.lock().as_str())
+        ApiError::new(ErrorKind::too_large(limit, max, actual), message)
     }
 
     pub(crate) fn not_found(lock: &LockName, marks: Marks) -> Self {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such key")
-            .with("lock", lock.as_str())
-            .with("marks", marks_json(marks))
-    }
-}
-
-pub(crate) fn marks_json(marks: Marks) -> Value {
-    json!({"exclusive": marks.exclusive, "shared": marks.shared})
-}
-
-impl From<Refused> for ApiError {
-    /// The one mapping of a refusal to the wire: status, `code` and fields
-    /// from [`Refused::http_status`], [`Refused::reason`] and
-    /// [`Refused::fields`] (docs/http-api.md).
-    fn from(refused: Refused) -> Self {
-        let status = StatusCode::from_u16(refused.http_status())
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let message = match &refused {
-            Refused::Stale {
-                lock,
-                regression: false,
-                ..
-            } => format!(
-                "{refused}: either a newer holder has been honoured, or the lock service's generations are behind this mark (a regression: lost counter, wiped or restored data); if no newer holder exists, recover with `{}`",
-                lock.raise_floor_command()
-            ),
-            _ => refused.to_string(),
-        };
-        refused.fields().into_iter().fold(
-            ApiError::new(status, refused.reason(), message),
-            |error, (name, field)| error.with(name, field_json(field)),
+        ApiError::new(
+            ErrorKind::NotFound {
+                lock: lock.as_str().to_owned(),
+                marks: marks.into(),
+            },
+            "no such key",
         )
     }
 }
 
-/// A refusal's field as JSON.
-fn field_json(field: Field<'_>) -> Value {
-    match field {
-        Field::Text(text) => Value::String(text.into_owned()),
-        Field::Number(number) => number.into(),
-        Field::Flag(flag) => flag.into(),
-        Field::Marks(marks) => marks_json(marks),
-        Field::Bytes(bytes) => bytes.map_or(Value::Null, json_bytes),
-        _ => Value::Null,
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl From<ErrorBody> for ApiError {
+    fn from(body: ErrorBody) -> Self {
+        ApiError {
+            body: Box::new(body),
+            headers: Vec::new(),
+        }
+    }
+}
+
+impl From<Refused> for ApiError {
+    /// The one mapping of a refusal to the wire ([`ErrorBody::from_refused`]),
+    /// with the way out spelled out for a stale refusal that may be a
+    /// regression.
+    fn from(refused: Refused) -> Self {
+        let mut body = ErrorBody::from_refused(&refused);
+        if let Refused::Stale {
+            lock,
+            regression: false,
+            ..
+        } = &refused
+        {
+            body.message = format!(
+                "{refused}: either a newer holder has been honoured, or the lock service's generations are behind this mark (a regression: lost counter, wiped or restored data); if no newer holder exists, recover with `{}`",
+                lock.raise_floor_command()
+            );
+        }
+        body.into()
     }
 }
 
@@ -204,26 +194,16 @@ impl From<StoreError> for ApiError {
             StoreError::TooLarge { kind, actual, max } => {
                 ApiError::too_large(kind.as_str(), *max, Some(*actual))
             }
-            StoreError::EmptyKey => {
-                ApiError::new(StatusCode::BAD_REQUEST, "bad_key", error.to_string())
-            }
+            StoreError::EmptyKey => ApiError::new(ErrorKind::BadKey, error.to_string()),
             StoreError::InvalidRequestId { .. } => ApiError::bad_request(error.to_string()),
             _ if error.is_storage_failure() => {
                 // The only errors logged at ERROR: the server's own failures.
                 tracing::error!(%error, "storage failure");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "storage_unavailable",
-                    error.to_string(),
-                )
+                ApiError::new(ErrorKind::StorageUnavailable, error.to_string())
             }
             _ => {
                 tracing::error!(%error, "unexpected store error");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    error.to_string(),
-                )
+                ApiError::new(ErrorKind::Internal, error.to_string())
             }
         }
     }
@@ -231,11 +211,7 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = Map::with_capacity(self.extra.len() + 2);
-        body.insert("code".into(), self.code.into());
-        body.insert("message".into(), self.message.into());
-        body.extend(self.extra);
-        let mut response = (self.status, axum::Json(Value::Object(body))).into_response();
+        let mut response = (self.status(), axum::Json(*self.body)).into_response();
         for (name, value) in self.headers {
             response.headers_mut().append(name, value);
         }
@@ -247,9 +223,18 @@ impl IntoResponse for ApiError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
-    /// Binding the listener or serving failed.
+    /// Serving failed.
     #[error("server I/O failed: {0}")]
     Io(#[from] std::io::Error),
+    /// The listen address could not be bound (in use, not on this
+    /// machine, a privileged port): one line that names the address.
+    #[error("cannot listen on {addr}: {reason}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why, in words (`address already in use`).
+        reason: String,
+    },
     /// Opening or flushing the store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -310,4 +295,18 @@ pub enum ServerError {
         /// What is wrong.
         reason: String,
     },
+}
+
+impl ServerError {
+    /// Binding `addr` failed with `error`.
+    pub(crate) fn bind(addr: SocketAddr, error: &std::io::Error) -> Self {
+        use std::io::ErrorKind;
+        let reason = match error.kind() {
+            ErrorKind::AddrInUse => "address already in use".to_owned(),
+            ErrorKind::AddrNotAvailable => "address not available on this machine".to_owned(),
+            ErrorKind::PermissionDenied => "permission denied".to_owned(),
+            _ => error.to_string(),
+        };
+        ServerError::Bind { addr, reason }
+    }
 }

@@ -5,15 +5,18 @@
 //! Everything it shows comes from `/v1/events`, which needs the same bearer
 //! token as the lock routes and shows only the locks that token may use.
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
+use palisade_wire::{Decision, Snapshot};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{OwnedSemaphorePermit, broadcast, watch};
 
-use crate::decisions::{Decision, MAX_WATCHERS, Snapshot};
+use crate::decisions::MAX_WATCHERS;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::tokens::Grant;
@@ -36,6 +39,7 @@ const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
     tag = "operations",
     responses(
         (status = 200, description = "The live dashboard: a self-contained HTML page that reads `/v1/events` with the token given in the page (or as `#token=...` in its address).", content_type = "text/html", body = String),
+        crate::openapi::CommonErrors,
     ),
 )]
 pub(crate) async fn ui() -> Response {
@@ -59,9 +63,8 @@ pub(crate) async fn ui() -> Response {
     tag = "operations",
     security((), ("bearer" = [])),
     responses(
-        (status = 200, description = "Server-sent events: first one `snapshot` (`{decisions, marks}`: the recent decisions and each lock's latest marks), then one `decision` per write accepted or refused (`reason` = the refusal's code, or `regression`), and `lagged` when this stream fell behind and skipped some. Only the locks the token may use.", content_type = "text/event-stream", body = String),
-        (status = 401, description = "No valid bearer token.", body = crate::openapi::ErrorBody),
-        (status = 503, description = "Too many event streams are open.", body = crate::openapi::ErrorBody),
+        (status = 200, description = "Server-sent events: first one `snapshot` (a `Snapshot`: the recent decisions and each lock's latest marks), then one `decision` (a `Decision`) per request accepted or refused (`reason` = the refusal's code, or `regression`), and `lagged` (a number) when this stream fell behind and skipped some. Only the locks the token may use.", content_type = "text/event-stream", body = String),
+        crate::openapi::EventsErrors,
     ),
 )]
 pub(crate) async fn events(State(state): State<AppState>, headers: HeaderMap) -> Response {
@@ -113,7 +116,7 @@ struct Watch {
     snapshot: Option<Snapshot>,
     /// The newest decision already sent (in the snapshot or live).
     last_seq: u64,
-    live: broadcast::Receiver<Decision>,
+    live: broadcast::Receiver<Arc<Decision>>,
     closing: watch::Receiver<bool>,
     visible: Visible,
     /// Held while the stream is open: the bound on watchers.
@@ -146,7 +149,7 @@ impl Watch {
                         continue;
                     }
                     self.last_seq = decision.seq;
-                    match Event::default().event("decision").json_data(&decision) {
+                    match Event::default().event("decision").json_data(&*decision) {
                         Ok(event) => return Some(event),
                         Err(error) => {
                             tracing::error!(%error, "encoding a decision failed");

@@ -14,8 +14,9 @@
 //! generation not too far above the marks (409 `raise_too_large`). A
 //! refused request changes nothing. Its own accept loop bounds
 //! connections, requests in flight, header time and size, and body time
-//! and size, so a slow or huge client cannot starve the others; TLS is
-//! rustls.
+//! and size, so a slow or huge client cannot starve the others; a request
+//! deadline bounds every wait on the store and the lock service, so a
+//! stalled dependency gets an answer (503), not a silence; TLS is rustls.
 //!
 //! **Architecture Invariant:** the server depends on `palisade-core` and
 //! `palisade-store` only, never on a lock backend. The optional live check
@@ -31,9 +32,11 @@
 //!   limits, metrics.
 //! - [`TokenTable`], [`TlsConfig`], [`ServerLimits`]: bearer tokens, TLS,
 //!   and the limits against slow or greedy clients.
-//! - [`ApiError`]: the one place refusals and failures become statuses and
-//!   `code`s.
-//! - [`openapi_document`]: the OpenAPI 3.1 document (`GET /openapi.json`);
+//! - [`ApiError`]: the one place refusals and failures become answers, as
+//!   `palisade_wire::ErrorBody`s (every body the server writes or reads is
+//!   a `palisade-wire` type).
+//! - [`openapi_document`]: the OpenAPI 3.1 document (`GET /openapi.json`),
+//!   generated from those wire types;
 //!   [`exported_metric_names`]: what `GET /metrics` exports. `GET /ui` is a
 //!   live dashboard of the latest fencing decisions, fed by `GET
 //!   /v1/events` (server-sent events).
@@ -50,8 +53,8 @@
 mod config;
 mod connection_service;
 mod connections;
+mod deadline;
 mod decisions;
-mod dto;
 mod error;
 mod etcd_store;
 mod events;

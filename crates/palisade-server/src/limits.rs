@@ -17,6 +17,7 @@ use std::time::Duration;
 /// | sends its body a byte at a time | a request slot | `body_read_timeout` |
 /// | sends many requests at once | request slots, the store's queue | `max_in_flight` |
 /// | sends huge or countless headers | memory | `max_header_bytes`, `max_headers` |
+/// | (a stalled store or lock service) | a request slot, a connection | `request_timeout` |
 ///
 /// ```
 /// use std::time::Duration;
@@ -45,6 +46,14 @@ pub struct ServerLimits {
     /// and the sequencer were checked). Past it the request is answered
     /// `408 body_timeout` and the connection closed.
     pub body_read_timeout: Duration,
+    /// How long the server waits on its own dependencies (the store, the
+    /// lock service's live check) for one request, counted from the
+    /// moment the request, its body included, is in hand. Past it the
+    /// request is answered `503 deadline_exceeded`, naming what did not
+    /// answer. A write already handed to the store may still be applied
+    /// after that answer (the client retries with its idempotency key),
+    /// so it is an answer, not a cancellation.
+    pub request_timeout: Duration,
     /// The most connections served at once. At the bound a new
     /// connection is still accepted, in the place of the connection that
     /// has been outside a request the longest: first those that never
@@ -72,6 +81,12 @@ impl ServerLimits {
     /// 4 KiB.
     pub const MIN_HEADER_BYTES: usize = 8 * 1024;
 
+    /// The default request deadline: long enough for a fsync under load
+    /// and a live check's own 5 s bound, short enough that a client's own
+    /// timeout (the client library's is 30 s) meets an answer, not a
+    /// silence.
+    pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
     /// Checks that every limit can be met by an honest client.
     pub fn validate(&self) -> Result<(), crate::ServerError> {
         let fail = |message: &str| Err(crate::ServerError::Config(message.to_owned()));
@@ -80,6 +95,9 @@ impl ServerLimits {
         }
         if self.body_read_timeout.is_zero() {
             return fail("--body-read-timeout-ms must be positive");
+        }
+        if self.request_timeout.is_zero() {
+            return fail("--request-timeout must be positive");
         }
         if self.max_connections == 0 {
             return fail("--max-connections must be positive");
@@ -106,12 +124,14 @@ impl ServerLimits {
 }
 
 impl Default for ServerLimits {
-    /// Header timeout 10 s, body timeout 30 s, 1024 connections, 256
-    /// requests in flight, 16 KiB of headers, 100 header fields.
+    /// Header timeout 10 s, body timeout 30 s, request deadline 10 s, 1024
+    /// connections, 256 requests in flight, 16 KiB of headers, 100 header
+    /// fields.
     fn default() -> Self {
         ServerLimits {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
+            request_timeout: ServerLimits::DEFAULT_REQUEST_TIMEOUT,
             max_connections: 1024,
             max_in_flight: 256,
             max_header_bytes: 16 * 1024,

@@ -33,7 +33,8 @@ async fn main() -> ExitCode {
     match start(cli.server).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!(%error, "palisade-server failed");
+            // One line, on standard error, where the log goes too: a log
+            // event as well would say it twice.
             eprintln!("palisade-server: {error}");
             ExitCode::FAILURE
         }

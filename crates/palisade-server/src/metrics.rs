@@ -7,10 +7,11 @@
 //! scrape shows a zero rather than nothing: an alert on `increase(...)`
 //! fires on the first refusal, not only on the second.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use palisade_store::FlushStats;
+use palisade_wire::{ErrorBody, Operation};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric as _};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -18,70 +19,17 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge as PromGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-/// The request kinds that get their own `op` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OpKind {
-    Get,
-    Put,
-    Delete,
-    Cas,
-    Batch,
-    Marks,
-}
 
-impl OpKind {
-    const ALL: [OpKind; 6] = [
-        OpKind::Get,
-        OpKind::Put,
-        OpKind::Delete,
-        OpKind::Cas,
-        OpKind::Batch,
-        OpKind::Marks,
-    ];
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            OpKind::Get => "get",
-            OpKind::Put => "put",
-            OpKind::Delete => "delete",
-            OpKind::Cas => "cas",
-            OpKind::Batch => "batch",
-            OpKind::Marks => "marks",
-        }
-    }
-}
-
-/// Every error `code` the server answers with (docs/http-api.md).
-pub(crate) const CODES: [&str; 28] = [
-    "unauthenticated",
-    "forbidden",
-    "unsigned",
-    "unknown_key",
-    "bad_signature",
-    "wrong_issuer",
-    "raise_too_large",
-    "overloaded",
-    "body_timeout",
-    "missing_sequencer",
-    "malformed_sequencer",
-    "bad_lock_name",
-    "bad_key",
-    "bad_request",
-    "shared_on_write",
-    "not_found",
-    "no_route",
-    "method_not_allowed",
-    "stale",
-    "not_held",
-    "cas_mismatch",
-    "too_large",
-    "lock_mismatch",
-    "idempotency_key_reused",
-    "internal",
-    "storage_unavailable",
-    "live_check_unavailable",
-    "other",
-];
+/// Every error `code` the server answers with (the wire crate's
+/// [`ErrorBody::examples`], one per code), then `other` for a code this
+/// list does not know, so the label set stays bounded.
+pub(crate) static CODES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    ErrorBody::examples()
+        .iter()
+        .map(ErrorBody::code)
+        .chain(["other"])
+        .collect()
+});
 
 /// Upper bounds of the latency histogram, in seconds.
 const BUCKETS: [f64; 16] = [
@@ -241,12 +189,12 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every metric and creates every series at zero.
     fn register(mut self) -> Self {
-        for op in OpKind::ALL {
+        for op in Operation::ALL {
             let labels = OpLabels { op: op.as_str() };
             let _ = self.accepted.get_or_create(&labels);
             let _ = self.latency.get_or_create(&labels);
         }
-        for reason in CODES {
+        for &reason in CODES.iter() {
             let _ = self.rejected.get_or_create(&ReasonLabels { reason });
         }
         for end in ConnectionEnd::ALL {
@@ -297,7 +245,7 @@ impl Metrics {
             .inc();
     }
 
-    pub(crate) fn accepted(&self, op: OpKind) {
+    pub(crate) fn accepted(&self, op: Operation) {
         self.accepted
             .get_or_create(&OpLabels { op: op.as_str() })
             .inc();
@@ -314,7 +262,7 @@ impl Metrics {
         self.rejected.get_or_create(&ReasonLabels { reason }).inc();
     }
 
-    pub(crate) fn observe(&self, op: OpKind, elapsed: Duration) {
+    pub(crate) fn observe(&self, op: Operation, elapsed: Duration) {
         self.latency
             .get_or_create(&OpLabels { op: op.as_str() })
             .observe(elapsed.as_secs_f64());
@@ -359,12 +307,12 @@ mod tests {
     #[test]
     fn render_counts_and_buckets() {
         let metrics = Metrics::default();
-        metrics.accepted(OpKind::Put);
-        metrics.accepted(OpKind::Put);
+        metrics.accepted(Operation::Put);
+        metrics.accepted(Operation::Put);
         metrics.rejected("stale");
         metrics.rejected("no such code");
-        metrics.observe(OpKind::Put, Duration::from_micros(300));
-        metrics.observe(OpKind::Put, Duration::from_secs(20));
+        metrics.observe(Operation::Put, Duration::from_micros(300));
+        metrics.observe(Operation::Put, Duration::from_secs(20));
         let text = metrics.render(FlushStats::default());
         assert!(text.contains("palisade_requests_accepted_total{op=\"put\"} 2\n"));
         assert!(text.contains("palisade_requests_rejected_total{reason=\"stale\"} 1\n"));

@@ -1,58 +1,28 @@
 //! The OpenAPI 3.1 document of the HTTP API, generated with `utoipa` from
-//! the handlers' `#[utoipa::path]` attributes and the body types, so it
-//! cannot drift from them. Served at `GET /openapi.json` and committed as
-//! docs/openapi.json (a test keeps the two equal).
+//! the handlers' `#[utoipa::path]` attributes and the wire types the
+//! handlers write (`palisade-wire`), so it cannot drift from them. Served
+//! at `GET /openapi.json` and committed as docs/openapi.json (a test keeps
+//! the two equal).
+//!
+//! Error answers are listed per operation by code: each status an
+//! operation can answer, with one example body per code (the wire crate's
+//! [`ErrorBody::examples`], serialised), all under the one `ErrorBody`
+//! schema, whose `code` is one of [`ErrorKind`]'s variants.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-use serde::Serialize;
-use utoipa::openapi::RefOr;
-use utoipa::openapi::schema::{AdditionalProperties, Object, ObjectBuilder, Schema, Type};
+use palisade_wire::{
+    BatchOp, BatchRequest, CasRequest, Decision, ErrorBody, ErrorKind, HealthAnswer, JsonBytes,
+    MarksAnswer, MarksBody, Snapshot, WriteAnswer,
+};
+use utoipa::openapi::example::ExampleBuilder;
+use utoipa::openapi::response::{Response, ResponseBuilder};
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 use utoipa::{IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
-
-use crate::dto::{BatchBody, CasBody, WriteResponse};
-use crate::metrics::CODES;
-
-/// Codes answered outside the store's and the checks' refusals, which
-/// [`CODES`] (the metric labels) folds into `other`.
-const EXTRA_CODES: [&str; 2] = ["connection_shed", "refused"];
-
-/// Every error answer: `{"code": ..., "message": ..., ...extra}`; the extra
-/// fields depend on the code (docs/http-api.md lists them).
-#[derive(Debug, Serialize)]
-pub(crate) struct ErrorBody;
-
-impl PartialSchema for ErrorBody {
-    fn schema() -> RefOr<Schema> {
-        let codes = CODES
-            .iter()
-            .chain(EXTRA_CODES.iter())
-            .filter(|code| **code != "other");
-        ObjectBuilder::new()
-            .description(Some(
-                "An error: a stable `code`, a message for people, and fields that depend on the code.",
-            ))
-            .property(
-                "code",
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .enum_values(Some(codes.copied())),
-            )
-            .required("code")
-            .property("message", Object::with_type(Type::String))
-            .required("message")
-            .additional_properties(Some(AdditionalProperties::FreeForm(true)))
-            .into()
-    }
-}
-
-impl ToSchema for ErrorBody {
-    fn name() -> Cow<'static, str> {
-        Cow::Borrowed("Error")
-    }
-}
 
 /// Raw bytes: a key's value, as sent and as answered.
 #[derive(Debug)]
@@ -73,98 +43,146 @@ impl ToSchema for RawBytes {
     }
 }
 
-/// A lock's two marks: the newest exclusive and shared generations
-/// honoured.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(as = Marks)]
-#[allow(dead_code)] // Documents the JSON that `marks_json` writes.
-pub(crate) struct MarksBody {
-    exclusive: u64,
-    shared: u64,
+/// What any route may answer: a body framed with a transfer coding the
+/// server does not implement, a connection shed just as the request came.
+const COMMON: &[&str] = &["unsupported_transfer_coding", "connection_shed"];
+
+/// What every `/v1/locks/...` request may meet before its own checks.
+const LOCK_ROUTE: &[&str] = &[
+    "overloaded",
+    "unauthenticated",
+    "bad_lock_name",
+    "forbidden",
+    "storage_unavailable",
+    "deadline_exceeded",
+];
+
+/// The checks of a sequencer a request carries.
+const SEQUENCER: &[&str] = &[
+    "malformed_sequencer",
+    "lock_mismatch",
+    "unsigned",
+    "unknown_key",
+    "bad_signature",
+    "wrong_issuer",
+    "raise_too_large",
+    "live_check_unavailable",
+    "stale",
+    "not_held",
+];
+
+/// A read of a key, beyond the lock route's and the sequencer's.
+const READ: &[&str] = &["bad_key", "too_large", "not_found"];
+
+/// A write, beyond the lock route's and the sequencer's.
+const WRITE: &[&str] = &[
+    "bad_key",
+    "too_large",
+    "missing_sequencer",
+    "shared_on_write",
+    "bad_request",
+    "body_timeout",
+    "cas_mismatch",
+    "idempotency_key_reused",
+];
+
+/// The error answers for `codes`, by status: each with its codes in the
+/// description and one example body per code.
+fn error_responses(codes: &[&[&str]]) -> BTreeMap<String, RefOr<Response>> {
+    let examples = ErrorBody::examples();
+    let mut by_status: BTreeMap<u16, Vec<&ErrorBody>> = BTreeMap::new();
+    for code in codes.iter().copied().flatten() {
+        let example = examples
+            .iter()
+            .find(|example| example.code() == *code)
+            .unwrap_or_else(|| panic!("`{code}` is not an error code of palisade-wire"));
+        by_status.entry(example.status()).or_default().push(example);
+    }
+    by_status
+        .into_iter()
+        .map(|(status, examples)| {
+            let names: Vec<String> = examples
+                .iter()
+                .map(|example| format!("`{}`", example.code()))
+                .collect();
+            let content = ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name(ErrorBody::name())))
+                .examples_from_iter(examples.iter().map(|example| {
+                    let value = serde_json::to_value(example).expect("an error body serialises");
+                    (
+                        example.code(),
+                        ExampleBuilder::new().value(Some(value)).build(),
+                    )
+                }))
+                .build();
+            let response = ResponseBuilder::new()
+                .description(names.join(", "))
+                .content("application/json", content)
+                .build();
+            (status.to_string(), response.into())
+        })
+        .collect()
 }
 
-/// `GET /v1/locks/{lock}/marks`.
-#[derive(Debug, Serialize, ToSchema)]
-#[allow(dead_code)] // Documents the JSON the handler writes.
-pub(crate) struct MarksResponse {
-    lock: String,
-    marks: MarksBody,
+/// Error answers of one group of operations.
+macro_rules! error_group {
+    ($(#[$doc:meta])* $name:ident = $($codes:expr),+) => {
+        $(#[$doc])*
+        pub(crate) struct $name;
+
+        impl IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<Response>> {
+                error_responses(&[$($codes),+])
+            }
+        }
+    };
 }
 
-/// `GET /healthz`.
-#[derive(Debug, Serialize, ToSchema)]
-#[allow(dead_code)] // Documents the JSON the handler writes.
-pub(crate) struct HealthResponse {
-    /// Always `ok` on a 200.
-    status: String,
-    /// The store's durability mode: `flushed` or `buffered`.
-    durability: String,
-}
+error_group!(
+    /// `GET` of a key.
+    ReadErrors = COMMON, LOCK_ROUTE, SEQUENCER, READ
+);
+error_group!(
+    /// Every write.
+    WriteErrors = COMMON, LOCK_ROUTE, SEQUENCER, WRITE
+);
+error_group!(
+    /// `GET .../marks`.
+    MarksErrors = COMMON, LOCK_ROUTE
+);
+error_group!(
+    /// `GET /healthz`.
+    HealthErrors = COMMON, &["storage_unavailable", "deadline_exceeded"]
+);
+error_group!(
+    /// `GET /v1/events`.
+    EventsErrors = COMMON, &["unauthenticated", "overloaded"]
+);
+error_group!(
+    /// The routes that touch no store and need no token.
+    CommonErrors = COMMON
+);
 
-/// The refusals a read (`GET` of a key, the marks) can meet.
-#[derive(IntoResponses)]
-#[allow(dead_code)] // Documents statuses; never built.
-pub(crate) enum ReadErrors {
-    /// A malformed lock name, key or sequencer.
-    #[response(status = 400)]
-    BadRequest(ErrorBody),
-    /// No valid bearer token, or an unsigned / unverifiable sequencer.
-    #[response(status = 401)]
-    Unauthenticated(ErrorBody),
-    /// The token does not cover this lock, or the issuer is not trusted.
-    #[response(status = 403)]
-    Forbidden(ErrorBody),
-    /// No such key.
-    #[response(status = 404)]
-    NotFound(ErrorBody),
-    /// The sequencer is stale, no longer held, or raises the mark too far.
-    #[response(status = 409)]
-    Conflict(ErrorBody),
-    /// The key is over the size limit.
-    #[response(status = 413)]
-    TooLarge(ErrorBody),
-    /// The sequencer is for another lock.
-    #[response(status = 422)]
-    Unprocessable(ErrorBody),
-    /// Overloaded, storage unavailable, or the live check unreachable.
-    #[response(status = 503)]
-    Unavailable(ErrorBody),
-}
+/// One example of every error code on the `ErrorBody` schema itself,
+/// including the codes answered outside any operation (`no_route`,
+/// `method_not_allowed`, `internal`).
+struct ErrorExamples;
 
-/// The refusals a write can meet.
-#[derive(IntoResponses)]
-#[allow(dead_code)] // Documents statuses; never built.
-pub(crate) enum WriteErrors {
-    /// A malformed lock name, key, sequencer, idempotency key or body; or
-    /// no sequencer.
-    #[response(status = 400)]
-    BadRequest(ErrorBody),
-    /// No valid bearer token, or an unsigned / unverifiable sequencer.
-    #[response(status = 401)]
-    Unauthenticated(ErrorBody),
-    /// The token does not cover this lock, the issuer is not trusted, or
-    /// the sequencer is shared.
-    #[response(status = 403)]
-    Forbidden(ErrorBody),
-    /// The body did not arrive in time.
-    #[response(status = 408)]
-    BodyTimeout(ErrorBody),
-    /// The sequencer is stale, no longer held, or raises the mark too far.
-    #[response(status = 409)]
-    Conflict(ErrorBody),
-    /// A compare-and-swap found another value; nothing was written.
-    #[response(status = 412)]
-    CasMismatch(ErrorBody),
-    /// The key, value, body or batch is over a limit.
-    #[response(status = 413)]
-    TooLarge(ErrorBody),
-    /// The sequencer is for another lock, or the idempotency key was used
-    /// for another request.
-    #[response(status = 422)]
-    Unprocessable(ErrorBody),
-    /// Overloaded, storage unavailable, or the live check unreachable.
-    #[response(status = 503)]
-    Unavailable(ErrorBody),
+impl Modify for ErrorExamples {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let schemas = &mut openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .schemas;
+        let Some(RefOr::T(Schema::AllOf(error_body))) = schemas.get_mut(ErrorBody::name().as_ref())
+        else {
+            panic!("ErrorBody's schema is an allOf of its kind and its message");
+        };
+        error_body.examples = ErrorBody::examples()
+            .iter()
+            .map(|example| serde_json::to_value(example).expect("an error body serialises"))
+            .collect();
+    }
 }
 
 /// The optional bearer-token scheme.
@@ -200,8 +218,22 @@ impl Modify for BearerToken {
         crate::events::events,
         crate::events::ui,
     ),
-    components(schemas(ErrorBody, RawBytes, MarksBody, MarksResponse, HealthResponse, WriteResponse, CasBody, BatchBody)),
-    modifiers(&BearerToken),
+    components(schemas(
+        ErrorBody,
+        ErrorKind,
+        RawBytes,
+        JsonBytes,
+        MarksBody,
+        MarksAnswer,
+        HealthAnswer,
+        WriteAnswer,
+        CasRequest,
+        BatchRequest,
+        BatchOp,
+        Decision,
+        Snapshot,
+    )),
+    modifiers(&BearerToken, &ErrorExamples),
 )]
 struct ApiDoc;
 

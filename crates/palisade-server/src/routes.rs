@@ -7,23 +7,25 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody as _};
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Uri, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use palisade_core::{Liveness, LockName, Mode, Sequencer};
+use palisade_core::{Liveness, LockName, Mode, Sequencer, percent_decode};
 use palisade_store::{Applied, Marks, Op, Refused, RequestId};
-use serde_json::json;
+use palisade_wire::{
+    BatchRequest, CasRequest, Dependency, EngineBody, ErrorKind, HealthAnswer, HealthStatus,
+    MarksAnswer, Operation, WriteAnswer,
+};
 use tracing::Instrument as _;
 
-use crate::decisions::{MarksView, Outcome};
-use crate::dto::{BatchBody, CasBody, WriteResponse};
-use crate::error::{ApiError, marks_json};
-use crate::metrics::OpKind;
+use crate::deadline::Deadline;
+use crate::decisions::Outcome;
+use crate::error::ApiError;
 use crate::sequencer_policy::check_raise;
 use crate::state::AppState;
-use crate::tokens::forbidden;
-use palisade_core::percent_decode;
+use crate::tokens::{Grant, forbidden};
 
 /// The header carrying `H_excl` on every 2xx of a lock route.
 pub const MARK_EXCLUSIVE_HEADER: &str = "palisade-mark-exclusive";
@@ -55,21 +57,76 @@ pub fn app(state: AppState) -> Router {
         .route("/ui", get(crate::events::ui))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            refuse_transfer_codings,
+        ))
         .with_state(state)
+}
+
+/// Answers 501 `unsupported_transfer_coding` (RFC 9112 §6.1: a server
+/// that receives a transfer coding it does not understand should answer
+/// 501) before any route reads the body, when the body is framed with
+/// anything but HTTP/1.1's own plain `chunked`: `gzip, chunked` would
+/// otherwise store the still-compressed bytes as the value. hyper has
+/// already answered 400 when `chunked` is not the last coding (RFC 9112
+/// §6.3), so what reaches here is `chunked` after other codings, or
+/// twice.
+async fn refuse_transfer_codings(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut values = request.headers().get_all(header::TRANSFER_ENCODING).iter();
+    let Some(first) = values.next() else {
+        return next.run(request).await;
+    };
+    let codings: Vec<String> = std::iter::once(first)
+        .chain(values)
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+        .collect();
+    let codings = codings.join(", ");
+    let mut listed = codings.split(',').map(str::trim);
+    if let (Some(only), None) = (listed.next(), listed.next())
+        && only.eq_ignore_ascii_case("chunked")
+    {
+        return next.run(request).await;
+    }
+    tracing::info!(
+        transfer_encoding = %codings.escape_debug(),
+        "refused: a transfer coding other than chunked"
+    );
+    ApiError::unsupported_transfer_coding(&clip(&codings)).counted(&state.metrics)
+}
+
+/// At most 64 characters of client text in an answer.
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(64) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
+    }
 }
 
 /// Runs one request's work in a span, and counts and times it: the
 /// common frame of every `/v1/locks/...` route. The request first needs a
 /// place among those in flight; without one it is refused at once (503
-/// `overloaded`) before anything is parsed. Writes are recorded in the
-/// decision log (`/ui`, `/v1/events`).
-async fn handle(
+/// `overloaded`) before anything is parsed. Then its bearer token must
+/// allow its lock; `work` runs only for a request that has one (or on a
+/// server without tokens), and only such a request's decision is recorded
+/// in the decision log (`/ui`, `/v1/events`), under its token: a client
+/// without a token, or outside its prefixes, is counted and answered, and
+/// touches nobody's view.
+async fn handle<Work, Answer>(
     state: &AppState,
-    op: OpKind,
+    op: Operation,
     uri: &Uri,
     headers: &HeaderMap,
-    work: impl Future<Output = Result<Response, ApiError>>,
-) -> Response {
+    work: Work,
+) -> Response
+where
+    Work: FnOnce(LockName) -> Answer,
+    Answer: Future<Output = Result<Response, ApiError>>,
+{
     let started = Instant::now();
     let Some(_in_flight) = state.admit_request() else {
         tracing::debug!(op = op.as_str(), "refused: overloaded");
@@ -78,27 +135,29 @@ async fn handle(
     // At debug level: at the default level (info) a span per request would
     // cost an allocation and a formatted path on every request.
     let span = tracing::debug_span!("request", op = op.as_str(), path = %uri.path());
-    let response = match work.instrument(span).await {
-        Ok(mut response) => {
-            state.metrics.accepted(op);
-            record_accepted(state, op, &mut response);
-            response
-        }
+    let response = match authorized_lock(state, uri, headers) {
         Err(error) => {
             tracing::debug!(op = op.as_str(), code = error.code(), status = %error.status(), "request refused");
-            record_refused(state, op, uri, headers, &error);
             error.counted(&state.metrics)
+        }
+        Ok((lock, grant)) => {
+            let requester = grant.map(|grant| grant.token_id.as_str());
+            match work(lock.clone()).instrument(span).await {
+                Ok(mut response) => {
+                    state.metrics.accepted(op);
+                    record_accepted(state, op, requester, &mut response);
+                    response
+                }
+                Err(error) => {
+                    tracing::debug!(op = op.as_str(), code = error.code(), status = %error.status(), "request refused");
+                    record_refused(state, op, lock, requester, headers, &error);
+                    error.counted(&state.metrics)
+                }
+            }
         }
     };
     state.metrics.observe(op, started.elapsed());
     response
-}
-
-fn is_write(op: OpKind) -> bool {
-    matches!(
-        op,
-        OpKind::Put | OpKind::Delete | OpKind::Cas | OpKind::Batch
-    )
 }
 
 /// The generation of the request's sequencer, if it has one that parses.
@@ -120,51 +179,59 @@ struct AcceptedWrite {
 }
 
 /// Records an accepted write (an answer that carries an [`AcceptedWrite`]).
-fn record_accepted(state: &AppState, op: OpKind, response: &mut Response) {
+fn record_accepted(
+    state: &AppState,
+    op: Operation,
+    requester: Option<&str>,
+    response: &mut Response,
+) {
     let Some(accepted) = response.extensions_mut().remove::<AcceptedWrite>() else {
         return;
     };
-    state.decisions.record(Outcome {
-        lock: accepted.lock.into(),
-        op: op.as_str(),
-        reason: None,
-        status: response.status().as_u16(),
-        generation: Some(accepted.generation),
-        marks: Some(accepted.marks.into()),
-    });
+    state.decisions.record(
+        requester,
+        Outcome {
+            lock: accepted.lock.into(),
+            op,
+            reason: None,
+            status: response.status().as_u16(),
+            generation: Some(accepted.generation),
+            marks: Some(accepted.marks.into()),
+        },
+    );
 }
 
 /// Records a refused write, or a refused read that was fenced (stale or
-/// no longer held). A request whose lock name does not parse is not
-/// recorded: there is no lock to show it under.
-fn record_refused(state: &AppState, op: OpKind, uri: &Uri, headers: &HeaderMap, error: &ApiError) {
-    let fenced_read = op == OpKind::Get && matches!(error.code(), "stale" | "not_held");
-    if !is_write(op) && !fenced_read {
+/// no longer held), of a request whose token allows its lock.
+fn record_refused(
+    state: &AppState,
+    op: Operation,
+    lock: LockName,
+    requester: Option<&str>,
+    headers: &HeaderMap,
+    error: &ApiError,
+) {
+    let kind = error.kind();
+    let fenced_read =
+        op == Operation::Get && matches!(kind, ErrorKind::Stale(_) | ErrorKind::NotHeld(_));
+    if !op.is_write() && !fenced_read {
         return;
     }
-    let Ok(lock) = path_lock(uri) else { return };
-    let regression = error.field("regression") == Some(&serde_json::Value::Bool(true));
-    let marks = error.field("marks").and_then(|marks| {
-        Some(MarksView {
-            exclusive: marks.get("exclusive")?.as_u64()?,
-            shared: marks.get("shared")?.as_u64()?,
-        })
-    });
-    state.decisions.record(Outcome {
-        lock: lock.as_str().to_owned(),
-        op: op.as_str(),
-        reason: Some(if regression {
-            "regression"
-        } else {
-            error.code()
-        }),
-        status: error.status().as_u16(),
-        generation: error
-            .field("presented")
-            .and_then(serde_json::Value::as_u64)
-            .or_else(|| presented_generation(headers)),
-        marks,
-    });
+    state.decisions.record(
+        requester,
+        Outcome {
+            lock: lock.into(),
+            op,
+            reason: Some(if kind.is_regression() {
+                "regression"
+            } else {
+                error.code()
+            }),
+            status: error.status().as_u16(),
+            generation: kind.presented().or_else(|| presented_generation(headers)),
+            marks: kind.marks(),
+        },
+    );
 }
 
 /// The raw (still percent-encoded) path segments after `/v1/locks/`:
@@ -175,12 +242,17 @@ fn raw_segment(uri: &Uri, index: usize) -> &str {
 }
 
 /// The path's lock, once the request's bearer token (when the server
-/// requires one) is known and allowed that lock. The token is checked
-/// before the path is even decoded: an unauthenticated client learns
-/// nothing, not even whether its lock name is valid.
-fn authorized_lock(state: &AppState, uri: &Uri, headers: &HeaderMap) -> Result<LockName, ApiError> {
+/// requires one) is known and allowed that lock, with that token's grant.
+/// The token is checked before the path is even decoded: an
+/// unauthenticated client learns nothing, not even whether its lock name
+/// is valid.
+fn authorized_lock<'a>(
+    state: &'a AppState,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<(LockName, Option<&'a Grant>), ApiError> {
     let Some(tokens) = &state.tokens else {
-        return path_lock(uri);
+        return Ok((path_lock(uri)?, None));
     };
     let grant = tokens.authenticate(headers).inspect_err(|error| {
         tracing::info!(
@@ -193,11 +265,11 @@ fn authorized_lock(state: &AppState, uri: &Uri, headers: &HeaderMap) -> Result<L
     if !grant.allows(&lock) {
         return Err(forbidden(grant, &lock));
     }
-    Ok(lock)
+    Ok((lock, Some(grant)))
 }
 
 fn path_lock(uri: &Uri) -> Result<LockName, ApiError> {
-    let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_lock_name", message);
+    let bad = |message: String| ApiError::new(ErrorKind::BadLockName, message);
     let bytes = percent_decode(raw_segment(uri, 3))
         .ok_or_else(|| bad("the lock name's percent-encoding is broken".into()))?;
     let text = String::from_utf8(bytes).map_err(|_| bad("the lock name is not UTF-8".into()))?;
@@ -205,7 +277,7 @@ fn path_lock(uri: &Uri) -> Result<LockName, ApiError> {
 }
 
 fn path_key(uri: &Uri, state: &AppState) -> Result<Vec<u8>, ApiError> {
-    let bad = |message: &str| ApiError::new(StatusCode::BAD_REQUEST, "bad_key", message);
+    let bad = |message: &str| ApiError::new(ErrorKind::BadKey, message);
     let key = percent_decode(raw_segment(uri, 5))
         .ok_or_else(|| bad("the key's percent-encoding is broken"))?;
     if key.is_empty() {
@@ -241,22 +313,26 @@ fn sequencer_header(
         .parse()
         .map_err(|e| ApiError::malformed_sequencer(format!("malformed sequencer: {e}")))?;
     if sequencer.lock() != lock {
-        return Err(ApiError::lock_mismatch(lock, &sequencer));
+        return Err(Refused::LockMismatch {
+            requested: lock.clone(),
+            presented: sequencer.lock().clone(),
+        }
+        .into());
     }
     state.policy.verify(&sequencer)?;
     Ok(Some(sequencer))
 }
 
-/// The sequencer of a write: present, for `lock`, verified, exclusive.
-fn write_sequencer(
+/// The headers of a write: its sequencer (present, for `lock`, verified,
+/// exclusive), then its idempotency key, if any.
+fn write_headers(
     state: &AppState,
     headers: &HeaderMap,
     lock: &LockName,
-) -> Result<Sequencer, ApiError> {
+) -> Result<(Sequencer, Option<RequestId>), ApiError> {
     let sequencer = sequencer_header(state, headers, lock)?.ok_or_else(|| {
         ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "missing_sequencer",
+            ErrorKind::MissingSequencer,
             "writes need a palisade-sequencer header with an exclusive sequencer",
         )
     })?;
@@ -268,12 +344,12 @@ fn write_sequencer(
             reason = "shared_on_write",
             "refused"
         );
-        return Err(ApiError::from(palisade_store::Refused::SharedOnWrite {
+        return Err(ApiError::from(Refused::SharedOnWrite {
             lock: lock.clone(),
             presented: sequencer.generation(),
         }));
     }
-    Ok(sequencer)
+    Ok((sequencer, request_id(headers)?))
 }
 
 fn request_id(headers: &HeaderMap) -> Result<Option<RequestId>, ApiError> {
@@ -350,14 +426,20 @@ fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
-/// Chubby's CheckSequencer, when configured.
-async fn live_check(state: &AppState, sequencer: &Sequencer) -> Result<(), ApiError> {
+/// Chubby's CheckSequencer, when configured: at most
+/// [`LIVE_CHECK_TIMEOUT`], and never past the request's deadline.
+async fn live_check(
+    state: &AppState,
+    sequencer: &Sequencer,
+    deadline: &Deadline,
+) -> Result<(), ApiError> {
     let Some(live_check) = &state.live_check else {
         return Ok(());
     };
     let lock = sequencer.lock();
     let generation = sequencer.generation().get();
-    match tokio::time::timeout(LIVE_CHECK_TIMEOUT, live_check.check_dyn(sequencer)).await {
+    let until = deadline.at_most(LIVE_CHECK_TIMEOUT);
+    match tokio::time::timeout_at(until, live_check.check_dyn(sequencer)).await {
         Ok(Ok(Liveness::Held)) => Ok(()),
         Ok(Ok(Liveness::NotHeld)) => {
             tracing::info!(
@@ -376,16 +458,15 @@ async fn live_check(state: &AppState, sequencer: &Sequencer) -> Result<(), ApiEr
         Ok(Err(error)) => {
             tracing::warn!(lock = %lock, generation, %error, "live check failed; refusing");
             Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "live_check_unavailable",
+                ErrorKind::LiveCheckUnavailable,
                 format!("the live check could not reach the lock service: {error}"),
             ))
         }
+        Err(_elapsed) if deadline.passed() => Err(deadline.exceeded(Dependency::LiveCheck)),
         Err(_elapsed) => {
             tracing::warn!(lock = %lock, generation, "live check timed out; refusing");
             Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "live_check_unavailable",
+                ErrorKind::LiveCheckUnavailable,
                 format!("the live check did not answer within {LIVE_CHECK_TIMEOUT:?}"),
             ))
         }
@@ -411,7 +492,7 @@ fn marks_headers(response: &mut Response, marks: Marks, replayed: bool) {
 }
 
 fn write_response(lock: &LockName, sequencer: &Sequencer, applied: &Applied) -> Response {
-    let mut response = axum::Json(WriteResponse::new(lock, applied)).into_response();
+    let mut response = axum::Json(WriteAnswer::new(lock, applied)).into_response();
     marks_headers(&mut response, applied.marks, applied.replayed);
     response.extensions_mut().insert(AcceptedWrite {
         lock: lock.clone(),
@@ -421,7 +502,8 @@ fn write_response(lock: &LockName, sequencer: &Sequencer, applied: &Applied) -> 
     response
 }
 
-/// The common path of every write: raise cap, live check, store.
+/// The common path of every write: raise cap, live check, store, all
+/// within the request's deadline (which starts here: the body is in).
 async fn apply_write(
     state: &AppState,
     lock: &LockName,
@@ -429,11 +511,15 @@ async fn apply_write(
     request_id: Option<&RequestId>,
     ops: &[Op],
 ) -> Result<Response, ApiError> {
-    check_raise(state, sequencer).await?;
-    live_check(state, sequencer).await?;
-    let applied = match state.store.submit(sequencer, ops, request_id)?.await? {
+    let deadline = state.deadline();
+    deadline
+        .wait(Dependency::Store, check_raise(state, sequencer))
+        .await??;
+    live_check(state, sequencer, &deadline).await?;
+    let write = state.store.submit(sequencer, ops, request_id)?;
+    let applied = match deadline.wait(Dependency::Store, write).await?? {
         Ok(applied) => applied,
-        Err(refused) => return Err(refusal(state, sequencer, refused).await),
+        Err(refused) => return Err(refusal(state, sequencer, refused, &deadline).await),
     };
     Ok(write_response(lock, sequencer, &applied))
 }
@@ -444,15 +530,22 @@ async fn apply_write(
 /// still holds while a newer generation was honoured is impossible unless
 /// the lock service's generations went backwards (lost counter, wiped or
 /// restored data). The check before the store is not enough: the lease may
-/// have lapsed and a newer holder written in between.
-async fn refusal(state: &AppState, sequencer: &Sequencer, mut refused: Refused) -> ApiError {
+/// have lapsed and a newer holder written in between. Past the deadline
+/// the refusal stands as plain stale.
+async fn refusal(
+    state: &AppState,
+    sequencer: &Sequencer,
+    mut refused: Refused,
+    deadline: &Deadline,
+) -> ApiError {
     let Refused::Stale { regression, .. } = &mut refused else {
         return refused.into();
     };
     let Some(live_check) = &state.live_check else {
         return refused.into();
     };
-    match tokio::time::timeout(LIVE_CHECK_TIMEOUT, live_check.check_dyn(sequencer)).await {
+    let until = deadline.at_most(LIVE_CHECK_TIMEOUT);
+    match tokio::time::timeout_at(until, live_check.check_dyn(sequencer)).await {
         Ok(Ok(Liveness::Held)) => {
             tracing::warn!(
                 target: "palisade_server::fence",
@@ -488,36 +581,44 @@ async fn refusal(state: &AppState, sequencer: &Sequencer, mut refused: Refused) 
     ),
 )]
 async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
-    handle(&state, OpKind::Get, &uri, &headers, async {
-        let lock = authorized_lock(&state, &uri, &headers)?;
-        let key = path_key(&uri, &state)?;
-        let sequencer = sequencer_header(&state, &headers, &lock)?;
-        if let Some(sequencer) = &sequencer {
-            check_raise(&state, sequencer).await?;
-            live_check(&state, sequencer).await?;
-        }
-        let read = match state
-            .store
-            .submit_get(&lock, &key, sequencer.as_ref())?
-            .await?
-        {
-            Ok(read) => read,
-            Err(refused) => match &sequencer {
-                Some(sequencer) => return Err(refusal(&state, sequencer, refused).await),
-                None => return Err(refused.into()),
-            },
-        };
-        let Some(value) = read.value else {
-            return Err(ApiError::not_found(&lock, read.marks));
-        };
-        let mut response = (
-            [(header::CONTENT_TYPE, "application/octet-stream")],
-            Body::from(Bytes::from_owner(value)),
-        )
-            .into_response();
-        marks_headers(&mut response, read.marks, false);
-        Ok(response)
-    })
+    let (state, uri, headers) = (&state, &uri, &headers);
+    handle(
+        state,
+        Operation::Get,
+        uri,
+        headers,
+        move |lock| async move {
+            let key = path_key(uri, state)?;
+            let sequencer = sequencer_header(state, headers, &lock)?;
+            let deadline = state.deadline();
+            if let Some(sequencer) = &sequencer {
+                deadline
+                    .wait(Dependency::Store, check_raise(state, sequencer))
+                    .await??;
+                live_check(state, sequencer, &deadline).await?;
+            }
+            let read = state.store.submit_get(&lock, &key, sequencer.as_ref())?;
+            let read = match deadline.wait(Dependency::Store, read).await?? {
+                Ok(read) => read,
+                Err(refused) => match &sequencer {
+                    Some(sequencer) => {
+                        return Err(refusal(state, sequencer, refused, &deadline).await);
+                    }
+                    None => return Err(refused.into()),
+                },
+            };
+            let Some(value) = read.value else {
+                return Err(ApiError::not_found(&lock, read.marks));
+            };
+            let mut response = (
+                [(header::CONTENT_TYPE, "application/octet-stream")],
+                Body::from(Bytes::from_owner(value)),
+            )
+                .into_response();
+            marks_headers(&mut response, read.marks, false);
+            Ok(response)
+        },
+    )
     .await
 }
 
@@ -535,7 +636,7 @@ async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) ->
     request_body(content = crate::openapi::RawBytes, content_type = "application/octet-stream", description = "The value's bytes."),
     security((), ("bearer" = [])),
     responses(
-        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteResponse),
+        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteAnswer),
         crate::openapi::WriteErrors,
     ),
 )]
@@ -545,15 +646,20 @@ async fn put_key(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&state, OpKind::Put, &uri, &headers, async {
-        let lock = authorized_lock(&state, &uri, &headers)?;
-        let key = path_key(&uri, &state)?;
-        let sequencer = write_sequencer(&state, &headers, &lock)?;
-        let request_id = request_id(&headers)?;
-        let value = read_body(&state, &headers, body).await?;
-        let ops = [Op::put(key, value)];
-        apply_write(&state, &lock, &sequencer, request_id.as_ref(), &ops).await
-    })
+    let (state, uri, headers) = (&state, &uri, &headers);
+    handle(
+        state,
+        Operation::Put,
+        uri,
+        headers,
+        move |lock| async move {
+            let key = path_key(uri, state)?;
+            let (sequencer, request_id) = write_headers(state, headers, &lock)?;
+            let value = read_body(state, headers, body).await?;
+            let ops = [Op::put(key, value)];
+            apply_write(state, &lock, &sequencer, request_id.as_ref(), &ops).await
+        },
+    )
     .await
 }
 
@@ -570,19 +676,24 @@ async fn put_key(
     ),
     security((), ("bearer" = [])),
     responses(
-        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteResponse),
+        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteAnswer),
         crate::openapi::WriteErrors,
     ),
 )]
 async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
-    handle(&state, OpKind::Delete, &uri, &headers, async {
-        let lock = authorized_lock(&state, &uri, &headers)?;
-        let key = path_key(&uri, &state)?;
-        let sequencer = write_sequencer(&state, &headers, &lock)?;
-        let request_id = request_id(&headers)?;
-        let ops = [Op::delete(key)];
-        apply_write(&state, &lock, &sequencer, request_id.as_ref(), &ops).await
-    })
+    let (state, uri, headers) = (&state, &uri, &headers);
+    handle(
+        state,
+        Operation::Delete,
+        uri,
+        headers,
+        move |lock| async move {
+            let key = path_key(uri, state)?;
+            let (sequencer, request_id) = write_headers(state, headers, &lock)?;
+            let ops = [Op::delete(key)];
+            apply_write(state, &lock, &sequencer, request_id.as_ref(), &ops).await
+        },
+    )
     .await
 }
 
@@ -597,10 +708,10 @@ async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap)
         ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
         ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
     ),
-    request_body = CasBody,
+    request_body = CasRequest,
     security((), ("bearer" = [])),
     responses(
-        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteResponse),
+        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteAnswer),
         crate::openapi::WriteErrors,
     ),
 )]
@@ -610,15 +721,20 @@ async fn cas_key(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&state, OpKind::Cas, &uri, &headers, async {
-        let lock = authorized_lock(&state, &uri, &headers)?;
-        let key = path_key(&uri, &state)?;
-        let sequencer = write_sequencer(&state, &headers, &lock)?;
-        let request_id = request_id(&headers)?;
-        let body = read_body(&state, &headers, body).await?;
-        let op = json_body::<CasBody>(&body)?.into_op(key)?;
-        apply_write(&state, &lock, &sequencer, request_id.as_ref(), &[op]).await
-    })
+    let (state, uri, headers) = (&state, &uri, &headers);
+    handle(
+        state,
+        Operation::Cas,
+        uri,
+        headers,
+        move |lock| async move {
+            let key = path_key(uri, state)?;
+            let (sequencer, request_id) = write_headers(state, headers, &lock)?;
+            let body = read_body(state, headers, body).await?;
+            let op = json_body::<CasRequest>(&body)?.into_op(key);
+            apply_write(state, &lock, &sequencer, request_id.as_ref(), &[op]).await
+        },
+    )
     .await
 }
 
@@ -632,10 +748,10 @@ async fn cas_key(
         ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
         ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
     ),
-    request_body = BatchBody,
+    request_body = BatchRequest,
     security((), ("bearer" = [])),
     responses(
-        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteResponse),
+        (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteAnswer),
         crate::openapi::WriteErrors,
     ),
 )]
@@ -645,19 +761,28 @@ async fn batch(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(&state, OpKind::Batch, &uri, &headers, async {
-        let lock = authorized_lock(&state, &uri, &headers)?;
-        let sequencer = write_sequencer(&state, &headers, &lock)?;
-        let request_id = request_id(&headers)?;
-        let body = read_body(&state, &headers, body).await?;
-        let batch = json_body::<BatchBody>(&body)?;
-        let max_ops = state.store.config().limits.max_batch_ops;
-        if batch.len() > max_ops {
-            return Err(ApiError::too_large("batch_ops", max_ops, Some(batch.len())));
-        }
-        let ops = batch.into_ops()?;
-        apply_write(&state, &lock, &sequencer, request_id.as_ref(), &ops).await
-    })
+    let (state, uri, headers) = (&state, &uri, &headers);
+    handle(
+        state,
+        Operation::Batch,
+        uri,
+        headers,
+        move |lock| async move {
+            let (sequencer, request_id) = write_headers(state, headers, &lock)?;
+            let body = read_body(state, headers, body).await?;
+            let batch = json_body::<BatchRequest>(&body)?;
+            let max_ops = state.store.config().limits.max_batch_ops;
+            if batch.ops.len() > max_ops {
+                return Err(ApiError::too_large(
+                    "batch_ops",
+                    max_ops,
+                    Some(batch.ops.len()),
+                ));
+            }
+            let ops = batch.into_ops();
+            apply_write(state, &lock, &sequencer, request_id.as_ref(), &ops).await
+        },
+    )
     .await
 }
 
@@ -671,19 +796,29 @@ async fn batch(
     ),
     security((), ("bearer" = [])),
     responses(
-        (status = 200, description = "The lock's marks (also in the palisade-mark-* headers).", body = crate::openapi::MarksResponse),
-        crate::openapi::ReadErrors,
+        (status = 200, description = "The lock's marks (also in the palisade-mark-* headers).", body = MarksAnswer),
+        crate::openapi::MarksErrors,
     ),
 )]
 async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
-    handle(&state, OpKind::Marks, &uri, &headers, async {
-        let lock = authorized_lock(&state, &uri, &headers)?;
-        let marks = state.store.submit_marks(&lock)?.await?;
-        let mut response =
-            axum::Json(json!({"lock": lock.as_str(), "marks": marks_json(marks)})).into_response();
-        marks_headers(&mut response, marks, false);
-        Ok(response)
-    })
+    let state = &state;
+    handle(
+        state,
+        Operation::Marks,
+        &uri,
+        &headers,
+        move |lock| async move {
+            let marks = state.store.submit_marks(&lock)?;
+            let marks = state.deadline().wait(Dependency::Store, marks).await??;
+            let answer = MarksAnswer {
+                lock: lock.as_str().to_owned(),
+                marks: marks.into(),
+            };
+            let mut response = axum::Json(answer).into_response();
+            marks_headers(&mut response, marks, false);
+            Ok(response)
+        },
+    )
     .await
 }
 
@@ -693,24 +828,31 @@ async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
     path = "/healthz",
     tag = "operations",
     responses(
-        (status = 200, description = "The store accepts requests.", body = crate::openapi::HealthResponse),
-        (status = 503, description = "A flush failed: the server is fail-stopped.", body = crate::openapi::ErrorBody),
+        (status = 200, description = "The store accepts requests.", body = HealthAnswer),
+        crate::openapi::HealthErrors,
     ),
 )]
 async fn health(State(state): State<AppState>) -> Response {
-    match state.store.health().await {
-        Ok(()) => {
+    let health = state
+        .deadline()
+        .wait(Dependency::Store, state.store.health());
+    match health.await {
+        Ok(Ok(())) => {
             // The engine's location (a directory, database or endpoints)
             // stays in the start-up log: this endpoint needs no token.
             let engine = state.store.engine_info();
-            axum::Json(json!({
-                "status": "ok",
-                "durability": state.store.durability().name(),
-                "engine": {"name": engine.name, "durability": engine.durability},
-            }))
+            axum::Json(HealthAnswer {
+                status: HealthStatus::Ok,
+                durability: state.store.durability().name().to_owned(),
+                engine: EngineBody {
+                    name: engine.name.to_owned(),
+                    durability: engine.durability,
+                },
+            })
             .into_response()
         }
-        Err(error) => ApiError::from(error).counted(&state.metrics),
+        Ok(Err(error)) => ApiError::from(error).counted(&state.metrics),
+        Err(error) => error.counted(&state.metrics),
     }
 }
 
@@ -721,6 +863,7 @@ async fn health(State(state): State<AppState>) -> Response {
     tag = "operations",
     responses(
         (status = 200, description = "The metrics, as OpenMetrics text.", content_type = "application/openmetrics-text", body = String),
+        crate::openapi::CommonErrors,
     ),
 )]
 async fn metrics(State(state): State<AppState>) -> Response {
@@ -738,6 +881,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
     tag = "operations",
     responses(
         (status = 200, description = "The OpenAPI document (also committed as docs/openapi.json).", content_type = "application/json", body = Object),
+        crate::openapi::CommonErrors,
     ),
 )]
 async fn openapi_json() -> Response {
@@ -749,18 +893,13 @@ async fn openapi_json() -> Response {
 }
 
 async fn no_route(State(state): State<AppState>, uri: Uri) -> Response {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "no_route",
-        format!("no route for {}", uri.path()),
-    )
-    .counted(&state.metrics)
+    ApiError::new(ErrorKind::NoRoute, format!("no route for {}", uri.path()))
+        .counted(&state.metrics)
 }
 
 async fn method_not_allowed(State(state): State<AppState>) -> Response {
     ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        ErrorKind::MethodNotAllowed,
         "this route does not support that method",
     )
     .counted(&state.metrics)

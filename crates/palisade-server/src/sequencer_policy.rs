@@ -5,9 +5,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use palisade_core::{RaiseCap, Sequencer, SignatureError, Verifier};
 use palisade_store::{Marks, Refused};
+use palisade_wire::ErrorBody;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -91,22 +92,9 @@ fn signature_refusal(sequencer: &Sequencer, error: &SignatureError) -> ApiError 
         reason = error.code(),
         "refused: the sequencer's signature does not hold"
     );
-    let status = if error.is_unauthenticated() {
-        StatusCode::UNAUTHORIZED
-    } else {
-        StatusCode::FORBIDDEN
-    };
-    let mut refusal = ApiError::new(status, error.code(), error.to_string())
-        .with("lock", lock.as_str())
-        .with("presented", generation);
-    if let Some(signature) = sequencer.signature() {
-        refusal = refusal.with("key_id", signature.key_id());
-    }
-    if let Some(issuer) = sequencer.issuer() {
-        refusal = refusal.with("issuer", issuer);
-    }
-    if status == StatusCode::UNAUTHORIZED {
-        refusal = refusal.with_header(
+    let refusal = ApiError::from(ErrorBody::from_signature(sequencer, error));
+    if error.is_unauthenticated() {
+        return refusal.with_header(
             header::WWW_AUTHENTICATE,
             HeaderValue::from_static("Palisade-Sequencer realm=\"palisade\""),
         );

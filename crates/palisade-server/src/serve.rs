@@ -29,6 +29,16 @@ use crate::{AppState, ServerConfig, ServerError, StoreSpec, app};
 /// hyper's own bound on header fields, kept on the stack.
 const HYPER_DEFAULT_MAX_HEADERS: usize = 100;
 
+/// The longest pause after a failed accept.
+const ACCEPT_PAUSE_CAP: Duration = Duration::from_secs(1);
+
+/// The pauses after failed accepts, from 10 ms up to [`ACCEPT_PAUSE_CAP`]
+/// (the one retry helper, `palisade_core::retry_pauses`); a new run
+/// starts after a successful accept.
+fn accept_pauses() -> impl Iterator<Item = Duration> {
+    palisade_core::retry_pauses(Duration::from_millis(10), ACCEPT_PAUSE_CAP)
+}
+
 /// Serves `state` on `listener` until `shutdown` resolves, then stops
 /// accepting, lets the requests in flight finish, and flushes the store.
 ///
@@ -87,20 +97,32 @@ pub async fn run(
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let connections = Arc::new(Connections::default());
     let (stop_connections, stopping) = watch::channel(false);
+    // The pauses of the current run of failed accepts, if one is under way.
+    let mut pauses = None;
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
             biased;
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
+                Ok(accepted) => {
+                    pauses = None;
+                    accepted
+                }
                 Err(error) => {
                     // Out of file descriptors, or a connection reset while
-                    // queued: not fatal. Back off a little so an EMFILE
-                    // storm does not spin.
+                    // queued: not fatal. Back off, longer while it lasts,
+                    // so an EMFILE storm does not spin.
                     tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
+                    let pause = pauses
+                        .get_or_insert_with(accept_pauses)
+                        .next()
+                        .unwrap_or(ACCEPT_PAUSE_CAP);
+                    tokio::select! {
+                        biased;
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(pause) => continue,
+                    }
                 }
             },
         };
@@ -351,9 +373,13 @@ impl ServerConfig {
         Ok(Arc::new(engine))
     }
 
-    /// Binds the listen address.
+    /// Binds the listen address. A failure names it
+    /// ([`ServerError::Bind`]: `cannot listen on 127.0.0.1:7411: address
+    /// already in use`).
     pub async fn bind(&self) -> Result<TcpListener, ServerError> {
-        Ok(TcpListener::bind(self.listen).await?)
+        TcpListener::bind(self.listen)
+            .await
+            .map_err(|error| ServerError::bind(self.listen, &error))
     }
 }
 

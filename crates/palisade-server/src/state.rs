@@ -7,6 +7,7 @@ use palisade_core::{SharedLiveCheck, Verifier};
 use palisade_store::Store;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::deadline::Deadline;
 use crate::decisions::DecisionLog;
 use crate::limits::ServerLimits;
 use crate::metrics::{Metrics, OpenGauge};
@@ -162,6 +163,11 @@ impl AppState {
     /// The connection and request limits.
     pub fn limits(&self) -> &ServerLimits {
         &self.limits
+    }
+
+    /// A request deadline starting now ([`ServerLimits::request_timeout`]).
+    pub(crate) fn deadline(&self) -> Deadline {
+        Deadline::start(self.limits.request_timeout)
     }
 
     /// A place among the requests in flight, or `None` when all are taken.

@@ -11,8 +11,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use palisade_core::LockName;
+use palisade_wire::ErrorKind;
 use sha2::{Digest as _, Sha256};
 
 use crate::ServerError;
@@ -214,7 +215,7 @@ fn digest(token: &str) -> TokenDigest {
 }
 
 fn token_id(digest: &TokenDigest) -> String {
-    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(&digest[..6])
 }
 
 /// RFC 6750 `b64token`: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" /
@@ -232,7 +233,7 @@ fn unauthenticated(message: &str, error: Option<&str>) -> ApiError {
         Some(error) => format!("Bearer realm=\"palisade\", error=\"{error}\""),
         None => "Bearer realm=\"palisade\"".to_owned(),
     };
-    ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", message).with_header(
+    ApiError::new(ErrorKind::Unauthenticated, message).with_header(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_str(&challenge).expect("a visible-ASCII challenge"),
     )
@@ -248,11 +249,11 @@ pub(crate) fn forbidden(grant: &Grant, lock: &LockName) -> ApiError {
         "refused: the token may not use this lock"
     );
     ApiError::new(
-        StatusCode::FORBIDDEN,
-        "forbidden",
+        ErrorKind::Forbidden {
+            lock: lock.as_str().to_owned(),
+        },
         format!("this token may not use lock `{lock}`"),
     )
-    .with("lock", lock.as_str())
 }
 
 #[cfg(test)]
@@ -309,8 +310,8 @@ mod tests {
         for headers in cases {
             let error = table.authenticate(&headers).unwrap_err();
             assert_eq!(
-                (error.status(), error.code()),
-                (StatusCode::UNAUTHORIZED, "unauthenticated")
+                (error.status().as_u16(), error.code()),
+                (401, "unauthenticated")
             );
         }
         let mut lower = HeaderMap::new();

@@ -63,9 +63,10 @@ async fn the_whole_api_round_trips() {
     let client = Client::new(&server.base).unwrap();
     let health = client.health().await.unwrap();
     assert_eq!(
-        (health.status.as_str(), health.durability.as_str()),
-        ("ok", "flushed")
+        (health.status, health.durability.as_str()),
+        (palisade_wire::HealthStatus::Ok, "flushed")
     );
+    assert_eq!(health.engine.name, "sled");
     assert_eq!(
         client.marks(&lock("orders/42")).await.unwrap(),
         Marks::default()

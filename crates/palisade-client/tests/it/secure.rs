@@ -123,7 +123,10 @@ async fn over_tls_with_a_token_and_signed_sequencers_everything_works() {
     let read = client.get(&orders, b"stock", None).await.unwrap().unwrap();
     assert_eq!(read.value.as_deref(), Some(&b"7"[..]));
     assert_eq!(client.marks(&orders).await.unwrap().exclusive, 5);
-    assert_eq!(client.health().await.unwrap().status, "ok");
+    assert_eq!(
+        client.health().await.unwrap().status,
+        palisade_wire::HealthStatus::Ok
+    );
     // Many requests over the pooled TLS connections.
     for generation in 6..=30 {
         let written = client

@@ -91,7 +91,7 @@ async fn a_current_write_is_admitted_and_a_stale_one_gets_the_servers_409_body()
     let (status, body) = status_and_json(response).await;
     assert_eq!(status, StatusCode::CONFLICT);
     // The Palisade server's fields (docs/http-api.md), from the same
-    // `Refused::fields`; `regression` stays false without a live check.
+    // `ErrorBody::from_refused`; `regression` stays false without a live check.
     assert_eq!(
         body,
         json!({

@@ -235,3 +235,114 @@ async fn each_refusal_reason_the_page_shows_is_recorded() {
     drop(events);
     server.shut_down().await;
 }
+
+/// The snapshot a token's event stream opens with.
+async fn snapshot_for(http: &reqwest::Client, base: &str, token: &str) -> Value {
+    let mut events = Events::open(http, base, token).await;
+    let (name, snapshot) = events.next().await;
+    assert_eq!(name, "snapshot");
+    snapshot
+}
+
+/// `(lock, reason)` of each decision in a snapshot, oldest first.
+fn decisions_of(snapshot: &Value) -> Vec<(String, Value)> {
+    snapshot["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["lock"].as_str().unwrap().to_owned(), d["reason"].clone()))
+        .collect()
+}
+
+/// Issue #25: 300 requests with no token emptied every token's view of its
+/// real refusals. Refusals of requests that are not authenticated are not
+/// decisions on any lock; they are only counted.
+#[tokio::test]
+async fn unauthenticated_requests_leave_a_tokens_view_of_its_refusals_intact() {
+    let server = start_with(|state| state.with_tokens(tokens())).await;
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    assert_eq!(put(&http, base, "orders/a", 5, TOKEN).await, 200);
+    assert_eq!(put(&http, base, "orders/a", 4, TOKEN).await, 409);
+    for generation in 0..300 {
+        let status = http
+            .put(format!("{base}/v1/locks/orders%2Fa/keys/k"))
+            .header(
+                "palisade-sequencer",
+                tcp::excl("orders/a", 100 + generation),
+            )
+            .body("forged")
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 401);
+    }
+    let snapshot = snapshot_for(&http, base, TOKEN).await;
+    assert_eq!(
+        decisions_of(&snapshot),
+        [
+            ("orders/a".to_owned(), Value::Null),
+            ("orders/a".to_owned(), "stale".into()),
+        ],
+        "{snapshot}"
+    );
+    let rejected = "palisade_requests_rejected_total{reason=\"unauthenticated\"}";
+    assert_eq!(tcp::metric(&http, base, rejected).await, 300);
+    server.shut_down().await;
+}
+
+/// Issue #25: a token scoped to `a/` filled the `b/` token's view with
+/// refusals of `b/` lock names it chose (403 `forbidden`), and its own
+/// traffic on `a/` pushed the `b/` token's decisions out of the one ring.
+#[tokio::test]
+async fn a_token_scoped_to_a_cannot_push_refusals_into_the_b_tokens_view() {
+    const A_TOKEN: &str = "Aa7RtY2mVb9NcX4zLk8PwE3s";
+    const B_TOKEN: &str = "Bb3eJ8sKq2WmZ5xR9tLc6VnD";
+    let tokens: TokenTable = format!("{A_TOKEN} a/\n{B_TOKEN} b/").parse().unwrap();
+    let server = start_with(|state| state.with_tokens(tokens)).await;
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    assert_eq!(put(&http, base, "b/x", 5, B_TOKEN).await, 200);
+    assert_eq!(put(&http, base, "b/x", 4, B_TOKEN).await, 409);
+    for index in 0..300 {
+        // Lock names of b/ that A chose: forbidden, not b/'s decisions.
+        assert_eq!(
+            put(&http, base, &format!("b/{index}"), 1, A_TOKEN).await,
+            403
+        );
+    }
+    assert_eq!(put(&http, base, "a/y", 500, A_TOKEN).await, 200);
+    for generation in 1..=300 {
+        // A's own refusals, on its own locks.
+        assert_eq!(put(&http, base, "a/y", generation, A_TOKEN).await, 409);
+    }
+    let snapshot = snapshot_for(&http, base, B_TOKEN).await;
+    assert_eq!(
+        decisions_of(&snapshot),
+        [
+            ("b/x".to_owned(), Value::Null),
+            ("b/x".to_owned(), "stale".into()),
+        ],
+        "{snapshot}"
+    );
+    assert_eq!(
+        snapshot["marks"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["b/x"]
+    );
+    // A's view holds its own latest decisions, up to its bound.
+    let a_view = decisions_of(&snapshot_for(&http, base, A_TOKEN).await);
+    assert_eq!(a_view.len(), 256);
+    assert!(
+        a_view
+            .iter()
+            .all(|(lock, reason)| lock == "a/y" && reason == "stale")
+    );
+    let rejected = "palisade_requests_rejected_total{reason=\"forbidden\"}";
+    assert_eq!(tcp::metric(&http, base, rejected).await, 300);
+    server.shut_down().await;
+}

@@ -26,10 +26,14 @@ async fn slowloris(
 ) {
     let mut first = Some(first_byte_sent);
     while !stop.load(Ordering::SeqCst) {
+        // Timed from before the connect: the server's header timer starts
+        // at its accept, which can come before this task is polled again
+        // on a busy machine, so a time taken after `connect` returns can
+        // be late and make the server look early.
+        let connecting = Instant::now();
         let Ok(mut stream) = TcpStream::connect(addr).await else {
             continue;
         };
-        let connected = Instant::now();
         if stream
             .write_all(b"PUT /v1/locks/victim/keys/k HTTP/1.1\r\nhost: x\r\nx-slow: ")
             .await
@@ -58,7 +62,7 @@ async fn slowloris(
             }
         };
         if closed_by_server {
-            lifetimes.lock().await.push(connected.elapsed());
+            lifetimes.lock().await.push(connecting.elapsed());
         }
     }
 }
@@ -409,5 +413,81 @@ async fn when_every_connection_is_inside_a_request_a_new_one_waits_at_most_the_h
         stream.read_exact(&mut answer).await.unwrap();
         assert_eq!(&answer, b"HTTP/1.1 200", "request {index}");
     }
+    running.shut_down().await;
+}
+
+/// `seven`, gzip-compressed (RFC 1952, mtime 0).
+const GZIPPED_SEVEN: &[u8] = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\x03\x2b\x4e\x2d\x4b\xcd\x03\x00\x6c\xad\x54\x96\x05\x00\x00\x00";
+
+/// A `PUT` of `body` as one chunk, under the given transfer-encoding
+/// header lines.
+fn chunked_put(lock: &str, generation: u64, codings: &[&str], body: &[u8]) -> Vec<u8> {
+    let mut request = format!(
+        "PUT /v1/locks/{lock}/keys/k HTTP/1.1\r\nhost: x\r\nconnection: close\r\npalisade-sequencer: {}\r\n",
+        excl(lock, generation)
+    )
+    .into_bytes();
+    for coding in codings {
+        request.extend_from_slice(format!("transfer-encoding: {coding}\r\n").as_bytes());
+    }
+    request.extend_from_slice(format!("\r\n{:x}\r\n", body.len()).as_bytes());
+    request.extend_from_slice(body);
+    request.extend_from_slice(b"\r\n0\r\n\r\n");
+    request
+}
+
+/// Issue #25: `transfer-encoding: gzip, chunked` was accepted and the
+/// still-compressed bytes stored as the value. A transfer coding the
+/// server does not implement is answered 501 (RFC 9112 §6.1) and nothing
+/// is stored; plain `chunked` still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_coding_other_than_chunked_is_501_and_stores_nothing() {
+    let running = start(ServerLimits::default()).await;
+    let http = reqwest::Client::new();
+    for codings in [
+        &["gzip, chunked"][..],
+        &["gzip", "chunked"],
+        &["chunked, chunked"],
+        &["x-custom ,Chunked"],
+    ] {
+        let answer = exchange(running.addr, chunked_put("te", 7, codings, GZIPPED_SEVEN)).await;
+        assert!(answer.starts_with("HTTP/1.1 501"), "{codings:?}: {answer}");
+        assert!(
+            answer.contains("\"code\":\"unsupported_transfer_coding\""),
+            "{codings:?}: {answer}"
+        );
+        assert!(
+            answer.contains("content-type: application/json"),
+            "{answer}"
+        );
+        let stored = http
+            .get(format!("{}/v1/locks/te/keys/k", running.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stored.status(), 404, "{codings:?}: nothing stored");
+        let marks: serde_json::Value = stored.json().await.unwrap();
+        assert_eq!(
+            marks["marks"]["exclusive"], 0,
+            "{codings:?}: the mark never moved"
+        );
+    }
+    let refused = metric(
+        &http,
+        &running.base,
+        "palisade_requests_rejected_total{reason=\"unsupported_transfer_coding\"}",
+    )
+    .await;
+    assert_eq!(refused, 4);
+
+    // Plain chunked is HTTP/1.1's own framing: accepted.
+    let answer = exchange(running.addr, chunked_put("te", 7, &["chunked"], b"seven")).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let stored = http
+        .get(format!("{}/v1/locks/te/keys/k", running.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stored.text().await.unwrap(), "seven");
     running.shut_down().await;
 }

@@ -9,6 +9,7 @@ mod connection_state;
 mod crash;
 mod crowd;
 mod dashboard;
+mod deadline;
 mod etcd_replicas;
 mod events;
 mod hostile;

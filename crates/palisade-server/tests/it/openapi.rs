@@ -130,6 +130,10 @@ fn cases() -> Vec<Case> {
         case(Method::PUT, KEYS, key, 413)
             .sequencer("orders/a", "exclusive", 5)
             .body("x".repeat(2048)),
+        case(Method::PUT, KEYS, key, 501)
+            .sequencer("orders/a", "exclusive", 5)
+            .header("transfer-encoding", "gzip, chunked")
+            .body("v"),
         case(Method::GET, KEYS, key, 200),
         case(Method::GET, KEYS, "/v1/locks/orders%2Fa/keys/absent", 404),
         case(Method::GET, KEYS, key, 409).sequencer("orders/a", "exclusive", 1),
@@ -216,6 +220,15 @@ async fn every_documented_operation_answers_as_documented() {
             answer.status
         );
         check_body(&document, documented, &answer, &label);
+        if answer.status.as_u16() >= 400 {
+            let code = answer.code();
+            assert!(
+                documented["content"]["application/json"]["examples"]
+                    .get(&code)
+                    .is_some(),
+                "{label}: code `{code}` is not documented for this status"
+            );
+        }
     }
 }
 
@@ -251,12 +264,20 @@ fn check_body(document: &Value, documented: &Value, answer: &Answer, label: &str
 }
 
 /// Validates `value` against the subset of JSON Schema the document uses:
-/// `$ref`, `oneOf`, `type` (one or several), `enum`, `required`,
-/// `properties`, `additionalProperties: false`, `items`, `minimum`.
+/// `$ref`, `allOf`, `oneOf`, `type` (one or several), `enum`, `required`,
+/// `properties`, `additionalProperties` (`false` or a schema), `items`,
+/// `minimum`.
 fn validate(document: &Value, schema: &Value, value: &Value) -> Result<(), String> {
     if let Some(reference) = schema["$ref"].as_str() {
         let name = reference.trim_start_matches("#/components/schemas/");
-        return validate(document, &document["components"]["schemas"][name], value);
+        let target = &document["components"]["schemas"][name];
+        if target.is_null() {
+            return Err(format!("no schema `{name}`"));
+        }
+        return validate(document, target, value);
+    }
+    for part in schema["allOf"].as_array().into_iter().flatten() {
+        validate(document, part, value)?;
     }
     if let Some(choices) = schema["oneOf"].as_array() {
         let matching = choices
@@ -301,6 +322,10 @@ fn validate(document: &Value, schema: &Value, value: &Value) -> Result<(), Strin
                 None if schema["additionalProperties"] == Value::Bool(false) => {
                     return Err(format!("`{name}` is not a documented field"));
                 }
+                None if schema["additionalProperties"].is_object() => {
+                    validate(document, &schema["additionalProperties"], field)
+                        .map_err(|e| format!("`{name}`: {e}"))?
+                }
                 None => {}
             }
         }
@@ -329,16 +354,21 @@ fn has_type(value: &Value, kind: &str) -> bool {
 #[test]
 fn the_validator_refuses_what_the_schema_forbids() {
     let document: Value = serde_json::from_str(openapi_document()).unwrap();
-    let error = json!({"$ref": "#/components/schemas/Error"});
+    let error = json!({"$ref": "#/components/schemas/ErrorBody"});
     assert!(
         validate(
             &document,
             &error,
-            &json!({"code": "stale", "message": "m", "x": 1})
+            &json!({"code": "bad_key", "message": "m", "x": 1})
         )
-        .is_ok()
+        .is_ok(),
+        "fields may be added"
     );
-    assert!(validate(&document, &error, &json!({"code": "stale"})).is_err());
+    assert!(validate(&document, &error, &json!({"code": "bad_key"})).is_err());
+    assert!(
+        validate(&document, &error, &json!({"code": "stale", "message": "m"})).is_err(),
+        "a stale answer has its fields"
+    );
     assert!(
         validate(
             &document,
@@ -347,11 +377,135 @@ fn the_validator_refuses_what_the_schema_forbids() {
         )
         .is_err()
     );
-    let write = json!({"$ref": "#/components/schemas/WriteResponse"});
+    let stale = json!({
+        "code": "stale", "message": "m", "lock": "a", "mode": "exclusive", "presented": 3,
+        "required": 4, "marks": {"exclusive": 4, "shared": 0}, "regression": false,
+        "recovery": "palisade raise-floor a",
+    });
+    assert!(validate(&document, &error, &stale).is_ok());
+    let mut bad = stale.clone();
+    bad["mode"] = json!("Exclusive");
+    assert!(
+        validate(&document, &error, &bad).is_err(),
+        "modes are an enum"
+    );
+    let write = json!({"$ref": "#/components/schemas/WriteAnswer"});
     let marks = json!({"exclusive": 1, "shared": 0});
-    let good = json!({"lock": "a", "results": ["put"], "marks": marks, "commit_seq": 3, "replayed": false});
+    let good = json!({"lock": "a", "results": ["created"], "marks": marks, "commit_seq": 3, "replayed": false});
     assert!(validate(&document, &write, &good).is_ok());
     let mut bad = good.clone();
     bad["marks"]["exclusive"] = json!("1");
     assert!(validate(&document, &write, &bad).is_err());
+    let mut bad = good.clone();
+    bad["results"] = json!(["put"]);
+    assert!(
+        validate(&document, &write, &bad).is_err(),
+        "results are an enum"
+    );
+}
+
+/// The one value of the `code` property of each alternative of the
+/// document's `ErrorKind`.
+fn documented_codes(document: &Value) -> Vec<String> {
+    fn code_in(schema: &Value) -> Option<String> {
+        if let Some(code) = schema["properties"]["code"]["enum"][0].as_str() {
+            return Some(code.to_owned());
+        }
+        schema["allOf"].as_array()?.iter().find_map(code_in)
+    }
+    document["components"]["schemas"]["ErrorKind"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|alternative| code_in(alternative).expect("every alternative has a code"))
+        .collect()
+}
+
+/// Every example of an error answer in the document: (path, method,
+/// status, example name, body); the `ErrorBody` schema's own examples
+/// have no path, method, status or name.
+fn documented_error_examples(document: &Value) -> Vec<(String, String, u16, String, Value)> {
+    let mut examples: Vec<_> = document["components"]["schemas"]["ErrorBody"]["examples"]
+        .as_array()
+        .expect("ErrorBody has examples")
+        .iter()
+        .map(|body| {
+            let code = body["code"].as_str().unwrap_or_default().to_owned();
+            (String::new(), String::new(), 0, code, body.clone())
+        })
+        .collect();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            for (status, response) in operation["responses"].as_object().unwrap() {
+                let status: u16 = status.parse().unwrap();
+                if status < 400 {
+                    continue;
+                }
+                let named = response["content"]["application/json"]["examples"]
+                    .as_object()
+                    .unwrap_or_else(|| panic!("{method} {path} {status} has no examples"));
+                for (name, example) in named {
+                    examples.push((
+                        path.clone(),
+                        method.clone(),
+                        status,
+                        name.clone(),
+                        example["value"].clone(),
+                    ));
+                }
+            }
+        }
+    }
+    examples
+}
+
+/// Every error code the server can answer (the `reason`s of its refusal
+/// counter, created for every code at start-up) is one of the document's
+/// codes and has an example, and every example body decodes with the wire
+/// decoder into its own code, under its own status.
+#[tokio::test]
+async fn every_code_the_server_answers_is_documented_and_every_example_decodes() {
+    let document: Value = serde_json::from_str(openapi_document()).unwrap();
+    let server = server_with(StoreConfig::default(), |state| state);
+    let metrics = server.metrics().await;
+    let answered: Vec<&str> = metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("palisade_requests_rejected_total{reason=\""))
+        .filter_map(|rest| rest.split('"').next())
+        .filter(|reason| *reason != "other")
+        .collect();
+    assert!(answered.len() >= 30, "{answered:?}");
+    let documented = documented_codes(&document);
+    let examples = documented_error_examples(&document);
+    for code in &answered {
+        assert!(
+            documented.iter().any(|documented| documented == code),
+            "`{code}` is answered but not in the document's codes {documented:?}"
+        );
+        assert!(
+            examples.iter().any(|(.., name, _)| name == code),
+            "`{code}` has no example in the document"
+        );
+    }
+    assert_eq!(
+        documented.len(),
+        answered.len(),
+        "{documented:?} / {answered:?}"
+    );
+    for (path, method, status, name, body) in examples {
+        let label = format!("{method} {path} {status} `{name}`");
+        let decoded = palisade_wire::ErrorBody::decode(body.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        assert_eq!(decoded.code(), name, "{label}");
+        if status != 0 {
+            assert_eq!(decoded.status(), status, "{label}");
+        }
+        assert!(decoded.kind.to_refused().is_ok(), "{label}");
+        validate(
+            &document,
+            &json!({"$ref": "#/components/schemas/ErrorBody"}),
+            &body,
+        )
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+    }
 }

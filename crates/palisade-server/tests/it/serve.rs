@@ -133,8 +133,14 @@ fn the_config_reads_flags_and_environment() {
         "16",
         "--max-batch-ops",
         "3",
+        "--request-timeout",
+        "1500ms",
     ])
     .unwrap();
+    assert_eq!(
+        cli.server.limits().unwrap().request_timeout,
+        std::time::Duration::from_millis(1500)
+    );
     let store = cli.server.store_config();
     assert_eq!(store.durability.name(), "buffered");
     assert_eq!(store.limits.max_key_bytes, 16);
@@ -154,6 +160,69 @@ fn the_config_reads_flags_and_environment() {
         Cli::try_parse_from(["palisade-server"]).is_err()
             || std::env::var_os("PALISADE_DATA_DIR").is_some()
     );
+    // A duration without a unit is refused (one grammar: core's).
+    let bare = Cli::try_parse_from([
+        "palisade-server",
+        "--data-dir",
+        "/x",
+        "--request-timeout",
+        "10",
+    ]);
+    assert!(bare.is_err_and(|e| e.to_string().contains("has no unit")));
+    let defaults = Cli::try_parse_from(["palisade-server", "--data-dir", "/x"]).unwrap();
+    if std::env::var_os("PALISADE_REQUEST_TIMEOUT").is_none() {
+        assert_eq!(
+            defaults.server.limits().unwrap().request_timeout,
+            std::time::Duration::from_secs(10)
+        );
+    }
+}
+
+/// Issue #30: a port already in use printed "Address already in use (os
+/// error 98)" twice and did not name the address. Now: one line that
+/// names it, and a failed exit.
+#[test]
+fn a_port_in_use_is_one_line_naming_the_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-server"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .arg("--listen")
+        .arg(addr.to_string())
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    let (done, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    let output = match exited.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            panic!("palisade-server kept running on a port in use");
+        }
+    };
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let naming: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains(&addr.to_string()) || line.contains("in use"))
+        .collect();
+    assert_eq!(
+        naming,
+        [format!(
+            "palisade-server: cannot listen on {addr}: address already in use"
+        )],
+        "{stderr}"
+    );
+    assert!(!stderr.contains("os error"), "{stderr}");
+    assert!(output.stdout.is_empty(), "nothing on standard output");
+    drop(taken);
 }
 
 #[derive(clap::Parser)]
