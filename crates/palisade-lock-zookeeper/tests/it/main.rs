@@ -1,0 +1,6 @@
+//! Integration tests of the ZooKeeper lock backend, against real ZooKeeper
+//! processes started on loopback by the testkit (or the ZooKeeper named by
+//! `PALISADE_ZOOKEEPER`). No test here mocks ZooKeeper.
+
+mod conformance;
+mod fixtures;
