@@ -191,7 +191,7 @@ impl Session {
             // floor above what this process saw, give this grant back, and
             // refuse; the next attempt is granted above it.
             tracing::error!(backend = BACKEND, lock = %name, offered = generation.get(), floor = seen, "generation regression: ZooKeeper's zxids went back");
-            let _ = self.client.raise_floor(seen).await;
+            let _ = self.client.raise_floor_on(&self.zk, seen).await;
             attempt.withdraw().await?;
             return Err(LockError::GenerationRegression {
                 name,
@@ -430,7 +430,7 @@ impl Attempt {
             let create = session.zk.create(&self.dir, &[], &options);
             match inner.bounded("create lock directory", create).await {
                 Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
-                Err(zk::Error::NoNode) => session.client.ensure_root().await?,
+                Err(zk::Error::NoNode) => session.client.ensure_root(&session.zk).await?,
                 Err(error) => return Err(inner.error("create lock directory", error)),
             }
         }

@@ -48,8 +48,10 @@ pub struct ZkLockClient {
 pub(crate) struct ClientInner {
     pub(crate) config: ZkConfig,
     pub(crate) layout: Layout,
-    /// The client's own session, for reads and administrative writes.
-    pub(crate) zk: zk::Client,
+    /// The client's own session, for reads and administrative writes;
+    /// replaced by a new one when ZooKeeper expires it (see
+    /// [`ClientInner::reader`]).
+    zk: Mutex<zk::Client>,
     /// Put in every sequencer.
     pub(crate) issuer: String,
     /// Blocked acquires per lock in this process: the fail-fast bound.
@@ -76,7 +78,7 @@ impl ZkLockClient {
             inner: Arc::new(ClientInner {
                 layout: Layout::new(config.root()),
                 config,
-                zk,
+                zk: Mutex::new(zk),
                 issuer,
                 waiters: Arc::default(),
                 seen: Mutex::default(),
@@ -102,11 +104,12 @@ impl ZkLockClient {
         }
     }
 
-    /// Creates the root (persistent nodes along the path) if missing.
-    pub(crate) async fn ensure_root(&self) -> Result<(), LockError> {
+    /// Creates the root (persistent nodes along the path) if missing,
+    /// through the ZooKeeper session `zk`.
+    pub(crate) async fn ensure_root(&self, zk: &zk::Client) -> Result<(), LockError> {
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         let root = self.inner.layout.root().to_owned();
-        let made = self.inner.zk.mkdir(&root, &options);
+        let made = zk.mkdir(&root, &options);
         match self.inner.bounded("create root", made).await {
             Ok(()) => Ok(()),
             Err(error) => Err(self.inner.error("create root", error)),
@@ -131,6 +134,19 @@ impl ZkLockClient {
 }
 
 impl ClientInner {
+    /// The client's own session; a new one if ZooKeeper ended the last
+    /// (an expiry after a partition, or an ensemble that lost its data).
+    pub(crate) async fn reader(&self) -> Result<zk::Client, LockError> {
+        let current = lock(&self.zk).clone();
+        if !current.state().is_terminated() {
+            return Ok(current);
+        }
+        let fresh = connect_session(&self.config, READER_SESSION_TIMEOUT, false).await?;
+        tracing::info!(backend = BACKEND, session = %fresh.session_id(), "reader session replaced");
+        *lock(&self.zk) = fresh.clone();
+        Ok(fresh)
+    }
+
     /// Runs a request with the request timeout; a timeout is
     /// `zk::Error::Timeout`, which [`ClientInner::error`] names.
     pub(crate) async fn bounded<T>(

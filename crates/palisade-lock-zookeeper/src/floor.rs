@@ -164,7 +164,8 @@ impl ZkLockClient {
     /// The floor history in force, read from ZooKeeper.
     pub(crate) async fn floor_history(&self) -> Result<FloorHistory, LockError> {
         let path = self.inner.layout.floor();
-        let read = self.inner.zk.get_data(&path);
+        let reader = self.inner.reader().await?;
+        let read = reader.get_data(&path);
         match self.inner.bounded("read floor", read).await {
             Ok((data, stat)) => parse_floor(&path, &data, stat.mzxid),
             Err(zk::Error::NoNode) => Ok(FloorHistory::default()),
@@ -184,13 +185,24 @@ impl ZkLockClient {
     /// conditional write; idempotent; never lowers the floor, and never
     /// changes a generation already handed out.
     pub async fn raise_floor(&self, above: u64) -> Result<FloorRaised, RaiseFloorError> {
+        let reader = self.inner.reader().await?;
+        self.raise_floor_on(&reader, above).await
+    }
+
+    /// [`ZkLockClient::raise_floor`] through the ZooKeeper session `reader`
+    /// (a lock session's own, when the client's may be stale).
+    pub(crate) async fn raise_floor_on(
+        &self,
+        reader: &zk::Client,
+        above: u64,
+    ) -> Result<FloorRaised, RaiseFloorError> {
         if above > MAX_FLOOR {
             return Err(RaiseFloorError::OutOfRange { above });
         }
         let path = self.inner.layout.floor();
-        self.ensure_root().await?;
+        self.ensure_root(reader).await?;
         loop {
-            let read = self.inner.zk.get_data(&path);
+            let read = reader.get_data(&path);
             let current = match self.inner.bounded("read floor", read).await {
                 Ok((data, stat)) => Some((
                     parse_floor(&path, &data, stat.mzxid).map_err(|error| match error {
@@ -219,11 +231,11 @@ impl ZkLockClient {
             let data = history.with_raise(above);
             let written = match current {
                 Some((_, version)) => {
-                    let write = self.inner.zk.set_data(&path, &data, Some(version));
+                    let write = reader.set_data(&path, &data, Some(version));
                     self.inner.bounded("raise floor", write).await.map(|_| ())
                 }
                 None => {
-                    let create = self.inner.zk.create(
+                    let create = reader.create(
                         &path,
                         &data,
                         &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),

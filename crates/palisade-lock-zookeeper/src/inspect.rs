@@ -30,9 +30,10 @@ impl ZkLockClient {
         let inner = &self.inner;
         let dir = inner.layout.dir(name);
         let floor_path = inner.layout.floor();
-        let sync = inner.zk.sync(&dir);
-        let listed = inner.zk.list_children(&dir);
-        let floor = inner.zk.get_data(&floor_path);
+        let reader = inner.reader().await?;
+        let sync = reader.sync(&dir);
+        let listed = reader.list_children(&dir);
+        let floor = reader.get_data(&floor_path);
         match inner.bounded("inspect", sync).await {
             Ok(()) | Err(zk::Error::NoNode) => {}
             Err(error) => return Err(inner.error("inspect", error)),
@@ -66,7 +67,8 @@ impl ZkLockClient {
             .iter()
             .map(|contender| format!("{dir}/{}", contender.name))
             .collect();
-        let reads: Vec<_> = paths.iter().map(|path| inner.zk.get_data(path)).collect();
+        let reader = inner.reader().await?;
+        let reads: Vec<_> = paths.iter().map(|path| reader.get_data(path)).collect();
         let mut nodes = Vec::with_capacity(reads.len());
         for read in reads {
             nodes.push(match inner.bounded("inspect", read).await {
@@ -84,8 +86,9 @@ impl ZkLockClient {
     async fn lock_delay_left(&self, snapshot: &Snapshot) -> Result<Option<Duration>, LockError> {
         let inner = &self.inner;
         let mut longest = None;
+        let reader = inner.reader().await?;
         for marker in orphan_markers(&snapshot.children) {
-            let read = inner.zk.get_data(&format!("{}/{marker}", snapshot.dir));
+            let read = reader.get_data(&format!("{}/{marker}", snapshot.dir));
             let data = match inner.bounded("inspect", read).await {
                 Ok((data, _)) => data,
                 Err(zk::Error::NoNode) => continue,
@@ -146,7 +149,8 @@ impl Inspect for ZkLockClient {
         async move {
             let inner = &client.inner;
             let root = inner.layout.root().to_owned();
-            let listed = inner.zk.list_children(&root);
+            let reader = inner.reader().await?;
+            let listed = reader.list_children(&root);
             let segments = match inner.bounded("list locks", listed).await {
                 Ok(segments) => segments,
                 Err(zk::Error::NoNode) => return Ok(Vec::new()),
@@ -195,7 +199,8 @@ impl ForceRelease for ZkLockClient {
                 }
                 let path = format!("{}/{}", snapshot.dir, contender.name);
                 let marker = marker_name(contender.sequence);
-                let mut multi = inner.zk.new_multi_writer();
+                let reader = inner.reader().await?;
+                let mut multi = reader.new_multi_writer();
                 let added = multi.add_delete(&path, Some(stat.version)).and_then(|()| {
                     if snapshot.children.contains(&marker) {
                         multi.add_delete(&format!("{}/{marker}", snapshot.dir), None)

@@ -72,10 +72,11 @@ impl LiveCheck for ZkLiveCheck {
             let path = format!("{dir}/{node}");
             let floor_path = inner.layout.floor();
             // One pipeline, answered in order after the sync.
-            let sync = inner.zk.sync(&dir);
-            let listed = inner.zk.list_children(&dir);
-            let stat = inner.zk.check_stat(&path);
-            let floor = inner.zk.get_data(&floor_path);
+            let reader = inner.reader().await?;
+            let sync = reader.sync(&dir);
+            let listed = reader.list_children(&dir);
+            let stat = reader.check_stat(&path);
+            let floor = reader.get_data(&floor_path);
             match inner.bounded("live check", sync).await {
                 Ok(()) | Err(zk::Error::NoNode) => {}
                 Err(error) => return Err(inner.error("live check", error)),

@@ -4,4 +4,7 @@
 
 mod conformance;
 mod fixtures;
+mod floor;
+mod inspect;
 mod kazoo;
+mod signing;
