@@ -60,7 +60,11 @@ async fn run() -> anyhow::Result<()> {
     let raw = zk::Client::connect(&connect).await?;
     let session = client.session(options.clone()).await?;
     // Warm up: directories exist, connections are hot.
-    session.acquire(&name, Mode::Exclusive).await?.release().await?;
+    session
+        .acquire(&name, Mode::Exclusive)
+        .await?
+        .release()
+        .await?;
     let (mut palisade, mut bare, mut kazoo) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         bare.push(raw_cycles(&raw, &path, span).await?);
@@ -133,7 +137,11 @@ async fn palisade_cycles(
     let started = Instant::now();
     let mut cycles = 0u64;
     while started.elapsed() < span {
-        session.acquire(name, Mode::Exclusive).await?.release().await?;
+        session
+            .acquire(name, Mode::Exclusive)
+            .await?
+            .release()
+            .await?;
         cycles += 1;
     }
     Ok(cycles as f64 / started.elapsed().as_secs_f64())

@@ -138,7 +138,7 @@ impl Session {
                 id,
                 sequencer,
                 lease,
-            } => Ok(Some(ZkGuard::new(self.clone(), sequencer, id, lease))),
+            } => Ok(Some(ZkGuard::new(self.clone(), *sequencer, id, lease))),
             Reentry::Conflict(held) => Err(LockError::ModeConflict {
                 name: name.clone(),
                 held,

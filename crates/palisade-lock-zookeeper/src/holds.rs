@@ -50,7 +50,7 @@ pub(crate) enum Reentry {
     /// Held in this mode: one more guard of the hold.
     Again {
         id: u64,
-        sequencer: Sequencer,
+        sequencer: Box<Sequencer>,
         lease: LeaseWatch,
     },
     /// Held in the other mode.
@@ -85,7 +85,7 @@ impl Holds {
                 tracing::debug!(lock = %name, generation = hold.sequencer.generation().get(), count = hold.count, "re-entered");
                 Reentry::Again {
                     id: hold.id,
-                    sequencer: hold.sequencer.clone(),
+                    sequencer: Box::new(hold.sequencer.clone()),
                     lease: hold.tracker.watch(),
                 }
             }
