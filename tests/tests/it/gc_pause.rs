@@ -1,5 +1,5 @@
 //! The GC-pause story across processes, on real lock services (etcd, Redis,
-//! and the SQL backend on PostgreSQL and MariaDB): a holder in its own
+//! the SQL backend on PostgreSQL and MariaDB, and ZooKeeper): a holder in its own
 //! process is stopped with SIGSTOP past its lease, another client takes the
 //! lock and writes, and the holder's late write is refused.
 
@@ -10,13 +10,16 @@ use palisade::etcd::{EtcdConfig, EtcdLock};
 use palisade::redis::RedisLock;
 use palisade::{Lock, LockGuard, LockName, Mode, Sequencer, SessionOptions};
 use palisade_lock_sql::{SqlConfig, SqlLockClient};
+use palisade_lock_zookeeper::{ZkConfig, ZkLock};
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::redis::RedisServer;
 use palisade_testkit::sql::SqlServer;
+use palisade_testkit::zookeeper::ZooKeeperServer;
 use palisade_tests::{HolderProcess, ResourceServer};
 
-/// etcd's smallest lease is 2 s; Redis and the SQL backend use the same so
-/// every story matches.
+/// etcd's smallest lease is 2 s; Redis, the SQL backend and ZooKeeper (whose
+/// session timeout it is; the testkit's servers allow 1 s to 60 s) use the
+/// same so every story matches.
 const TTL: Duration = Duration::from_secs(2);
 /// How long the contender may wait for the stopped holder's lease to end:
 /// the TTL plus a wide margin for a loaded 2-core machine.
@@ -162,4 +165,69 @@ async fn postgres_holder_stopped_past_its_lease_is_fenced() -> anyhow::Result<()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_holder_stopped_past_its_lease_is_fenced() -> anyhow::Result<()> {
     sql_holder_stopped_past_its_lease_is_fenced(SqlServer::mariadb(), "gc-pause/mariadb").await
+}
+
+/// ZooKeeper: the stopped holder's session is expired by the server (its
+/// ephemeral node goes with it), the contender's node becomes the lock with
+/// a later creation zxid, and the resource server fences the holder by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_holder_stopped_past_its_session_timeout_is_fenced() -> anyhow::Result<()> {
+    let zookeeper = ZooKeeperServer::start();
+    let server = ResourceServer::start().await?;
+    let lock = LockName::new("gc-pause/zookeeper")?;
+    let config = ZkConfig::parse(&zookeeper.connect_string())?;
+    let contender = ZkLock::connect(config, options()).await?;
+    let args = holder_args("zookeeper", &zookeeper.connect_string(), &lock, &server);
+    paused_holder_is_fenced(args, contender, &lock, &server).await?;
+    server.stop().await
+}
+
+/// ZooKeeper, with fence on acquire: the stopped holder is replaced by a
+/// holder that fences and writes nothing, so only the fence stands between
+/// the late write and the resource (without it the write would land on a
+/// lock whose mark is still the holder's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_fence_on_acquire_refuses_a_stopped_holder() -> anyhow::Result<()> {
+    let zookeeper = ZooKeeperServer::start();
+    let server = ResourceServer::start().await?;
+    let client = server.client();
+    let lock = LockName::new("gc-pause/zookeeper-fence-on-acquire")?;
+    let contender =
+        ZkLock::connect(ZkConfig::parse(&zookeeper.connect_string())?, options()).await?;
+    let args = holder_args("zookeeper", &zookeeper.connect_string(), &lock, &server);
+    let mut holder = HolderProcess::start(env!("CARGO_BIN_EXE_fence-client"), &args).await?;
+    assert_eq!(holder.ask("WRITE balance from-A").await?, "WRITE accepted");
+
+    holder.pause()?;
+    let guard_b = contender
+        .acquire_timeout(&lock, Mode::Exclusive, TAKEOVER_WAIT)
+        .await?;
+    assert!(guard_b.generation().get() > holder.generation);
+    let marks = client
+        .fence(&guard_b)
+        .await?
+        .expect("a new holder's fence is accepted");
+    assert_eq!(marks.exclusive, guard_b.generation().get());
+
+    holder.resume()?;
+    let answer = holder.ask("WRITE balance from-A-late").await?;
+    assert_eq!(
+        answer,
+        format!(
+            "WRITE stale presented={} mark={}",
+            holder.generation,
+            guard_b.generation()
+        )
+    );
+    let read = client
+        .get(&lock, b"balance", None)
+        .await?
+        .expect("plain read");
+    assert_eq!(
+        read.value.as_deref(),
+        Some(&b"from-A"[..]),
+        "A's first write stands"
+    );
+    guard_b.release().await?;
+    server.stop().await
 }
