@@ -90,8 +90,9 @@ pub enum Mutation {
     /// its creation zxid: it starts over when the lock directory does.
     GenerationFromSequence,
     /// On a disconnect, the lease is counted from the moment the client
-    /// noticed it rather than from the last answered request: lease lost
-    /// then fires after the server may have expired the session.
+    /// noticed it rather than from the last answered request (a session
+    /// timeout after the notice, as Curator's LOST): lease lost then fires
+    /// after the server may have expired the session.
     LeaseFromDisconnectNotice,
 }
 

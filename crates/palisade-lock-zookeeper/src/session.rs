@@ -356,8 +356,10 @@ async fn follow_state(session: Weak<Session>, mut states: zk::StateWatcher) {
                 #[cfg(feature = "testing")]
                 if session.client.config().mutation == crate::Mutation::LeaseFromDisconnectNotice {
                     // The mutation: count the lease from the moment the
-                    // disconnect was noticed, not from the last answer.
-                    let valid_until = session.options.valid_until(Instant::now());
+                    // disconnect was noticed, not from the last answer, as
+                    // Curator's LOST does (a session timeout after
+                    // SUSPENDED).
+                    let valid_until = Instant::now() + session.options.ttl();
                     let state = lock(&session.state);
                     let _ = state.tracker.extend(valid_until);
                     state.holds.extend(valid_until);
