@@ -182,17 +182,9 @@ impl MemberSpec {
 }
 
 /// A member and its process (absent while killed).
-#[derive(Debug)]
-struct Member {
-    spec: MemberSpec,
-    process: Option<ChildProcess>,
-}
+type Member = process::Member<MemberSpec>;
 
 impl Member {
-    fn is_running(&mut self) -> bool {
-        self.process.as_mut().is_some_and(ChildProcess::is_running)
-    }
-
     fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.spec.log()).unwrap_or_default();
         let start = text.len().saturating_sub(4000);
@@ -318,10 +310,7 @@ impl ZooKeeperServer {
     /// [`ZooKeeperServer::restart`].
     pub fn kill(&mut self) -> io::Result<()> {
         let (member, _) = self.spawned()?;
-        if let Some(mut process) = member.process.take() {
-            process.kill()?;
-        }
-        Ok(())
+        member.kill()
     }
 
     /// Restarts a killed server on the same port and data directory, and
@@ -473,27 +462,17 @@ impl ZooKeeperEnsemble {
 
     /// Kills member `index` with SIGKILL; its data stays for a restart.
     pub fn kill(&mut self, index: usize) -> io::Result<()> {
-        if let Some(mut process) = self.members[index].process.take() {
-            process.kill()?;
-        }
-        Ok(())
+        self.members[index].kill()
     }
 
     /// Freezes member `index` (SIGSTOP).
     pub fn pause(&self, index: usize) -> io::Result<()> {
-        self.process(index)?.pause()
+        self.members[index].running()?.pause()
     }
 
     /// Resumes member `index` (SIGCONT).
     pub fn resume(&self, index: usize) -> io::Result<()> {
-        self.process(index)?.resume()
-    }
-
-    fn process(&self, index: usize) -> io::Result<&ChildProcess> {
-        self.members[index]
-            .process
-            .as_ref()
-            .ok_or_else(|| io::Error::other(format!("member {index} is not running")))
+        self.members[index].running()?.resume()
     }
 
     /// Restarts killed member `index` on its ports and data, and waits
@@ -550,30 +529,12 @@ fn external_connect_string() -> Option<String> {
 /// Waits until every member serves clients: `srvr` names a mode
 /// (standalone, leader or follower) instead of "not currently serving".
 fn wait_serving(members: &mut [Member], timeout: Duration) -> io::Result<()> {
-    let deadline = Instant::now() + timeout;
-    for member in members.iter_mut() {
-        loop {
-            if !member.is_running() {
-                return Err(io::Error::other(format!(
-                    "zookeeper {} exited during start-up",
-                    member.spec.id
-                )));
-            }
-            if mode(member.spec.client_addr()).is_some() {
-                break;
-            }
-            if Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("zookeeper {} not serving after {timeout:?}", member.spec.id),
-                ));
-            }
-            // A starting JVM announces nothing: ask `srvr` with a short,
-            // bounded period.
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    Ok(())
+    process::wait_serving(
+        members,
+        timeout,
+        |spec| format!("zookeeper {}", spec.id),
+        |spec| mode(spec.client_addr()).is_some(),
+    )
 }
 
 /// The member's mode from the `srvr` four-letter word, `None` while it does
