@@ -7,4 +7,5 @@ mod fixtures;
 mod floor;
 mod inspect;
 mod kazoo;
+mod metrics;
 mod signing;
