@@ -65,9 +65,19 @@ async fn run() -> anyhow::Result<()> {
         .await?
         .release()
         .await?;
+    // The raw baseline's own persistent directory, under the root the
+    // warm-up created: a lock directory is a container, which the server
+    // deletes once it is empty (every second on the testkit's servers),
+    // under the raw loop's feet.
+    let raw_dir = format!("{path}-raw");
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    match raw.create(&raw_dir, b"", &persistent).await {
+        Ok(_) | Err(zk::Error::NodeExists) => {}
+        Err(error) => return Err(error.into()),
+    }
     let (mut palisade, mut bare, mut kazoo) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
-        bare.push(raw_cycles(&raw, &path, span).await?);
+        bare.push(raw_cycles(&raw, &raw_dir, span).await?);
         palisade.push(palisade_cycles(&session, &name, span).await?);
         kazoo.push(kazoo_cycles(&connect, &format!("{path}-kazoo"), span)?);
         println!(
