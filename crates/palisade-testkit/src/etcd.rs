@@ -35,7 +35,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
@@ -598,21 +598,9 @@ impl EtcdCluster {
     /// Waits until a leader is known (bounded by `timeout`) and returns its
     /// index.
     pub fn wait_for_leader(&mut self, timeout: Duration) -> io::Result<usize> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(leader) = self.leader() {
-                return Ok(leader);
-            }
-            if Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no etcd leader after {timeout:?}"),
-                ));
-            }
-            // No event announces an election to an outside observer; poll
-            // the members' status with a short, bounded period.
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        // No event announces an election to an outside observer; poll the
+        // members' status with a short, bounded period.
+        process::poll_until(timeout, "etcd leader", || self.leader())
     }
 
     /// Kills member `index` with SIGKILL (`kill -9`). Its data directory
@@ -734,6 +722,8 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> io::Result<St
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
 
     #[test]

@@ -372,3 +372,26 @@ pub(crate) fn wait_serving<S>(
     }
     Ok(())
 }
+
+/// Asks `probe` until it answers, every 50 ms for at most `timeout`: for
+/// what a server announces to no outside observer (an election's end).
+/// The error says there was no `what` after `timeout`.
+pub(crate) fn poll_until<T>(
+    timeout: Duration,
+    what: &str,
+    mut probe: impl FnMut() -> Option<T>,
+) -> io::Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = probe() {
+            return Ok(found);
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no {what} after {timeout:?}"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
