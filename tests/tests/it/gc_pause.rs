@@ -52,12 +52,23 @@ fn holder_args(
     ]
 }
 
+/// What the holder that replaces the stopped one does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NewHolder {
+    /// Writes: its write raises the mark.
+    Writes,
+    /// Fences on acquire and writes nothing: only the fence raises the
+    /// mark (without it the late write would land).
+    OnlyFences,
+}
+
 /// Steps 1-5 of the story, whatever the lock service.
 async fn paused_holder_is_fenced<L: Lock>(
     holder_args: Vec<String>,
     contender: L,
     lock: &LockName,
     server: &ResourceServer,
+    new_holder: NewHolder,
 ) -> anyhow::Result<()> {
     let client = server.client();
 
@@ -69,7 +80,8 @@ async fn paused_holder_is_fenced<L: Lock>(
     // 2. A is stopped: no keep-alive, no watchdog, nothing runs.
     holder.pause()?;
 
-    // 3. A's lease ends; B gets the lock with a newer generation and writes.
+    // 3. A's lease ends; B gets the lock with a newer generation and
+    //    writes, or only fences.
     let guard_b = contender
         .acquire_timeout(lock, Mode::Exclusive, TAKEOVER_WAIT)
         .await?;
@@ -79,10 +91,23 @@ async fn paused_holder_is_fenced<L: Lock>(
         guard_b.generation(),
         holder.generation
     );
-    client
-        .put(&guard_b, b"balance", "from-B", None)
-        .await?
-        .expect("B holds the newest generation");
+    let expected = match new_holder {
+        NewHolder::Writes => {
+            client
+                .put(&guard_b, b"balance", "from-B", None)
+                .await?
+                .expect("B holds the newest generation");
+            "from-B"
+        }
+        NewHolder::OnlyFences => {
+            let marks = client
+                .fence(&guard_b)
+                .await?
+                .expect("a new holder's fence is accepted");
+            assert_eq!(marks.exclusive, guard_b.generation().get());
+            "from-A"
+        }
+    };
 
     // 4. A wakes: its guard already says the lease is lost, and its write
     //    with the old sequencer is refused.
@@ -99,12 +124,12 @@ async fn paused_holder_is_fenced<L: Lock>(
         )
     );
 
-    // 5. B's write stands, and so does B's mark.
+    // 5. B's write (or A's first) stands, and so does B's mark.
     let read = client
         .get(lock, b"balance", None)
         .await?
         .expect("plain read");
-    assert_eq!(read.value.as_deref(), Some(&b"from-B"[..]));
+    assert_eq!(read.value.as_deref(), Some(expected.as_bytes()));
     assert_eq!(read.marks.exclusive, guard_b.generation().get());
     let refused_again = client
         .put(
@@ -127,7 +152,7 @@ async fn etcd_holder_stopped_past_its_lease_is_fenced() -> anyhow::Result<()> {
     let lock = LockName::new("gc-pause/etcd")?;
     let contender = EtcdLock::connect(EtcdConfig::new(etcd.endpoints())?, options()).await?;
     let args = holder_args("etcd", &etcd.endpoints().join(","), &lock, &server);
-    paused_holder_is_fenced(args, contender, &lock, &server).await?;
+    paused_holder_is_fenced(args, contender, &lock, &server, NewHolder::Writes).await?;
     server.stop().await
 }
 
@@ -138,7 +163,7 @@ async fn redis_holder_stopped_past_its_lease_is_fenced() -> anyhow::Result<()> {
     let lock = LockName::new("gc-pause/redis")?;
     let contender = RedisLock::connect(&redis.url(), options()).await?;
     let args = holder_args("redis", &redis.url(), &lock, &server);
-    paused_holder_is_fenced(args, contender, &lock, &server).await?;
+    paused_holder_is_fenced(args, contender, &lock, &server, NewHolder::Writes).await?;
     server.stop().await
 }
 
@@ -153,7 +178,7 @@ async fn sql_holder_stopped_past_its_lease_is_fenced(
     let client = SqlLockClient::connect(SqlConfig::new(database.url())).await?;
     let contender = client.session(options()).await?;
     let args = holder_args("sql", &database.url(), &lock, &server);
-    paused_holder_is_fenced(args, contender, &lock, &server).await?;
+    paused_holder_is_fenced(args, contender, &lock, &server, NewHolder::Writes).await?;
     server.stop().await
 }
 
@@ -170,64 +195,32 @@ async fn mariadb_holder_stopped_past_its_lease_is_fenced() -> anyhow::Result<()>
 /// ZooKeeper: the stopped holder's session is expired by the server (its
 /// ephemeral node goes with it), the contender's node becomes the lock with
 /// a later creation zxid, and the resource server fences the holder by it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_holder_stopped_past_its_session_timeout_is_fenced() -> anyhow::Result<()> {
+async fn zookeeper_holder_stopped_past_its_session_timeout(
+    lock: &str,
+    new_holder: NewHolder,
+) -> anyhow::Result<()> {
     let zookeeper = ZooKeeperServer::start();
     let server = ResourceServer::start().await?;
-    let lock = LockName::new("gc-pause/zookeeper")?;
+    let lock = LockName::new(lock)?;
     let config = ZkConfig::parse(&zookeeper.connect_string())?;
     let contender = ZkLock::connect(config, options()).await?;
     let args = holder_args("zookeeper", &zookeeper.connect_string(), &lock, &server);
-    paused_holder_is_fenced(args, contender, &lock, &server).await?;
+    paused_holder_is_fenced(args, contender, &lock, &server, new_holder).await?;
     server.stop().await
 }
 
-/// ZooKeeper, with fence on acquire: the stopped holder is replaced by a
-/// holder that fences and writes nothing, so only the fence stands between
-/// the late write and the resource (without it the write would land on a
-/// lock whose mark is still the holder's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_holder_stopped_past_its_session_timeout_is_fenced() -> anyhow::Result<()> {
+    zookeeper_holder_stopped_past_its_session_timeout("gc-pause/zookeeper", NewHolder::Writes).await
+}
+
+/// With fence on acquire: the new holder only fences, so the fence alone
+/// refuses the late write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_fence_on_acquire_refuses_a_stopped_holder() -> anyhow::Result<()> {
-    let zookeeper = ZooKeeperServer::start();
-    let server = ResourceServer::start().await?;
-    let client = server.client();
-    let lock = LockName::new("gc-pause/zookeeper-fence-on-acquire")?;
-    let contender =
-        ZkLock::connect(ZkConfig::parse(&zookeeper.connect_string())?, options()).await?;
-    let args = holder_args("zookeeper", &zookeeper.connect_string(), &lock, &server);
-    let mut holder = HolderProcess::start(env!("CARGO_BIN_EXE_fence-client"), &args).await?;
-    assert_eq!(holder.ask("WRITE balance from-A").await?, "WRITE accepted");
-
-    holder.pause()?;
-    let guard_b = contender
-        .acquire_timeout(&lock, Mode::Exclusive, TAKEOVER_WAIT)
-        .await?;
-    assert!(guard_b.generation().get() > holder.generation);
-    let marks = client
-        .fence(&guard_b)
-        .await?
-        .expect("a new holder's fence is accepted");
-    assert_eq!(marks.exclusive, guard_b.generation().get());
-
-    holder.resume()?;
-    let answer = holder.ask("WRITE balance from-A-late").await?;
-    assert_eq!(
-        answer,
-        format!(
-            "WRITE stale presented={} mark={}",
-            holder.generation,
-            guard_b.generation()
-        )
-    );
-    let read = client
-        .get(&lock, b"balance", None)
-        .await?
-        .expect("plain read");
-    assert_eq!(
-        read.value.as_deref(),
-        Some(&b"from-A"[..]),
-        "A's first write stands"
-    );
-    guard_b.release().await?;
-    server.stop().await
+    zookeeper_holder_stopped_past_its_session_timeout(
+        "gc-pause/zookeeper-fence-on-acquire",
+        NewHolder::OnlyFences,
+    )
+    .await
 }
