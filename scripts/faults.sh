@@ -44,10 +44,10 @@ fi
 : > "$table"
 export PALISADE_FAULT_TABLE="$table"
 
-# The three fault binaries of the palisade-tests crate; one that does not
+# The fault binaries of the palisade-tests crate; one that does not
 # exist yet is skipped.
 tests=()
-for binary in faults faults_net faults_disk; do
+for binary in faults faults_net faults_disk faults_zookeeper; do
     if [[ -f "tests/tests/$binary/main.rs" ]]; then
         tests+=(--test "$binary")
     else

@@ -51,6 +51,11 @@ command -v mariadbd     >/dev/null || missing+=(mariadb-server)
 # The dashboard's browser test (/ui in headless Chromium via chromedriver).
 command -v chromium     >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
+# ZooKeeper 3.8 and a headless JRE for the ZooKeeper lock backend, and kazoo
+# (for /usr/bin/python3) for its interoperability tests.
+[[ -x /usr/share/zookeeper/bin/zkServer.sh ]] || missing+=(zookeeper)
+command -v java         >/dev/null || missing+=(default-jre-headless)
+/usr/bin/python3 -c 'import kazoo' 2>/dev/null || missing+=(python3-kazoo)
 if ((${#missing[@]})); then
   step "installing ${missing[*]}"
   sudo=""

@@ -35,7 +35,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
@@ -168,17 +168,9 @@ impl MemberSpec {
 }
 
 /// A running member: its identity and, while it runs, its process.
-#[derive(Debug)]
-struct Member {
-    spec: MemberSpec,
-    process: Option<ChildProcess>,
-}
+type Member = process::Member<MemberSpec>;
 
 impl Member {
-    fn is_running(&mut self) -> bool {
-        self.process.as_mut().is_some_and(ChildProcess::is_running)
-    }
-
     fn log_tail(&self) -> String {
         match &self.process {
             Some(process) => process.log_tail(4000),
@@ -338,10 +330,7 @@ impl EtcdServer {
             .member
             .as_mut()
             .ok_or_else(|| io::Error::other("this etcd is external"))?;
-        if let Some(mut process) = member.process.take() {
-            process.kill()?;
-        }
-        Ok(())
+        member.kill()
     }
 
     /// Restarts a killed server on the same ports and data directory, and
@@ -609,48 +598,29 @@ impl EtcdCluster {
     /// Waits until a leader is known (bounded by `timeout`) and returns its
     /// index.
     pub fn wait_for_leader(&mut self, timeout: Duration) -> io::Result<usize> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(leader) = self.leader() {
-                return Ok(leader);
-            }
-            if Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no etcd leader after {timeout:?}"),
-                ));
-            }
-            // No event announces an election to an outside observer; poll
-            // the members' status with a short, bounded period.
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        // No event announces an election to an outside observer; poll the
+        // members' status with a short, bounded period.
+        process::poll_until(timeout, "etcd leader", || self.leader())
     }
 
     /// Kills member `index` with SIGKILL (`kill -9`). Its data directory
     /// stays for [`EtcdCluster::restart`].
     pub fn kill(&mut self, index: usize) -> io::Result<()> {
-        if let Some(mut process) = self.members[index].process.take() {
-            tracing::info!(member = %self.members[index].spec.name, pid = process.pid(), "kill -9 etcd member");
-            process.kill()?;
+        let member = &mut self.members[index];
+        if let Some(process) = &member.process {
+            tracing::info!(member = %member.spec.name, pid = process.pid(), "kill -9 etcd member");
         }
-        Ok(())
+        member.kill()
     }
 
     /// Freezes member `index` with SIGSTOP.
     pub fn pause(&self, index: usize) -> io::Result<()> {
-        self.member_process(index)?.pause()
+        self.members[index].running()?.pause()
     }
 
     /// Resumes member `index` with SIGCONT.
     pub fn resume(&self, index: usize) -> io::Result<()> {
-        self.member_process(index)?.resume()
-    }
-
-    fn member_process(&self, index: usize) -> io::Result<&ChildProcess> {
-        self.members[index]
-            .process
-            .as_ref()
-            .ok_or_else(|| io::Error::other(format!("member {index} is not running")))
+        self.members[index].running()?.resume()
     }
 
     /// Restarts a killed member with `--initial-cluster-state existing`, the
@@ -680,30 +650,12 @@ impl EtcdCluster {
 /// Waits until every member answers `/health` with `true`, failing early if
 /// one of them exits.
 fn wait_healthy(members: &mut [Member], timeout: Duration) -> io::Result<()> {
-    let deadline = Instant::now() + timeout;
-    for member in members.iter_mut() {
-        loop {
-            if !member.is_running() {
-                return Err(io::Error::other(format!(
-                    "etcd {} exited during start-up",
-                    member.spec.name
-                )));
-            }
-            if is_healthy(member.spec.client_addr()) {
-                break;
-            }
-            if Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("etcd {} not healthy after {timeout:?}", member.spec.name),
-                ));
-            }
-            // A starting process announces nothing: poll its health
-            // endpoint with a short, bounded period.
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    Ok(())
+    process::wait_serving(
+        members,
+        timeout,
+        |spec| format!("etcd {}", spec.name),
+        |spec| is_healthy(spec.client_addr()),
+    )
 }
 
 fn is_healthy(addr: SocketAddr) -> bool {
@@ -770,6 +722,8 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> io::Result<St
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
 
     #[test]

@@ -13,6 +13,8 @@
 //!   in temporary directories and kill them (by PID) on drop;
 //!   [`sql::pair::PostgresPair`], a PostgreSQL primary with a synchronous
 //!   streaming standby, for failover tests.
+//! - [`zookeeper`]: a standalone ZooKeeper and a 3-member ensemble on
+//!   loopback, killed by PID, restartable and wipeable.
 //! - [`history`], [`checker`]: Jepsen-style operation histories recorded
 //!   by client processes, and the offline checker of the fault suite's
 //!   invariants (I-MONO, I-STALE, I-TOKEN, I-DUR, I-ONCE, I-LIVE).
@@ -39,3 +41,4 @@ pub mod redis;
 pub mod signing_suite;
 pub mod sql;
 pub mod tls;
+pub mod zookeeper;

@@ -305,3 +305,92 @@ mod tests {
         assert!(require_binary("sh").is_file());
     }
 }
+
+/// One member of a test cluster (etcd, ZooKeeper): its fixed identity
+/// `spec` (ports, data directory), kept across restarts, and its process
+/// while it runs. The clusters differ in how they start a member and ask
+/// it whether it serves, not in how they kill, pause or wait for it.
+#[derive(Debug)]
+pub(crate) struct Member<S> {
+    pub(crate) spec: S,
+    pub(crate) process: Option<ChildProcess>,
+}
+
+impl<S> Member<S> {
+    pub(crate) fn is_running(&mut self) -> bool {
+        self.process.as_mut().is_some_and(ChildProcess::is_running)
+    }
+
+    /// Kills the member with SIGKILL (`kill -9`); its spec stays for a
+    /// restart.
+    pub(crate) fn kill(&mut self) -> io::Result<()> {
+        match self.process.take() {
+            Some(mut process) => process.kill(),
+            None => Ok(()),
+        }
+    }
+
+    /// The running process, for SIGSTOP and SIGCONT.
+    pub(crate) fn running(&self) -> io::Result<&ChildProcess> {
+        self.process
+            .as_ref()
+            .ok_or_else(|| io::Error::other("this member is not running"))
+    }
+}
+
+/// Waits until `serves` says yes for every member, failing early if one
+/// exits; `name` names a member in the errors (`etcd m1`, `zookeeper 2`).
+pub(crate) fn wait_serving<S>(
+    members: &mut [Member<S>],
+    timeout: Duration,
+    name: impl Fn(&S) -> String,
+    serves: impl Fn(&S) -> bool,
+) -> io::Result<()> {
+    let deadline = Instant::now() + timeout;
+    for member in members.iter_mut() {
+        loop {
+            if !member.is_running() {
+                return Err(io::Error::other(format!(
+                    "{} exited during start-up",
+                    name(&member.spec)
+                )));
+            }
+            if serves(&member.spec) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("{} not serving after {timeout:?}", name(&member.spec)),
+                ));
+            }
+            // A starting server announces nothing outside: ask it again
+            // with a short, bounded period.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(())
+}
+
+/// Asks `probe` until it answers, every 50 ms for at most `timeout`: for
+/// what a server announces to no outside observer (an election's end).
+/// The error says there was no `what` after `timeout`.
+pub(crate) fn poll_until<T>(
+    timeout: Duration,
+    what: &str,
+    mut probe: impl FnMut() -> Option<T>,
+) -> io::Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = probe() {
+            return Ok(found);
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no {what} after {timeout:?}"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,8 +1,8 @@
 //! `fault-client`: one client of the fault suite, in a process of its own
 //! so a test can stop it (SIGSTOP), kill it, or fake its clock.
 //!
-//! It runs a workload against one lock service (etcd, Redis, or the SQL
-//! backend on PostgreSQL or MariaDB) and one resource server: acquire a
+//! It runs a workload against one lock service (etcd, Redis, the SQL
+//! backend on PostgreSQL or MariaDB, or ZooKeeper) and one resource server: acquire a
 //! lock, write a few times with the guard's sequencer and an idempotency
 //! key, release, again. Every acquire, write
 //! and release is recorded in its history file (JSON lines, see
@@ -49,6 +49,7 @@ use palisade::etcd::{EtcdConfig, EtcdLock, EtcdLockClient};
 use palisade::redis::{GenerationScheme, RedisConfig, RedisLock, RedisLockClient};
 use palisade::{LeaseState, Lock, LockError, LockGuard, LockName, Mode, Sequencer, SessionOptions};
 use palisade_lock_sql::{SqlConfig, SqlLock, SqlLockClient};
+use palisade_lock_zookeeper::{Mutation, ZkConfig, ZkLock, ZkLockClient};
 use palisade_testkit::history::{Event, OpKind, Phase, Recorder};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -59,6 +60,17 @@ enum Backend {
     Redis,
     /// PostgreSQL or MariaDB, by the URL's scheme.
     Sql,
+    /// ZooKeeper: a connect string, `host:port[,host:port...][/chroot]`.
+    Zookeeper,
+}
+
+/// ZooKeeper only: a deliberate flaw, for the mutation rows.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ZkMutation {
+    /// Generations from the sequence suffix, not the creation zxid.
+    GenerationFromSequence,
+    /// On a disconnect, the lease counted from the notice.
+    LeaseFromDisconnectNotice,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -76,8 +88,8 @@ struct Args {
     /// Which lock service.
     #[arg(long, value_enum)]
     backend: Backend,
-    /// etcd endpoints (comma-separated), a Redis URL, or a `postgres://` or
-    /// `mysql://` URL.
+    /// etcd endpoints (comma-separated), a Redis URL, a `postgres://` or
+    /// `mysql://` URL, or a ZooKeeper connect string.
     #[arg(long)]
     endpoints: String,
     /// Redis only: how generations are minted.
@@ -88,6 +100,9 @@ struct Args {
     /// Redis lost its counter).
     #[arg(long)]
     raise_floor_on_stale: bool,
+    /// ZooKeeper only: play this mutation (test builds of the backend).
+    #[arg(long, value_enum)]
+    zk_mutation: Option<ZkMutation>,
     /// The locks to take, round-robin (repeat the flag).
     #[arg(long = "lock", required = true)]
     locks: Vec<String>,
@@ -185,6 +200,18 @@ async fn main() -> anyhow::Result<()> {
             // its database gives up on a call within a lease, not after it.
             let config = SqlConfig::new(&args.endpoints).with_operation_timeout(ttl);
             let sessions = SqlSessions::connect(config, options, &control).await?;
+            Workload::new(&args, recorder, resource, control, sessions)
+                .run()
+                .await?
+        }
+        Backend::Zookeeper => {
+            let mutation = match args.zk_mutation {
+                None => Mutation::None,
+                Some(ZkMutation::GenerationFromSequence) => Mutation::GenerationFromSequence,
+                Some(ZkMutation::LeaseFromDisconnectNotice) => Mutation::LeaseFromDisconnectNotice,
+            };
+            let config = ZkConfig::parse(&args.endpoints)?.with_mutation(mutation);
+            let sessions = ZkSessions::connect(config, options, &control).await?;
             Workload::new(&args, recorder, resource, control, sessions)
                 .run()
                 .await?
@@ -409,6 +436,58 @@ impl Sessions for SqlSessions {
     async fn raise_floor(&self, _lock: &LockName, _mark: u64) -> Result<(), LockError> {
         // The generation column is never reset: nothing to raise.
         Ok(())
+    }
+}
+
+struct ZkSessions {
+    client: ZkLockClient,
+    options: SessionOptions,
+    current: Option<ZkLock>,
+}
+
+impl ZkSessions {
+    async fn connect(
+        config: ZkConfig,
+        options: SessionOptions,
+        control: &Control,
+    ) -> anyhow::Result<Self> {
+        let client = retry_connect(control, || ZkLockClient::connect(config.clone())).await?;
+        say("READY");
+        Ok(ZkSessions {
+            client,
+            options,
+            current: None,
+        })
+    }
+}
+
+impl Sessions for ZkSessions {
+    type Locks = ZkLock;
+
+    async fn session(&mut self) -> Result<ZkLock, LockError> {
+        // A ZooKeeper session ends with its lease: then open a new one.
+        if let Some(session) = self.current.as_ref().filter(|session| session.is_open()) {
+            return Ok(session.clone());
+        }
+        let session = self.client.session(self.options.clone()).await?;
+        self.current = Some(session.clone());
+        Ok(session)
+    }
+
+    fn discard(&mut self) {
+        self.current = None;
+    }
+
+    async fn raise_floor(&self, _lock: &LockName, mark: u64) -> Result<(), LockError> {
+        // One floor for every lock name: above the mark of the refusal.
+        match self.client.raise_floor(mark).await {
+            Ok(_) => Ok(()),
+            Err(palisade_lock_zookeeper::RaiseFloorError::Lock(error)) => Err(error),
+            Err(error) => Err(LockError::Backend {
+                backend: "zookeeper",
+                source: Box::new(error),
+            }),
+        }
     }
 }
 

@@ -22,6 +22,7 @@ use palisade::etcd::{EtcdConfig, EtcdLock};
 use palisade::redis::RedisLock;
 use palisade::{LeaseState, Lock, LockGuard, LockName, Mode, SessionOptions};
 use palisade_lock_sql::{SqlConfig, SqlLockClient};
+use palisade_lock_zookeeper::{ZkConfig, ZkLock};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -31,6 +32,8 @@ enum Backend {
     /// The SQL lock backend on PostgreSQL or MariaDB; the URL's scheme
     /// says which.
     Sql,
+    /// ZooKeeper: the session timeout is the TTL.
+    Zookeeper,
 }
 
 /// A lock holder for fencing tests.
@@ -39,8 +42,9 @@ struct Args {
     /// Which lock service.
     #[arg(long, value_enum)]
     backend: Backend,
-    /// etcd endpoints (comma-separated), a Redis URL, or a database URL
-    /// (`postgres://` or `mysql://`).
+    /// etcd endpoints (comma-separated), a Redis URL, a database URL
+    /// (`postgres://` or `mysql://`), or a ZooKeeper connect string
+    /// (`host:port[,host:port...][/chroot]`).
     #[arg(long)]
     endpoint: String,
     /// The lock to take.
@@ -71,6 +75,10 @@ async fn main() -> anyhow::Result<()> {
         Backend::Sql => {
             let client = SqlLockClient::connect(SqlConfig::new(&args.endpoint)).await?;
             hold(client.session(options).await?, &args).await
+        }
+        Backend::Zookeeper => {
+            let config = ZkConfig::parse(&args.endpoint)?;
+            hold(ZkLock::connect(config, options).await?, &args).await
         }
     }
 }

@@ -16,9 +16,10 @@ use tokio::sync::mpsc;
 /// [`FaultRun::spawn_client`](super::FaultRun::spawn_client) fills in.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    /// `etcd`, `redis` or `sql`.
+    /// `etcd`, `redis`, `sql` or `zookeeper`.
     pub backend: &'static str,
-    /// etcd endpoints (comma-separated), the Redis URL, or the database URL.
+    /// etcd endpoints (comma-separated), the Redis URL, the database URL, or
+    /// the ZooKeeper connect string.
     pub endpoints: String,
     /// The resource server's base URL.
     pub server: String,
@@ -29,6 +30,9 @@ pub struct ClientConfig {
     pub counter_scheme: bool,
     /// Redis: raise the generation floor to the mark of a 409 stale.
     pub raise_floor_on_stale: bool,
+    /// ZooKeeper: the backend's mutation to play (`fault-client
+    /// --zk-mutation`), for the mutation rows.
+    pub zk_mutation: Option<&'static str>,
     /// Lease TTL.
     pub ttl: Duration,
     /// Holds before stopping (0: no limit).
@@ -64,6 +68,7 @@ impl ClientConfig {
             locks: Vec::new(),
             counter_scheme: false,
             raise_floor_on_stale: false,
+            zk_mutation: None,
             ttl: Duration::from_secs(2),
             rounds: 0,
             duration: None,
@@ -93,6 +98,18 @@ impl ClientConfig {
     /// it: PostgreSQL or MariaDB).
     pub fn sql(url: &str, server: &str) -> Self {
         ClientConfig::new("sql", url.to_owned(), server)
+    }
+
+    /// A ZooKeeper client (`connect` as the testkit's servers give it).
+    pub fn zookeeper(connect: &str, server: &str) -> Self {
+        ClientConfig::new("zookeeper", connect.to_owned(), server)
+    }
+
+    /// ZooKeeper: play `mutation` (`generation-from-sequence` or
+    /// `lease-from-disconnect-notice`).
+    pub fn zk_mutation(mut self, mutation: &'static str) -> Self {
+        self.zk_mutation = Some(mutation);
+        self
     }
 
     /// Adds a lock to take.
@@ -225,6 +242,9 @@ impl ClientConfig {
         flag("register-every", self.register_every.to_string());
         if self.counter_scheme {
             flag("redis-scheme", "counter".to_owned());
+        }
+        if let Some(mutation) = self.zk_mutation {
+            flag("zk-mutation", mutation.to_owned());
         }
         if self.gate {
             args.push("--gate".into());
@@ -512,6 +532,14 @@ impl ClientProcess {
                 return Ok(found);
             }
         }
+    }
+
+    /// Waits for an accepted write (`WROTE`).
+    pub async fn wait_wrote(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        self.wait_for(timeout, |line| {
+            matches!(line, ClientLine::Wrote { .. }).then_some(())
+        })
+        .await
     }
 
     /// Waits for `HOLDING`; returns the generation held.

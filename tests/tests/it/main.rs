@@ -9,7 +9,8 @@
 //! - `etcd_fencing`, `redis_fencing`, `redlock_fencing`, `sql_fencing`:
 //!   each backend's own hazards, with a resource server fencing every write.
 //! - `gc_pause`: a holder stopped (SIGSTOP) past its lease in its own
-//!   process; its late write is refused.
+//!   process; its late write is refused (and, on ZooKeeper, also with a
+//!   new holder that only fences on acquire).
 //! - `demos`: the GC-pause story and the flash sale as checks.
 //! - `hostile`: the hostile corpus; nothing is written.
 //! - `deploy`: the deploy files, checked against the code.

@@ -1,0 +1,126 @@
+//! Palisade's ZooKeeper lock backend: the ephemeral-sequential lock recipe
+//! of ZooKeeper's documentation, kazoo and Curator, with a fencing token.
+//!
+//! A session ([`ZkLock`]) is one ZooKeeper session, whose timeout is the
+//! lease TTL. To take a lock it creates an ephemeral sequential node in the
+//! lock's directory, `<root>/<escaped name>/`; contenders are ordered by
+//! sequence number, and each waiter watches only the one node that blocks
+//! it (the contender just ahead of a writer, the last writer ahead of a
+//! reader): FIFO, shared and exclusive modes, no herd, no polling. Nodes
+//! are named the way kazoo or Curator name theirs ([`NodeNames`]), so a
+//! Python or Java service using those libraries shares the lock.
+//!
+//! The generation in the holder's [`Sequencer`](palisade_core::Sequencer)
+//! is its node's creation zxid (plus a floor that only an ensemble that
+//! lost its data ever needs): ZooKeeper's global write order, strictly
+//! increasing across holders, session expiries, leader changes, restarts
+//! and re-created lock directories, which the sequence suffix is not.
+//!
+//! It implements the core traits: [`palisade_core::Lock`] and
+//! [`palisade_core::LockGuard`] on [`ZkLock`] and [`ZkGuard`],
+//! [`palisade_core::LiveCheck`] on [`ZkLiveCheck`], and
+//! [`palisade_core::Inspect`] and [`palisade_core::ForceRelease`] on
+//! [`ZkLockClient`]. The design, layout and failure behaviour are written up
+//! in `docs/backends/zookeeper.md`.
+//!
+//! # Where to start
+//!
+//! - [`ZkConfig`]: servers and chroot (`host:port[,host:port...][/chroot]`),
+//!   prefix, node names, timeouts, the optional signer.
+//! - [`ZkLockClient`]: one connection; open sessions on it.
+//! - [`ZkLock`]: a session, the `Lock` implementation; `session.rs` says
+//!   how the lease is counted.
+//! - `acquire.rs`: the recipe, with `queue.rs` deciding whose turn it is
+//!   from one listing and `names.rs` the layout and node names.
+//! - `floor.rs`: why the generation never goes back, and
+//!   [`ZkLockClient::raise_floor`], the recovery after a wiped ensemble.
+//! - `holds.rs`: the session's in-process bookkeeping (re-entry, gates,
+//!   the waiter bound).
+//!
+//! ```no_run
+//! use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
+//! use palisade_lock_zookeeper::{ZkConfig, ZkLock};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let locks = ZkLock::connect(ZkConfig::parse("127.0.0.1:2181")?, SessionOptions::default()).await?;
+//! let guard = locks.acquire(&LockName::new("orders/42")?, Mode::Exclusive).await?;
+//! let sequencer = guard.sequencer()?; // send it with every write
+//! # let _ = sequencer;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod acquire;
+mod client;
+mod config;
+mod errors;
+mod floor;
+mod guard;
+mod holds;
+mod inspect;
+mod live_check;
+mod names;
+mod queue;
+mod session;
+mod task;
+
+use std::future::Future;
+
+use palisade_core::{Lock, LockError, LockName, Mode};
+
+pub use client::ZkLockClient;
+pub use config::{ConfigError, DEFAULT_PREFIX, ZkConfig};
+pub use errors::ZkLockError;
+pub use floor::{FloorRaised, MAX_FLOOR, RaiseFloorError};
+pub use guard::ZkGuard;
+pub use live_check::ZkLiveCheck;
+pub use names::{NodeNames, lock_path};
+pub use session::ZkLock;
+
+/// A deliberate flaw the fault suite plays to show that its checks can
+/// fail (test builds only).
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mutation {
+    /// Correct behaviour.
+    #[default]
+    None,
+    /// The generation is the node's sequence suffix (plus one) instead of
+    /// its creation zxid: it starts over when the lock directory does.
+    GenerationFromSequence,
+    /// On a disconnect, the lease is counted from the moment the client
+    /// noticed it rather than from the last answered request (a session
+    /// timeout after the notice, as Curator's LOST): lease lost then fires
+    /// after the server may have expired the session.
+    LeaseFromDisconnectNotice,
+}
+
+impl Lock for ZkLock {
+    type Guard = ZkGuard;
+
+    fn acquire(
+        &self,
+        name: &LockName,
+        mode: Mode,
+    ) -> impl Future<Output = Result<ZkGuard, LockError>> + Send {
+        let session = self.session.clone();
+        let name = name.clone();
+        async move {
+            match session.acquire(&name, mode, true).await? {
+                Some(guard) => Ok(guard),
+                None => unreachable!("a waiting acquire returns a guard or an error"),
+            }
+        }
+    }
+
+    fn try_acquire(
+        &self,
+        name: &LockName,
+        mode: Mode,
+    ) -> impl Future<Output = Result<Option<ZkGuard>, LockError>> + Send {
+        let session = self.session.clone();
+        let name = name.clone();
+        async move { session.acquire(&name, mode, false).await }
+    }
+}

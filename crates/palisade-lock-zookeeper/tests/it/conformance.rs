@@ -1,0 +1,90 @@
+//! The shared lock backend conformance suite, against a real standalone
+//! ZooKeeper and a real 3-member ensemble started by the testkit.
+
+use std::future::Future;
+use std::time::Duration;
+
+use palisade_core::SessionOptions;
+use palisade_lock_zookeeper::{ZkLock, ZkLockClient};
+use palisade_testkit::lock_suite::{self, SuiteBackend, SuiteInspect};
+use palisade_testkit::zookeeper::{ZooKeeperEnsemble, ZooKeeperServer};
+
+use crate::fixtures::{client, config, unique_prefix};
+
+/// The ZooKeeper backend as the suite drives it: sessions on one client.
+struct ZooKeeperBackend<S> {
+    name: &'static str,
+    client: ZkLockClient,
+    /// Keeps the spawned server or ensemble alive for the whole suite.
+    _servers: S,
+}
+
+impl<S: Send + Sync + 'static> SuiteBackend for ZooKeeperBackend<S> {
+    type Lock = ZkLock;
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn session(&self, options: SessionOptions) -> impl Future<Output = ZkLock> + Send {
+        let client = self.client.clone();
+        async move {
+            client
+                .session(options)
+                .await
+                .expect("opening a ZooKeeper session")
+        }
+    }
+
+    /// Ends the ZooKeeper session on the server without releasing
+    /// anything, as an expiry after a crash would (see
+    /// `ZkLock::simulate_crash`).
+    fn kill_lease(&self, session: &ZkLock) -> impl Future<Output = ()> + Send {
+        let session = session.clone();
+        async move {
+            session
+                .simulate_crash()
+                .await
+                .expect("ending the ZooKeeper session");
+        }
+    }
+
+    /// Two ticks of the testkit's servers (ZooKeeper's smallest session
+    /// timeout is two ticks) would be 1 s; 2 s leaves the keep-alive and
+    /// the margins room on a loaded machine, as on etcd.
+    fn min_ttl(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+}
+
+impl<S: Send + Sync + 'static> SuiteInspect for ZooKeeperBackend<S> {
+    type Inspector = ZkLockClient;
+
+    fn inspector(&self) -> &ZkLockClient {
+        &self.client
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standalone_zookeeper_passes_the_lock_suite() {
+    let server = ZooKeeperServer::start();
+    let client = client(config(&server.connect_string(), &unique_prefix("suite"))).await;
+    lock_suite::test_all(ZooKeeperBackend {
+        name: "zookeeper",
+        client,
+        _servers: server,
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_three_member_ensemble_passes_the_lock_suite() {
+    let ensemble = ZooKeeperEnsemble::start();
+    let client = client(config(&ensemble.connect_string(), &unique_prefix("suite"))).await;
+    lock_suite::test_all(ZooKeeperBackend {
+        name: "zookeeper ensemble",
+        client,
+        _servers: ensemble,
+    })
+    .await;
+}

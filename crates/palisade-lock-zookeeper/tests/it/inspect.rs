@@ -1,0 +1,60 @@
+//! Forced release and the live check, against a real ZooKeeper.
+
+use std::time::Duration;
+
+use palisade_core::{
+    ForceRelease, LeaseState, LiveCheck, Liveness, Lock, LockGuard, LockName, LostReason, Mode,
+};
+use palisade_testkit::zookeeper::ZooKeeperServer;
+
+use crate::fixtures::{client, config, options, session, unique_prefix};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_ends_only_the_named_hold_and_the_live_check_follows() {
+    let server = ZooKeeperServer::start();
+    let client = client(config(&server.connect_string(), &unique_prefix("force"))).await;
+    let check = client.live_check();
+    let (alice, bob) = (
+        session(&client, options(Duration::from_secs(4))).await,
+        session(&client, options(Duration::from_secs(4))).await,
+    );
+    let name = LockName::new("jobs/1").unwrap();
+    let held = alice.acquire(&name, Mode::Exclusive).await.unwrap();
+    let sequencer = held.sequencer().unwrap();
+    assert_eq!(check.check(&sequencer).await.unwrap(), Liveness::Held);
+
+    // A wrong generation ends nothing.
+    let wrong = palisade_core::Generation::new(sequencer.generation().get() + 1).unwrap();
+    assert!(!client.force_release(&name, wrong).await.unwrap());
+    assert_eq!(check.check(&sequencer).await.unwrap(), Liveness::Held);
+
+    let waiter = tokio::spawn({
+        let (bob, name) = (bob.clone(), name.clone());
+        async move { bob.acquire(&name, Mode::Exclusive).await }
+    });
+    assert!(
+        client
+            .force_release(&name, sequencer.generation())
+            .await
+            .unwrap()
+    );
+    let mut lease = held.lease();
+    let lost = tokio::time::timeout(Duration::from_secs(5), lease.lost()).await;
+    assert_eq!(lost.unwrap(), LeaseState::Lost(LostReason::KeyDeleted));
+    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is woken without a lock-delay")
+        .unwrap()
+        .unwrap();
+    assert!(next.generation() > sequencer.generation());
+    assert_eq!(check.check(&sequencer).await.unwrap(), Liveness::NotHeld);
+    assert_eq!(
+        check.check(&next.sequencer().unwrap()).await.unwrap(),
+        Liveness::Held
+    );
+    assert!(
+        held.release().await.is_err(),
+        "the evicted holder no longer owns it"
+    );
+    next.release().await.unwrap();
+}
