@@ -41,10 +41,13 @@ impl SelectError {
         SelectError::Invalid(message.into())
     }
 
-    /// "cannot reach {spec}: {reason}", the reason scrubbed of the spec's
+    /// "cannot connect to {spec}: {reason}", the reason scrubbed of the spec's
     /// secrets.
     pub(crate) fn unreachable(spec: &LockSpec, reason: &str) -> Self {
-        SelectError::Unreachable(format!("cannot reach {spec}: {}", scrub_spec(spec, reason)))
+        SelectError::Unreachable(format!(
+            "cannot connect to {spec}: {}",
+            scrub_spec(spec, reason)
+        ))
     }
 }
 
@@ -175,7 +178,7 @@ mod tests {
         let text = error.to_string();
         assert!(!text.contains("hunter2"), "{text}");
         assert!(
-            text.starts_with("cannot reach Redis at redis://app:***@h:6379"),
+            text.starts_with("cannot connect to Redis at redis://app:***@h:6379"),
             "{text}"
         );
     }
