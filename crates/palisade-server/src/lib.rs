@@ -53,6 +53,7 @@ mod connections;
 mod decisions;
 mod dto;
 mod error;
+#[cfg(feature = "etcd")]
 mod etcd_store;
 mod events;
 mod limits;

@@ -9,8 +9,9 @@ use palisade::{
 };
 
 use crate::DemoError;
-use crate::backend::{AnyGuard, AnySession, Locks, Renewal};
+use crate::backend::{AnySession, Locks, Renewal};
 use crate::storage::{Stale, Storage, WriteOutcome};
+use palisade_lock_any::AnyGuard;
 
 /// A client with its own lock sessions and a storage connection.
 #[derive(Debug)]
@@ -30,17 +31,6 @@ pub(crate) struct LocalClient {
     /// valid. Writes carry this one, as a client that checked its lease and
     /// then paused before its request left would.
     sequencer: Option<Sequencer>,
-}
-
-impl std::fmt::Debug for Locks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Locks::Embedded(_) => "Locks::Embedded",
-            Locks::Etcd(_) => "Locks::Etcd",
-            Locks::Redis(_) => "Locks::Redis",
-            Locks::Sql(_) => "Locks::Sql",
-        })
-    }
 }
 
 impl LocalClient {
@@ -78,6 +68,7 @@ impl LocalClient {
         self.forget_hold();
         let session = self.locks.session(&self.options, self.renewal).await?;
         let guard = session
+            .lock
             .acquire_timeout(&self.lock, Mode::Exclusive, wait)
             .await?;
         let sequencer = guard.sequencer()?;

@@ -49,7 +49,7 @@ use tokio::time::Instant;
 
 use crate::DemoError;
 use crate::backend::{
-    BackendArgs, BackendKind, BackendTarget, Locks, Renewal, invocation_tag, session_options,
+    BackendTarget, Locks, Renewal, invocation_tag, kind_of, session_options, target,
 };
 use crate::child::{ChildCommand, ChildLauncher, ChildMessage, ChildSpec};
 use crate::client::LocalClient;
@@ -57,6 +57,7 @@ use crate::plain_store::PlainStore;
 use crate::rng::DemoRng;
 use crate::sql_stock;
 use crate::storage::{ResourceServer, Storage, StorageTarget, WriteOutcome};
+use palisade_lock_any::{BackendArgs, BackendKind};
 
 /// The lock every buyer takes; with stripes, the prefix of the segments'
 /// lock names.
@@ -139,7 +140,7 @@ impl FlashSaleArgs {
     pub fn ttl(&self) -> Duration {
         match self.ttl_ms {
             Some(ms) => Duration::from_millis(ms),
-            None => match self.backend.backend {
+            None => match kind_of(&self.backend) {
                 BackendKind::Embedded => Duration::from_millis(500),
                 _ => Duration::from_millis(2000),
             },
@@ -625,7 +626,7 @@ pub async fn run(
         ));
     }
     let tag = invocation_tag();
-    let kind = args.backend.backend;
+    let kind = args.backend.kind(palisade_lock_any::Defaults::Local)?;
     println!(
         "Flash sale: {} items, {} buyers ({}), lock service {}",
         args.items,
@@ -635,7 +636,7 @@ pub async fn run(
                 "tasks of this process: the embedded lock service lives in one process",
             _ => "each in its own process",
         },
-        args.backend.target(&tag).describe()
+        target(&args.backend, &tag)?.describe()
     );
     println!(
         "Lease TTL {} ms. Each buyer loops: lock, read the stock, maybe pause, write stock - 1, release.",
@@ -666,7 +667,7 @@ pub async fn run(
             describe_run(sale, args.store.is_some())
         );
         let run_tag = format!("{tag}-{}", index + 1);
-        let target = args.backend.target(&run_tag);
+        let target = target(&args.backend, &run_tag)?;
         let run = run_sale(sale, args, ttl, &target, &run_tag, Staging::Demo(launcher)).await?;
         println!("  verdict: {}", run.verdict());
         runs.push(run);
@@ -699,7 +700,7 @@ pub async fn measure(args: &FlashSaleArgs, hold: Duration) -> Result<SaleRun, De
         return Err(DemoError::usage("--buyers must be at least 1"));
     }
     let tag = invocation_tag();
-    let target = args.backend.target(&tag);
+    let target = target(&args.backend, &tag)?;
     let hold_micros = micros(hold);
     let staging = Staging::Measure { hold_micros };
     run_sale(SaleKind::LockWithFencing, args, ttl, &target, &tag, staging).await
@@ -869,8 +870,8 @@ async fn run_sale(
     let (events, mut received) = mpsc::unbounded_channel::<BuyerEvent>();
     let started;
     let mut buyers = Vec::new();
-    match (target, launcher) {
-        (BackendTarget::Embedded, _) | (_, None) => {
+    match (target.kind().is_shared(), launcher) {
+        (false, _) | (_, None) => {
             started = Instant::now();
             for plan in plans {
                 let locks = locks.clone();
@@ -884,10 +885,7 @@ async fn run_sale(
                 }));
             }
         }
-        (
-            BackendTarget::Etcd { .. } | BackendTarget::Redis { .. } | BackendTarget::Sql { .. },
-            Some(launcher),
-        ) => {
+        (true, Some(launcher)) => {
             let mut processes = Vec::new();
             for plan in plans {
                 let role = format!("buyer {}", plan.buyer);
