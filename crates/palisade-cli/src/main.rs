@@ -11,6 +11,7 @@
 //! palisade unlock --force <lock> --server U  end a stuck hold and fence it at the servers
 //! palisade raise-floor <lock>               lift the lock service's generations above the marks
 //! palisade serve --data-dir DIR             run the resource server (or --store SPEC; optionally with a live check)
+//! palisade dev [-- bash]                   a throw-away local etcd (or Redis) to try it with
 //! palisade keygen --key-id k2               a fresh signing key, as a key ring line
 //! palisade completions bash|zsh|fish         a shell completion script
 //! palisade man [--out-dir DIR]               manual pages (docs/man/ holds them)
@@ -46,6 +47,7 @@ macro_rules! say {
 mod child;
 mod completions;
 mod data;
+mod dev;
 mod exit;
 mod fence;
 mod lock;
@@ -102,6 +104,9 @@ enum Command {
     RaiseFloor(raise_floor::RaiseFloorArgs),
     /// Run the resource server (a fenced key-value store over HTTP).
     Serve(serve::ServeArgs),
+    /// Start a throw-away local etcd or Redis to try palisade with: print
+    /// its environment, or run a command with it (`palisade dev -- bash`).
+    Dev(dev::DevArgs),
     /// Print a fresh signing key as a key ring line, `<key id> <hex secret>`.
     Keygen(signing::KeygenArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -174,6 +179,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Unlock(args) => unlock::run(args).await.map(|()| exit::OK),
         Command::RaiseFloor(args) => raise_floor::run(args).await.map(|()| exit::OK),
         Command::Serve(args) => serve::run(args).await.map(|()| exit::OK),
+        Command::Dev(args) => dev::run(args).await,
         Command::Keygen(args) => signing::keygen(args).map(|()| exit::OK),
         Command::Completions(args) => completions::run(&args).map(|()| exit::OK),
         Command::Man(args) => man::run(&args).map(|()| exit::OK),

@@ -333,6 +333,7 @@ pub(crate) enum BuyerEvent {
     /// Paused between reading `stock_seen` and writing it back.
     Paused {
         buyer: u32,
+        segment: usize,
         millis: u64,
         past_ttl: bool,
         generation: Option<u64>,
@@ -354,6 +355,7 @@ pub(crate) enum BuyerEvent {
     /// The resource server refused a stale sequencer; the buyer retries.
     Refused {
         buyer: u32,
+        segment: usize,
         presented: u64,
         mark: u64,
     },
@@ -361,6 +363,7 @@ pub(crate) enum BuyerEvent {
     /// than the write's generation: a stale write got through.
     StaleAccepted {
         buyer: u32,
+        segment: usize,
         presented: u64,
         mark: u64,
     },
@@ -483,6 +486,7 @@ pub(crate) async fn buy_until_sold_out(
                 tally.refused += 1;
                 report(BuyerEvent::Refused {
                     buyer,
+                    segment,
                     presented: stale.presented,
                     mark: stale.mark,
                 });
@@ -509,6 +513,7 @@ pub(crate) async fn buy_until_sold_out(
             }
             report(BuyerEvent::Paused {
                 buyer,
+                segment,
                 millis: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
                 past_ttl,
                 generation,
@@ -531,6 +536,7 @@ pub(crate) async fn buy_until_sold_out(
                     tally.stale_accepted += 1;
                     report(BuyerEvent::StaleAccepted {
                         buyer,
+                        segment,
                         presented,
                         mark,
                     });
@@ -546,6 +552,7 @@ pub(crate) async fn buy_until_sold_out(
                 tally.refused += 1;
                 report(BuyerEvent::Refused {
                     buyer,
+                    segment,
                     presented,
                     mark,
                 });
@@ -940,7 +947,7 @@ async fn run_sale(
             _ => {}
         }
         if demo {
-            print_event(at, ttl, &event);
+            print_event(at, ttl, args.stripes > 1, &event);
         }
     }
     let mut tally = Tally::default();
@@ -1022,33 +1029,48 @@ async fn run_sale(
     })
 }
 
-fn print_event(at: Duration, ttl: Duration, event: &BuyerEvent) {
+/// One line per event worth telling. With stripes each names its segment:
+/// two buyers may hold the same generation number of two different locks.
+fn print_event(at: Duration, ttl: Duration, striped: bool, event: &BuyerEvent) {
     let at = at.as_millis();
+    let of = |segment: &usize| {
+        if striped {
+            format!(" of segment {segment}")
+        } else {
+            String::new()
+        }
+    };
     match event {
         BuyerEvent::Paused {
             buyer,
+            segment,
             millis,
             past_ttl: true,
             generation: Some(generation),
             stock_seen,
         } => println!(
-            "  {at:>6} ms  buyer {buyer}: holding generation {generation}, read stock {stock_seen}, pauses {millis} ms (past the {} ms TTL)",
+            "  {at:>6} ms  buyer {buyer}: holding generation {generation}{}, read stock {stock_seen}, pauses {millis} ms (past the {} ms TTL)",
+            of(segment),
             ttl.as_millis()
         ),
         BuyerEvent::Paused { .. } | BuyerEvent::Sold { .. } | BuyerEvent::Acquired { .. } => {}
         BuyerEvent::Refused {
             buyer,
+            segment,
             presented,
             mark,
         } => println!(
-            "  {at:>6} ms  buyer {buyer}: write refused as stale (generation {presented} < mark {mark}); takes the lock again and re-reads"
+            "  {at:>6} ms  buyer {buyer}: write{} refused as stale (generation {presented} < mark {mark}); takes the lock again and re-reads",
+            of(segment)
         ),
         BuyerEvent::StaleAccepted {
             buyer,
+            segment,
             presented,
             mark,
         } => println!(
-            "  {at:>6} ms  buyer {buyer}: STALE WRITE ACCEPTED: generation {presented}, mark after it {mark}"
+            "  {at:>6} ms  buyer {buyer}: STALE WRITE ACCEPTED{}: generation {presented}, mark after it {mark}",
+            of(segment)
         ),
     }
 }

@@ -676,7 +676,7 @@ async fn tell(setup: &Setup<'_>) -> Result<GcRunReport, DemoError> {
     );
     timeline.record(
         Lane::ClientA,
-        EventKind::Note,
+        EventKind::WriteSent,
         format!("writes {a_will_write} (generation {generation_a})"),
         format!(
             "writes balance = {a_will_write} with the sequencer it fetched before the pause (generation {generation_a})"
