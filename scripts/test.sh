@@ -122,17 +122,8 @@ test_log="$(mktemp -t palisade-test-log.XXXXXX)"
 # (pipefail: the status is cargo's, not tee's.)
 $link cargo test --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$test_log" || tests_status=$?
 step "fault suite table"
-echo "| scenario | backend | operations | faults injected | stale writes accepted | acknowledged writes lost | recovery | notes |"
-echo "|---|---|---:|---:|---:|---:|---:|---|"
-sort -t '|' -b -k2,2V "$fault_table"
+scripts/fault-table.sh "$fault_table"
 rm -f "$fault_table"
-cat <<'LEGEND'
-
-Legend: every row but the `mutation` ones must show 0 stale writes accepted
-and 0 acknowledged writes lost. The `mutation` rows run a scenario with
-fencing turned off on purpose: they must show stale writes accepted (and
-lost writes), which proves the checker sees the anomaly it exists to catch.
-LEGEND
 # One line of totals over every test binary and doctest run.
 totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i - 1); if ($(i) ~ /^failed/) f += $(i - 1); if ($(i) ~ /^ignored/) s += $(i - 1) } } END { printf "%d passed, %d failed, %d skipped", p, f, s }' "$test_log")
 rm -f "$test_log"

@@ -64,6 +64,8 @@ mod sequencer_policy;
 mod serve;
 mod state;
 mod store_spec;
+// Without the `tls` feature, `--tls-cert` is refused.
+#[cfg_attr(not(feature = "tls"), path = "tls_off.rs")]
 mod tls;
 mod tokens;
 

@@ -2,7 +2,7 @@
 //! 1, 2, 4, 8 and 16 stripes, on a local Redis and on the embedded lock
 //! service, in one run.
 //!
-//! Run with: `cargo bench -p palisade-demo --bench stripes` (starts a
+//! Run with: `cargo bench -p palisade-demo --features redis --bench stripes` (starts a
 //! `redis-server` on a free port). `PALISADE_BENCH_ITEMS` (960) units per
 //! sale, `PALISADE_BENCH_ROUNDS` (3) interleaved rounds, the median round
 //! reported; `PALISADE_BENCH_HOLD_MS` (5) milliseconds each purchase holds

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use palisade::SessionOptions;
+use palisade_core::SessionOptions;
 use palisade_lock_any::{AnyClient, AnyLock, BackendArgs, BackendKind, Defaults, LockSpec};
 use serde::{Deserialize, Serialize};
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use palisade::{
+use palisade_core::{
     LeaseState, LeaseWatch, Lock, LockGuard, LockName, Mode, Sequencer, SessionOptions,
 };
 
@@ -127,7 +127,7 @@ impl LocalClient {
 
     /// Releases the hold. Fails when the lock service no longer had it
     /// (the lease had already ended), which is expected after a pause.
-    pub(crate) async fn release(&mut self) -> Result<(), palisade::LockError> {
+    pub(crate) async fn release(&mut self) -> Result<(), palisade_core::LockError> {
         let guard = self.guard.take();
         self.sequencer = None;
         let result = match guard {

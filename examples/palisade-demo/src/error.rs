@@ -6,10 +6,10 @@
 //! told at all: bad flags, a lock service that is not there, a client
 //! process that died.
 
-use palisade::client::ClientError;
-use palisade::server::ServerError;
-use palisade::{LockError, LockNameError};
+use palisade_client::ClientError;
+use palisade_core::{LockError, LockNameError};
 use palisade_lock_any::SelectError;
+use palisade_server::ServerError;
 
 /// Why a demo stopped before its verdict.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +44,7 @@ pub enum DemoError {
         /// Which request.
         what: String,
         /// The refusal.
-        refused: Box<palisade::client::Refused>,
+        refused: Box<palisade_client::Refused>,
     },
     /// The plain (unfenced) store could not be reached or answered badly.
     #[error("plain store at {url}: {message}")]

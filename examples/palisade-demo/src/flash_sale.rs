@@ -42,7 +42,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use palisade::LockName;
+use palisade_core::LockName;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::time::Instant;

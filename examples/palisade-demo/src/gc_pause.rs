@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use palisade::{LeaseState, LeaseWatch, LockName, Sequencer};
+use palisade_core::{LeaseState, LeaseWatch, LockName, Sequencer};
 use tokio::time::Instant;
 
 use crate::DemoError;

@@ -7,9 +7,9 @@
 //! is refused (`Refused::Stale`) and its transaction rolls back before
 //! it can write anything.
 
-use palisade::LockName;
+use palisade_core::LockName;
 #[cfg(not(feature = "sql"))]
-use palisade::Sequencer;
+use palisade_core::Sequencer;
 
 #[cfg(not(feature = "sql"))]
 use crate::DemoError;

@@ -1,6 +1,6 @@
 //! The stock table on PostgreSQL, through sqlx and `palisade_sql`.
 
-use palisade::Sequencer;
+use palisade_core::Sequencer;
 use palisade_sql::{FenceError, Refused};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
