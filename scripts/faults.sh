@@ -67,10 +67,7 @@ elapsed=$(($(date +%s) - started))
 echo
 echo "## Fault suite ($([[ "$soak" == 1 ]] && echo soak || echo short form), ${elapsed} s)"
 echo
-echo "| scenario | backend | operations | faults injected | stale writes accepted | acknowledged writes lost | recovery | notes |"
-echo "|---|---|---:|---:|---:|---:|---:|---|"
-# Rows in scenario order: numbered scenarios first, then the mutation checks.
-sort -t '|' -b -k2,2V "$table"
+scripts/fault-table.sh "$table"
 echo
 
 if [[ "$remove_table" == 1 ]]; then

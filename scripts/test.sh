@@ -14,21 +14,33 @@
 #    start real etcd, Redis, PostgreSQL and MariaDB processes on free loopback ports in temporary
 #    directories and kill them by PID when done, including the fault suite
 #    (scripts/faults.sh runs only that, and --soak its long form); prints the
-#    fault suite's table.
+#    fault suite's table with its legend, and one line of totals.
 #    Then a property-based run of the HTTP API against its OpenAPI document
 #    (scripts/api-fuzz.sh: schemathesis in a venv under target/, installing
 #    python3-venv if missing), which must find no failure.
 # 4. Runs the demos as checks (they exit non-zero if fencing ever fails).
 #
 # Usage: scripts/test.sh            everything
-#        scripts/test.sh --quick    skip fmt/clippy and the demo runs
+#        scripts/test.sh --quick    skip fmt/clippy/rustdoc and the demo runs
+#
+# Root (or sudo without a password) installs missing packages; without
+# either, the script goes on when they are all present and otherwise stops
+# at once with one line naming them. Each phase prints its time, so the
+# slow one shows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 quick=0
 [[ "${1:-}" == "--quick" ]] && quick=1
 
-step() { printf '\n==> %s\n' "$*"; }
+phase_started=$SECONDS
+phase=""
+# Ends the previous phase with its time, starts the next.
+step() {
+  [[ -n $phase ]] && printf '    (%s: %d s)\n' "$phase" $((SECONDS - phase_started))
+  phase=$1 phase_started=$SECONDS
+  printf '\n==> %s\n' "$*"
+}
 started=$SECONDS
 
 # --- 1. System packages -------------------------------------------------------
@@ -56,17 +68,25 @@ command -v chromedriver >/dev/null || missing+=(chromium-driver)
 [[ -x /usr/share/zookeeper/bin/zkServer.sh ]] || missing+=(zookeeper)
 command -v java         >/dev/null || missing+=(default-jre-headless)
 /usr/bin/python3 -c 'import kazoo' 2>/dev/null || missing+=(python3-kazoo)
+# The linker: links the test binaries several times faster than ld.
+command -v mold         >/dev/null || missing+=(mold)
 if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]]; then
+    sudo=""
+  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    sudo="sudo"
+  else
+    echo "scripts/test.sh: missing Debian packages: ${missing[*]}; install them as root (apt-get install -y --no-install-recommends ${missing[*]}) and run it again" >&2
+    exit 1
+  fi
   step "installing ${missing[*]}"
-  sudo=""
-  [[ $(id -u) -ne 0 ]] && sudo="sudo"
   # Another install may hold the dpkg lock for a while: wait and retry.
   for attempt in 1 2 3 4 5 6 7 8 9 10; do
     if $sudo apt-get update -qq &&
        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
       break
     fi
-    ((attempt == 10)) && { echo "apt-get install failed" >&2; exit 1; }
+    ((attempt == 10)) && { echo "scripts/test.sh: apt-get install ${missing[*]} failed 10 times; see its messages above" >&2; exit 1; }
     echo "apt-get busy or failed (attempt $attempt); retrying in 10 s" >&2
     sleep 10
   done
@@ -76,13 +96,17 @@ fi
 step "tools: $(redis-server --version | cut -d' ' -f1-3), $(etcd --version | head -1), $(protoc --version)"
 
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+# mold links in place of ld for everything cargo runs (its `-run` mode
+# intercepts the linker), without touching RUSTFLAGS and so without
+# invalidating what is already built.
+link="mold -run"
 
 # --- 2. Formatting and lints --------------------------------------------------
 if ((quick == 0)); then
   step "cargo fmt --check"
   cargo fmt --all -- --check
   step "cargo clippy -D warnings (every feature of every crate)"
-  cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+  $link cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
   step "cargo doc -D warnings"
   RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked
   step "cargo machete (dependencies declared and never used)"
@@ -98,13 +122,17 @@ export PALISADE_FAULT_TABLE="$fault_table"
 tests_status=0
 # --all-features: the CLI's demos, the backends' test hooks, TLS to etcd and
 # Redis's `#insecure` URLs, all compiled and tested together.
-cargo test --workspace --all-features --locked --no-fail-fast || tests_status=$?
+# The output is kept whole in a log, and summed up at the end.
+test_log="$(mktemp -t palisade-test-log.XXXXXX)"
+# (pipefail: the status is cargo's, not tee's.)
+$link cargo test --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$test_log" || tests_status=$?
 step "fault suite table"
-echo "| scenario | backend | operations | faults injected | stale writes accepted | acknowledged writes lost | recovery | notes |"
-echo "|---|---|---:|---:|---:|---:|---:|---|"
-sort -t '|' -b -k2,2V "$fault_table"
+scripts/fault-table.sh "$fault_table"
 rm -f "$fault_table"
-((tests_status == 0)) || { echo "cargo test failed (exit $tests_status)" >&2; exit "$tests_status"; }
+# One line of totals over every test binary and doctest run.
+totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i - 1); if ($(i) ~ /^failed/) f += $(i - 1); if ($(i) ~ /^ignored/) s += $(i - 1) } } END { printf "%d passed, %d failed, %d skipped", p, f, s }' "$test_log")
+rm -f "$test_log"
+((tests_status == 0)) || { echo "cargo test failed (exit $tests_status)" >&2; echo "$totals"; exit "$tests_status"; }
 
 step "API fuzz: schemathesis against the OpenAPI document, on a live server"
 scripts/api-fuzz.sh
@@ -112,9 +140,10 @@ scripts/api-fuzz.sh
 # --- 4. Demos as checks -------------------------------------------------------
 if ((quick == 0)); then
   step "GC-pause demo (embedded backend)"
-  cargo run --locked -q -p example-gc-pause
+  $link cargo run --locked -q -p example-gc-pause
   step "flash-sale demo (embedded backend)"
-  cargo run --locked -q -p example-flash-sale
+  $link cargo run --locked -q -p example-flash-sale
 fi
 
 step "all green in $((SECONDS - started)) s"
+echo "$totals"

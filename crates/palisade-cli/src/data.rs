@@ -20,9 +20,8 @@ use palisade_wire::{JsonBytes, MarksAnswer, MarksBody, OpResultName};
 use serde::Serialize;
 use tokio::io::AsyncReadExt as _;
 
-use crate::backend::{cause_chain, root_cause};
-use crate::duration;
 use crate::exit::{self, Failure};
+use palisade_lock_any::{cause_chain, root_cause};
 
 /// The default resource server address (`palisade serve`'s default).
 pub(crate) const DEFAULT_SERVER: &str = "http://127.0.0.1:7411";
@@ -35,7 +34,7 @@ pub(crate) struct ServerArgs {
     server: String,
 
     /// How long to wait for the server's answer.
-    #[arg(long, default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
+    #[arg(long, default_value = "30s", value_parser = palisade_core::parse_duration, value_name = "DURATION")]
     timeout: Duration,
 
     #[command(flatten)]

@@ -23,12 +23,14 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use nix::sys::signal::Signal;
-use palisade_core::{LeaseState, Lock, LockError, LockGuard, LockName, Mode};
+use palisade_core::{
+    LeaseState, Lock, LockError, LockGuard, LockName, Mode, format_duration as human,
+    parse_duration,
+};
+use palisade_lock_any::{AnyGuard, AnyLock, lock_error_text};
 use tokio::time::Instant;
 
-use crate::backend::{AnyGuard, AnyLock, BackendArgs, lock_error_text};
 use crate::child::{self, Child, Signals};
-use crate::duration::{self, human};
 use crate::exit::{self, Failure};
 use crate::fence::FenceArgs;
 use palisade_metrics::{Metered, MeteredGuard};
@@ -65,12 +67,12 @@ pub(crate) struct LockArgs {
     /// Give up after waiting this long for the lock (exit code 6; the
     /// command does not run). `0` takes the lock only if it is free now.
     /// Without it, wait as long as it takes.
-    #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     wait: Option<Duration>,
 
     /// When the lease is lost, how long the command has between SIGTERM
     /// and SIGKILL.
-    #[arg(long, default_value = "10s", value_parser = duration::parse, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     grace: Duration,
 
     /// Run the command in this process's process group instead of a new
@@ -90,7 +92,7 @@ pub(crate) struct LockArgs {
     metrics_listen: Option<std::net::SocketAddr>,
 
     #[command(flatten)]
-    backend: BackendArgs,
+    backend: crate::service::SessionArgs,
 
     #[command(flatten)]
     fence: FenceArgs,
@@ -183,7 +185,7 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
         }
     };
     let generation = sequencer.generation();
-    tracing::info!(lock = %name, %mode, generation = generation.get(), backend = lock.backend_name(), "lock acquired");
+    tracing::info!(lock = %name, %mode, generation = generation.get(), backend = lock.kind().name(), "lock acquired");
     if !args.quiet {
         say!(
             "palisade: acquired lock `{name}` ({mode}, generation {generation}), sequencer {sequencer}"

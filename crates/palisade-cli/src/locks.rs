@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use palisade_core::{Holder, Inspect as _, LockInfo, LockName};
 use serde_json::{Value, json};
 
-use crate::backend::{BackendArgs, lock_error_text};
+use palisade_lock_any::{AnyInspector, BackendArgs, lock_error_text};
 
 /// `palisade locks` arguments.
 #[derive(Debug, Args)]
@@ -67,7 +67,7 @@ pub(crate) async fn run(args: LocksArgs) -> anyhow::Result<()> {
 }
 
 async fn ls(args: LsArgs) -> anyhow::Result<()> {
-    let inspector = args.backend.connect_inspector().await?;
+    let inspector = AnyInspector::connect(&crate::service::spec_of(&args.backend)?).await?;
     let locks = inspector
         .list(&args.name_prefix)
         .await
@@ -84,7 +84,7 @@ async fn ls(args: LsArgs) -> anyhow::Result<()> {
 async fn show(args: ShowArgs) -> anyhow::Result<()> {
     let name = LockName::new(args.name.as_str())
         .map_err(|error| anyhow::anyhow!("invalid lock name {:?}: {error}", args.name))?;
-    let inspector = args.backend.connect_inspector().await?;
+    let inspector = AnyInspector::connect(&crate::service::spec_of(&args.backend)?).await?;
     let info = inspector.inspect(&name).await.map_err(|error| {
         anyhow::anyhow!("cannot inspect lock `{name}`: {}", lock_error_text(&error))
     })?;

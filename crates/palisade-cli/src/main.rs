@@ -1,7 +1,7 @@
 //! `palisade`: the command-line entry point.
 //!
-//! The one place in Palisade that picks a lock backend at runtime
-//! (`backend.rs`, `AnyLock`). The subcommands:
+//! The lock backend is picked at run time by `palisade-lock-any` (the one
+//! place that does); the subcommands:
 //!
 //! ```text
 //! palisade lock orders/42 -- <command>      take a lock, run a command with its sequencer, release
@@ -11,7 +11,7 @@
 //! palisade unlock --force <lock> --server U  end a stuck hold and fence it at the servers
 //! palisade raise-floor <lock>               lift the lock service's generations above the marks
 //! palisade serve --data-dir DIR             run the resource server (or --store SPEC; optionally with a live check)
-//! palisade demo gc-pause|flash-sale         the demos
+//! palisade dev [-- bash]                   a throw-away local etcd (or Redis) to try it with
 //! palisade keygen --key-id k2               a fresh signing key, as a key ring line
 //! palisade completions bash|zsh|fish         a shell completion script
 //! palisade man [--out-dir DIR]               manual pages (docs/man/ holds them)
@@ -24,7 +24,9 @@
 //!   `fence.rs` raises the lock's marks on the resource servers before the
 //!   command starts; `child.rs` spawns and signals the command.
 //! - `data.rs`: `put`, `get`, `del`, `marks` over `palisade-client`.
-//! - `backend.rs`: the backend flags and `AnyLock`.
+//! - `service.rs`: the backend flags of `palisade-lock-any`, refusing the
+//!   in-process backend, and the session and signing flags of the
+//!   commands that take locks.
 //! - `exit.rs`: the exit codes, which are part of the contract
 //!   (`docs/cli.md`).
 //! - `raise_floor.rs`: `raise-floor`, recovery after a lock service lost
@@ -42,16 +44,12 @@ macro_rules! say {
     };
 }
 
-mod backend;
 mod child;
 mod completions;
 mod data;
-#[cfg(feature = "demos")]
-mod demo;
-mod duration;
+mod dev;
 mod exit;
 mod fence;
-mod inspector;
 mod lock;
 mod locks;
 mod man;
@@ -60,6 +58,7 @@ mod metrics;
 mod parent_death;
 mod raise_floor;
 mod serve;
+mod service;
 mod signing;
 mod unlock;
 
@@ -73,8 +72,7 @@ use tracing_subscriber::EnvFilter;
 ///
 /// Take a lock and run a command under it (`lock`), read and write the
 /// resource server with the lock's sequencer (`put`, `get`, `del`,
-/// `marks`), run the resource server (`serve`), or watch fencing at work
-/// (`demo`). Errors are one line on standard error, `palisade: ...`.
+/// `marks`), or run the resource server (`serve`). Errors are one line on standard error, `palisade: ...`.
 #[derive(Debug, Parser)]
 #[command(name = "palisade", version = env!("PALISADE_VERSION"), after_help = exit::HELP_TABLE)]
 pub(crate) struct Cli {
@@ -106,9 +104,9 @@ enum Command {
     RaiseFloor(raise_floor::RaiseFloorArgs),
     /// Run the resource server (a fenced key-value store over HTTP).
     Serve(serve::ServeArgs),
-    /// Run a demo: `gc-pause` or `flash-sale`.
-    #[cfg(feature = "demos")]
-    Demo(demo::DemoArgs),
+    /// Start a throw-away local etcd or Redis to try palisade with: print
+    /// its environment, or run a command with it (`palisade dev -- bash`).
+    Dev(dev::DevArgs),
     /// Print a fresh signing key as a key ring line, `<key id> <hex secret>`.
     Keygen(signing::KeygenArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -128,14 +126,11 @@ enum Command {
 }
 
 impl Command {
-    /// The log level when `RUST_LOG` is not set. The server and the demos
-    /// narrate at `info`; the client commands stay quiet, because their
+    /// The log level when `RUST_LOG` is not set. The server narrates at `info`; the client commands stay quiet, because their
     /// standard error is for progress and one-line errors only.
     fn default_log_filter(&self) -> &'static str {
         match self {
             Command::Serve(_) => "info",
-            #[cfg(feature = "demos")]
-            Command::Demo(_) => "info",
             _ => "error",
         }
     }
@@ -184,8 +179,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Unlock(args) => unlock::run(args).await.map(|()| exit::OK),
         Command::RaiseFloor(args) => raise_floor::run(args).await.map(|()| exit::OK),
         Command::Serve(args) => serve::run(args).await.map(|()| exit::OK),
-        #[cfg(feature = "demos")]
-        Command::Demo(args) => demo::run(args).await.map(|()| exit::OK),
+        Command::Dev(args) => dev::run(args).await,
         Command::Keygen(args) => signing::keygen(args).map(|()| exit::OK),
         Command::Completions(args) => completions::run(&args).map(|()| exit::OK),
         Command::Man(args) => man::run(&args).map(|()| exit::OK),

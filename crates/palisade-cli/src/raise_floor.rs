@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use palisade_core::LockName;
 
-use crate::backend::{BackendArgs, FloorOptions, FloorStep};
 use crate::data::{DEFAULT_SERVER, ServerAuth};
-use crate::duration;
+use palisade_lock_any::{BackendArgs, FloorOptions, FloorStep, cause_chain, raise_floor};
 
 /// The default `--max-gap`: one million revisions (etcd only).
 const DEFAULT_MAX_GAP: u64 = 1_000_000;
@@ -44,7 +43,7 @@ pub(crate) struct RaiseFloorArgs {
     server: Vec<String>,
 
     /// How long to wait for each server's answer.
-    #[arg(long, default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
+    #[arg(long, default_value = "30s", value_parser = palisade_core::parse_duration, value_name = "DURATION")]
     timeout: Duration,
 
     #[command(flatten)]
@@ -105,10 +104,8 @@ pub(crate) async fn run(args: RaiseFloorArgs) -> anyhow::Result<()> {
     let options = FloorOptions {
         max_gap: args.max_gap,
     };
-    let raised = args
-        .backend
-        .raise_floor(&lock, above, options, &mut progress)
-        .await?;
+    let spec = crate::service::spec_of(&args.backend)?;
+    let raised = raise_floor(&spec, &lock, above, options, &mut progress).await?;
     if raised.before >= above {
         say!(
             "palisade: the generation floor of lock `{lock}` on {} is already {} (not below {above}); nothing changed",
@@ -136,7 +133,7 @@ async fn highest_mark(args: &RaiseFloorArgs, lock: &LockName) -> anyhow::Result<
         let marks = client.marks(lock).await.map_err(|error| {
             anyhow::anyhow!(
                 "cannot read the marks of lock `{lock}` from {server}: {} (pass --above GEN to raise without it)",
-                crate::backend::cause_chain(&error)
+                cause_chain(&error)
             )
         })?;
         say!(

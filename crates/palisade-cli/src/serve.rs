@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use palisade_core::SharedLiveCheck;
 use palisade_server::{ServerConfig, shutdown_signal};
 
-use crate::backend::BackendKind;
+use palisade_lock_any::{BackendArgs, BackendChoice, BackendKind, Defaults};
 
 /// Which lock service the live check asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -102,143 +102,35 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn live_check(args: &ServeArgs) -> anyhow::Result<Option<SharedLiveCheck>> {
-    match args.live_check {
-        LiveCheckKind::None => Ok(None),
-        LiveCheckKind::Etcd => {
-            let endpoints = args
-                .etcd_endpoints
-                .as_deref()
-                .context("--live-check etcd needs --etcd-endpoints (or PALISADE_ETCD_ENDPOINTS)")?;
-            etcd_live_check(endpoints, args.prefix.as_deref(), args.live_check_issuer())
-                .await
-                .map(Some)
-        }
-        LiveCheckKind::Redis => {
-            let url = args
-                .redis_url
-                .as_deref()
-                .context("--live-check redis needs --redis-url (or PALISADE_REDIS_URL)")?;
-            let ca_pem = crate::backend::read_redis_ca(args.redis_ca_cert.as_deref())?;
-            redis_live_check(
-                url,
-                args.prefix.as_deref(),
-                ca_pem,
-                args.live_check_issuer(),
-            )
-            .await
-            .map(Some)
-        }
-        LiveCheckKind::Postgres | LiveCheckKind::MariaDb => {
-            let (kind, flag) = match args.live_check {
-                LiveCheckKind::Postgres => (BackendKind::Postgres, "postgres"),
-                _ => (BackendKind::MariaDb, "mariadb"),
-            };
-            let url = args.database_url.as_deref().with_context(|| {
-                format!("--live-check {flag} needs --database-url (or PALISADE_DATABASE_URL)")
-            })?;
-            let target = crate::backend::sql_target(kind, url, args.prefix.as_deref())?;
-            let issuer = args
-                .live_check_issuer()
-                .map(str::to_owned)
-                .unwrap_or_else(|| crate::backend::sql_default_issuer(kind, url));
-            sql_live_check(target, &issuer).await.map(Some)
-        }
-    }
-}
-
-#[cfg(feature = "sql")]
-async fn sql_live_check(
-    target: crate::backend::SqlTarget,
-    issuer: &str,
-) -> anyhow::Result<SharedLiveCheck> {
-    use palisade_core::{Signer, SigningKey};
-    use palisade_lock_sql::{SqlConfig, SqlLiveCheck};
-    // The SQL live check compares a sequencer's issuer with its client's
-    // signer. It never signs, so the signer carries the issuer with a key
-    // of throwaway random bytes.
-    let carrier = SigningKey::new("live-check", rand::random::<[u8; 32]>().to_vec())
-        .and_then(|key| Signer::new(issuer, key))
-        .map_err(|error| anyhow::anyhow!("--live-check-issuer {issuer:?}: {error}"))?;
-    let config = SqlConfig::new(target.url.clone()).with_signer(carrier);
-    let live_check = SqlLiveCheck::connect(config).await.map_err(|error| {
-        anyhow::anyhow!(
-            "cannot reach the database for the live check: {}",
-            crate::backend::cause_chain(&error)
-        )
-    })?;
-    tracing::info!(%issuer, "live check: SQL");
-    Ok(std::sync::Arc::new(live_check))
-}
-
-#[cfg(not(feature = "sql"))]
-async fn sql_live_check(
-    _target: crate::backend::SqlTarget,
-    _issuer: &str,
-) -> anyhow::Result<SharedLiveCheck> {
-    anyhow::bail!("this build of palisade has no SQL support (feature `sql`)")
-}
-
-#[cfg(feature = "etcd")]
-async fn etcd_live_check(
-    endpoints: &str,
-    prefix: Option<&str>,
-    issuer: Option<&str>,
-) -> anyhow::Result<SharedLiveCheck> {
-    use palisade_lock_etcd::{EtcdConfig, EtcdLiveCheck};
-    let mut config = EtcdConfig::from_endpoint_list(endpoints)?;
-    if let Some(prefix) = prefix {
-        config = config.with_prefix(prefix)?;
-    }
-    if let Some(issuer) = issuer {
-        config = config.with_issuer(issuer)?;
-    }
-    let live_check = EtcdLiveCheck::connect(config)
-        .await
-        .with_context(|| format!("cannot reach etcd at {endpoints} for the live check"))?;
-    tracing::info!(%endpoints, "live check: etcd");
-    Ok(live_check.into_shared())
-}
-
-#[cfg(not(feature = "etcd"))]
-async fn etcd_live_check(
-    _endpoints: &str,
-    _prefix: Option<&str>,
-    _issuer: Option<&str>,
-) -> anyhow::Result<SharedLiveCheck> {
-    anyhow::bail!("this build of palisade has no etcd support (feature `etcd`)")
-}
-
-#[cfg(feature = "redis")]
-async fn redis_live_check(
-    url: &str,
-    prefix: Option<&str>,
-    ca_pem: Option<Vec<u8>>,
-    issuer: Option<&str>,
-) -> anyhow::Result<SharedLiveCheck> {
-    use palisade_lock_redis::{RedisConfig, RedisLiveCheck};
-    let mut config = RedisConfig::new(url);
-    if let Some(prefix) = prefix {
-        config = config.with_key_prefix(prefix);
-    }
-    if let Some(pem) = ca_pem {
-        config = config.with_tls_root_cert_pem(pem);
-    }
-    if let Some(issuer) = issuer {
-        config = config.with_issuer(issuer);
-    }
-    let live_check = RedisLiveCheck::connect(config)
-        .await
-        .with_context(|| format!("cannot reach Redis at {url} for the live check"))?;
-    tracing::info!(%url, "live check: redis");
-    Ok(std::sync::Arc::new(live_check))
-}
-
-#[cfg(not(feature = "redis"))]
-async fn redis_live_check(
-    _url: &str,
-    _prefix: Option<&str>,
-    _ca_pem: Option<Vec<u8>>,
-    _issuer: Option<&str>,
-) -> anyhow::Result<SharedLiveCheck> {
-    anyhow::bail!("this build of palisade has no Redis support (feature `redis`)")
+    let (kind, flag) = match args.live_check {
+        LiveCheckKind::None => return Ok(None),
+        LiveCheckKind::Etcd => (
+            BackendKind::Etcd,
+            "--etcd-endpoints (or PALISADE_ETCD_ENDPOINTS)",
+        ),
+        LiveCheckKind::Redis => (BackendKind::Redis, "--redis-url (or PALISADE_REDIS_URL)"),
+        LiveCheckKind::Postgres => (
+            BackendKind::Postgres,
+            "--database-url (or PALISADE_DATABASE_URL)",
+        ),
+        LiveCheckKind::MariaDb => (
+            BackendKind::MariaDb,
+            "--database-url (or PALISADE_DATABASE_URL)",
+        ),
+    };
+    let backend = BackendArgs {
+        backend: Some(BackendChoice::Kind(kind)),
+        etcd_endpoints: args.etcd_endpoints.clone(),
+        redis_url: args.redis_url.iter().cloned().collect(),
+        redis_ca_cert: args.redis_ca_cert.clone(),
+        database_url: args.database_url.clone(),
+        prefix: args.prefix.clone(),
+        ..BackendArgs::default()
+    };
+    let spec = backend
+        .spec(Defaults::None)
+        .with_context(|| format!("--live-check {kind} needs {flag}"))?;
+    Ok(Some(
+        palisade_lock_any::live_check(&spec, args.live_check_issuer()).await?,
+    ))
 }

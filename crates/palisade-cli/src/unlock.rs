@@ -21,10 +21,9 @@ use palisade_core::{
     ForceRelease as _, Generation, Inspect as _, Lock as _, LockGuard as _, LockName, Mode,
 };
 
-use crate::backend::{BackendArgs, lock_error_text};
 use crate::data::{ServerAuth, marks_text, server_error};
-use crate::duration;
 use crate::exit::{self, Failure};
+use palisade_lock_any::{AnyGuard, AnyInspector, lock_error_text};
 
 /// How long one server may take to answer the fence.
 const FENCE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,14 +63,14 @@ pub(crate) struct UnlockArgs {
 
     /// How long to wait for the lock after the eviction (queued waiters are
     /// granted first) before giving up on fencing (exit code 6).
-    #[arg(long, default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
+    #[arg(long, default_value = "30s", value_parser = palisade_core::parse_duration, value_name = "DURATION")]
     wait: Duration,
 
     #[command(flatten)]
     auth: ServerAuth,
 
     #[command(flatten)]
-    backend: BackendArgs,
+    backend: crate::service::SessionArgs,
 }
 
 impl UnlockArgs {
@@ -107,7 +106,7 @@ pub(crate) async fn run(args: UnlockArgs) -> anyhow::Result<()> {
         .into());
     }
 
-    let inspector = args.backend.connect_inspector().await?;
+    let inspector = AnyInspector::connect(&crate::service::spec_of(&args.backend.backend)?).await?;
     let info = inspector.inspect(&name).await.map_err(|error| {
         anyhow::anyhow!("cannot inspect lock `{name}`: {}", lock_error_text(&error))
     })?;
@@ -208,7 +207,7 @@ async fn fence_past(
 
 async fn fence_servers(
     args: &UnlockArgs,
-    guard: &crate::backend::AnyGuard,
+    guard: &AnyGuard,
     evicted: Generation,
     servers: &[&str],
     not_fenced: &dyn Fn(String) -> String,

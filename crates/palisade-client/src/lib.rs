@@ -39,6 +39,8 @@
 mod client;
 mod error;
 mod fence;
+// Without the `tls` feature, `https://` is refused when the client is built.
+#[cfg_attr(not(feature = "tls"), path = "tls_off.rs")]
 mod tls;
 mod types;
 

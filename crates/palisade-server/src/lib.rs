@@ -56,6 +56,7 @@ mod connections;
 mod deadline;
 mod decisions;
 mod error;
+#[cfg(feature = "etcd")]
 mod etcd_store;
 mod events;
 mod limits;
@@ -66,6 +67,8 @@ mod sequencer_policy;
 mod serve;
 mod state;
 mod store_spec;
+// Without the `tls` feature, `--tls-cert` is refused.
+#[cfg_attr(not(feature = "tls"), path = "tls_off.rs")]
 mod tls;
 mod tokens;
 

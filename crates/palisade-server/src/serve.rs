@@ -14,8 +14,7 @@ use std::time::Duration;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use palisade_core::SharedLiveCheck;
-use palisade_store::{Engine, Store};
-use palisade_store_postgres::{PostgresConfig, PostgresEngine};
+use palisade_store::Store;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -333,11 +332,25 @@ impl ServerConfig {
         let spec = self.store_spec()?;
         let store = match &spec {
             StoreSpec::Sled { dir } => Store::open(dir, self.store_config())?,
+            #[cfg(feature = "postgres")]
             StoreSpec::Postgres { url } => {
                 Store::with_engine(self.open_postgres(&spec, url)?, self.store_config())
             }
+            #[cfg(feature = "etcd")]
             StoreSpec::Etcd { endpoints, prefix } => {
                 crate::etcd_store::open(&spec, endpoints, prefix.as_deref(), self.store_config())?
+            }
+            // An engine not compiled in is refused, naming the feature.
+            #[allow(unreachable_patterns)]
+            _ => {
+                return Err(ServerError::OpenEngine {
+                    store: spec.to_string(),
+                    message: format!(
+                        "this build has no {} engine: build palisade-server with `--features {}`",
+                        spec.engine(),
+                        spec.engine()
+                    ),
+                });
             }
         };
         let engine = store.engine_info();
@@ -353,7 +366,12 @@ impl ServerConfig {
     /// Connects the PostgreSQL engine. Its connections belong to the
     /// runtime that opens them, so this waits for them in place on the
     /// caller's (multi-threaded) tokio runtime.
-    fn open_postgres(&self, spec: &StoreSpec, url: &str) -> Result<Arc<dyn Engine>, ServerError> {
+    #[cfg(feature = "postgres")]
+    fn open_postgres(
+        &self,
+        spec: &StoreSpec,
+        url: &str,
+    ) -> Result<Arc<dyn palisade_store::Engine>, ServerError> {
         let failed = |message: String| ServerError::OpenEngine {
             store: spec.to_string(),
             message,
@@ -366,6 +384,7 @@ impl ServerConfig {
             .ok_or_else(|| {
                 failed("the PostgreSQL engine is opened on a multi-threaded tokio runtime".into())
             })?;
+        use palisade_store_postgres::{PostgresConfig, PostgresEngine};
         let config = PostgresConfig::new(url)
             .with_idempotency_window(self.store_config().idempotency_window);
         let engine = tokio::task::block_in_place(|| runtime.block_on(PostgresEngine::open(config)))

@@ -17,13 +17,13 @@
 //! of this process). On etcd or Redis every buyer is a process of its own:
 //!
 //! ```text
-//! cargo run -p example-flash-sale -- --backend etcd --etcd-endpoints 127.0.0.1:2379
-//! cargo run -p example-flash-sale -- --backend redis --redis-url redis://127.0.0.1:6379 --buyers 6
-//! cargo run -p example-flash-sale -- --backend mariadb --database-url mysql://root@127.0.0.1:3306/test
+//! cargo run -p example-flash-sale --features etcd -- --backend etcd --etcd-endpoints 127.0.0.1:2379
+//! cargo run -p example-flash-sale --features redis -- --backend redis --redis-url redis://127.0.0.1:6379 --buyers 6
+//! cargo run -p example-flash-sale --features sql -- --backend mariadb --database-url mysql://root@127.0.0.1:3306/test
 //! cargo run -p example-flash-sale -- --help
 //! ```
 //!
-//! `--store postgres://...` keeps the stock in a table of that PostgreSQL
+//! `--store postgres://...` (with `--features sql`) keeps the stock in a table of that PostgreSQL
 //! instead; the fenced run then reads and writes it in `palisade_sql`
 //! fenced transactions, which refuse the stale buyer in the database.
 //!

@@ -13,13 +13,15 @@
 //!    a free port with a temporary directory): A's late write is refused
 //!    with 409 stale, and A retries the right way.
 //!
-//! With no flags it runs on the in-process lock backend and needs no
-//! server. Other ways to run it:
+//! With no flags it runs on the in-process lock backend, needs no server,
+//! and compiles no etcd, Redis or SQL client. Each of those is a cargo
+//! feature of this crate (`etcd`, `redis`, `sql`), asked for with the
+//! backend it runs:
 //!
 //! ```text
-//! cargo run -p example-gc-pause -- --backend etcd --etcd-endpoints 127.0.0.1:2379
-//! cargo run -p example-gc-pause -- --backend redis --redis-url redis://127.0.0.1:6379 --pause sigstop
-//! cargo run -p example-gc-pause -- --backend postgres --database-url postgres://postgres@127.0.0.1:5432/postgres
+//! cargo run -p example-gc-pause --features etcd -- --backend etcd --etcd-endpoints 127.0.0.1:2379
+//! cargo run -p example-gc-pause --features redis -- --backend redis://127.0.0.1:6379 --pause sigstop
+//! cargo run -p example-gc-pause --features sql -- --backend postgres --database-url postgres://postgres@127.0.0.1:5432/postgres
 //! cargo run -p example-gc-pause -- --help
 //! ```
 //!

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use palisade_demo::timeline::EventKind;
 use palisade_demo::{
     BackendArgs, ChildLauncher, FlashSaleArgs, FlashSaleReport, GcPauseArgs, GcPauseReport,
-    PauseVariant, flash_sale, gc_pause,
+    LockSpec, PauseVariant, flash_sale, gc_pause,
 };
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::redis::RedisServer;
@@ -247,6 +247,19 @@ async fn striped_flash_sale_checked(args: FlashSaleArgs) -> anyhow::Result<Flash
     Ok(report)
 }
 
+/// The demos' flags naming a lock service by its URL.
+fn on_etcd(endpoints: String) -> BackendArgs {
+    LockSpec::etcd(endpoints).into()
+}
+
+fn on_redis(url: String) -> BackendArgs {
+    LockSpec::redis(url).into()
+}
+
+fn on_sql(url: String) -> BackendArgs {
+    LockSpec::sql(url).expect("a PostgreSQL URL").into()
+}
+
 fn flash_sale_args(backend: BackendArgs) -> FlashSaleArgs {
     FlashSaleArgs {
         items: ITEMS,
@@ -264,7 +277,7 @@ fn server_pause(backend: BackendArgs, pause: PauseVariant) -> GcPauseArgs {
 
 #[tokio::test]
 async fn gc_pause_on_embedded_in_process() -> anyhow::Result<()> {
-    gc_pause_checked(GcPauseArgs::new(BackendArgs::embedded())).await
+    gc_pause_checked(GcPauseArgs::new(BackendArgs::default())).await
 }
 
 #[tokio::test]
@@ -273,7 +286,7 @@ async fn gc_pause_sigstop_on_embedded_is_a_usage_error() -> anyhow::Result<()> {
     let args = GcPauseArgs {
         pause: PauseVariant::Sigstop,
         svg: Some(picture_dir.path().join("never.svg")),
-        ..GcPauseArgs::new(BackendArgs::embedded())
+        ..GcPauseArgs::new(BackendArgs::default())
     };
     let error = gc_pause::run(&args, &launcher())
         .await
@@ -287,28 +300,28 @@ async fn gc_pause_sigstop_on_embedded_is_a_usage_error() -> anyhow::Result<()> {
 #[tokio::test]
 async fn gc_pause_on_etcd_in_process() -> anyhow::Result<()> {
     let etcd = EtcdServer::start();
-    let backend = BackendArgs::etcd(etcd.endpoints().join(","));
+    let backend = on_etcd(etcd.endpoints().join(","));
     gc_pause_checked(server_pause(backend, PauseVariant::InProcess)).await
 }
 
 #[tokio::test]
 async fn gc_pause_on_etcd_with_sigstop() -> anyhow::Result<()> {
     let etcd = EtcdServer::start();
-    let backend = BackendArgs::etcd(etcd.endpoints().join(","));
+    let backend = on_etcd(etcd.endpoints().join(","));
     gc_pause_checked(server_pause(backend, PauseVariant::Sigstop)).await
 }
 
 #[tokio::test]
 async fn gc_pause_on_redis_in_process() -> anyhow::Result<()> {
     let redis = RedisServer::start();
-    let backend = BackendArgs::redis(redis.url());
+    let backend = on_redis(redis.url());
     gc_pause_checked(server_pause(backend, PauseVariant::InProcess)).await
 }
 
 #[tokio::test]
 async fn gc_pause_on_redis_with_sigstop() -> anyhow::Result<()> {
     let redis = RedisServer::start();
-    let backend = BackendArgs::redis(redis.url());
+    let backend = on_redis(redis.url());
     gc_pause_checked(server_pause(backend, PauseVariant::Sigstop)).await
 }
 
@@ -317,7 +330,7 @@ async fn gc_pause_on_redis_with_sigstop() -> anyhow::Result<()> {
 #[tokio::test]
 async fn gc_pause_on_postgres_in_process() -> anyhow::Result<()> {
     let postgres = SqlServer::postgres();
-    let backend = BackendArgs::sql(postgres.url());
+    let backend = on_sql(postgres.url());
     gc_pause_checked(server_pause(backend, PauseVariant::InProcess)).await
 }
 
@@ -326,30 +339,27 @@ async fn gc_pause_on_postgres_in_process() -> anyhow::Result<()> {
 #[tokio::test]
 async fn gc_pause_on_postgres_with_sigstop() -> anyhow::Result<()> {
     let postgres = SqlServer::postgres();
-    let backend = BackendArgs::sql(postgres.url());
+    let backend = on_sql(postgres.url());
     gc_pause_checked(server_pause(backend, PauseVariant::Sigstop)).await
 }
 
 #[tokio::test]
 async fn flash_sale_on_embedded_with_buyer_tasks() -> anyhow::Result<()> {
-    flash_sale_checked(flash_sale_args(BackendArgs::embedded())).await?;
+    flash_sale_checked(flash_sale_args(BackendArgs::default())).await?;
     Ok(())
 }
 
 #[tokio::test]
 async fn flash_sale_on_etcd_with_buyer_processes() -> anyhow::Result<()> {
     let etcd = EtcdServer::start();
-    flash_sale_checked(flash_sale_args(BackendArgs::etcd(
-        etcd.endpoints().join(","),
-    )))
-    .await?;
+    flash_sale_checked(flash_sale_args(on_etcd(etcd.endpoints().join(",")))).await?;
     Ok(())
 }
 
 #[tokio::test]
 async fn flash_sale_on_redis_with_buyer_processes() -> anyhow::Result<()> {
     let redis = RedisServer::start();
-    flash_sale_checked(flash_sale_args(BackendArgs::redis(redis.url()))).await?;
+    flash_sale_checked(flash_sale_args(on_redis(redis.url()))).await?;
     Ok(())
 }
 
@@ -387,7 +397,7 @@ async fn flash_sale_with_stock_in_postgres(
 #[tokio::test]
 async fn flash_sale_with_stock_in_postgres_and_postgres_locks() -> anyhow::Result<()> {
     let postgres = SqlServer::postgres();
-    flash_sale_with_stock_in_postgres(&postgres, BackendArgs::sql(postgres.url())).await
+    flash_sale_with_stock_in_postgres(&postgres, on_sql(postgres.url())).await
 }
 
 /// Buyer tasks on the in-process lock backend: the fence in the database
@@ -395,7 +405,7 @@ async fn flash_sale_with_stock_in_postgres_and_postgres_locks() -> anyhow::Resul
 #[tokio::test]
 async fn flash_sale_with_stock_in_postgres_and_embedded_locks() -> anyhow::Result<()> {
     let postgres = SqlServer::postgres();
-    flash_sale_with_stock_in_postgres(&postgres, BackendArgs::embedded()).await
+    flash_sale_with_stock_in_postgres(&postgres, BackendArgs::default()).await
 }
 
 /// `--store` takes PostgreSQL URLs only: anything else is a usage error
@@ -404,7 +414,7 @@ async fn flash_sale_with_stock_in_postgres_and_embedded_locks() -> anyhow::Resul
 async fn flash_sale_refuses_a_store_that_is_not_postgres() -> anyhow::Result<()> {
     let args = FlashSaleArgs {
         store: Some("mysql://root@127.0.0.1:1/test".into()),
-        ..FlashSaleArgs::new(BackendArgs::embedded())
+        ..FlashSaleArgs::new(BackendArgs::default())
     };
     let error = flash_sale::run(&args, &launcher())
         .await
@@ -418,7 +428,7 @@ async fn flash_sale_refuses_a_store_that_is_not_postgres() -> anyhow::Result<()>
 async fn flash_sale_refuses_a_single_buyer() -> anyhow::Result<()> {
     let args = FlashSaleArgs {
         buyers: 1,
-        ..FlashSaleArgs::new(BackendArgs::embedded())
+        ..FlashSaleArgs::new(BackendArgs::default())
     };
     let error = flash_sale::run(&args, &launcher())
         .await
@@ -429,21 +439,21 @@ async fn flash_sale_refuses_a_single_buyer() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn flash_sale_striped_on_embedded_with_buyer_tasks() -> anyhow::Result<()> {
-    striped_flash_sale_checked(FlashSaleArgs::new(BackendArgs::embedded())).await?;
+    striped_flash_sale_checked(FlashSaleArgs::new(BackendArgs::default())).await?;
     Ok(())
 }
 
 #[tokio::test]
 async fn flash_sale_striped_on_redis_with_buyer_processes() -> anyhow::Result<()> {
     let redis = RedisServer::start();
-    striped_flash_sale_checked(FlashSaleArgs::new(BackendArgs::redis(redis.url()))).await?;
+    striped_flash_sale_checked(FlashSaleArgs::new(on_redis(redis.url()))).await?;
     Ok(())
 }
 
 #[tokio::test]
 async fn flash_sale_striped_on_etcd_with_buyer_processes() -> anyhow::Result<()> {
     let etcd = EtcdServer::start();
-    let backend = BackendArgs::etcd(etcd.endpoints().join(","));
+    let backend = on_etcd(etcd.endpoints().join(","));
     striped_flash_sale_checked(FlashSaleArgs::new(backend)).await?;
     Ok(())
 }
@@ -453,7 +463,7 @@ async fn flash_sale_striped_on_etcd_with_buyer_processes() -> anyhow::Result<()>
 #[tokio::test]
 async fn flash_sale_striped_on_postgres_locks_with_buyer_processes() -> anyhow::Result<()> {
     let postgres = SqlServer::postgres();
-    let backend = BackendArgs::sql(postgres.url());
+    let backend = on_sql(postgres.url());
     striped_flash_sale_checked(FlashSaleArgs::new(backend)).await?;
     Ok(())
 }
@@ -466,7 +476,7 @@ async fn flash_sale_striped_with_stock_in_postgres() -> anyhow::Result<()> {
     let postgres = SqlServer::postgres();
     let args = FlashSaleArgs {
         store: Some(postgres.url()),
-        ..FlashSaleArgs::new(BackendArgs::embedded())
+        ..FlashSaleArgs::new(BackendArgs::default())
     };
     striped_flash_sale_checked(args).await?;
     let fenced_segments = postgres.query(
@@ -494,7 +504,7 @@ async fn flash_sale_refuses_zero_stripes_and_more_stripes_than_items() -> anyhow
         let args = FlashSaleArgs {
             stripes,
             items,
-            ..FlashSaleArgs::new(BackendArgs::embedded())
+            ..FlashSaleArgs::new(BackendArgs::default())
         };
         let error = flash_sale::run(&args, &launcher())
             .await
@@ -516,7 +526,7 @@ async fn flash_sale_refuses_zero_stripes_and_more_stripes_than_items() -> anyhow
         items: 6,
         buyers: 3,
         pause_percent: 0,
-        ..FlashSaleArgs::new(BackendArgs::embedded())
+        ..FlashSaleArgs::new(BackendArgs::default())
     };
     let run = flash_sale::measure(&args, std::time::Duration::ZERO).await?;
     assert_eq!((run.sold, run.stock_left, run.oversold()), (6, 0, 0));

@@ -168,7 +168,7 @@ async fn unreachable_services() {
     .await;
     let line = etcd_down.one_line_error(code::ERROR);
     assert!(
-        line.contains(&format!("cannot open a session on etcd at {etcd_endpoint}")),
+        line.contains(&format!("cannot connect to etcd at {etcd_endpoint}")),
         "{line}"
     );
 }

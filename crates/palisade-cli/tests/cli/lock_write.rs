@@ -266,7 +266,7 @@ async fn shared_holders_read_but_cannot_write() {
 }
 
 /// A command that does not exist: 127, and the lock is released (the next
-/// `--wait 0` gets it).
+/// `--wait 0s` gets it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_command_is_127_and_releases_the_lock() {
     let backend = Backend::redis();
@@ -280,7 +280,7 @@ async fn a_missing_command_is_127_and_releases_the_lock() {
         .one_line_error(code::COMMAND_NOT_FOUND);
     assert!(line.contains("command not found"), "{line}");
 
-    let mut next = palisade(["lock", "--wait", "0"]);
+    let mut next = palisade(["lock", "--wait", "0s"]);
     next.args(backend.flags())
         .args([name.as_str(), "--", "true"]);
     finish(next).await.assert_code(code::OK);

@@ -23,6 +23,7 @@
 
 mod bad_input;
 mod data;
+mod dev;
 mod fence_on_acquire;
 mod fixtures;
 mod force_unlock;

@@ -1,4 +1,4 @@
-//! Waiting for a held lock (`--wait`, progress lines), `--wait 0`, signals
+//! Waiting for a held lock (`--wait`, progress lines), `--wait 0s`, signals
 //! forwarded to the command, and the release that follows.
 
 use std::process::Stdio;
@@ -71,7 +71,7 @@ while :; do sleep 30; done"#,
 
     // D waits without a limit until SIGINT: it gives up with 130 and gives
     // its place in the queue back (checked by the last step: a queue entry
-    // left behind would make `--wait 0` find the lock taken).
+    // left behind would make `--wait 0s` find the lock taken).
     let mut interrupted = palisade(["lock"]);
     interrupted
         .args(backend.flags())
@@ -98,7 +98,7 @@ while :; do sleep 30; done"#,
     assert_eq!(read(files.path(), "d"), None);
 
     // C does not wait at all.
-    let mut busy = palisade(["lock", "--wait", "0"]);
+    let mut busy = palisade(["lock", "--wait", "0s"]);
     busy.args(backend.flags())
         .args([name.as_str(), "--", "true"]);
     let line = finish(busy).await.one_line_error(code::LOCK_NOT_ACQUIRED);
@@ -115,7 +115,7 @@ while :; do sleep 30; done"#,
     assert_eq!(status.code(), Some(3));
     assert_eq!(read(files.path(), "a").as_deref(), Some("forwarded\n"));
 
-    let mut next = palisade(["lock", "--wait", "0"]);
+    let mut next = palisade(["lock", "--wait", "0s"]);
     next.args(backend.flags())
         .args([name.as_str(), "--", "true"]);
     finish(next).await.assert_code(code::OK);

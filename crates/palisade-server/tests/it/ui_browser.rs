@@ -65,7 +65,11 @@ impl Browser {
         let port = free_port();
         let driver = ChildProcess::spawn(
             "chromedriver",
-            Command::new(chromedriver).arg(format!("--port={port}")),
+            // Its banner and log would land in the test run's output.
+            Command::new(chromedriver)
+                .arg(format!("--port={port}"))
+                .arg("--silent")
+                .stdout(std::process::Stdio::null()),
             None,
         )
         .expect("chromedriver starts");

@@ -59,6 +59,9 @@ pub enum EventKind {
     Acquired,
     /// A read.
     Read,
+    /// A client sent a write (what the storage made of it is the storage
+    /// lane's event).
+    WriteSent,
     /// A write the storage applied, from the newest holder.
     WriteAccepted,
     /// A write the storage applied although a newer generation had
@@ -83,6 +86,7 @@ impl EventKind {
             EventKind::Note => "note",
             EventKind::Acquired => "acquired",
             EventKind::Read => "read",
+            EventKind::WriteSent => "write-sent",
             EventKind::WriteAccepted => "write-accepted",
             EventKind::StaleWriteAccepted => "stale-write-accepted",
             EventKind::WriteRefused => "write-refused",

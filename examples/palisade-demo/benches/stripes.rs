@@ -2,7 +2,7 @@
 //! 1, 2, 4, 8 and 16 stripes, on a local Redis and on the embedded lock
 //! service, in one run.
 //!
-//! Run with: `cargo bench -p palisade-demo --bench stripes` (starts a
+//! Run with: `cargo bench -p palisade-demo --features redis --bench stripes` (starts a
 //! `redis-server` on a free port). `PALISADE_BENCH_ITEMS` (960) units per
 //! sale, `PALISADE_BENCH_ROUNDS` (3) interleaved rounds, the median round
 //! reported; `PALISADE_BENCH_HOLD_MS` (5) milliseconds each purchase holds
@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use palisade_demo::{BackendArgs, FlashSaleArgs, SaleRun, flash_sale};
+use palisade_demo::{BackendArgs, FlashSaleArgs, LockSpec, SaleRun, flash_sale};
 use palisade_testkit::redis::RedisServer;
 
 const STRIPES: [u32; 5] = [1, 2, 4, 8, 16];
@@ -69,10 +69,10 @@ async fn run() {
     let redis = backends.contains("redis").then(RedisServer::start);
     let mut chosen: Vec<(&'static str, BackendArgs)> = Vec::new();
     if let Some(redis) = &redis {
-        chosen.push(("Redis", BackendArgs::redis(redis.url())));
+        chosen.push(("Redis", LockSpec::redis(redis.url()).into()));
     }
     if backends.contains("embedded") {
-        chosen.push(("embedded", BackendArgs::embedded()));
+        chosen.push(("embedded", BackendArgs::default()));
     }
 
     let mut series = Vec::new();

@@ -42,14 +42,14 @@
 use std::time::Duration;
 
 use clap::Args;
-use palisade::LockName;
+use palisade_core::LockName;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::DemoError;
 use crate::backend::{
-    BackendArgs, BackendKind, BackendTarget, Locks, Renewal, invocation_tag, session_options,
+    BackendTarget, Locks, Renewal, invocation_tag, kind_of, session_options, target,
 };
 use crate::child::{ChildCommand, ChildLauncher, ChildMessage, ChildSpec};
 use crate::client::LocalClient;
@@ -57,6 +57,7 @@ use crate::plain_store::PlainStore;
 use crate::rng::DemoRng;
 use crate::sql_stock;
 use crate::storage::{ResourceServer, Storage, StorageTarget, WriteOutcome};
+use palisade_lock_any::{BackendArgs, BackendKind};
 
 /// The lock every buyer takes; with stripes, the prefix of the segments'
 /// lock names.
@@ -139,7 +140,7 @@ impl FlashSaleArgs {
     pub fn ttl(&self) -> Duration {
         match self.ttl_ms {
             Some(ms) => Duration::from_millis(ms),
-            None => match self.backend.backend {
+            None => match kind_of(&self.backend) {
                 BackendKind::Embedded => Duration::from_millis(500),
                 _ => Duration::from_millis(2000),
             },
@@ -332,6 +333,7 @@ pub(crate) enum BuyerEvent {
     /// Paused between reading `stock_seen` and writing it back.
     Paused {
         buyer: u32,
+        segment: usize,
         millis: u64,
         past_ttl: bool,
         generation: Option<u64>,
@@ -353,6 +355,7 @@ pub(crate) enum BuyerEvent {
     /// The resource server refused a stale sequencer; the buyer retries.
     Refused {
         buyer: u32,
+        segment: usize,
         presented: u64,
         mark: u64,
     },
@@ -360,6 +363,7 @@ pub(crate) enum BuyerEvent {
     /// than the write's generation: a stale write got through.
     StaleAccepted {
         buyer: u32,
+        segment: usize,
         presented: u64,
         mark: u64,
     },
@@ -482,6 +486,7 @@ pub(crate) async fn buy_until_sold_out(
                 tally.refused += 1;
                 report(BuyerEvent::Refused {
                     buyer,
+                    segment,
                     presented: stale.presented,
                     mark: stale.mark,
                 });
@@ -508,6 +513,7 @@ pub(crate) async fn buy_until_sold_out(
             }
             report(BuyerEvent::Paused {
                 buyer,
+                segment,
                 millis: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
                 past_ttl,
                 generation,
@@ -530,6 +536,7 @@ pub(crate) async fn buy_until_sold_out(
                     tally.stale_accepted += 1;
                     report(BuyerEvent::StaleAccepted {
                         buyer,
+                        segment,
                         presented,
                         mark,
                     });
@@ -545,6 +552,7 @@ pub(crate) async fn buy_until_sold_out(
                 tally.refused += 1;
                 report(BuyerEvent::Refused {
                     buyer,
+                    segment,
                     presented,
                     mark,
                 });
@@ -625,7 +633,7 @@ pub async fn run(
         ));
     }
     let tag = invocation_tag();
-    let kind = args.backend.backend;
+    let kind = args.backend.kind(palisade_lock_any::Defaults::Local)?;
     println!(
         "Flash sale: {} items, {} buyers ({}), lock service {}",
         args.items,
@@ -635,7 +643,7 @@ pub async fn run(
                 "tasks of this process: the embedded lock service lives in one process",
             _ => "each in its own process",
         },
-        args.backend.target(&tag).describe()
+        target(&args.backend, &tag)?.describe()
     );
     println!(
         "Lease TTL {} ms. Each buyer loops: lock, read the stock, maybe pause, write stock - 1, release.",
@@ -666,7 +674,7 @@ pub async fn run(
             describe_run(sale, args.store.is_some())
         );
         let run_tag = format!("{tag}-{}", index + 1);
-        let target = args.backend.target(&run_tag);
+        let target = target(&args.backend, &run_tag)?;
         let run = run_sale(sale, args, ttl, &target, &run_tag, Staging::Demo(launcher)).await?;
         println!("  verdict: {}", run.verdict());
         runs.push(run);
@@ -699,7 +707,7 @@ pub async fn measure(args: &FlashSaleArgs, hold: Duration) -> Result<SaleRun, De
         return Err(DemoError::usage("--buyers must be at least 1"));
     }
     let tag = invocation_tag();
-    let target = args.backend.target(&tag);
+    let target = target(&args.backend, &tag)?;
     let hold_micros = micros(hold);
     let staging = Staging::Measure { hold_micros };
     run_sale(SaleKind::LockWithFencing, args, ttl, &target, &tag, staging).await
@@ -869,8 +877,8 @@ async fn run_sale(
     let (events, mut received) = mpsc::unbounded_channel::<BuyerEvent>();
     let started;
     let mut buyers = Vec::new();
-    match (target, launcher) {
-        (BackendTarget::Embedded, _) | (_, None) => {
+    match (target.kind().is_shared(), launcher) {
+        (false, _) | (_, None) => {
             started = Instant::now();
             for plan in plans {
                 let locks = locks.clone();
@@ -884,10 +892,7 @@ async fn run_sale(
                 }));
             }
         }
-        (
-            BackendTarget::Etcd { .. } | BackendTarget::Redis { .. } | BackendTarget::Sql { .. },
-            Some(launcher),
-        ) => {
+        (true, Some(launcher)) => {
             let mut processes = Vec::new();
             for plan in plans {
                 let role = format!("buyer {}", plan.buyer);
@@ -942,7 +947,7 @@ async fn run_sale(
             _ => {}
         }
         if demo {
-            print_event(at, ttl, &event);
+            print_event(at, ttl, args.stripes > 1, &event);
         }
     }
     let mut tally = Tally::default();
@@ -1024,33 +1029,48 @@ async fn run_sale(
     })
 }
 
-fn print_event(at: Duration, ttl: Duration, event: &BuyerEvent) {
+/// One line per event worth telling. With stripes each names its segment:
+/// two buyers may hold the same generation number of two different locks.
+fn print_event(at: Duration, ttl: Duration, striped: bool, event: &BuyerEvent) {
     let at = at.as_millis();
+    let of = |segment: &usize| {
+        if striped {
+            format!(" of segment {segment}")
+        } else {
+            String::new()
+        }
+    };
     match event {
         BuyerEvent::Paused {
             buyer,
+            segment,
             millis,
             past_ttl: true,
             generation: Some(generation),
             stock_seen,
         } => println!(
-            "  {at:>6} ms  buyer {buyer}: holding generation {generation}, read stock {stock_seen}, pauses {millis} ms (past the {} ms TTL)",
+            "  {at:>6} ms  buyer {buyer}: holding generation {generation}{}, read stock {stock_seen}, pauses {millis} ms (past the {} ms TTL)",
+            of(segment),
             ttl.as_millis()
         ),
         BuyerEvent::Paused { .. } | BuyerEvent::Sold { .. } | BuyerEvent::Acquired { .. } => {}
         BuyerEvent::Refused {
             buyer,
+            segment,
             presented,
             mark,
         } => println!(
-            "  {at:>6} ms  buyer {buyer}: write refused as stale (generation {presented} < mark {mark}); takes the lock again and re-reads"
+            "  {at:>6} ms  buyer {buyer}: write{} refused as stale (generation {presented} < mark {mark}); takes the lock again and re-reads",
+            of(segment)
         ),
         BuyerEvent::StaleAccepted {
             buyer,
+            segment,
             presented,
             mark,
         } => println!(
-            "  {at:>6} ms  buyer {buyer}: STALE WRITE ACCEPTED: generation {presented}, mark after it {mark}"
+            "  {at:>6} ms  buyer {buyer}: STALE WRITE ACCEPTED{}: generation {presented}, mark after it {mark}",
+            of(segment)
         ),
     }
 }

@@ -26,7 +26,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
-use palisade::Sequencer;
+use palisade_core::Sequencer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -233,7 +233,7 @@ impl PlainClient {
 
 #[cfg(test)]
 mod tests {
-    use palisade::{Generation, LockName, Mode};
+    use palisade_core::{Generation, LockName, Mode};
 
     use super::*;
 

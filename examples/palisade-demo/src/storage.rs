@@ -3,9 +3,9 @@
 
 use std::net::SocketAddr;
 
-use palisade::client::{Client, Refused};
-use palisade::server::{ServerConfig, ServerError, run};
-use palisade::{LockName, Sequencer};
+use palisade_client::{Client, Refused};
+use palisade_core::{LockName, Sequencer};
+use palisade_server::{ServerConfig, ServerError, run};
 use serde::{Deserialize, Serialize};
 use tempfile::TempDir;
 use tokio::net::TcpListener;

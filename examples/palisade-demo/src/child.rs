@@ -360,7 +360,7 @@ async fn gc_holder(
         locks,
         session_options(Duration::from_millis(ttl_ms)),
         Storage::connect(&storage)?,
-        palisade::LockName::new(lock)?,
+        palisade_core::LockName::new(lock)?,
         key,
     );
     // This process is paused from outside (SIGSTOP), so its lease renewal

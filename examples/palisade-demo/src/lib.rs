@@ -1,5 +1,7 @@
 //! Palisade's demos as a library: the GC-pause story and the flash sale,
-//! on the embedded backend, etcd or Redis. The example binaries
+//! on the embedded backend, etcd, Redis, PostgreSQL or MariaDB. Each
+//! backend but the embedded one is behind a cargo feature of its name
+//! (`etcd`, `redis`, `sql`), so a run compiles only what it uses. The example binaries
 //! (`examples/gc-pause`, `examples/flash-sale`), `palisade demo` and the
 //! test suite all run these.
 //!
@@ -31,13 +33,14 @@
 //!   alone for the `stripes` benchmark.
 //! - [`child`]: how the demos re-run their own binary as client processes
 //!   ([`ChildLauncher`], [`run_child`]).
-//! - `backend.rs`: one session type over the three lock backends.
+//! - `backend.rs`: the backend flags of `palisade-lock-any` with the
+//!   demos' defaults, and sessions that can be paused.
 //!
 //! ```no_run
 //! use palisade_demo::{BackendArgs, ChildLauncher, GcPauseArgs, gc_pause};
 //!
 //! # async fn demo() -> Result<(), palisade_demo::DemoError> {
-//! let args = GcPauseArgs::new(BackendArgs::embedded());
+//! let args = GcPauseArgs::new(BackendArgs::default());
 //! let launcher = ChildLauncher::current_exe(["--demo-child"])?;
 //! let report = gc_pause::run(&args, &launcher).await?;
 //! assert!(report.fenced_safe());
@@ -59,14 +62,11 @@ pub mod plain_store;
 pub mod svg;
 pub mod timeline;
 
-pub use backend::{
-    BackendArgs, BackendKind, DEFAULT_ETCD_ENDPOINTS, DEFAULT_MARIADB_URL, DEFAULT_POSTGRES_URL,
-    DEFAULT_REDIS_URL,
-};
 pub use child::{ChildLauncher, run_child};
 pub use error::DemoError;
 pub use flash_sale::{FlashSaleArgs, FlashSaleReport, SaleKind, SaleRun};
 pub use gc_pause::{GcPauseArgs, GcPauseReport, GcRunReport, PauseVariant};
 pub use host::host_main;
+pub use palisade_lock_any::{BackendArgs, BackendKind, LockSpec};
 pub use plain_store::PlainStore;
 pub use storage::ResourceServer;

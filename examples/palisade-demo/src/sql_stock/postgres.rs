@@ -1,21 +1,11 @@
-//! The flash sale's stock in the user's own PostgreSQL table (`--store`).
-//!
-//! Without fencing the buyers read and write the row with plain
-//! statements, as a service that trusts its lock would. With fencing every
-//! read and every write is a `palisade_sql` fenced transaction: the fence
-//! is its first statement, so a buyer whose lease ran out while it paused
-//! is refused (`Refused::Stale`) and its transaction rolls back before
-//! it can write anything.
+//! The stock table on PostgreSQL, through sqlx and `palisade_sql`.
 
-use palisade::{LockName, Sequencer};
+use palisade_core::Sequencer;
 use palisade_sql::{FenceError, Refused};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::DemoError;
 use crate::storage::{Stale, WriteOutcome};
-
-/// The table the demo keeps its stock in, one row per item.
-pub(crate) const TABLE: &str = "palisade_demo_stock";
 
 const CREATE: &str = "CREATE TABLE IF NOT EXISTS palisade_demo_stock (\
     item TEXT PRIMARY KEY, \
@@ -141,10 +131,4 @@ impl SqlStock {
             Err(other) => Err(other.into()),
         }
     }
-}
-
-/// The row of `key` under `lock`: the lock name keeps the rows of demo
-/// runs apart, as the resource server's per-lock keyspaces do.
-pub(crate) fn item(lock: &LockName, key: &str) -> String {
-    format!("{}/{key}", lock.as_str())
 }

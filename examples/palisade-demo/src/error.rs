@@ -6,10 +6,10 @@
 //! told at all: bad flags, a lock service that is not there, a client
 //! process that died.
 
-use palisade::client::ClientError;
-use palisade::redis::RedisLockError;
-use palisade::server::ServerError;
-use palisade::{LockError, LockNameError};
+use palisade_client::ClientError;
+use palisade_core::{LockError, LockNameError};
+use palisade_lock_any::SelectError;
+use palisade_server::ServerError;
 
 /// Why a demo stopped before its verdict.
 #[derive(Debug, thiserror::Error)]
@@ -30,12 +30,6 @@ pub enum DemoError {
     /// A lock name the demo built was refused.
     #[error("lock name: {0}")]
     LockName(#[from] LockNameError),
-    /// The etcd configuration is unusable.
-    #[error("etcd configuration: {0}")]
-    EtcdConfig(#[from] palisade::etcd::ConfigError),
-    /// Connecting to Redis, or opening a Redis session, failed.
-    #[error("redis: {0}")]
-    Redis(#[from] RedisLockError),
     /// The Palisade resource server could not be reached or answered
     /// something unexpected.
     #[error("resource server: {0}")]
@@ -50,7 +44,7 @@ pub enum DemoError {
         /// Which request.
         what: String,
         /// The refusal.
-        refused: Box<palisade::client::Refused>,
+        refused: Box<palisade_client::Refused>,
     },
     /// The plain (unfenced) store could not be reached or answered badly.
     #[error("plain store at {url}: {message}")]
@@ -62,13 +56,16 @@ pub enum DemoError {
     },
     /// The stock table in the user's PostgreSQL (`--store`) could not be
     /// reached or answered badly.
+    #[cfg(feature = "sql")]
     #[error("stock table: {0}")]
     Sql(#[from] sqlx::Error),
     /// `palisade_sql` failed for a reason other than a stale sequencer
     /// (those are outcomes).
+    #[cfg(feature = "sql")]
     #[error("stock table fence: {0}")]
     Fence(#[from] palisade_sql::FenceError),
     /// `palisade_sql`'s tables could not be set up.
+    #[cfg(feature = "sql")]
     #[error("stock table schema: {0}")]
     Schema(#[from] palisade_sql::SchemaError),
     /// A stored value is not the number the demo wrote.
@@ -100,6 +97,26 @@ pub enum DemoError {
     /// A client process's specification or message is not valid JSON.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
+}
+
+/// Flags that name no usable service, or a backend this build leaves out,
+/// are usage errors; a service that cannot be reached stops the story
+/// with a hint.
+impl From<SelectError> for DemoError {
+    fn from(error: SelectError) -> Self {
+        match error {
+            SelectError::Invalid(_) | SelectError::Unsupported(_) => {
+                DemoError::usage(error.to_string())
+            }
+            SelectError::NotCompiled(kind) => DemoError::usage(format!(
+                "--backend {kind}: {error} (for example `cargo run -p example-gc-pause --features {} -- --backend {kind}`)",
+                kind.feature()
+            )),
+            other => DemoError::story(format!(
+                "{other} (start it, or give its endpoint: --etcd-endpoints, --redis-url, --database-url or one URL as --backend)"
+            )),
+        }
+    }
 }
 
 impl DemoError {

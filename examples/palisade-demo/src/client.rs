@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
-use palisade::{
+use palisade_core::{
     LeaseState, LeaseWatch, Lock, LockGuard, LockName, Mode, Sequencer, SessionOptions,
 };
 
 use crate::DemoError;
-use crate::backend::{AnyGuard, AnySession, Locks, Renewal};
+use crate::backend::{AnySession, Locks, Renewal};
 use crate::storage::{Stale, Storage, WriteOutcome};
+use palisade_lock_any::AnyGuard;
 
 /// A client with its own lock sessions and a storage connection.
 #[derive(Debug)]
@@ -30,17 +31,6 @@ pub(crate) struct LocalClient {
     /// valid. Writes carry this one, as a client that checked its lease and
     /// then paused before its request left would.
     sequencer: Option<Sequencer>,
-}
-
-impl std::fmt::Debug for Locks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Locks::Embedded(_) => "Locks::Embedded",
-            Locks::Etcd(_) => "Locks::Etcd",
-            Locks::Redis(_) => "Locks::Redis",
-            Locks::Sql(_) => "Locks::Sql",
-        })
-    }
 }
 
 impl LocalClient {
@@ -78,6 +68,7 @@ impl LocalClient {
         self.forget_hold();
         let session = self.locks.session(&self.options, self.renewal).await?;
         let guard = session
+            .lock
             .acquire_timeout(&self.lock, Mode::Exclusive, wait)
             .await?;
         let sequencer = guard.sequencer()?;
@@ -136,7 +127,7 @@ impl LocalClient {
 
     /// Releases the hold. Fails when the lock service no longer had it
     /// (the lease had already ended), which is expected after a pause.
-    pub(crate) async fn release(&mut self) -> Result<(), palisade::LockError> {
+    pub(crate) async fn release(&mut self) -> Result<(), palisade_core::LockError> {
         let guard = self.guard.take();
         self.sequencer = None;
         let result = match guard {

@@ -43,6 +43,14 @@ const MARKER_GAP: f64 = 15.0;
 /// Label rows around a lane's centre line, tried in this order.
 const LABEL_ROWS: [f64; 5] = [-16.0, 26.0, -31.0, 41.0, -46.0];
 
+/// The label rows between the lane and `row`, on `row`'s side.
+fn closer_rows(row: usize) -> impl Iterator<Item = usize> {
+    let offset = LABEL_ROWS[row];
+    (0..LABEL_ROWS.len()).filter(move |&closer| {
+        LABEL_ROWS[closer].signum() == offset.signum() && LABEL_ROWS[closer].abs() < offset.abs()
+    })
+}
+
 fn plot_width() -> f64 {
     WIDTH - LEFT - RIGHT
 }
@@ -56,6 +64,7 @@ fn colour(kind: EventKind) -> &'static str {
         EventKind::Note => "#4a5568",
         EventKind::Acquired => "#2b6cb0",
         EventKind::Read => "#718096",
+        EventKind::WriteSent => "#2c7a7b",
         EventKind::WriteAccepted => "#2f855a",
         EventKind::StaleWriteAccepted => "#dd6b20",
         EventKind::WriteRefused => "#c53030",
@@ -70,6 +79,7 @@ fn legend_name(kind: EventKind) -> &'static str {
         EventKind::Note => "note",
         EventKind::Acquired => "lock granted",
         EventKind::Read => "read",
+        EventKind::WriteSent => "write sent",
         EventKind::WriteAccepted => "write applied",
         EventKind::StaleWriteAccepted => "stale write applied",
         EventKind::WriteRefused => "write refused (409 stale)",
@@ -244,14 +254,34 @@ fn render_panel(
     // Per lane and label row, the horizontal extents already taken.
     let mut taken: Vec<Vec<Vec<(f64, f64)>>> =
         vec![vec![Vec::new(); LABEL_ROWS.len()]; Lane::ALL.len()];
+    let lane_of = |event: &Event| Lane::ALL.iter().position(|l| *l == event.lane).unwrap_or(0);
     let mut last_marker = vec![f64::MIN; Lane::ALL.len()];
+    let xs: Vec<f64> = panel
+        .events
+        .iter()
+        .map(|event| {
+            let lane_row = lane_of(event);
+            let x = x_of(millis(event)).max(last_marker[lane_row] + MARKER_GAP);
+            last_marker[lane_row] = x;
+            x
+        })
+        .collect();
     let mut drawn = Vec::with_capacity(panel.events.len());
-    for event in panel.events {
-        let lane_row = Lane::ALL.iter().position(|l| *l == event.lane).unwrap_or(0);
-        let x = x_of(millis(event)).max(last_marker[lane_row] + MARKER_GAP);
-        last_marker[lane_row] = x;
+    for (index, event) in panel.events.iter().enumerate() {
+        let lane_row = lane_of(event);
+        let x = xs[index];
         let width = event.label.chars().count() as f64 * CHAR_WIDTH;
-        let anchor_end = x + 8.0 + width > WIDTH - 8.0;
+        // The next marker on this lane: a label to the right of this one's
+        // marker would lie over it, and that marker's leader would run
+        // through the label; such a label goes to the left if it fits.
+        let next_on_lane = panel.events[index + 1..]
+            .iter()
+            .zip(&xs[index + 1..])
+            .find(|(later, _)| lane_of(later) == lane_row)
+            .map(|(_, later_x)| *later_x);
+        let crowded = next_on_lane.is_some_and(|next| next < x + 8.0 + width + 3.0);
+        let fits_left = x - 8.0 - width >= 8.0;
+        let anchor_end = x + 8.0 + width > WIDTH - 8.0 || (crowded && fits_left);
         let (start, end) = if anchor_end {
             (x - 8.0 - width, x - 8.0)
         } else {
@@ -266,15 +296,27 @@ fn render_panel(
                 })
                 .count()
         };
+        // A label's leader line runs from the marker through the rows
+        // nearer the lane on its side: it must cross no label there.
+        let crossed = |row: usize| {
+            closer_rows(row)
+                .flat_map(|closer| rows[closer].iter())
+                .any(|(taken_start, taken_end)| x >= taken_start - 3.0 && x <= taken_end + 3.0)
+        };
         // The first free row, or else the least crowded one.
         let row = (0..LABEL_ROWS.len())
-            .find(|row| overlaps(*row) == 0)
+            .find(|row| overlaps(*row) == 0 && !crossed(*row))
+            .or_else(|| (0..LABEL_ROWS.len()).find(|row| overlaps(*row) == 0))
             .unwrap_or_else(|| {
                 (0..LABEL_ROWS.len())
                     .min_by_key(|row| overlaps(*row))
                     .unwrap_or(0)
             });
         rows[row].push((start, end));
+        // Its leader keeps later labels off the rows it crosses.
+        for closer in closer_rows(row).collect::<Vec<_>>() {
+            rows[closer].push((x - 1.0, x + 1.0));
+        }
         drawn.push((event, x, row, anchor_end));
     }
     drawn.sort_by_key(|(event, ..)| {
@@ -366,6 +408,7 @@ fn render_legend(svg: &mut String, y: f64) {
     let kinds = [
         EventKind::Acquired,
         EventKind::Read,
+        EventKind::WriteSent,
         EventKind::WriteAccepted,
         EventKind::StaleWriteAccepted,
         EventKind::WriteRefused,
@@ -448,6 +491,76 @@ mod tests {
         assert!(picture.contains("t &lt;1&gt;"));
         assert!(!picture.contains("<in detail>"));
         assert!(picture.contains(r##"<g class="pause">"##));
+    }
+
+    /// The picture of the demo: A wakes and at once sends its late write.
+    /// The write's leader line must not run through the word "wakes".
+    #[test]
+    fn no_leader_line_crosses_a_label() {
+        let events = vec![
+            event(0, Lane::ClientA, EventKind::Acquired, "holds 2"),
+            event(10, Lane::ClientA, EventKind::PauseStart, "pauses"),
+            event(3000, Lane::ClientA, EventKind::PauseEnd, "wakes"),
+            event(
+                3001,
+                Lane::ClientA,
+                EventKind::LeaseLost,
+                "guard: lease lost",
+            ),
+            event(
+                3002,
+                Lane::ClientA,
+                EventKind::WriteSent,
+                "writes 130 (generation 2)",
+            ),
+        ];
+        let picture = render(
+            "t",
+            &[Panel {
+                title: "run",
+                storage_label: "resource server",
+                verdict: "SAFE",
+                events: &events,
+            }],
+        );
+        // Every label's box on the lane, and every leader line.
+        let mut labels = Vec::new();
+        let mut leaders = Vec::new();
+        for group in picture.split(r##"<g class="event""##).skip(1) {
+            let number = |key: &str, from: &str| -> f64 {
+                let rest = &from[from.find(key).expect(key) + key.len()..];
+                rest[..rest.find('"').expect("quote")]
+                    .parse()
+                    .expect("number")
+            };
+            let line = &group[group.find("<line").expect("leader")..];
+            let (x, from_y, to_y) = (
+                number("x1=\"", line),
+                number("y1=\"", line),
+                number("y2=\"", line),
+            );
+            let text = &group[group.find("<text").expect("label")..];
+            let (text_x, text_y) = (number("x=\"", text), number("y=\"", text));
+            let label = &text[text.find('>').expect(">") + 1..text.find("</text>").expect("end")];
+            let width = label.chars().count() as f64 * CHAR_WIDTH;
+            let (left, right) = if text.contains(r#"text-anchor="end""#) {
+                (text_x - width, text_x)
+            } else {
+                (text_x, text_x + width)
+            };
+            labels.push((label.to_owned(), left, right, text_y - 10.0, text_y + 2.0));
+            leaders.push((label.to_owned(), x, from_y.min(to_y), from_y.max(to_y)));
+        }
+        for (owner, x, top, bottom) in &leaders {
+            for (label, left, right, label_top, label_bottom) in &labels {
+                let crosses = label != owner
+                    && x > left
+                    && x < right
+                    && top < label_bottom
+                    && bottom > label_top;
+                assert!(!crosses, "the leader of `{owner}` runs through `{label}`");
+            }
+        }
     }
 
     #[test]

@@ -19,12 +19,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use palisade::{LeaseState, LeaseWatch, LockName, Sequencer};
+use palisade_core::{LeaseState, LeaseWatch, LockName, Sequencer};
 use tokio::time::Instant;
 
 use crate::DemoError;
 use crate::backend::{
-    BackendArgs, BackendKind, BackendTarget, Locks, Renewal, invocation_tag, session_options,
+    BackendTarget, Locks, Renewal, default_ttl, invocation_tag, kind_of, session_options, target,
 };
 use crate::child::{ChildCommand, ChildLauncher, ChildMessage, ChildProcess, ChildSpec};
 use crate::client::LocalClient;
@@ -32,6 +32,7 @@ use crate::plain_store::PlainStore;
 use crate::storage::{ResourceServer, Storage, StorageTarget, WriteOutcome};
 use crate::svg;
 use crate::timeline::{Event, EventKind, Lane, Timeline};
+use palisade_lock_any::{BackendArgs, BackendKind, Defaults};
 
 /// The lock of the story.
 const LOCK: &str = "accounts/alice";
@@ -114,7 +115,7 @@ impl GcPauseArgs {
     pub fn ttl(&self) -> Duration {
         self.ttl_ms
             .map(Duration::from_millis)
-            .unwrap_or_else(|| self.backend.backend.default_ttl())
+            .unwrap_or_else(|| default_ttl(kind_of(&self.backend)))
     }
 
     /// How long A is paused (at least).
@@ -129,14 +130,15 @@ impl GcPauseArgs {
         self.svg.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!(
                 "palisade-gc-pause-{}-{}.svg",
-                self.backend.backend.name(),
+                kind_of(&self.backend).name(),
                 self.pause.name()
             ))
         })
     }
 
     fn validate(&self) -> Result<(), DemoError> {
-        if self.pause == PauseVariant::Sigstop && self.backend.backend == BackendKind::Embedded {
+        let kind = self.backend.kind(Defaults::Local)?;
+        if self.pause == PauseVariant::Sigstop && kind == BackendKind::Embedded {
             return Err(DemoError::usage(
                 "--pause sigstop runs client A in a process of its own, and the embedded lock service lives inside one process: use --backend etcd, redis, postgres or mariadb (or --pause in-process)",
             ));
@@ -145,7 +147,7 @@ impl GcPauseArgs {
         if ttl < Duration::from_millis(100) {
             return Err(DemoError::usage("--ttl-ms must be at least 100"));
         }
-        if self.backend.backend == BackendKind::Etcd && ttl < Duration::from_secs(2) {
+        if kind == BackendKind::Etcd && ttl < Duration::from_secs(2) {
             return Err(DemoError::usage(
                 "etcd's smallest lease is 2 s: use --ttl-ms 2000 or more with --backend etcd",
             ));
@@ -270,7 +272,7 @@ pub async fn run(args: &GcPauseArgs, launcher: &ChildLauncher) -> Result<GcPause
     let tag = invocation_tag();
     println!(
         "GC-pause demo: lock service {}; client A {}; lease TTL {} ms, pause {} ms",
-        args.backend.target(&tag).describe(),
+        target(&args.backend, &tag)?.describe(),
         match args.pause {
             PauseVariant::InProcess =>
                 "paused in-process (its task sleeps, its lease renewal stops)",
@@ -285,7 +287,7 @@ pub async fn run(args: &GcPauseArgs, launcher: &ChildLauncher) -> Result<GcPause
     println!("  (plain store on {})", plain_store.url());
     let unfenced = tell(&Setup {
         fencing: false,
-        target: args.backend.target(&format!("{tag}-1")),
+        target: target(&args.backend, &format!("{tag}-1"))?,
         storage: StorageTarget::Plain {
             url: plain_store.url(),
         },
@@ -307,7 +309,7 @@ pub async fn run(args: &GcPauseArgs, launcher: &ChildLauncher) -> Result<GcPause
     );
     let fenced = tell(&Setup {
         fencing: true,
-        target: args.backend.target(&format!("{tag}-2")),
+        target: target(&args.backend, &format!("{tag}-2"))?,
         storage: StorageTarget::Fenced { url: server.url() },
         ttl,
         pause,
@@ -321,7 +323,7 @@ pub async fn run(args: &GcPauseArgs, launcher: &ChildLauncher) -> Result<GcPause
     let svg_path = args.svg_path();
     let title = format!(
         "GC pause on {}, client A paused {}; lease TTL {} ms",
-        args.backend.backend.name(),
+        kind_of(&args.backend).name(),
         match args.pause {
             PauseVariant::InProcess => "in-process",
             PauseVariant::Sigstop => "with SIGSTOP",
@@ -350,7 +352,7 @@ pub async fn run(args: &GcPauseArgs, launcher: &ChildLauncher) -> Result<GcPause
     println!("unfenced: {}", unfenced.verdict());
     println!("fenced:   {}", fenced.verdict());
     Ok(GcPauseReport {
-        backend: args.backend.backend,
+        backend: kind_of(&args.backend),
         pause: args.pause,
         unfenced,
         fenced,
@@ -674,7 +676,7 @@ async fn tell(setup: &Setup<'_>) -> Result<GcRunReport, DemoError> {
     );
     timeline.record(
         Lane::ClientA,
-        EventKind::Note,
+        EventKind::WriteSent,
         format!("writes {a_will_write} (generation {generation_a})"),
         format!(
             "writes balance = {a_will_write} with the sequencer it fetched before the pause (generation {generation_a})"
@@ -871,7 +873,7 @@ mod tests {
     fn sigstop_needs_a_lock_service_shared_across_processes() {
         let args = GcPauseArgs {
             pause: PauseVariant::Sigstop,
-            ..GcPauseArgs::new(BackendArgs::embedded())
+            ..GcPauseArgs::new(BackendArgs::default())
         };
         let error = args.validate().expect_err("usage error");
         assert!(error.is_usage());
@@ -883,7 +885,7 @@ mod tests {
         let args = GcPauseArgs {
             ttl_ms: Some(1000),
             pause_ms: Some(1000),
-            ..GcPauseArgs::new(BackendArgs::embedded())
+            ..GcPauseArgs::new(BackendArgs::default())
         };
         assert!(args.validate().expect_err("usage error").is_usage());
         let args = GcPauseArgs {
@@ -895,10 +897,12 @@ mod tests {
 
     #[test]
     fn defaults_follow_the_backend() {
-        let embedded = GcPauseArgs::new(BackendArgs::embedded());
+        let embedded = GcPauseArgs::new(BackendArgs::default());
         assert_eq!(embedded.ttl(), Duration::from_millis(1000));
         assert_eq!(embedded.pause_length(), Duration::from_millis(3000));
-        let etcd = GcPauseArgs::new(BackendArgs::etcd("127.0.0.1:2379"));
+        let etcd = GcPauseArgs::new(BackendArgs::from(palisade_lock_any::LockSpec::etcd(
+            "127.0.0.1:2379",
+        )));
         assert_eq!(etcd.ttl(), Duration::from_millis(2000));
         assert!(etcd.validate().is_ok());
         let short_etcd = GcPauseArgs {

@@ -1,0 +1,161 @@
+//! Raising a lock service's generation floor, so the next grant of a lock
+//! is above a given generation: the recovery after a lock service lost its
+//! counter (`palisade raise-floor`).
+//!
+//! One function, [`raise_floor`], over every backend that can: when core's
+//! `RaiseFloor` trait lands, this is the one place that switches to it.
+
+use palisade_core::LockName;
+
+use crate::connect::AnyClient;
+use crate::error::SelectError;
+use crate::spec::{BackendKind, LockSpec};
+
+/// Settings of a floor raise.
+#[derive(Debug, Clone, Copy)]
+pub struct FloorOptions {
+    /// etcd: the largest revision gap closed with puts; a larger one is
+    /// refused before anything is written.
+    pub max_gap: u64,
+}
+
+/// Where a floor raise stands (etcd's puts can take a while).
+#[derive(Debug, Clone, Copy)]
+pub struct FloorStep {
+    /// The revision reached so far.
+    pub revision: u64,
+    /// The revision to reach.
+    pub target: u64,
+    /// Puts acknowledged.
+    pub puts: u64,
+}
+
+/// What a floor raise did: the floor before and after. The next holder's
+/// generation is above `after`.
+#[derive(Debug, Clone, Copy)]
+pub struct FloorRaised {
+    /// The backend raised.
+    pub backend: BackendKind,
+    /// The floor before (etcd: the store revision; Redis: the lock's
+    /// counter, 0 when it was lost; SQL: the lock row's generation).
+    pub before: u64,
+    /// The floor after.
+    pub after: u64,
+}
+
+/// Raises the floor of `name` on the service `spec` names so that the next
+/// grant is above `above`. `progress` hears of etcd's puts as they go.
+///
+/// Redlock is refused: each grant takes max(floor + 1, the clock in µs),
+/// which passes a mark minted earlier by the clock anyway. So is the
+/// embedded backend, whose generations live and die with its process.
+pub async fn raise_floor(
+    spec: &LockSpec,
+    name: &LockName,
+    above: u64,
+    options: FloorOptions,
+    progress: &mut (dyn FnMut(FloorStep) + Send),
+) -> Result<FloorRaised, SelectError> {
+    match spec.kind() {
+        BackendKind::Redlock => {
+            return Err(SelectError::Unsupported(
+                "raise-floor is not available for redlock: each grant takes max(floor + 1, the clock in µs), which passes a mark minted earlier by the clock".into(),
+            ));
+        }
+        BackendKind::Embedded => {
+            return Err(SelectError::Unsupported(
+                "raise-floor does not apply to the embedded backend: its generations live and die with its process".into(),
+            ));
+        }
+        _ => {}
+    }
+    let client = AnyClient::connect(&spec.unsigned()).await?;
+    let (before, after) = match &client {
+        #[cfg(feature = "etcd")]
+        AnyClient::Etcd(client) => raise_etcd(spec, client, above, options, progress).await?,
+        #[cfg(feature = "redis")]
+        AnyClient::Redis(client) => raise_redis(spec, client, name, above).await?,
+        #[cfg(feature = "sql")]
+        AnyClient::Sql(client, _) => raise_sql(spec, client, name, above).await?,
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("redlock and embedded are refused above"),
+    };
+    Ok(FloorRaised {
+        backend: spec.kind(),
+        before,
+        after,
+    })
+}
+
+#[cfg(feature = "etcd")]
+async fn raise_etcd(
+    spec: &LockSpec,
+    client: &palisade_lock_etcd::EtcdLockClient,
+    above: u64,
+    options: FloorOptions,
+    progress: &mut (dyn FnMut(FloorStep) + Send),
+) -> Result<(u64, u64), SelectError> {
+    use palisade_lock_etcd::{RaiseFloorError, RaiseFloorOptions};
+    let floor_options = RaiseFloorOptions {
+        max_gap: options.max_gap,
+        ..RaiseFloorOptions::default()
+    };
+    let raised = client
+        .raise_floor(above, floor_options, |step| {
+            progress(FloorStep {
+                revision: step.revision,
+                target: step.target,
+                puts: step.puts,
+            })
+        })
+        .await
+        .map_err(|error| match error {
+            RaiseFloorError::Lock(error) => SelectError::Failed(format!(
+                "raising the floor on {spec} failed (the revision may have moved part of the way; run it again): {}",
+                crate::error::scrub_spec(spec, &crate::error::lock_error_text(&error))
+            )),
+            RaiseFloorError::GapTooLarge { .. } => {
+                SelectError::invalid(format!("{error}; `--max-gap` sets the limit"))
+            }
+            other => SelectError::invalid(other.to_string()),
+        })?;
+    Ok((raised.before, raised.after))
+}
+
+#[cfg(feature = "redis")]
+async fn raise_redis(
+    spec: &LockSpec,
+    client: &palisade_lock_redis::RedisLockClient,
+    name: &LockName,
+    above: u64,
+) -> Result<(u64, u64), SelectError> {
+    let failed = |error: palisade_core::LockError| {
+        SelectError::Failed(format!(
+            "raising the floor of lock `{name}` on {spec} failed: {}",
+            crate::error::scrub_spec(spec, &crate::error::lock_error_text(&error))
+        ))
+    };
+    let before = client
+        .generation_counter(name)
+        .await
+        .map_err(failed)?
+        .unwrap_or(0);
+    let after = client.raise_floor(name, above).await.map_err(failed)?;
+    Ok((before, after))
+}
+
+#[cfg(feature = "sql")]
+async fn raise_sql(
+    spec: &LockSpec,
+    client: &palisade_lock_sql::SqlLockClient,
+    name: &LockName,
+    above: u64,
+) -> Result<(u64, u64), SelectError> {
+    let raised = client.raise_floor(name, above).await.map_err(|error| {
+        SelectError::Failed(format!(
+            "raising the floor on {spec} failed (nothing was changed; run it again): {}",
+            crate::error::scrub_spec(spec, &crate::connect::sql_error_text(&error))
+        ))
+    })?;
+    Ok((raised.before, raised.after))
+}

@@ -1,0 +1,538 @@
+//! [`LockSpec`]: which lock service, where, and how sessions on it sign and
+//! mint; built from flags ([`crate::BackendArgs`]) or parsed from one URL.
+
+use std::fmt;
+use std::str::FromStr;
+
+use palisade_core::SigningKey;
+use palisade_core::redact::redact_url;
+
+use crate::error::SelectError;
+
+/// A kind of lock service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum BackendKind {
+    /// The in-process backend: no server, and no exclusion between
+    /// processes (demos and tests).
+    Embedded,
+    /// etcd v3: generations are raft-committed revisions.
+    Etcd,
+    /// Redis (single server): generations minted in the lock script.
+    Redis,
+    /// Redlock over several independent Redis masters: a grant on a
+    /// majority, generations minted by a quorum.
+    Redlock,
+    /// PostgreSQL: a lock table whose generation column never goes back.
+    Postgres,
+    /// MariaDB (or MySQL): the same lock table.
+    #[cfg_attr(feature = "clap", value(name = "mariadb", alias = "mysql"))]
+    MariaDb,
+}
+
+impl BackendKind {
+    /// `embedded`, `etcd`, `redis`, `redlock`, `postgres` or `mariadb`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Embedded => "embedded",
+            BackendKind::Etcd => "etcd",
+            BackendKind::Redis => "redis",
+            BackendKind::Redlock => "redlock",
+            BackendKind::Postgres => "postgres",
+            BackendKind::MariaDb => "mariadb",
+        }
+    }
+
+    /// The cargo feature that compiles this backend in. The `palisade`
+    /// command and the example crates name their features the same, so
+    /// the refusal of a missing backend is right for each of them.
+    pub fn feature(self) -> &'static str {
+        match self {
+            BackendKind::Embedded => "embedded",
+            BackendKind::Etcd => "etcd",
+            BackendKind::Redis | BackendKind::Redlock => "redis",
+            BackendKind::Postgres | BackendKind::MariaDb => "sql",
+        }
+    }
+
+    /// Whether this build has the backend.
+    pub fn is_compiled(self) -> bool {
+        match self {
+            BackendKind::Embedded => cfg!(feature = "embedded"),
+            BackendKind::Etcd => cfg!(feature = "etcd"),
+            BackendKind::Redis | BackendKind::Redlock => cfg!(feature = "redis"),
+            BackendKind::Postgres | BackendKind::MariaDb => cfg!(feature = "sql"),
+        }
+    }
+
+    /// Whether other processes can share the service (all but embedded).
+    pub fn is_shared(self) -> bool {
+        self != BackendKind::Embedded
+    }
+
+    /// The SQL backend a database URL names by its scheme.
+    pub fn of_database_url(url: &str) -> Result<BackendKind, SelectError> {
+        match scheme(url) {
+            Some("postgres" | "postgresql") => Ok(BackendKind::Postgres),
+            Some("mysql" | "mariadb") => Ok(BackendKind::MariaDb),
+            _ => Err(SelectError::invalid(format!(
+                "--database-url {}: expected postgres://USER@HOST:PORT/DB or mysql://USER@HOST:PORT/DB",
+                redact_url(url)
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How the Redis backend mints generations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum RedisGenerations {
+    /// max(counter + 1, Redis's time in µs): survives a restart without
+    /// persistence. The default.
+    #[default]
+    Clock,
+    /// A plain counter: small numbers, lost with Redis's data (`palisade
+    /// raise-floor` recovers).
+    Counter,
+}
+
+/// Where a lock service is.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Service {
+    /// A fresh in-process service.
+    Embedded,
+    /// etcd at these endpoints (`host:port` or `http://host:port`,
+    /// comma-separated).
+    Etcd {
+        /// The endpoint list as given.
+        endpoints: String,
+    },
+    /// One Redis server (`redis://` or `rediss://`).
+    Redis {
+        /// Its URL, password and all.
+        url: String,
+    },
+    /// Redlock over independent Redis masters.
+    Redlock {
+        /// One URL per master.
+        masters: Vec<String>,
+    },
+    /// PostgreSQL's or MariaDB's lock table.
+    Sql {
+        /// `Postgres` or `MariaDb`.
+        kind: BackendKind,
+        /// The database URL, password and all.
+        url: String,
+    },
+}
+
+impl Service {
+    /// The kind of service.
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Service::Embedded => BackendKind::Embedded,
+            Service::Etcd { .. } => BackendKind::Etcd,
+            Service::Redis { .. } => BackendKind::Redis,
+            Service::Redlock { .. } => BackendKind::Redlock,
+            Service::Sql { kind, .. } => *kind,
+        }
+    }
+}
+
+/// Shown with every secret masked ([`redact_url`]): `etcd at h:2379`,
+/// `Redis at redis://user:***@h:6379`.
+impl fmt::Display for Service {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Service::Embedded => f.write_str("the embedded lock service (in this process)"),
+            Service::Etcd { endpoints } => write!(f, "etcd at {}", redact_url(endpoints)),
+            Service::Redis { url } => write!(f, "Redis at {}", redact_url(url)),
+            Service::Redlock { masters } => {
+                let masters: Vec<String> = masters.iter().map(|url| redact_url(url)).collect();
+                write!(f, "the Redlock masters {}", masters.join(", "))
+            }
+            Service::Sql { url, .. } => write!(f, "the database at {}", redact_url(url)),
+        }
+    }
+}
+
+impl fmt::Debug for Service {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Service({self})")
+    }
+}
+
+/// One lock service chosen: where it is, the key prefix, and what its
+/// sessions stamp on their sequencers.
+///
+/// Built from the backend flags ([`crate::BackendArgs`], feature `clap`),
+/// from the constructors, or parsed from one URL:
+///
+/// | URL | service |
+/// |---|---|
+/// | `embedded:` | the in-process backend |
+/// | `etcd://h:2379,h2:2379[/prefix]` | etcd; a path is the key prefix |
+/// | `redis://[user:pass@]h:6379[/db]`, `rediss://...` | one Redis |
+/// | `redlock://h1:6379,h2:6379,h3:6379` | Redlock, one master per host |
+/// | `postgres://user@h:5432/db`, `postgresql://...` | PostgreSQL's lock table |
+/// | `mysql://user@h:3306/db`, `mariadb://...` | MariaDB's lock table |
+///
+/// ```
+/// use palisade_lock_any::{BackendKind, LockSpec};
+///
+/// let spec: LockSpec = "etcd://10.0.0.1:2379,10.0.0.2:2379/apps/locks".parse()?;
+/// assert_eq!(spec.kind(), BackendKind::Etcd);
+/// assert_eq!(spec.prefix(), Some("/apps/locks"));
+/// let spec: LockSpec = "postgres://app:hunter2@db/app".parse()?;
+/// assert_eq!(spec.to_string(), "the database at postgres://app:***@db/app");
+/// # Ok::<(), palisade_lock_any::SelectError>(())
+/// ```
+#[derive(Clone)]
+pub struct LockSpec {
+    service: Service,
+    prefix: Option<String>,
+    redis_generations: RedisGenerations,
+    redis_ca_pem: Option<Vec<u8>>,
+    issuer: Option<String>,
+    signing_key: Option<SigningKey>,
+}
+
+impl LockSpec {
+    /// `service`, with the backend's defaults: its own key prefix, its own
+    /// issuer id, unsigned sequencers.
+    pub fn new(service: Service) -> Self {
+        LockSpec {
+            service,
+            prefix: None,
+            redis_generations: RedisGenerations::default(),
+            redis_ca_pem: None,
+            issuer: None,
+            signing_key: None,
+        }
+    }
+
+    /// The in-process backend.
+    pub fn embedded() -> Self {
+        LockSpec::new(Service::Embedded)
+    }
+
+    /// etcd at `endpoints` (comma-separated).
+    pub fn etcd(endpoints: impl Into<String>) -> Self {
+        LockSpec::new(Service::Etcd {
+            endpoints: endpoints.into(),
+        })
+    }
+
+    /// One Redis server at `url`.
+    pub fn redis(url: impl Into<String>) -> Self {
+        LockSpec::new(Service::Redis { url: url.into() })
+    }
+
+    /// Redlock over `masters`, one URL each (at least three, checked when
+    /// connecting).
+    pub fn redlock(masters: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        LockSpec::new(Service::Redlock {
+            masters: masters.into_iter().map(Into::into).collect(),
+        })
+    }
+
+    /// PostgreSQL or MariaDB at `url`; the scheme says which.
+    pub fn sql(url: impl Into<String>) -> Result<Self, SelectError> {
+        let url = url.into();
+        let kind = BackendKind::of_database_url(&url)?;
+        Ok(LockSpec::new(Service::Sql { kind, url }))
+    }
+
+    /// Keys under `prefix` in etcd or Redis. The SQL backend keeps every
+    /// lock in fixed tables and refuses a prefix when connecting, rather
+    /// than ignore it: two deployments meant to be apart would share locks.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// How Redis mints generations (Redis only).
+    pub fn with_redis_generations(mut self, scheme: RedisGenerations) -> Self {
+        self.redis_generations = scheme;
+        self
+    }
+
+    /// A CA certificate (PEM) to trust for `rediss://`, instead of the
+    /// system's trust store.
+    pub fn with_redis_ca_pem(mut self, pem: Vec<u8>) -> Self {
+        self.redis_ca_pem = Some(pem);
+        self
+    }
+
+    /// The issuer id stamped on every sequencer (default: the service's
+    /// own id).
+    pub fn with_issuer(mut self, issuer: impl Into<String>) -> Self {
+        self.issuer = Some(issuer.into());
+        self
+    }
+
+    /// Sign every sequencer with `key`.
+    pub fn with_signing_key(mut self, key: SigningKey) -> Self {
+        self.signing_key = Some(key);
+        self
+    }
+
+    /// The same service and settings, without issuer or signing key: for
+    /// what mints no sequencer (inspection, floor raising).
+    pub fn unsigned(&self) -> LockSpec {
+        LockSpec {
+            issuer: None,
+            signing_key: None,
+            ..self.clone()
+        }
+    }
+
+    /// Where the service is.
+    pub fn service(&self) -> &Service {
+        &self.service
+    }
+
+    /// The kind of service.
+    pub fn kind(&self) -> BackendKind {
+        self.service.kind()
+    }
+
+    /// The key prefix, if not the backend's default.
+    pub fn prefix(&self) -> Option<&str> {
+        self.prefix.as_deref()
+    }
+
+    /// How Redis mints generations.
+    pub fn redis_generations(&self) -> RedisGenerations {
+        self.redis_generations
+    }
+
+    /// The CA certificate to trust for `rediss://`, if any.
+    pub fn redis_ca_pem(&self) -> Option<&[u8]> {
+        self.redis_ca_pem.as_deref()
+    }
+
+    /// The issuer id, if not the service's own.
+    pub fn issuer(&self) -> Option<&str> {
+        self.issuer.as_deref()
+    }
+
+    /// The signing key, if sequencers are signed.
+    pub fn signing_key(&self) -> Option<&SigningKey> {
+        self.signing_key.as_ref()
+    }
+
+    /// The URL form of the service, secrets included (for a child process
+    /// to parse again; never show it, show the spec's `Display`). The key
+    /// prefix of etcd is its path; other settings are not in the URL.
+    pub fn to_url(&self) -> String {
+        match &self.service {
+            Service::Embedded => "embedded:".to_owned(),
+            Service::Etcd { endpoints } => {
+                let hosts: Vec<&str> = endpoints
+                    .split(',')
+                    .map(|endpoint| endpoint.trim().trim_start_matches("http://"))
+                    .collect();
+                format!("etcd://{}", hosts.join(","))
+            }
+            Service::Redis { url } | Service::Sql { url, .. } => url.clone(),
+            Service::Redlock { masters } => {
+                let hosts: Vec<&str> = masters
+                    .iter()
+                    .map(|url| url.trim_start_matches("redis://").trim_end_matches('/'))
+                    .collect();
+                format!("redlock://{}", hosts.join(","))
+            }
+        }
+    }
+}
+
+/// `scheme` of `scheme://...` or `scheme:`.
+fn scheme(url: &str) -> Option<&str> {
+    url.split_once(':').map(|(scheme, _)| scheme)
+}
+
+impl FromStr for LockSpec {
+    type Err = SelectError;
+
+    /// Parses the URL forms in [`LockSpec`]'s table.
+    fn from_str(text: &str) -> Result<Self, SelectError> {
+        let text = text.trim();
+        let after = |scheme: &str| text[scheme.len()..].trim_start_matches("//");
+        match scheme(text) {
+            Some("embedded") if after("embedded:").is_empty() => Ok(LockSpec::embedded()),
+            Some("etcd") => {
+                let rest = after("etcd:");
+                let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+                if hosts.is_empty() || hosts.split(',').any(str::is_empty) {
+                    return Err(SelectError::invalid(format!(
+                        "{}: expected etcd://HOST:PORT[,HOST:PORT...][/PREFIX]",
+                        redact_url(text)
+                    )));
+                }
+                let spec = LockSpec::etcd(hosts);
+                Ok(if path.is_empty() {
+                    spec
+                } else {
+                    spec.with_prefix(format!("/{path}"))
+                })
+            }
+            Some("redis" | "rediss") => Ok(LockSpec::redis(text)),
+            Some("redlock") => {
+                let hosts = after("redlock:").trim_end_matches('/');
+                let masters: Vec<String> = hosts
+                    .split(',')
+                    .filter(|host| !host.is_empty())
+                    .map(|host| format!("redis://{host}"))
+                    .collect();
+                if masters.is_empty() || hosts.contains('/') {
+                    return Err(SelectError::invalid(format!(
+                        "{}: expected redlock://HOST:PORT,HOST:PORT,HOST:PORT (for passwords, TLS or databases give each master as a redis:// URL)",
+                        redact_url(text)
+                    )));
+                }
+                Ok(LockSpec::redlock(masters))
+            }
+            Some("postgres" | "postgresql" | "mysql" | "mariadb") => LockSpec::sql(text),
+            // A ZooKeeper backend will take `zookeeper://h:2181,h2:2181/chroot`
+            // here, like etcd's list and path.
+            _ => Err(SelectError::invalid(format!(
+                "`{}` names no lock service: expected embedded:, etcd://HOST:PORT[,...][/PREFIX], redis://..., rediss://..., redlock://HOST:PORT,..., postgres://... or mysql://...",
+                redact_url(text)
+            ))),
+        }
+    }
+}
+
+/// The service, with secrets masked.
+impl fmt::Display for LockSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.service, f)
+    }
+}
+
+/// Secrets masked: the URLs redacted, the signing key by its id only.
+impl fmt::Debug for LockSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockSpec")
+            .field("service", &self.service)
+            .field("prefix", &self.prefix)
+            .field("redis_generations", &self.redis_generations)
+            .field("redis_ca_pem", &self.redis_ca_pem.as_ref().map(Vec::len))
+            .field("issuer", &self.issuer)
+            .field(
+                "signing_key",
+                &self.signing_key.as_ref().map(SigningKey::key_id),
+            )
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> LockSpec {
+        text.parse()
+            .unwrap_or_else(|error| panic!("{text}: {error}"))
+    }
+
+    #[test]
+    fn every_url_form_names_its_service() {
+        assert_eq!(parse("embedded:").service(), &Service::Embedded);
+        assert_eq!(
+            parse("etcd://a:2379,b:2379").service(),
+            &Service::Etcd {
+                endpoints: "a:2379,b:2379".into()
+            }
+        );
+        assert_eq!(parse("etcd://a:2379/x/y").prefix(), Some("/x/y"));
+        assert_eq!(parse("etcd://a:2379").prefix(), None);
+        assert_eq!(
+            parse("rediss://u:p@h:6380/2").service(),
+            &Service::Redis {
+                url: "rediss://u:p@h:6380/2".into()
+            }
+        );
+        assert_eq!(
+            parse("redlock://a:1,b:2,c:3").service(),
+            &Service::Redlock {
+                masters: vec![
+                    "redis://a:1".into(),
+                    "redis://b:2".into(),
+                    "redis://c:3".into()
+                ]
+            }
+        );
+        assert_eq!(parse("postgresql://u@h/db").kind(), BackendKind::Postgres);
+        assert_eq!(parse("mysql://u@h/db").kind(), BackendKind::MariaDb);
+        assert_eq!(parse("mariadb://u@h/db").kind(), BackendKind::MariaDb);
+    }
+
+    #[test]
+    fn the_url_form_parses_back_to_the_same_service() {
+        for text in [
+            "embedded:",
+            "etcd://a:2379,b:2379",
+            "redis://u:secret@h:6379/1",
+            "redlock://a:1,b:2,c:3",
+            "postgres://u:secret@h:5432/db",
+            "mysql://root@h:3306/test",
+        ] {
+            let spec = parse(text);
+            assert_eq!(parse(&spec.to_url()).service(), spec.service(), "{text}");
+        }
+        let listed = LockSpec::etcd("http://a:2379, b:2379");
+        assert_eq!(listed.to_url(), "etcd://a:2379,b:2379");
+    }
+
+    #[test]
+    fn unknown_or_malformed_urls_are_refused_without_their_secrets() {
+        for text in [
+            "zookeeper://h:2181",
+            "redis+cluster://h:7000",
+            "http://h",
+            "etcd://",
+            "etcd://a,,b",
+            "redlock://",
+            "redlock://a:1/0",
+            "embedded:x",
+            "nonsense",
+        ] {
+            assert!(text.parse::<LockSpec>().is_err(), "{text}");
+        }
+        let error = "ftp://user:hunter2@h".parse::<LockSpec>().unwrap_err();
+        assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn display_and_debug_keep_secrets_out() {
+        let key = SigningKey::new("k1", vec![7u8; 32]).expect("key");
+        let spec = parse("redis://app:hunter2@h:6379?token=s3cret")
+            .with_signing_key(key)
+            .with_issuer("me");
+        for shown in [spec.to_string(), format!("{spec:?}")] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(!shown.contains("07070707"), "{shown}");
+        }
+        let masters = LockSpec::redlock(["redis://:pw1@a", "redis://:pw2@b"]).to_string();
+        assert!(
+            !masters.contains("pw1") && !masters.contains("pw2"),
+            "{masters}"
+        );
+    }
+
+    #[test]
+    fn each_backend_names_the_feature_that_compiles_it() {
+        assert_eq!(BackendKind::Redlock.feature(), "redis");
+        assert_eq!(BackendKind::MariaDb.feature(), "sql");
+        assert_eq!(BackendKind::Etcd.is_compiled(), cfg!(feature = "etcd"));
+    }
+}

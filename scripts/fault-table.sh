@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Prints the fault suite's table from the rows the scenarios appended to
+# FILE (PALISADE_FAULT_TABLE), in scenario order, and its legend.
+# Used by scripts/test.sh and scripts/faults.sh.
+#
+# Usage: scripts/fault-table.sh FILE
+set -euo pipefail
+echo "| scenario | backend | operations | faults injected | stale writes accepted | acknowledged writes lost | recovery | notes |"
+echo "|---|---|---:|---:|---:|---:|---:|---|"
+# Numbered scenarios first, then the mutation checks.
+sort -t '|' -b -k2,2V "$1"
+cat <<'LEGEND'
+
+Legend: every row but the `mutation` ones must show 0 stale writes accepted
+and 0 acknowledged writes lost. The `mutation` rows run a scenario with
+fencing turned off on purpose and must show stale writes accepted (and
+lost writes): they prove the checker sees the anomaly it exists to catch.
+LEGEND
