@@ -55,6 +55,8 @@ mod log;
 mod outcome;
 pub mod probe;
 mod record;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use config::S3Config;
 pub use error::FenceError;

@@ -55,19 +55,24 @@ pub(crate) async fn conditional_put(
 }
 
 /// Tells the answers apart. `object_store` reports `If-Match`'s 412 as
-/// `Precondition` (and a missing object as one too), and `If-None-Match:
-/// *`'s 412 as `AlreadyExists` wrapping that `Precondition`; a 409 it
-/// reports as `AlreadyExists` wrapping the HTTP error itself.
+/// `Precondition` (a missing object too), and `If-None-Match: *`'s 412 as
+/// `AlreadyExists` wrapping that `Precondition`. S3's 409 it reports as
+/// `AlreadyExists` wrapping the HTTP error itself, whose text names the
+/// status; other stores' `AlreadyExists` (the in-memory and local ones)
+/// means the object exists: the condition was false.
 pub(crate) fn classify(error: object_store::Error) -> Outcome {
     use object_store::Error;
     match error {
         Error::Precondition { .. } | Error::NotModified { .. } => Outcome::ConditionFailed,
-        Error::AlreadyExists { source, .. } => match source.downcast_ref::<object_store::Error>() {
-            Some(Error::Precondition { .. } | Error::NotModified { .. }) => {
+        Error::AlreadyExists { source, .. } => {
+            let http_409 = source.downcast_ref::<object_store::Error>().is_none()
+                && source.to_string().contains("409 Conflict");
+            if http_409 {
+                Outcome::Conflict
+            } else {
                 Outcome::ConditionFailed
             }
-            _ => Outcome::Conflict,
-        },
+        }
         Error::PermissionDenied { .. }
         | Error::Unauthenticated { .. }
         | Error::NotImplemented { .. }
@@ -166,9 +171,15 @@ mod tests {
         // A 409 is `AlreadyExists` around the HTTP error itself.
         let conflict = Error::AlreadyExists {
             path: "k".into(),
-            source: "409 ConditionalRequestConflict".into(),
+            source: "Server returned non-2xx status code: 409 Conflict: <Code>ConditionalRequestConflict</Code>".into(),
         };
         assert!(matches!(classify(conflict), Outcome::Conflict));
+        // Another store's "exists": the condition was false.
+        let exists = Error::AlreadyExists {
+            path: "k".into(),
+            source: "Object already exists at that location".into(),
+        };
+        assert!(matches!(classify(exists), Outcome::ConditionFailed));
         let denied = Error::PermissionDenied {
             path: "k".into(),
             source: "403".into(),

@@ -112,9 +112,7 @@ impl FenceRecord {
 }
 
 /// Builds the attributes of a fenced write.
-pub(crate) fn attributes<'a>(
-    pairs: impl IntoIterator<Item = (&'static str, String)>,
-) -> Attributes {
+pub(crate) fn attributes(pairs: impl IntoIterator<Item = (&'static str, String)>) -> Attributes {
     pairs
         .into_iter()
         .map(|(name, value)| {
