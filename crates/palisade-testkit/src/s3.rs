@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use base64::Engine as _;
 use tempfile::TempDir;
 
 use crate::process::{self, ChildProcess};
@@ -311,6 +312,35 @@ impl S3Server {
             .ok_or_else(|| io::Error::other("moto is not running"))
     }
 
+    /// The writes the server acknowledged, in the order it applied them,
+    /// from its journal (persistent servers only): `(path, body)` of every
+    /// successful `PUT` (`/<bucket>/<key>`). The store's own commit order,
+    /// for a checker.
+    pub fn acknowledged_puts(&self) -> io::Result<Vec<(String, Vec<u8>)>> {
+        let text = std::fs::read_to_string(self.dir.path().join("journal.jsonl"))?;
+        let mut puts = Vec::new();
+        for line in text.lines() {
+            // A torn last line: its request was never answered.
+            let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
+                break;
+            };
+            let field = |name: &str| {
+                entry["environ"][name]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            if field("REQUEST_METHOD") != "PUT" || !field("QUERY_STRING").is_empty() {
+                continue;
+            }
+            let body = base64::engine::general_purpose::STANDARD
+                .decode(entry["body"].as_str().unwrap_or_default())
+                .map_err(io::Error::other)?;
+            puts.push((field("PATH_INFO"), body));
+        }
+        Ok(puts)
+    }
+
     /// Creates a bucket (an unsigned `PUT /<bucket>`, which moto accepts).
     pub fn create_bucket(&self, bucket: &str) -> io::Result<()> {
         let mut stream = TcpStream::connect(self.address())?;
@@ -380,6 +410,11 @@ impl ConditionStrippingProxy {
     /// `http://127.0.0.1:<port>`: the endpoint to give clients.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.address)
+    }
+
+    /// The proxy's address.
+    pub fn address(&self) -> SocketAddr {
+        self.address
     }
 
     /// How many condition headers were removed so far.
