@@ -16,14 +16,14 @@
 //! skips the start-up probe: the checker must then report the held write.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use palisade::embedded::EmbeddedLockClient;
 use palisade::{Lock, LockGuard, LockName, Mode, SessionOptions};
 use palisade_fence_object::testing::FaultyStore;
-use palisade_fence_object::{FenceError, ObjectFence, Path, RetryBudget, S3Config};
+use palisade_fence_object::{FenceError, FenceStats, ObjectFence, Path, RetryBudget, S3Config};
 use palisade_testkit::checker::{CheckOptions, FinalState, Report, check};
 use palisade_testkit::history::{Event, OpKind, Phase, Recorder};
 use palisade_testkit::proxy::{Fault, FaultProxy, Loss};
@@ -70,10 +70,13 @@ struct Shared {
 }
 
 /// Runs the scenario and returns the checker's report and what the held
-/// write came to. `strip_conditions`: the mutation run.
+/// write came to. `strip_conditions`: the mutation run. The row's note
+/// adds what the fences and proxies counted: writes whose answer was lost
+/// and that were read back (each returned as landed or not, so the history
+/// holds no write in doubt), 412s, 409s, chunks lost and resets.
 pub async fn object_store_under_faults(
     name: &str,
-    scenario: Scenario,
+    mut scenario: Scenario,
     strip_conditions: bool,
 ) -> anyhow::Result<(Report, Held)> {
     let mut run = FaultRun::new(name)?;
@@ -96,6 +99,7 @@ pub async fn object_store_under_faults(
     });
 
     let mut proxies = Vec::new();
+    let mut fences = Vec::new();
     let mut tasks = Vec::new();
     for client in 0..CLIENTS {
         let proxy = FaultProxy::start(&format!("client {client} to S3"), upstream)?;
@@ -113,10 +117,11 @@ pub async fn object_store_under_faults(
         } else {
             ObjectFence::open(faulty.clone(), format!("moto via {}", proxy.url())).await?
         };
-        let fence = fence.with_retry(RetryBudget {
+        let fence = Arc::new(fence.with_retry(RetryBudget {
             total: Duration::from_secs(20),
             ..RetryBudget::default()
-        });
+        }));
+        fences.push(Arc::clone(&fence));
         let recorder = Recorder::open(&run.history_path(&format!("c{client}")))?;
         tasks.push(tokio::spawn(client_loop(
             client,
@@ -208,6 +213,27 @@ pub async fn object_store_under_faults(
         live_bound: Some(Duration::from_secs(30)),
     };
     let report = check(&events, &final_state, &options);
+    let counted = |counter: fn(&FenceStats) -> &AtomicU64| -> u64 {
+        fences
+            .iter()
+            .map(|fence| counter(fence.stats()).load(Ordering::Relaxed))
+            .sum()
+    };
+    let lost: u64 = proxies.iter().map(|proxy| proxy.stats().chunks_lost).sum();
+    let resets: u64 = proxies
+        .iter()
+        .map(|proxy| proxy.stats().connections_reset)
+        .sum();
+    let counts = format!(
+        "{} writes in doubt read back, {} answered 412, {} answered 409; {lost} chunks lost and {resets} connections reset by the proxies",
+        counted(|stats| &stats.in_doubt),
+        counted(|stats| &stats.precondition_failed),
+        counted(|stats| &stats.conflicts),
+    );
+    scenario.note = Some(match scenario.note.take() {
+        Some(note) => format!("{note}; {counts}"),
+        None => counts,
+    });
     eprintln!(
         "[{name}] {} on {}: {report}",
         scenario.name, scenario.backend
@@ -223,7 +249,7 @@ pub async fn object_store_under_faults(
 /// told to stop.
 async fn client_loop(
     client: usize,
-    fence: ObjectFence,
+    fence: Arc<ObjectFence>,
     faulty: Arc<FaultyStore>,
     locks: EmbeddedLockClient,
     mut recorder: Recorder,
