@@ -51,6 +51,8 @@ command -v mariadbd     >/dev/null || missing+=(mariadb-server)
 # The dashboard's browser test (/ui in headless Chromium via chromedriver).
 command -v chromium     >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
+# moto's S3 for the object-store tests: the testkit pip-installs it into a venv under target/ on first use, once per run.
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3 python3-venv)
 if ((${#missing[@]})); then
   step "installing ${missing[*]}"
   sudo=""

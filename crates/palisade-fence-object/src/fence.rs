@@ -547,9 +547,15 @@ impl ObjectFence {
         }
     }
 
-    fn refuse(&self, sequencer: &Sequencer, marks: Marks, path: &Path) -> Refused {
+    /// A stale refusal, counted and traced; `at` names the object or slot.
+    pub(crate) fn refuse(
+        &self,
+        sequencer: &Sequencer,
+        marks: Marks,
+        at: &dyn std::fmt::Display,
+    ) -> Refused {
         FenceStats::count(&self.stats.refused);
-        tracing::info!(target: "palisade_fence_object", lock = %sequencer.lock(), mode = %sequencer.mode(), generation = sequencer.generation().get(), %marks, %path, "stale write refused");
+        tracing::info!(target: "palisade_fence_object", lock = %sequencer.lock(), mode = %sequencer.mode(), generation = sequencer.generation().get(), %marks, %at, "stale write refused");
         Refused::Stale {
             lock: sequencer.lock().clone(),
             mode: sequencer.mode(),

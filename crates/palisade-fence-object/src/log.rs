@@ -187,7 +187,11 @@ impl FencedLog {
                 }));
             }
             let Some(after) = tail.marks.admit(sequencer.mode(), sequencer.generation()) else {
-                return Ok(Err(self.refuse(&sequencer, tail.marks, tail.slot)));
+                return Ok(Err(self.fence.refuse(
+                    &sequencer,
+                    tail.marks,
+                    &self.slot_path(tail.slot + 1),
+                )));
             };
             if body.is_none() && after == tail.marks && tail.slot > 0 {
                 return Ok(Ok(Appended {
@@ -277,18 +281,6 @@ impl FencedLog {
             lock: Some(sequencer.lock().to_string()),
         });
         Appended { slot, marks }
-    }
-
-    fn refuse(&self, sequencer: &Sequencer, marks: Marks, slot: u64) -> Refused {
-        FenceStats::count(&self.fence.stats.refused);
-        tracing::info!(target: "palisade_fence_object", lock = %sequencer.lock(), mode = %sequencer.mode(), generation = sequencer.generation().get(), %marks, slot, "stale log append refused");
-        Refused::Stale {
-            lock: sequencer.lock().clone(),
-            mode: sequencer.mode(),
-            presented: sequencer.generation(),
-            marks,
-            regression: false,
-        }
     }
 
     /// The last entry in the store: the highest slot listed under the
