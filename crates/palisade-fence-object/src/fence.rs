@@ -385,6 +385,17 @@ impl ObjectFence {
                 Outcome::ConditionFailed => {
                     FenceStats::count(&self.stats.precondition_failed);
                     self.forget(path);
+                    if budget.expired() {
+                        return Err(self.or_in_doubt(
+                            store_error(
+                                &self.name,
+                                "the object kept changing until the retry budget ran out",
+                            ),
+                            &in_doubt,
+                            path,
+                            &write_id,
+                        ));
+                    }
                 }
                 Outcome::Conflict => {
                     FenceStats::count(&self.stats.conflicts);
@@ -457,24 +468,38 @@ impl ObjectFence {
                 None => PutMode::Create,
             };
             let payload = PutPayload::from(next.encode(sequencer.lock()));
-            match conditional_put(
+            let outcome = conditional_put(
                 self.store.as_ref(),
                 &path,
                 payload,
                 mode,
                 Default::default(),
             )
-            .await
-            {
+            .await;
+            match outcome {
                 Outcome::Landed(_) => {
                     FenceStats::count(&self.stats.landed);
                     tracing::info!(target: "palisade_fence_object", lock = %sequencer.lock(), generation = sequencer.generation().get(), marks = %after, "lock fenced at the store");
                     return Ok(Ok(after));
                 }
-                Outcome::ConditionFailed => FenceStats::count(&self.stats.precondition_failed),
+                Outcome::ConditionFailed => {
+                    FenceStats::count(&self.stats.precondition_failed);
+                    if budget.expired() {
+                        return Err(store_error(
+                            &self.name,
+                            format!(
+                                "the fence object `{path}` kept changing until the retry budget ran out"
+                            ),
+                        ));
+                    }
+                }
                 // Reading again resolves both: the marks are there or not.
                 Outcome::Conflict | Outcome::InDoubt(_) => {
-                    FenceStats::count(&self.stats.conflicts);
+                    FenceStats::count(if matches!(outcome, Outcome::Conflict) {
+                        &self.stats.conflicts
+                    } else {
+                        &self.stats.in_doubt
+                    });
                     if !budget.pause().await {
                         return Err(store_error(
                             &self.name,

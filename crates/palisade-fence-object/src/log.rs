@@ -229,7 +229,11 @@ impl FencedLog {
                         Outcome::Conflict => FenceStats::count(&self.fence.stats.conflicts),
                         _ => FenceStats::count(&self.fence.stats.in_doubt),
                     }
-                    if !matches!(outcome, Outcome::ConditionFailed) && !budget.pause().await {
+                    let go_on = match outcome {
+                        Outcome::ConditionFailed => !budget.expired(),
+                        _ => budget.pause().await,
+                    };
+                    if !go_on {
                         return Err(match outcome {
                             Outcome::InDoubt(message) => FenceError::InDoubt {
                                 store: self.fence.name.clone(),

@@ -126,6 +126,11 @@ impl Budget {
         }
     }
 
+    /// Whether the budget's time is up (for tries that go again at once).
+    pub(crate) fn expired(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+
     /// Pauses before the next try; `false` (without pausing) when the
     /// budget is spent.
     pub(crate) async fn pause(&mut self) -> bool {
