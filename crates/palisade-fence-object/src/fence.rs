@@ -71,6 +71,8 @@ struct Known {
     e_tag: String,
     version: u64,
     generation: u64,
+    /// The lock whose holder wrote it (`None`: written without the fence).
+    lock: Option<String>,
 }
 
 /// At most this many objects' versions are remembered; beyond, the memory
@@ -322,6 +324,22 @@ impl ObjectFence {
                     return Err(self.or_in_doubt(error, &in_doubt, path, &write_id));
                 }
             };
+            // Generations of different locks do not compare: an object is
+            // guarded by one lock.
+            if let Some(other) = current.as_ref().and_then(|c| c.lock.as_deref())
+                && other != sequencer.lock().as_str()
+            {
+                let requested =
+                    palisade_core::LockName::new(other).map_err(|error| FenceError::Corrupt {
+                        path: path.to_string(),
+                        detail: error.to_string(),
+                    })?;
+                FenceStats::count(&self.stats.refused);
+                return Ok(Err(Refused::LockMismatch {
+                    requested,
+                    presented: sequencer.lock().clone(),
+                }));
+            }
             if let Some(written_by) = current.as_ref().map(|c| c.generation)
                 && written_by > generation
             {
@@ -373,6 +391,7 @@ impl ObjectFence {
                                 e_tag: e_tag.clone(),
                                 version,
                                 generation,
+                                lock: Some(sequencer.lock().to_string()),
                             },
                         );
                     }
@@ -552,6 +571,7 @@ impl ObjectFence {
                 e_tag: head.e_tag?,
                 version: head.version,
                 generation: head.generation.unwrap_or(0),
+                lock: head.lock,
             })
         }))
     }
@@ -598,6 +618,7 @@ impl ObjectFence {
                     e_tag: e_tag.clone(),
                     version: head.version,
                     generation,
+                    lock: head.lock.clone(),
                 },
             );
         }
