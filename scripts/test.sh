@@ -70,6 +70,8 @@ command -v java         >/dev/null || missing+=(default-jre-headless)
 /usr/bin/python3 -c 'import kazoo' 2>/dev/null || missing+=(python3-kazoo)
 # The linker: links the test binaries several times faster than ld.
 command -v mold         >/dev/null || missing+=(mold)
+# moto's S3 for the object-store tests: the testkit pip-installs it into a venv under target/ on first use, once per run.
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3 python3-venv)
 if ((${#missing[@]})); then
   if [[ $(id -u) -eq 0 ]]; then
     sudo=""

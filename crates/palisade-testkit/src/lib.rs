@@ -38,6 +38,7 @@ pub mod lock_suite;
 pub mod process;
 pub mod proxy;
 pub mod redis;
+pub mod s3;
 pub mod signing_suite;
 pub mod sql;
 pub mod tls;

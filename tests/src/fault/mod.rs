@@ -63,6 +63,7 @@
 
 mod client;
 pub mod net;
+pub mod object;
 mod resource;
 mod run;
 mod table;
