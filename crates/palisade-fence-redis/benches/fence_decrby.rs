@@ -88,7 +88,12 @@ async fn run() {
             .map(|lock| Sequencer::new(lock.clone(), Mode::Exclusive, Generation::MIN))
             .collect(),
     );
-    let keys: Arc<Vec<String>> = Arc::new(locks.iter().map(|lock| fence.data_key(lock, "stock")).collect());
+    let keys: Arc<Vec<String>> = Arc::new(
+        locks
+            .iter()
+            .map(|lock| fence.data_key(lock, "stock"))
+            .collect(),
+    );
     for key in keys.iter() {
         let _: () = redis::cmd("SET")
             .arg(key)
@@ -118,10 +123,15 @@ async fn run() {
                 })
                 .await,
             );
-            let (fence, keys_fenced, sequencers) = (fence.clone(), keys.clone(), sequencers.clone());
+            let (fence, keys_fenced, sequencers) =
+                (fence.clone(), keys.clone(), sequencers.clone());
             fenced.push(
                 measure(clients, secs, move |client| {
-                    let (fence, key, sequencers) = (fence.clone(), keys_fenced[client].clone(), sequencers.clone());
+                    let (fence, key, sequencers) = (
+                        fence.clone(),
+                        keys_fenced[client].clone(),
+                        sequencers.clone(),
+                    );
                     async move {
                         fence
                             .decr_by(&sequencers[client], key, 1)
@@ -156,9 +166,12 @@ async fn server_time(
 ) {
     use hmac::{Hmac, KeyInit, Mac};
     const CALLS: u32 = 2000;
-    redis
-        .command(&["FUNCTION", "LOAD", "REPLACE", include_str!("hmac_sha256.lua")])
-        .expect("load the HMAC library");
+    let hmac_sha = redis
+        .command(&["SCRIPT", "LOAD", include_str!("hmac_sha256.lua")])
+        .expect("load the HMAC script");
+    let noop_sha = redis
+        .command(&["SCRIPT", "LOAD", "return 'x'"])
+        .expect("load the empty script");
     let secret = [0x5au8; 32];
     let signed = palisade_core::Signer::new(
         "redis-bench",
@@ -167,15 +180,16 @@ async fn server_time(
     .expect("a signer")
     .sign(sequencer.clone());
     let payload = signed.to_string();
-    let mut expected = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&secret).expect("any key length");
+    let mut expected =
+        <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&secret).expect("any key length");
     expected.update(payload.as_bytes());
     let expected = expected.finalize().into_bytes().to_vec();
-    let call = |function: &'static str| {
-        let mut call = redis::cmd("FCALL");
-        call.arg(function).arg(0).arg(&secret[..]).arg(&payload);
+    let call = |sha: &str| {
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(sha).arg(0).arg(&secret[..]).arg(&payload);
         call
     };
-    let lua: Vec<u8> = call("palisade_bench_hmac")
+    let lua: Vec<u8> = call(&hmac_sha)
         .query_async(&mut manager.clone())
         .await
         .expect("the Lua HMAC");
@@ -196,30 +210,51 @@ async fn server_time(
     for (what, command) in [
         ("plain DECRBY", "decrby"),
         ("fenced DECRBY (palisade_fence_apply)", "fcall"),
-        ("an empty function call", "fcall"),
-        ("HMAC-SHA256 of a sequencer in Lua", "fcall"),
+        ("an empty script (EVALSHA)", "evalsha"),
+        (
+            "HMAC-SHA256 of a sequencer in a Lua script (EVALSHA)",
+            "evalsha",
+        ),
     ] {
         redis.command(&["CONFIG", "RESETSTAT"]).expect("RESETSTAT");
         for _ in 0..CALLS {
             match what {
                 "plain DECRBY" => {
-                    let _: i64 = redis::cmd("DECRBY").arg(key).arg(1).query_async(&mut manager.clone()).await.expect("DECRBY");
+                    let _: i64 = redis::cmd("DECRBY")
+                        .arg(key)
+                        .arg(1)
+                        .query_async(&mut manager.clone())
+                        .await
+                        .expect("DECRBY");
                 }
-                "an empty function call" => {
-                    let _: String = call("palisade_bench_noop").query_async(&mut manager.clone()).await.expect("noop");
+                "an empty script (EVALSHA)" => {
+                    let _: String = call(&noop_sha)
+                        .query_async(&mut manager.clone())
+                        .await
+                        .expect("noop");
                 }
-                "HMAC-SHA256 of a sequencer in Lua" => {
-                    let _: Vec<u8> = call("palisade_bench_hmac").query_async(&mut manager.clone()).await.expect("hmac");
+                "HMAC-SHA256 of a sequencer in a Lua script (EVALSHA)" => {
+                    let _: Vec<u8> = call(&hmac_sha)
+                        .query_async(&mut manager.clone())
+                        .await
+                        .expect("hmac");
                 }
                 _ => {
-                    fence.decr_by(sequencer, key.to_owned(), 1).await.expect("no failure").expect("accepted");
+                    fence
+                        .decr_by(sequencer, key.to_owned(), 1)
+                        .await
+                        .expect("no failure")
+                        .expect("accepted");
                 }
             }
         }
         rows.push((what, per_call(command)));
     }
     println!();
-    println!("Redis CPU per call (INFO commandstats usec_per_call, {CALLS} calls each; payload {} bytes)", payload.len());
+    println!(
+        "Redis CPU per call (INFO commandstats usec_per_call, {CALLS} calls each; payload {} bytes)",
+        payload.len()
+    );
     println!("| call | µs per call in Redis |");
     println!("|---|---:|");
     for (what, usec) in rows {

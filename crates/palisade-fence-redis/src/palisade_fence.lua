@@ -18,14 +18,13 @@ local EXACT = 9007199254740991
 -- `text` if it is a canonical decimal u64 (no sign, no leading zero), 0
 -- only when `zero_ok`; else nil.
 local function decimal(text, zero_ok)
-  if type(text) ~= 'string' or #text == 0 or #text > 20 or not string.find(text, '^%d+$') then
-    return nil
-  end
   if text == '0' then
     if zero_ok then return text end
     return nil
   end
-  if string.byte(text, 1) == 48 then return nil end
+  if type(text) ~= 'string' or #text > 20 or not string.find(text, '^[1-9]%d*$') then
+    return nil
+  end
   if #text == 20 and text > U64_MAX then return nil end
   return text
 end
@@ -33,6 +32,7 @@ end
 -- a >= b for canonical decimals, byte by byte (no locale collation).
 local function ge(a, b)
   if #a ~= #b then return #a > #b end
+  if a == b then return true end
   for i = 1, #a do
     local x, y = string.byte(a, i), string.byte(b, i)
     if x ~= y then return x > y end
@@ -139,6 +139,17 @@ local function apply(keys, args)
   local kind, value, results = {}, {}, {}
   for index, op in ipairs(ops) do
     local key = op.key
+    if kind[key] == nil and op.code == 'incr' then
+      -- One GET tells both the kind and the value of a counter.
+      local got = redis.pcall('GET', key)
+      if type(got) == 'table' then
+        kind[key] = 'other'
+      elseif got then
+        kind[key], value[key] = 'string', got
+      else
+        kind[key] = 'none'
+      end
+    end
     if kind[key] == nil then kind[key] = redis.call('TYPE', key)['ok'] end
     local needs = NEEDS[op.code]
     if needs and kind[key] ~= 'none' and kind[key] ~= needs then

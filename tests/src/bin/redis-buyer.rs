@@ -84,7 +84,9 @@ async fn main() -> anyhow::Result<()> {
         .with_keepalive_interval(ttl / 4)
         .with_safety_margin(ttl / 4);
     let lock = LockName::new(args.lock.as_str())?;
-    let locks = RedisLockClient::connect(RedisConfig::new(&args.redis)).await?.session(options)?;
+    let locks = RedisLockClient::connect(RedisConfig::new(&args.redis))
+        .await?
+        .session(options)?;
     let fence = RedisFence::connect(&args.redis).await?;
     let stock = fence.data_key(&lock, "stock");
     say("READY");
@@ -94,12 +96,23 @@ async fn main() -> anyhow::Result<()> {
     let mut sales = 0u64;
     let mut gate = args.gate;
     while !*stop.borrow() {
-        record(Event::now(id, Phase::Invoke, OpKind::Acquire, lock.as_str()))?;
+        record(Event::now(
+            id,
+            Phase::Invoke,
+            OpKind::Acquire,
+            lock.as_str(),
+        ))?;
         operations += 1;
-        let guard = match locks.acquire_timeout(&lock, Mode::Exclusive, Duration::from_secs(15)).await {
+        let guard = match locks
+            .acquire_timeout(&lock, Mode::Exclusive, Duration::from_secs(15))
+            .await
+        {
             Ok(guard) => guard,
             Err(error) => {
-                record(Event::now(id, Phase::Unknown, OpKind::Acquire, lock.as_str()).detail(error.kind()))?;
+                record(
+                    Event::now(id, Phase::Unknown, OpKind::Acquire, lock.as_str())
+                        .detail(error.kind()),
+                )?;
                 // Redis may be restarting.
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
@@ -110,7 +123,9 @@ async fn main() -> anyhow::Result<()> {
         record(Event::now(id, Phase::Ok, OpKind::Acquire, lock.as_str()).generation(generation))?;
         say(format!("GRANTED {lock} {generation} {sequencer}"));
         let left = match fence.get(&sequencer, stock.clone()).await {
-            Ok(Ok(read)) => read.value.map_or(0, |bytes| String::from_utf8_lossy(&bytes).parse::<i64>().unwrap_or(0)),
+            Ok(Ok(read)) => read.value.map_or(0, |bytes| {
+                String::from_utf8_lossy(&bytes).parse::<i64>().unwrap_or(0)
+            }),
             Ok(Err(_)) | Err(_) => {
                 let _ = guard.release().await;
                 continue;
@@ -133,7 +148,11 @@ async fn main() -> anyhow::Result<()> {
         let sale = format!("{id}-{sales}");
         let key = format!("sale/{sale}");
         let value = format!("{sale}@{generation}");
-        let event = |phase| Event::now(id, phase, OpKind::Write, lock.as_str()).generation(generation).write(&sale, &key, &value);
+        let event = |phase| {
+            Event::now(id, phase, OpKind::Write, lock.as_str())
+                .generation(generation)
+                .write(&sale, &key, &value)
+        };
         record(event(Phase::Invoke))?;
         operations += 1;
         let batch = Batch::new()
@@ -153,14 +172,24 @@ async fn main() -> anyhow::Result<()> {
                 say(format!("REFUSED {lock} {generation} {detail}"));
             }
             Err(error) => {
-                let phase = if error.is_unknown_outcome() { Phase::Unknown } else { Phase::Fail };
+                let phase = if error.is_unknown_outcome() {
+                    Phase::Unknown
+                } else {
+                    Phase::Fail
+                };
                 record(event(phase).detail(error.to_string()))?;
                 say(format!("GAVEUP {lock} {generation} {error}"));
             }
         }
-        record(Event::now(id, Phase::Invoke, OpKind::Release, lock.as_str()).generation(generation))?;
+        record(
+            Event::now(id, Phase::Invoke, OpKind::Release, lock.as_str()).generation(generation),
+        )?;
         let released = guard.release().await;
-        let phase = if released.is_ok() { Phase::Ok } else { Phase::Fail };
+        let phase = if released.is_ok() {
+            Phase::Ok
+        } else {
+            Phase::Fail
+        };
         record(Event::now(id, phase, OpKind::Release, lock.as_str()).generation(generation))?;
     }
     say(format!("DONE {operations}"));

@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use palisade::LockName;
 use palisade_testkit::redis::{Persistence, RedisOptions, RedisServer};
-use palisade_tests::fault::{ClientLine, ClientProcess, FaultRun, FinalState, Invariant, Report, Scenario};
+use palisade_tests::fault::{
+    ClientLine, ClientProcess, FaultRun, FinalState, Invariant, Report, Scenario,
+};
 
 use crate::{EXIT, STEP, live_within};
 
@@ -39,19 +41,33 @@ async fn redis_kill_9_with_aof_always_under_the_fenced_flash_sale() -> anyhow::R
     report.assert_holds(&[Invariant::Live]);
     assert_eq!(sale.late, "stale", "a's late sale is refused: {sale:?}");
     assert_eq!(sale.oversold, 0, "{sale:?}");
-    assert_eq!((sale.acknowledged, sale.left), (STOCK, 0), "every item sold once: {sale:?}");
+    assert_eq!(
+        (sale.acknowledged, sale.left),
+        (STOCK, 0),
+        "every item sold once: {sale:?}"
+    );
     Ok(())
 }
 
 /// The documented regression: without persistence the restart takes the
 /// marks, and the checker must say what that cost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_restart_without_persistence_under_the_fenced_flash_sale_is_caught_by_the_checker() -> anyhow::Result<()> {
+async fn redis_restart_without_persistence_under_the_fenced_flash_sale_is_caught_by_the_checker()
+-> anyhow::Result<()> {
     let sale = flash_sale_with_a_restart("r20", Persistence::None).await?;
     let report = &sale.report;
-    assert_eq!(sale.late, "accepted", "with its marks gone, a's late sale lands: {sale:?}");
-    assert!(report.count(Invariant::Stale) >= 1, "the checker reports the stale sale: {report}");
-    assert!(report.lost_writes() >= 1, "the checker reports the sales Redis forgot: {report}");
+    assert_eq!(
+        sale.late, "accepted",
+        "with its marks gone, a's late sale lands: {sale:?}"
+    );
+    assert!(
+        report.count(Invariant::Stale) >= 1,
+        "the checker reports the stale sale: {report}"
+    );
+    assert!(
+        report.lost_writes() >= 1,
+        "the checker reports the sales Redis forgot: {report}"
+    );
     Ok(())
 }
 
@@ -96,7 +112,8 @@ async fn flash_sale_with_a_restart(tag: &str, persistence: Persistence) -> anyho
     for index in 0..3 {
         others.push(run.spawn_buyer(&binaries, &format!("b{index}"), &args(false))?);
     }
-    let fault = format!("SIGSTOP buyer a (generation {held}) holding its sale; SIGKILL redis, restart it");
+    let fault =
+        format!("SIGSTOP buyer a (generation {held}) holding its sale; SIGKILL redis, restart it");
     run.inject(&fault)?;
     // a's lease lapses; a newer buyer sells.
     run.wait_any(STEP, |client, line| match line {
@@ -111,7 +128,9 @@ async fn flash_sale_with_a_restart(tag: &str, persistence: Persistence) -> anyho
     let late = a
         .wait_for(STEP, |line| match line {
             ClientLine::Wrote { generation, .. } if *generation == held => Some("accepted"),
-            ClientLine::Refused { generation, detail, .. } if *generation == held => Some(if detail == "stale" { "stale" } else { "other" }),
+            ClientLine::Refused {
+                generation, detail, ..
+            } if *generation == held => Some(if detail == "stale" { "stale" } else { "other" }),
             ClientLine::GaveUp { generation, .. } if *generation == held => Some("unknown"),
             _ => None,
         })
@@ -121,7 +140,11 @@ async fn flash_sale_with_a_restart(tag: &str, persistence: Persistence) -> anyho
     // Everyone sells until the stock (or what Redis kept of it) runs out.
     for buyer in others.iter_mut().chain([&mut a]) {
         let status = buyer.wait_exit(EXIT).await?;
-        anyhow::ensure!(status.success(), "buyer {} exited with {status}", buyer.id());
+        anyhow::ensure!(
+            status.success(),
+            "buyer {} exited with {status}",
+            buyer.id()
+        );
     }
 
     let events = run.events()?;
@@ -133,9 +156,15 @@ async fn flash_sale_with_a_restart(tag: &str, persistence: Persistence) -> anyho
             acknowledged += 1;
         }
         let value = redis.command(&["GET", &tag_key(key)])?;
-        final_state.insert((event.lock.clone(), key.clone()), Some(value).filter(|value| !value.is_empty()));
+        final_state.insert(
+            (event.lock.clone(), key.clone()),
+            Some(value).filter(|value| !value.is_empty()),
+        );
     }
-    let left: u64 = redis.command(&["GET", &tag_key("stock")])?.parse().unwrap_or(0);
+    let left: u64 = redis
+        .command(&["GET", &tag_key("stock")])?
+        .parse()
+        .unwrap_or(0);
     let oversold = acknowledged.saturating_sub(STOCK);
     let backend = match persistence {
         Persistence::AofAlways => "redis fence, AOF always",
