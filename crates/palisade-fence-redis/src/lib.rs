@@ -66,6 +66,9 @@ pub use library::{Found, LIBRARY_NAME, LIBRARY_SOURCE, LIBRARY_VERSION};
 pub use ops::{Batch, COUNTER_LIMIT, MAX_OPS, Op, Reply};
 /// Core's one refusal type, the inner `Err` of every call.
 pub use palisade_core::Refused;
+/// The `redis` crate this one is built on, for building a
+/// [`FenceConnection`] of the same version.
+pub use redis;
 
 /// The `tracing` target of every fencing decision.
 pub const TRACE_TARGET: &str = "palisade_fence_redis::fence";

@@ -87,7 +87,10 @@ async fn main() -> anyhow::Result<()> {
     let locks = RedisLockClient::connect(RedisConfig::new(&args.redis))
         .await?
         .session(options)?;
-    let fence = RedisFence::connect(&args.redis).await?;
+    let connection = palisade_fence_redis::redis::Client::open(args.redis.as_str())?
+        .get_connection_manager()
+        .await?;
+    let fence = RedisFence::new(connection.clone()).await?;
     let stock = fence.data_key(&lock, "stock");
     say("READY");
     let id = args.client_id.as_str();
@@ -142,6 +145,18 @@ async fn main() -> anyhow::Result<()> {
             tokio::select! {
                 _ = go.recv() => {}
                 _ = stopped.wait_for(|stopped| *stopped) => break,
+            }
+            // Woken up: Redis may have restarted under the pause, and the
+            // connection's socket with it. Reconnect (a PING, until it
+            // answers) so the sale itself meets a live connection.
+            for _ in 0..100 {
+                let ping: Result<String, _> = palisade_fence_redis::redis::cmd("PING")
+                    .query_async(&mut connection.clone())
+                    .await;
+                if ping.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
         sales += 1;

@@ -7,8 +7,9 @@
 //! the stock with a fenced read, and sell one with one fenced batch: the
 //! stock minus one and a sale record of their own. Buyer `a` reads and is
 //! stopped (SIGSTOP) holding its sale; its lease lapses and a newer buyer
-//! sells; Redis is killed and restarted; then `a` resumes and sends its
-//! late sale. The history's writes are the sales (each its own key), the
+//! sells; the other buyers are stopped too, Redis is killed and restarted,
+//! and `a` resumes and sends its late sale, the first sale the restarted
+//! Redis judges; then the others go on until the stock is gone. The history's writes are the sales (each its own key), the
 //! final state is read from Redis itself.
 //!
 //! With `appendonly yes, appendfsync always` the marks survive with the
@@ -121,6 +122,11 @@ async fn flash_sale_with_a_restart(tag: &str, persistence: Persistence) -> anyho
         _ => None,
     })
     .await?;
+    // The others stop too, so the first sale the restarted Redis judges is
+    // a's: refused only if the newer mark survived.
+    for other in &others {
+        other.pause()?;
+    }
     redis.kill()?;
     redis.restart()?;
     a.resume()?;
@@ -136,6 +142,9 @@ async fn flash_sale_with_a_restart(tag: &str, persistence: Persistence) -> anyho
         })
         .await?
         .to_owned();
+    for other in &others {
+        other.resume()?;
+    }
     run.heal(&fault)?;
     // Everyone sells until the stock (or what Redis kept of it) runs out.
     for buyer in others.iter_mut().chain([&mut a]) {
@@ -149,7 +158,7 @@ async fn flash_sale_with_a_restart(tag: &str, persistence: Persistence) -> anyho
 
     let events = run.events()?;
     let mut final_state = FinalState::new();
-    let mut acknowledged = 0;
+    let mut acknowledged: u64 = 0;
     for event in &events {
         let Some(key) = &event.key else { continue };
         if event.phase == palisade_testkit::history::Phase::Ok {
