@@ -243,7 +243,7 @@ pub(crate) fn encode(
             args.extend_from_slice(rest);
         };
         match step {
-            Step::Write(Op::Set { value, .. }) => push("set", &[value.clone()]),
+            Step::Write(Op::Set { value, .. }) => push("set", std::slice::from_ref(value)),
             Step::Write(Op::Del { .. }) => push("del", &[]),
             Step::Write(Op::IncrBy { by, at_least, .. }) => {
                 for value in std::iter::once(*by).chain(*at_least) {
@@ -261,9 +261,9 @@ pub(crate) fn encode(
             Step::Write(Op::HSet { field, value, .. }) => {
                 push("hset", &[field.clone(), value.clone()])
             }
-            Step::Write(Op::HDel { field, .. }) => push("hdel", &[field.clone()]),
+            Step::Write(Op::HDel { field, .. }) => push("hdel", std::slice::from_ref(field)),
             Step::Get { .. } => push("get", &[]),
-            Step::HGet { field, .. } => push("hget", &[field.clone()]),
+            Step::HGet { field, .. } => push("hget", std::slice::from_ref(field)),
         }
     }
     Ok((keys, args))

@@ -69,9 +69,9 @@ async fn the_library_is_loaded_once_and_kept() {
         .unwrap();
 }
 
-async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+async fn futures_join<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futures.map(tokio::spawn).collect();

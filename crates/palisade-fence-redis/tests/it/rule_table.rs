@@ -53,7 +53,7 @@ pub(crate) async fn rule_table_mismatches(fence: &RedisFence, tag: &str) -> Vec<
         };
         for via in vias {
             let lock = unique_lock(&format!("{tag}-rule-{index}-{via}"));
-            raise_to(&fence, &lock, before).await;
+            raise_to(fence, &lock, before).await;
             let key = fence.data_key(&lock, "k");
             let sequencer = Sequencer::new(lock.clone(), rule.mode, rule.generation());
             let outcome: Result<Marks, Refused> = match *via {
