@@ -136,6 +136,43 @@ impl RedisFenceError {
     }
 }
 
+impl RedisFenceError {
+    /// This error as told to each request of a grouped call that failed
+    /// as a whole (`lock`: the request's own).
+    pub(crate) fn for_lock(&self, lock: &LockName) -> RedisFenceError {
+        match self {
+            RedisFenceError::Redis {
+                operation,
+                message,
+                may_have_applied,
+            } => RedisFenceError::Redis {
+                operation,
+                message: message.clone(),
+                may_have_applied: *may_have_applied,
+            },
+            RedisFenceError::Timeout { operation, after } => RedisFenceError::Timeout {
+                operation,
+                after: *after,
+            },
+            RedisFenceError::NotReplicated {
+                acknowledged,
+                wanted,
+                ..
+            } => RedisFenceError::NotReplicated {
+                lock: lock.clone(),
+                acknowledged: *acknowledged,
+                wanted: *wanted,
+            },
+            RedisFenceError::Library { node, found, ours } => RedisFenceError::Library {
+                node: node.clone(),
+                found: *found,
+                ours: *ours,
+            },
+            other => RedisFenceError::Protocol(other.to_string()),
+        }
+    }
+}
+
 /// A Redis error as this crate's, with what was being done.
 pub(crate) fn from_redis(operation: &'static str, error: redis::RedisError) -> RedisFenceError {
     let may_have_applied = error.is_io_error()

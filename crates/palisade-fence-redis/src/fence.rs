@@ -20,6 +20,10 @@ use crate::keys::LockKeys;
 use crate::ops::{Batch, Op, Reply, Step, encode};
 use crate::{RedisFenceError, TRACE_TARGET};
 
+mod group;
+
+use group::{PROTOCOL, Prepared, Queue};
+
 /// A call's outcome, in the store's shape: `Err` for a failure, `Ok(Err)`
 /// for a refusal (nothing changed), `Ok(Ok)` for what was done.
 pub type Outcome<T> = Result<Result<T, Refused>, RedisFenceError>;
@@ -163,6 +167,9 @@ pub struct FenceStats {
     /// loaded again (Redis lost its functions: a restart without
     /// persistence, `FUNCTION FLUSH`, an empty node).
     pub library_reloads: u64,
+    /// `FCALL`s that carried requests: below the requests answered when
+    /// concurrent requests were grouped into one call.
+    pub calls: u64,
 }
 
 #[derive(Debug, Default)]
@@ -171,6 +178,7 @@ struct Counters {
     stale: AtomicU64,
     marks_restored: AtomicU64,
     library_reloads: AtomicU64,
+    calls: AtomicU64,
 }
 
 /// The most locks whose marks one fence remembers. Past it the memory is
@@ -210,6 +218,8 @@ struct Inner {
     /// puts back what this process saw before applying the rule.
     seen: Mutex<HashMap<LockName, Marks>>,
     counters: Counters,
+    /// Requests waiting for the call in flight (group commit).
+    queue: Queue,
 }
 
 /// What the function answered to an apply call.
@@ -263,6 +273,7 @@ impl RedisFence {
                 options,
                 seen: Mutex::new(HashMap::new()),
                 counters: Counters::default(),
+                queue: Queue::default(),
             }),
         })
     }
@@ -305,6 +316,7 @@ impl RedisFence {
             stale: counters.stale.load(Ordering::Relaxed),
             marks_restored: counters.marks_restored.load(Ordering::Relaxed),
             library_reloads: counters.library_reloads.load(Ordering::Relaxed),
+            calls: counters.calls.load(Ordering::Relaxed),
         }
     }
 
@@ -485,7 +497,7 @@ impl RedisFence {
             .arg("palisade_fence_raise_floor")
             .arg(1)
             .arg(keys.marks())
-            .arg("1")
+            .arg(PROTOCOL)
             .arg(floor.to_string());
         let value = self.send(&keys, command, true).await?;
         let (marks, _) = parse_marks(&value)?;
@@ -561,26 +573,28 @@ impl RedisFence {
         for step in &steps {
             keys.check(step.key())?;
         }
-        let (data_keys, op_args) = encode(keys.marks(), &steps)?;
+        let (call_keys, op_args) = encode(keys.marks(), &steps)?;
         let floor = self.remembered(lock);
-        let mut command = redis::cmd("FCALL");
-        command.arg("palisade_fence_apply").arg(data_keys.len());
-        for key in &data_keys {
-            command.arg(key.as_ref());
-        }
-        command
-            .arg("1")
-            .arg(match sequencer.mode() {
-                Mode::Exclusive => "x",
-                Mode::Shared => "s",
+        let number = |value: u64| Bytes::from(value.to_string());
+        let mut args = Vec::with_capacity(5 + op_args.len());
+        args.extend([
+            Bytes::from_static(b"1"),
+            Bytes::from_static(match sequencer.mode() {
+                Mode::Exclusive => b"x",
+                Mode::Shared => b"s",
+            }),
+            number(sequencer.generation().get()),
+            number(floor.exclusive),
+            number(floor.shared),
+        ]);
+        args.extend(op_args);
+        let value = self
+            .submit(Prepared {
+                keys,
+                call_keys,
+                args,
             })
-            .arg(sequencer.generation().get().to_string())
-            .arg(floor.exclusive.to_string())
-            .arg(floor.shared.to_string());
-        for arg in &op_args {
-            command.arg(arg.as_ref());
-        }
-        let value = self.send(&keys, command, true).await?;
+            .await?;
         let answer = parse_answer(&value)?;
         let generation = sequencer.generation().get();
         let mode = sequencer.mode();
@@ -870,6 +884,11 @@ fn parse_answer(value: &Value) -> Result<Answer, RedisFenceError> {
             return Err(RedisFenceError::NotInteger {
                 op_index: index(1)?,
             });
+        }
+        "error" => {
+            return Err(RedisFenceError::Protocol(
+                items.get(1).and_then(text).ok_or_else(unexpected)?,
+            ));
         }
         _ => return Err(unexpected()),
     })

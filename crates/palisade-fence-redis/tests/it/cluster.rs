@@ -125,7 +125,11 @@ async fn a_key_outside_the_locks_slot_is_refused_and_not_written() {
         .arg(2)
         .arg(keys.marks())
         .arg(&outside)
-        .arg(&["1", "x", "3", "0", "0", "1", "set", "2", "1"][..])
+        .arg(
+            &[
+                "2", "1", "9", "0", "1", "x", "3", "0", "0", "1", "set", "2", "1",
+            ][..],
+        )
         .query_async(&mut raw)
         .await;
     let refused = refused.unwrap_err().to_string();

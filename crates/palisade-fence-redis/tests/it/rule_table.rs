@@ -48,7 +48,8 @@ pub(crate) async fn rule_table_mismatches(fence: &RedisFence, tag: &str) -> Vec<
     for (index, rule) in RULE_CASES.iter().enumerate() {
         let before = rule.before_marks();
         let vias: &[&str] = match rule.mode {
-            Mode::Exclusive => &["admit", "write", "read"],
+            // `counter` takes the function's lean path for one counter op.
+            Mode::Exclusive => &["admit", "write", "counter", "read"],
             Mode::Shared => &["admit", "read"],
         };
         for via in vias {
@@ -60,6 +61,11 @@ pub(crate) async fn rule_table_mismatches(fence: &RedisFence, tag: &str) -> Vec<
                 "admit" => fence.admit(&sequencer).await.unwrap(),
                 "write" => fence
                     .set(&sequencer, key.clone(), "v")
+                    .await
+                    .unwrap()
+                    .map(|written| written.marks),
+                "counter" => fence
+                    .decr_by(&sequencer, key.clone(), 1)
                     .await
                     .unwrap()
                     .map(|written| written.marks),
@@ -84,7 +90,7 @@ pub(crate) async fn rule_table_mismatches(fence: &RedisFence, tag: &str) -> Vec<
                 mismatches.push(format!("{what}: Redis holds {stored}, expected {after}"));
             }
             let written = fence.get(&exclusive(&lock, u64::MAX), key).await.unwrap();
-            let wrote = *via == "write" && rule.expected_marks().is_some();
+            let wrote = matches!(*via, "write" | "counter") && rule.expected_marks().is_some();
             if written.map(|read| read.value.is_some()) != Ok(wrote) {
                 mismatches.push(format!("{what}: the key written: expected {wrote}"));
             }

@@ -399,3 +399,94 @@ pub(crate) async fn concurrent_writers(
     assert_eq!(get(&key), last.to_string());
     assert_eq!(fence.marks(lock).await.unwrap().0.exclusive, last);
 }
+
+/// One counter op takes the function's lean path, where Redis's own
+/// `INCRBY` checks the value: a refusal there still changes nothing.
+#[tokio::test]
+async fn a_single_counter_op_refuses_what_the_batch_path_refuses() {
+    let (redis, fence) = single().await;
+    let lock = unique_lock("counter");
+    let key = |name: &str| fence.data_key(&lock, name);
+    let holder = exclusive(&lock, 3);
+    accepted(fence.hset(&holder, key("h"), "f", "v").await, "a hash");
+    accepted(fence.set(&holder, key("text"), "abc").await, "a text");
+    let edge = palisade_fence_redis::COUNTER_LIMIT.to_string();
+    accepted(fence.set(&holder, key("edge"), edge.clone()).await, "edge");
+    let before = fence.marks(&lock).await.unwrap();
+    assert!(matches!(
+        fence.decr_by(&holder, key("h"), 1).await,
+        Err(RedisFenceError::WrongType { op_index: 0 })
+    ));
+    assert!(matches!(
+        fence.incr_by(&holder, key("text"), 1).await,
+        Err(RedisFenceError::NotInteger { op_index: 0 })
+    ));
+    // Beyond what Lua holds exactly: undone in the same call, refused.
+    assert!(matches!(
+        fence.incr_by(&holder, key("edge"), 1).await,
+        Err(RedisFenceError::NotInteger { op_index: 0 })
+    ));
+    assert_eq!(redis.command(&["GET", &key("edge")]).unwrap(), edge);
+    assert_eq!(redis.command(&["GET", &key("text")]).unwrap(), "abc");
+    assert_eq!(
+        fence.marks(&lock).await.unwrap(),
+        before,
+        "no write counted"
+    );
+    let edge = accepted(fence.decr_by(&holder, key("edge"), 1).await, "down");
+    assert_eq!(edge.value, palisade_fence_redis::COUNTER_LIMIT - 1);
+    assert_eq!(edge.seq, before.1 + 1);
+}
+
+/// Requests sent at once through one fence queue behind the call in
+/// flight and go to Redis as one grouped call; each is still judged on its
+/// own, in arrival order: the stale ones, the short one and the one on a
+/// hash are refused and change nothing, the others apply in order.
+#[tokio::test]
+async fn grouped_requests_are_each_judged_alone_in_arrival_order() {
+    let (redis, fence) = single().await;
+    let lock = unique_lock("grouped");
+    let stock = fence.data_key(&lock, "stock");
+    let hash = fence.data_key(&lock, "h");
+    let (old, current) = (exclusive(&lock, 4), exclusive(&lock, 5));
+    accepted(fence.set(&current, stock.clone(), "100").await, "stock");
+    accepted(fence.hset(&current, hash.clone(), "f", "v").await, "hash");
+    let calls_before = fence.stats().calls;
+    let requests = (0..64usize).map(|index| {
+        let (fence, stock, hash) = (fence.clone(), stock.clone(), hash.clone());
+        let (old, current) = (old.clone(), current.clone());
+        async move {
+            match index % 4 {
+                0 => fence.decr_by(&current, stock, 1).await,
+                1 => fence.incr_by(&old, stock, 1000).await,
+                2 if index == 2 => fence.decr_by_keeping(&current, stock, 1000, 0).await,
+                2 => fence.decr_by(&current, hash, 1).await,
+                _ => fence.decr_by_keeping(&current, stock, 1, 0).await,
+            }
+        }
+    });
+    // Polled together in one task: the first goes out alone, the other 63
+    // queue behind it and leave as one call.
+    let outcomes = futures::future::join_all(requests).await;
+    assert_eq!(fence.stats().calls - calls_before, 2, "grouped");
+    let mut last_seq = 0;
+    let mut left = 100;
+    for (index, outcome) in outcomes.into_iter().enumerate() {
+        match (index % 4, outcome) {
+            (0 | 3, Ok(Ok(written))) => {
+                left -= 1;
+                assert_eq!(written.value, left, "request {index} in arrival order");
+                assert!(written.seq > last_seq, "request {index}: sequence in order");
+                last_seq = written.seq;
+            }
+            (1, Ok(Err(Refused::Stale { .. }))) => {}
+            (2, Ok(Err(Refused::CasMismatch { .. }))) if index == 2 => {}
+            (2, Err(RedisFenceError::WrongType { op_index: 0 })) => {}
+            (_, other) => panic!("request {index}: {other:?}"),
+        }
+    }
+    assert_eq!(redis.command(&["GET", &stock]).unwrap(), left.to_string());
+    assert_eq!(left, 100 - 32);
+    assert_eq!(redis.command(&["HGET", &hash, "f"]).unwrap(), "v");
+    assert_eq!(fence.marks(&lock).await.unwrap(), (marks(5, 0), last_seq));
+}
