@@ -1,7 +1,9 @@
 //! Fenced `DECRBY` (the `palisade_fence_apply` function: the rule, the
 //! marks, the write sequence and the decrement in one call) against plain
 //! `DECRBY`, through the same client (one multiplexed `ConnectionManager`),
-//! at 1 and 32 clients, in one run.
+//! at 1 and 32 clients, in one run. Like with like: the plain commands of
+//! concurrent clients are pipelined on the one socket; the fence groups
+//! concurrent requests into one `FCALL` per round trip.
 //!
 //! Run with: `cargo bench -p palisade-fence-redis --bench fence_decrby`
 //! (starts its own `redis-server` on a free port, no persistence). Each
