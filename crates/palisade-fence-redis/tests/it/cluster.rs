@@ -6,9 +6,9 @@ use palisade_fence_redis::{RedisFence, RedisFenceError, slot};
 use palisade_lock_redis::RedisConfig;
 use palisade_testkit::redis::RedisCluster;
 
-use crate::common::{accepted, exclusive, stale, unique_lock};
+use crate::common::{accepted, exclusive, unique_lock};
 use crate::rule_table::{rule_table_mismatches, without_memory};
-use crate::single::{concurrent_writers, late_write_after};
+use crate::single::{concurrent_writers, late_sale_after_a_fence, late_sale_after_a_sale};
 
 async fn cluster_fence(cluster: &RedisCluster) -> RedisFence {
     let client = redis::cluster::ClusterClient::new(cluster.urls().to_vec()).unwrap();
@@ -46,30 +46,9 @@ async fn the_fence_holds_on_a_three_master_cluster() {
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
 
     let locks = RedisConfig::cluster(cluster.urls().to_vec());
-    let (late, stock) = late_write_after(
-        &locks,
-        &fence,
-        "cluster-late-after-write",
-        async |fence, guard, stock| {
-            accepted(
-                fence.decr_by_keeping(guard, stock.to_owned(), 1, 0).await,
-                "B sells one",
-            );
-        },
-    )
-    .await;
-    stale(late, "A's late sale");
+    let stock = late_sale_after_a_sale(&locks, &fence, "cluster-late-after-write").await;
     assert_eq!(get(&cluster, &stock), "9");
-    let (late, stock) = late_write_after(
-        &locks,
-        &fence,
-        "cluster-late-after-fence",
-        async |fence, guard, _| {
-            fence.admit(guard).await.unwrap().unwrap();
-        },
-    )
-    .await;
-    stale(late, "A's late sale after B's fence");
+    let stock = late_sale_after_a_fence(&locks, &fence, "cluster-late-after-fence").await;
     assert_eq!(get(&cluster, &stock), "10");
 
     concurrent_writers(&fence, &unique_lock("cluster-concurrent"), |key| {

@@ -64,22 +64,45 @@ pub(crate) async fn late_write_after(
     (late, stock)
 }
 
+/// B sells one, then A's late sale is refused. The stock key (B's sale
+/// alone counted: 9).
+pub(crate) async fn late_sale_after_a_sale(
+    locks: &RedisConfig,
+    fence: &RedisFence,
+    name: &str,
+) -> String {
+    let (late, stock) = late_write_after(locks, fence, name, async |fence, guard, stock| {
+        accepted(
+            fence.decr_by_keeping(guard, stock.to_owned(), 1, 0).await,
+            "B sells one",
+        );
+    })
+    .await;
+    stale(late, "A's late sale");
+    stock
+}
+
+/// B only fences (admit), then A's late sale is refused. The stock key
+/// (untouched: 10).
+pub(crate) async fn late_sale_after_a_fence(
+    locks: &RedisConfig,
+    fence: &RedisFence,
+    name: &str,
+) -> String {
+    let (late, stock) = late_write_after(locks, fence, name, async |fence, guard, _| {
+        let marks = fence.admit(guard).await.unwrap().unwrap();
+        assert_eq!(marks.exclusive, guard.generation().get());
+    })
+    .await;
+    stale(late, "A's late sale after B's fence");
+    stock
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holders_late_write_is_refused_after_a_newer_holder_wrote() {
     let (redis, fence) = single().await;
-    let (late, stock) = late_write_after(
-        &RedisConfig::new(redis.url()),
-        &fence,
-        "late-after-write",
-        async |fence, guard, stock| {
-            accepted(
-                fence.decr_by_keeping(guard, stock.to_owned(), 1, 0).await,
-                "B sells one",
-            );
-        },
-    )
-    .await;
-    stale(late, "A's late sale");
+    let locks = RedisConfig::new(redis.url());
+    let stock = late_sale_after_a_sale(&locks, &fence, "late-after-write").await;
     let plain: String = redis.command(&["GET", &stock]).unwrap();
     assert_eq!(plain, "9", "only B's sale counted");
 }
@@ -87,17 +110,8 @@ async fn a_paused_holders_late_write_is_refused_after_a_newer_holder_wrote() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holders_late_write_is_refused_after_a_newer_holder_only_fenced() {
     let (redis, fence) = single().await;
-    let (late, stock) = late_write_after(
-        &RedisConfig::new(redis.url()),
-        &fence,
-        "late-after-fence",
-        async |fence, guard, _| {
-            let marks = fence.admit(guard).await.unwrap().unwrap();
-            assert_eq!(marks.exclusive, guard.generation().get());
-        },
-    )
-    .await;
-    stale(late, "A's late sale after B's fence");
+    let locks = RedisConfig::new(redis.url());
+    let stock = late_sale_after_a_fence(&locks, &fence, "late-after-fence").await;
     assert_eq!(redis.command(&["GET", &stock]).unwrap(), "10");
 }
 
