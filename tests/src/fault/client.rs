@@ -431,18 +431,31 @@ impl ClientProcess {
         log: &Path,
         feed: Option<mpsc::UnboundedSender<(String, String)>>,
     ) -> anyhow::Result<Self> {
+        let mut command = Command::new(binary);
+        command.args(config.args(id, history));
+        for (key, value) in &config.env {
+            command.env(key, value);
+        }
+        Self::spawn_command(command, id, history, log, feed)
+    }
+
+    /// Starts `command` (a client binary with its arguments: `fault-client`
+    /// or another that speaks the same lines, such as `redis-buyer`) as
+    /// client `id`, which records to `history`, logging to `log`.
+    pub fn spawn_command(
+        mut command: Command,
+        id: &str,
+        history: &Path,
+        log: &Path,
+        feed: Option<mpsc::UnboundedSender<(String, String)>>,
+    ) -> anyhow::Result<Self> {
         let log_file = std::fs::File::create(log)
             .with_context(|| format!("cannot create {}", log.display()))?;
-        let mut command = Command::new(binary);
         command
-            .args(config.args(id, history))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log_file);
-        for (key, value) in &config.env {
-            command.env(key, value);
-        }
         let mut child =
             ChildProcess::spawn(&format!("fault-client {id}"), &mut command, Some(log))?;
         let stdin = child.child_mut().stdin.take();

@@ -47,6 +47,7 @@
 //! let binaries = FaultBinaries {
 //!     resource_server: "target/debug/resource-server".into(),
 //!     fault_client: "target/debug/fault-client".into(),
+//!     redis_buyer: "target/debug/redis-buyer".into(),
 //! };
 //! let redis = palisade_testkit::redis::RedisServer::start();
 //! let mut run = FaultRun::new("example")?;
@@ -71,7 +72,7 @@ mod table;
 use std::path::PathBuf;
 
 pub use client::{ClientConfig, ClientLine, ClientProcess, stop_clients};
-pub use palisade_testkit::checker::{CheckOptions, Invariant, Report};
+pub use palisade_testkit::checker::{CheckOptions, FinalState, Invariant, Report};
 pub use resource::{ResourceServerOptions, ResourceServerProcess};
 pub use run::{FaultRun, KEEP_ENV, Scenario, read_final_state};
 pub use table::{TABLE_ENV, TABLE_HEADER, TableRow, append_row};
@@ -90,7 +91,7 @@ pub fn scaled<T>(short: T, long: T) -> T {
     if soak() { long } else { short }
 }
 
-/// Where the harness's two binaries are. Cargo tells integration tests of
+/// Where the harness's binaries are. Cargo tells integration tests of
 /// this crate their paths (`CARGO_BIN_EXE_<name>`), so get one with
 /// [`fault_binaries!`](crate::fault_binaries) in a test.
 #[derive(Debug, Clone)]
@@ -99,6 +100,8 @@ pub struct FaultBinaries {
     pub resource_server: PathBuf,
     /// `src/bin/fault-client.rs`.
     pub fault_client: PathBuf,
+    /// `src/bin/redis-buyer.rs`: the flash-sale buyer on the Redis fence.
+    pub redis_buyer: PathBuf,
 }
 
 /// The [`FaultBinaries`] of this crate, from an integration test (where
@@ -109,6 +112,7 @@ macro_rules! fault_binaries {
         $crate::fault::FaultBinaries {
             resource_server: ::std::path::PathBuf::from(env!("CARGO_BIN_EXE_resource-server")),
             fault_client: ::std::path::PathBuf::from(env!("CARGO_BIN_EXE_fault-client")),
+            redis_buyer: ::std::path::PathBuf::from(env!("CARGO_BIN_EXE_redis-buyer")),
         }
     };
 }

@@ -142,6 +142,33 @@ impl FaultRun {
         )
     }
 
+    /// Starts a flash-sale buyer on the Redis fence (`redis-buyer`) as
+    /// `client`, recording into this run: `args` are its flags after the
+    /// client id and history (`--redis`, `--lock`, `--gate`, ...).
+    pub fn spawn_buyer(
+        &self,
+        binaries: &FaultBinaries,
+        client: &str,
+        args: &[String],
+    ) -> anyhow::Result<ClientProcess> {
+        anyhow::ensure!(client != NEMESIS, "`{NEMESIS}` is the nemesis's name");
+        let history = self.history_path(client);
+        let mut command = std::process::Command::new(&binaries.redis_buyer);
+        command
+            .arg("--client-id")
+            .arg(client)
+            .arg("--history")
+            .arg(&history)
+            .args(args);
+        ClientProcess::spawn_command(
+            command,
+            client,
+            &history,
+            &self.path.join(format!("client-{client}.log")),
+            Some(self.feed_sender.clone()),
+        )
+    }
+
     /// Reads the run-wide stream of client lines (every client this run
     /// spawned, in arrival order, independent of each client's own
     /// [`ClientProcess::next_line`]) until `wanted` picks one, for at most
@@ -252,7 +279,20 @@ impl FaultRun {
         scenario: &Scenario,
     ) -> anyhow::Result<Report> {
         let final_state = read_final_state(server_url, events).await?;
-        let mut report = check(events, &final_state, options);
+        self.judge(events, &final_state, options, scenario)
+    }
+
+    /// Checks `events` against `final_state` (read by the scenario from
+    /// wherever its data lives), prints the report, appends the table row
+    /// and returns the report.
+    pub fn judge(
+        &self,
+        events: &[Event],
+        final_state: &FinalState,
+        options: &CheckOptions,
+        scenario: &Scenario,
+    ) -> anyhow::Result<Report> {
+        let mut report = check(events, final_state, options);
         if !scenario.untimed_clients.is_empty() {
             // Time-based invariants only over the clients whose clock is
             // the machine's; time-free ones over everything.
@@ -261,7 +301,7 @@ impl FaultRun {
                 .filter(|event| !scenario.untimed_clients.contains(&event.client))
                 .cloned()
                 .collect();
-            let timed_report = check(&timed, &final_state, options);
+            let timed_report = check(&timed, final_state, options);
             let uses_time = |invariant: Invariant| {
                 matches!(
                     invariant,

@@ -1,0 +1,265 @@
+//! Fenced `DECRBY` (the `palisade_fence_apply` function: the rule, the
+//! marks, the write sequence and the decrement in one call) against plain
+//! `DECRBY`, through the same client (one multiplexed `ConnectionManager`),
+//! at 1 and 32 clients, in one run. Like with like: the plain commands of
+//! concurrent clients are pipelined on the one socket; the fence groups
+//! concurrent requests into one `FCALL` per round trip.
+//!
+//! Run with: `cargo bench -p palisade-fence-redis --bench fence_decrby`
+//! (starts its own `redis-server` on a free port, no persistence). Each
+//! variant runs `PALISADE_BENCH_ROUNDS` (3) interleaved rounds of
+//! `PALISADE_BENCH_SECS` (3) seconds per client count; the figure is the
+//! median round. Each client decrements its own key under its own lock at
+//! a steady generation (the holder's steady state: the marks are read, not
+//! rewritten; the write sequence is raised).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use palisade_core::{Generation, LockName, Mode, Sequencer};
+use palisade_fence_redis::RedisFence;
+use palisade_testkit::redis::RedisServer;
+use tokio::time::Instant;
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs `clients` loops of `one` for `secs`; calls per second.
+async fn measure<F, Fut>(clients: usize, secs: u64, one: F) -> f64
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let one = Arc::new(one);
+    let end = Instant::now() + Duration::from_secs(secs);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            let one = Arc::clone(&one);
+            tokio::spawn(async move {
+                let mut done = 0u64;
+                while Instant::now() < end {
+                    one(client).await;
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.expect("a bench client panicked");
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(run());
+}
+
+async fn run() {
+    let rounds = env_number("PALISADE_BENCH_ROUNDS", 3);
+    let secs = env_number("PALISADE_BENCH_SECS", 3);
+    let redis = RedisServer::start();
+    let manager = redis::Client::open(redis.url())
+        .expect("a URL")
+        .get_connection_manager()
+        .await
+        .expect("connect");
+    let fence = RedisFence::new(manager.clone()).await.expect("the fence");
+    let locks: Vec<LockName> = (0..32)
+        .map(|client| LockName::new(format!("bench/decrby/{client}")).expect("a lock name"))
+        .collect();
+    let sequencers: Arc<Vec<Sequencer>> = Arc::new(
+        locks
+            .iter()
+            .map(|lock| Sequencer::new(lock.clone(), Mode::Exclusive, Generation::MIN))
+            .collect(),
+    );
+    let keys: Arc<Vec<String>> = Arc::new(
+        locks
+            .iter()
+            .map(|lock| fence.data_key(lock, "stock"))
+            .collect(),
+    );
+    for key in keys.iter() {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(1_000_000_000_000i64)
+            .query_async(&mut manager.clone())
+            .await
+            .expect("seed the stock");
+    }
+    println!("fenced DECRBY vs plain DECRBY, same ConnectionManager, {rounds} rounds of {secs} s");
+    println!("| clients | plain DECRBY | fenced DECRBY | fenced / plain |");
+    println!("|---:|---:|---:|---:|");
+    for clients in [1usize, 32] {
+        let (mut plain, mut fenced) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let (connection, keys_plain) = (manager.clone(), keys.clone());
+            plain.push(
+                measure(clients, secs, move |client| {
+                    let (mut connection, key) = (connection.clone(), keys_plain[client].clone());
+                    async move {
+                        let _: i64 = redis::cmd("DECRBY")
+                            .arg(key)
+                            .arg(1)
+                            .query_async(&mut connection)
+                            .await
+                            .expect("DECRBY");
+                    }
+                })
+                .await,
+            );
+            let (fence, keys_fenced, sequencers) =
+                (fence.clone(), keys.clone(), sequencers.clone());
+            fenced.push(
+                measure(clients, secs, move |client| {
+                    let (fence, key, sequencers) = (
+                        fence.clone(),
+                        keys_fenced[client].clone(),
+                        sequencers.clone(),
+                    );
+                    async move {
+                        fence
+                            .decr_by(&sequencers[client], key, 1)
+                            .await
+                            .expect("no failure")
+                            .expect("a steady holder is accepted");
+                    }
+                })
+                .await,
+            );
+        }
+        let (plain, fenced) = (median(plain), median(fenced));
+        println!(
+            "| {clients} | {plain:.0}/s | {fenced:.0}/s | {:.2} × |",
+            fenced / plain
+        );
+    }
+    server_time(&redis, &manager, &fence, &keys[0], &sequencers[0]).await;
+}
+
+/// Redis's own CPU time per call (`INFO commandstats`, `usec_per_call`)
+/// of plain `DECRBY`, the fenced `DECRBY`, an empty function call, and an
+/// HMAC-SHA256 over a signed sequencer's fields in Lua (checked against
+/// Rust's `hmac`): what verifying signatures inside the function would add
+/// to every call, in Redis's one thread.
+async fn server_time(
+    redis: &RedisServer,
+    manager: &redis::aio::ConnectionManager,
+    fence: &RedisFence,
+    key: &str,
+    sequencer: &Sequencer,
+) {
+    use hmac::{Hmac, KeyInit, Mac};
+    const CALLS: u32 = 2000;
+    let hmac_sha = redis
+        .command(&["SCRIPT", "LOAD", include_str!("hmac_sha256.lua")])
+        .expect("load the HMAC script");
+    let noop_sha = redis
+        .command(&["SCRIPT", "LOAD", "return 'x'"])
+        .expect("load the empty script");
+    let secret = [0x5au8; 32];
+    let signed = palisade_core::Signer::new(
+        "redis-bench",
+        palisade_core::SigningKey::new("k1", secret.to_vec()).expect("a key"),
+    )
+    .expect("a signer")
+    .sign(sequencer.clone());
+    let payload = signed.to_string();
+    let mut expected =
+        <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&secret).expect("any key length");
+    expected.update(payload.as_bytes());
+    let expected = expected.finalize().into_bytes().to_vec();
+    let call = |sha: &str| {
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(sha).arg(0).arg(&secret[..]).arg(&payload);
+        call
+    };
+    let lua: Vec<u8> = call(&hmac_sha)
+        .query_async(&mut manager.clone())
+        .await
+        .expect("the Lua HMAC");
+    assert_eq!(lua, expected, "the Lua HMAC-SHA256 agrees with Rust's");
+    let per_call = |command: &str| {
+        let info = redis.command(&["INFO", "commandstats"]).expect("INFO");
+        let line = info
+            .lines()
+            .find(|line| line.starts_with(&format!("cmdstat_{command}:")))
+            .unwrap_or_default()
+            .to_owned();
+        line.split(',')
+            .find_map(|field| field.strip_prefix("usec_per_call="))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    let mut rows = Vec::new();
+    for (what, command) in [
+        ("plain DECRBY", "decrby"),
+        ("fenced DECRBY (palisade_fence_apply)", "fcall"),
+        ("an empty script (EVALSHA)", "evalsha"),
+        (
+            "HMAC-SHA256 of a sequencer in a Lua script (EVALSHA)",
+            "evalsha",
+        ),
+    ] {
+        redis.command(&["CONFIG", "RESETSTAT"]).expect("RESETSTAT");
+        for _ in 0..CALLS {
+            match what {
+                "plain DECRBY" => {
+                    let _: i64 = redis::cmd("DECRBY")
+                        .arg(key)
+                        .arg(1)
+                        .query_async(&mut manager.clone())
+                        .await
+                        .expect("DECRBY");
+                }
+                "an empty script (EVALSHA)" => {
+                    let _: String = call(&noop_sha)
+                        .query_async(&mut manager.clone())
+                        .await
+                        .expect("noop");
+                }
+                "HMAC-SHA256 of a sequencer in a Lua script (EVALSHA)" => {
+                    let _: Vec<u8> = call(&hmac_sha)
+                        .query_async(&mut manager.clone())
+                        .await
+                        .expect("hmac");
+                }
+                _ => {
+                    fence
+                        .decr_by(sequencer, key.to_owned(), 1)
+                        .await
+                        .expect("no failure")
+                        .expect("accepted");
+                }
+            }
+        }
+        rows.push((what, per_call(command)));
+    }
+    println!();
+    println!(
+        "Redis CPU per call (INFO commandstats usec_per_call, {CALLS} calls each; payload {} bytes)",
+        payload.len()
+    );
+    println!("| call | µs per call in Redis |");
+    println!("|---|---:|");
+    for (what, usec) in rows {
+        println!("| {what} | {usec:.2} |");
+    }
+}

@@ -1,0 +1,895 @@
+//! The fence: each call takes a sequencer (or a guard), applies the fencing
+//! rule in Redis and does its write in the same function call, and answers
+//! with the written value or core's `Refused`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use palisade_core::marks::Marks;
+use palisade_core::op::Read;
+use palisade_core::{LockName, Mode, OpResult, Refused, Sequencer, SequencerSource, Verifier};
+use redis::Value;
+
+use crate::connection::FenceConnection;
+use crate::error::from_redis;
+use crate::install::{Target, ensure_everywhere, ensure_on};
+use crate::keys::LockKeys;
+use crate::ops::{Batch, Op, Reply, Step, encode};
+use crate::{RedisFenceError, TRACE_TARGET};
+
+mod group;
+
+use group::{PROTOCOL, Prepared, Queue};
+
+/// A call's outcome, in the store's shape: `Err` for a failure, `Ok(Err)`
+/// for a refusal (nothing changed), `Ok(Ok)` for what was done.
+pub type Outcome<T> = Result<Result<T, Refused>, RedisFenceError>;
+
+/// An accepted write: its value, the lock's marks after it, and its place
+/// in the lock's write sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written<T> {
+    /// What the write did (`Created`, the counter's new value, one reply
+    /// per op of a batch, ...).
+    pub value: T,
+    /// The lock's marks right after the write.
+    pub marks: Marks,
+    /// The lock's write sequence number: every accepted write of the lock
+    /// takes the next one, so they order the lock's writes as Redis applied
+    /// them. It starts again at 1 if Redis loses the marks record.
+    pub seq: u64,
+}
+
+/// How a [`RedisFence`] behaves.
+#[derive(Debug, Clone)]
+pub struct FenceOptions {
+    /// Prepended to every marks record (not to data keys). Must not hold
+    /// `{`, `}` or whitespace.
+    key_prefix: String,
+    /// When set, sequencers must be signed by one of its keys (and come
+    /// from a trusted issuer): checked before anything is sent.
+    verifier: Option<Verifier>,
+    /// `WAIT replicas timeout` after every call that may change a mark.
+    replicas: Option<(u64, Duration)>,
+    /// The bound on one call, `WAIT` included.
+    call_timeout: Duration,
+    /// Replace an older Palisade version of the library.
+    upgrade_library: bool,
+    /// Send the highest marks seen for a lock as a floor with every call.
+    remember_marks: bool,
+}
+
+impl Default for FenceOptions {
+    fn default() -> Self {
+        FenceOptions {
+            key_prefix: Self::DEFAULT_KEY_PREFIX.to_owned(),
+            verifier: None,
+            replicas: None,
+            call_timeout: Duration::from_secs(5),
+            upgrade_library: false,
+            remember_marks: true,
+        }
+    }
+}
+
+impl FenceOptions {
+    /// The prefix unless set: `palisade:`, the Redis lock backend's, so a
+    /// lock's marks record sits beside its lock keys.
+    pub const DEFAULT_KEY_PREFIX: &'static str = "palisade:";
+
+    /// Sets the marks records' prefix.
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Requires signed sequencers, verified by `verifier` before anything
+    /// is sent (the function itself does not verify: see
+    /// `docs/redis-data.md`, "Signed sequencers").
+    pub fn with_verifier(mut self, verifier: Verifier) -> Self {
+        self.verifier = Some(verifier);
+        self
+    }
+
+    /// After every call that may raise a mark, waits until `replicas`
+    /// replicas have it (`WAIT`), at most `timeout`; fewer is
+    /// [`RedisFenceError::NotReplicated`].
+    pub fn with_replicas(mut self, replicas: u64, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// Sets the bound on one call (default 5 s). A call that times out may
+    /// still be applied.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// Replaces an older Palisade version of the library on connect
+    /// (never a newer one, a modified one or someone else's).
+    pub fn with_library_upgrade(mut self, upgrade: bool) -> Self {
+        self.upgrade_library = upgrade;
+        self
+    }
+
+    /// Whether every call sends, as a floor, the highest marks this fence
+    /// has been answered with for the lock (default on). The function then
+    /// puts back marks Redis lost (a restart without persistence, a
+    /// failover to a replica that missed a raise) before it applies the
+    /// rule. Off, only what Redis holds decides.
+    pub fn with_remembered_marks(mut self, remember: bool) -> Self {
+        self.remember_marks = remember;
+        self
+    }
+
+    fn validate(&self) -> Result<(), RedisFenceError> {
+        let invalid = |reason: String| Err(RedisFenceError::Invalid { reason });
+        if self.key_prefix.contains(['{', '}']) || self.key_prefix.contains(char::is_whitespace) {
+            return invalid(format!(
+                "key prefix {:?} must not contain `{{`, `}}` or whitespace (the hash tag is the lock name)",
+                self.key_prefix
+            ));
+        }
+        if self.call_timeout.is_zero() {
+            return invalid("the call timeout must be positive".into());
+        }
+        if let Some((replicas, timeout)) = self.replicas {
+            if replicas == 0 || timeout.is_zero() {
+                return invalid("WAIT needs at least one replica and a positive timeout".into());
+            }
+            if timeout >= self.call_timeout {
+                return invalid(format!(
+                    "the replica timeout ({timeout:?}) must be shorter than the call timeout ({:?})",
+                    self.call_timeout
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the fence has done since it was made: counters a service can
+/// export.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FenceStats {
+    /// Calls accepted (writes, fenced reads, admits).
+    pub accepted: u64,
+    /// Calls refused as stale.
+    pub stale: u64,
+    /// Calls whose marks Redis had lost and this client put back from what
+    /// it had seen (a restart or failover lost a mark raise).
+    pub marks_restored: u64,
+    /// Times the library was missing from a node at call time and was
+    /// loaded again (Redis lost its functions: a restart without
+    /// persistence, `FUNCTION FLUSH`, an empty node).
+    pub library_reloads: u64,
+    /// `FCALL`s that carried requests: below the requests answered when
+    /// concurrent requests were grouped into one call.
+    pub calls: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    accepted: AtomicU64,
+    stale: AtomicU64,
+    marks_restored: AtomicU64,
+    library_reloads: AtomicU64,
+    calls: AtomicU64,
+}
+
+/// The most locks whose marks one fence remembers. Past it the memory is
+/// cleared: forgetting loses only the restoring of lost marks, never
+/// safety against what Redis still holds.
+const REMEMBERED_LOCKS: usize = 65_536;
+
+/// The fence over the application's Redis. Cheap to clone (one `Arc`).
+///
+/// ```no_run
+/// use palisade_core::{Generation, LockName, Mode, Sequencer};
+/// use palisade_fence_redis::RedisFence;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let fence = RedisFence::connect("redis://127.0.0.1:6379").await?;
+/// let lock = LockName::new("flash-sale/sku-42")?;
+/// let stock = fence.data_key(&lock, "stock");
+/// # let guard = Sequencer::new(lock.clone(), Mode::Exclusive, Generation::new(7).unwrap());
+/// match fence.decr_by_keeping(&guard, stock, 1, 0).await? {
+///     Ok(written) => println!("sold one, {} left", written.value),
+///     Err(refused) => println!("not sold: {refused}"), // stale, or sold out
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisFence {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    connection: FenceConnection,
+    options: FenceOptions,
+    /// The highest marks each lock has been answered with here. Sent with
+    /// every call as a floor: if Redis lost a mark raise (restart without
+    /// persistence, failover to a replica that missed it), the function
+    /// puts back what this process saw before applying the rule.
+    seen: Mutex<HashMap<LockName, Marks>>,
+    counters: Counters,
+    /// Requests waiting for the call in flight (group commit).
+    queue: Queue,
+}
+
+/// What the function answered to an apply call.
+enum Answer {
+    Ok {
+        marks: Marks,
+        seq: u64,
+        restored: bool,
+        results: Vec<Value>,
+    },
+    Stale {
+        marks: Marks,
+        restored: bool,
+    },
+    Short {
+        op_index: usize,
+        current: i64,
+    },
+    SharedOnWrite,
+}
+
+impl RedisFence {
+    /// A fence over `connection` with default options: loads the library
+    /// on every primary, or checks the one there.
+    pub async fn new(connection: impl Into<FenceConnection>) -> Result<Self, RedisFenceError> {
+        Self::with_options(connection, FenceOptions::default()).await
+    }
+
+    /// A fence over `connection`: validates `options`, then loads the
+    /// library on every primary where it is absent and checks it where it
+    /// is ([`RedisFenceError::Library`] if it is not this crate's).
+    pub async fn with_options(
+        connection: impl Into<FenceConnection>,
+        options: FenceOptions,
+    ) -> Result<Self, RedisFenceError> {
+        options.validate()?;
+        let connection = connection.into();
+        let bound = options.call_timeout * 4;
+        tokio::time::timeout(
+            bound,
+            ensure_everywhere(&connection, options.upgrade_library),
+        )
+        .await
+        .map_err(|_| RedisFenceError::Timeout {
+            operation: "load the library",
+            after: bound,
+        })??;
+        Ok(RedisFence {
+            inner: Arc::new(Inner {
+                connection,
+                options,
+                seen: Mutex::new(HashMap::new()),
+                counters: Counters::default(),
+                queue: Queue::default(),
+            }),
+        })
+    }
+
+    /// Connects to one server at `url` (`redis://[user:password@]host:port`)
+    /// with a `ConnectionManager` and default options. For TLS with a
+    /// private CA, a cluster, or other settings, build the connection
+    /// yourself and use [`RedisFence::with_options`].
+    pub async fn connect(url: &str) -> Result<Self, RedisFenceError> {
+        let scrubbed = |error: redis::RedisError| RedisFenceError::Redis {
+            operation: "connect",
+            message: palisade_core::redact::scrub(&error.to_string(), url),
+            may_have_applied: false,
+        };
+        let client = redis::Client::open(url).map_err(scrubbed)?;
+        let connection = client.get_connection_manager().await.map_err(scrubbed)?;
+        Self::new(connection).await
+    }
+
+    /// The connection, for the application's own (unfenced) commands.
+    pub fn connection(&self) -> &FenceConnection {
+        &self.inner.connection
+    }
+
+    /// Where `lock`'s fence lives.
+    pub fn keys(&self, lock: &LockName) -> LockKeys {
+        LockKeys::new(&self.inner.options.key_prefix, lock)
+    }
+
+    /// A data key of `lock`, in its slot: `{<segment>}:<name>`.
+    pub fn data_key(&self, lock: &LockName, name: &str) -> String {
+        self.keys(lock).data_key(name)
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> FenceStats {
+        let counters = &self.inner.counters;
+        FenceStats {
+            accepted: counters.accepted.load(Ordering::Relaxed),
+            stale: counters.stale.load(Ordering::Relaxed),
+            marks_restored: counters.marks_restored.load(Ordering::Relaxed),
+            library_reloads: counters.library_reloads.load(Ordering::Relaxed),
+            calls: counters.calls.load(Ordering::Relaxed),
+        }
+    }
+
+    /// `SET key value` under `holder`'s exclusive sequencer.
+    pub async fn set(
+        &self,
+        holder: &impl SequencerSource,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+    ) -> Outcome<Written<OpResult>> {
+        self.one(holder, Batch::new().set(key, value))
+            .await
+            .map(done)
+    }
+
+    /// `DEL key` under `holder`'s exclusive sequencer.
+    pub async fn del(
+        &self,
+        holder: &impl SequencerSource,
+        key: impl Into<Bytes>,
+    ) -> Outcome<Written<OpResult>> {
+        self.one(holder, Batch::new().del(key)).await.map(done)
+    }
+
+    /// `INCRBY key by`; the new value.
+    pub async fn incr_by(
+        &self,
+        holder: &impl SequencerSource,
+        key: impl Into<Bytes>,
+        by: i64,
+    ) -> Outcome<Written<i64>> {
+        self.one(holder, Batch::new().incr_by(key, by))
+            .await
+            .map(counter)
+    }
+
+    /// `DECRBY key by`; the new value.
+    pub async fn decr_by(
+        &self,
+        holder: &impl SequencerSource,
+        key: impl Into<Bytes>,
+        by: i64,
+    ) -> Outcome<Written<i64>> {
+        self.one(holder, Batch::new().decr_by(key, by))
+            .await
+            .map(counter)
+    }
+
+    /// `DECRBY key by` only if at least `keep` stay (the stock case); the
+    /// new value. When fewer would stay, nothing changes and the answer is
+    /// `Refused::CasMismatch` with the current value.
+    pub async fn decr_by_keeping(
+        &self,
+        holder: &impl SequencerSource,
+        key: impl Into<Bytes>,
+        by: i64,
+        keep: i64,
+    ) -> Outcome<Written<i64>> {
+        self.one(holder, Batch::new().decr_by_keeping(key, by, keep))
+            .await
+            .map(counter)
+    }
+
+    /// `HSET key field value`.
+    pub async fn hset(
+        &self,
+        holder: &impl SequencerSource,
+        key: impl Into<Bytes>,
+        field: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+    ) -> Outcome<Written<OpResult>> {
+        self.one(holder, Batch::new().hset(key, field, value))
+            .await
+            .map(done)
+    }
+
+    /// `HDEL key field`.
+    pub async fn hdel(
+        &self,
+        holder: &impl SequencerSource,
+        key: impl Into<Bytes>,
+        field: impl Into<Bytes>,
+    ) -> Outcome<Written<OpResult>> {
+        self.one(holder, Batch::new().hdel(key, field))
+            .await
+            .map(done)
+    }
+
+    /// Every op of `batch`, or none; one reply per op. An empty batch is
+    /// refused ([`RedisFenceError::Invalid`]): fence with
+    /// [`RedisFence::admit`].
+    pub async fn batch(
+        &self,
+        holder: &impl SequencerSource,
+        batch: &Batch,
+    ) -> Outcome<Written<Vec<Reply>>> {
+        if batch.is_empty() {
+            return Err(RedisFenceError::Invalid {
+                reason: "an empty batch writes nothing; fence with `admit`".into(),
+            });
+        }
+        let steps = batch.ops().iter().cloned().map(Step::Write).collect();
+        Ok(match self.apply(holder, steps).await? {
+            Ok((marks, seq, results)) => Ok(Written {
+                value: results
+                    .iter()
+                    .zip(batch.ops())
+                    .map(|(value, op)| reply(op, value))
+                    .collect::<Result<_, _>>()?,
+                marks,
+                seq,
+            }),
+            Err(refused) => Err(refused),
+        })
+    }
+
+    /// Fence on acquire: raises the lock's marks to `holder`'s generation
+    /// without writing, so an older holder is refused from now on, even
+    /// before this one writes. Exclusive or shared.
+    pub async fn admit(&self, holder: &impl SequencerSource) -> Outcome<Marks> {
+        Ok(self
+            .apply(holder, Vec::new())
+            .await?
+            .map(|(marks, _, _)| marks))
+    }
+
+    /// A fenced `GET key`: under a shared sequencer it raises `H_shared`
+    /// (so writers granted before this reader are refused from now on),
+    /// under an exclusive one `H_excl`; a stale sequencer reads nothing.
+    pub async fn get(&self, holder: &impl SequencerSource, key: impl Into<Bytes>) -> Outcome<Read> {
+        self.read(holder, Step::Get { key: key.into() }).await
+    }
+
+    /// A fenced `HGET key field`, as [`RedisFence::get`].
+    pub async fn hget(
+        &self,
+        holder: &impl SequencerSource,
+        key: impl Into<Bytes>,
+        field: impl Into<Bytes>,
+    ) -> Outcome<Read> {
+        self.read(
+            holder,
+            Step::HGet {
+                key: key.into(),
+                field: field.into(),
+            },
+        )
+        .await
+    }
+
+    /// The lock's marks and write sequence as Redis holds them (changes
+    /// nothing; runs on a replica too).
+    pub async fn marks(&self, lock: &LockName) -> Result<(Marks, u64), RedisFenceError> {
+        let keys = self.keys(lock);
+        let mut command = redis::cmd("FCALL_RO");
+        command.arg("palisade_fence_marks").arg(1).arg(keys.marks());
+        let value = self.send(&keys, command, false).await?;
+        let (marks, seq) = parse_marks(&value)?;
+        self.remember(lock, marks);
+        Ok((marks, seq))
+    }
+
+    /// The floor-raise form of the Redis fence: `H_excl = max(H_excl,
+    /// floor)`, for recovery after Redis lost marks (a restart without
+    /// persistence, a failover to a replica that missed a raise). Raise it
+    /// to the lock side's newest generation (every holder granted before
+    /// it is then refused, the newest one still passes). Returns the marks
+    /// after.
+    pub async fn raise_floor(&self, lock: &LockName, floor: u64) -> Result<Marks, RedisFenceError> {
+        if floor == 0 {
+            return Err(RedisFenceError::Invalid {
+                reason: "a floor of 0 raises nothing".into(),
+            });
+        }
+        let keys = self.keys(lock);
+        let mut command = redis::cmd("FCALL");
+        command
+            .arg("palisade_fence_raise_floor")
+            .arg(1)
+            .arg(keys.marks())
+            .arg(PROTOCOL)
+            .arg(floor.to_string());
+        let value = self.send(&keys, command, true).await?;
+        let (marks, _) = parse_marks(&value)?;
+        tracing::info!(target: TRACE_TARGET, lock = %lock, floor, %marks, "raised the fence's floor");
+        self.remember(lock, marks);
+        Ok(marks)
+    }
+
+    async fn one(
+        &self,
+        holder: &impl SequencerSource,
+        batch: Batch,
+    ) -> Outcome<(Written<Value>, Op)> {
+        let op = batch.ops()[0].clone();
+        Ok(self
+            .apply(holder, vec![Step::Write(op.clone())])
+            .await?
+            .map(|(marks, seq, mut results)| {
+                (
+                    Written {
+                        value: results.pop().unwrap_or(Value::Nil),
+                        marks,
+                        seq,
+                    },
+                    op,
+                )
+            }))
+    }
+
+    async fn read(&self, holder: &impl SequencerSource, step: Step) -> Outcome<Read> {
+        Ok(match self.apply(holder, vec![step]).await? {
+            Ok((marks, _, results)) => Ok(Read {
+                value: match results.first() {
+                    Some(Value::BulkString(bytes)) => Some(Bytes::from(bytes.clone())),
+                    Some(Value::Nil) | None => None,
+                    Some(other) => {
+                        return Err(RedisFenceError::Protocol(format!(
+                            "a read answered {other:?}"
+                        )));
+                    }
+                },
+                marks,
+            }),
+            Err(refused) => Err(refused),
+        })
+    }
+
+    /// The one path every fenced call takes.
+    async fn apply(
+        &self,
+        holder: &impl SequencerSource,
+        steps: Vec<Step>,
+    ) -> Outcome<(Marks, u64, Vec<Value>)> {
+        let sequencer = holder.sequencer_now()?;
+        let sequencer: &Sequencer = &sequencer;
+        let lock = sequencer.lock();
+        if let Some(verifier) = &self.inner.options.verifier {
+            verifier
+                .verify(sequencer)
+                .map_err(|source| RedisFenceError::Signature {
+                    lock: lock.clone(),
+                    source,
+                })?;
+        }
+        let writes = steps.iter().any(|step| matches!(step, Step::Write(_)));
+        if writes && sequencer.mode() != Mode::Exclusive {
+            return Ok(Err(Refused::SharedOnWrite {
+                lock: lock.clone(),
+                presented: sequencer.generation(),
+            }));
+        }
+        let keys = self.keys(lock);
+        for step in &steps {
+            keys.check(step.key())?;
+        }
+        let (call_keys, op_args) = encode(keys.marks(), &steps)?;
+        let floor = self.remembered(lock);
+        let number = |value: u64| Bytes::from(value.to_string());
+        let mut args = Vec::with_capacity(5 + op_args.len());
+        args.extend([
+            Bytes::from_static(b"1"),
+            Bytes::from_static(match sequencer.mode() {
+                Mode::Exclusive => b"x",
+                Mode::Shared => b"s",
+            }),
+            number(sequencer.generation().get()),
+            number(floor.exclusive),
+            number(floor.shared),
+        ]);
+        args.extend(op_args);
+        let value = self
+            .submit(Prepared {
+                keys,
+                call_keys,
+                args,
+            })
+            .await?;
+        let answer = parse_answer(&value)?;
+        let generation = sequencer.generation().get();
+        let mode = sequencer.mode();
+        match answer {
+            Answer::Ok {
+                marks,
+                seq,
+                restored,
+                results,
+            } => {
+                self.after(lock, marks, restored);
+                self.inner.counters.accepted.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(target: TRACE_TARGET, lock = %lock, %mode, generation, %marks, seq, "accepted");
+                Ok(Ok((marks, seq, results)))
+            }
+            Answer::Stale { marks, restored } => {
+                self.after(lock, marks, restored);
+                self.inner.counters.stale.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(target: TRACE_TARGET, lock = %lock, %mode, generation, %marks, "refused: stale sequencer");
+                Ok(Err(Refused::Stale {
+                    lock: lock.clone(),
+                    mode,
+                    presented: sequencer.generation(),
+                    marks,
+                    regression: false,
+                }))
+            }
+            Answer::Short { op_index, current } => Ok(Err(Refused::CasMismatch {
+                op_index,
+                current: Some(Bytes::from(current.to_string())),
+            })),
+            Answer::SharedOnWrite => Ok(Err(Refused::SharedOnWrite {
+                lock: lock.clone(),
+                presented: sequencer.generation(),
+            })),
+        }
+    }
+
+    /// Sends `command` (with `WAIT` after it when configured and `wait`),
+    /// bounded by the call timeout; loads the library again and resends
+    /// once if the node has lost it.
+    async fn send(
+        &self,
+        keys: &LockKeys,
+        command: redis::Cmd,
+        wait: bool,
+    ) -> Result<Value, RedisFenceError> {
+        let options = &self.inner.options;
+        let call = async {
+            match self.send_once(keys, &command, wait).await {
+                Err(RedisFenceError::Redis { message, .. })
+                    if message.contains("Function not found") =>
+                {
+                    // The node lost its functions, and most likely the data
+                    // and marks with them: say so loudly, load, send again.
+                    self.inner
+                        .counters
+                        .library_reloads
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        target: TRACE_TARGET,
+                        lock = %keys.lock(),
+                        slot = keys.slot(),
+                        "the palisade_fence library was missing: Redis lost its functions (a restart without persistence, FUNCTION FLUSH or an empty node), and likely the marks with them; loading it again"
+                    );
+                    ensure_on(
+                        &self.inner.connection,
+                        Target::Slot(keys.slot()),
+                        &format!("the primary of slot {}", keys.slot()),
+                        options.upgrade_library,
+                    )
+                    .await?;
+                    self.send_once(keys, &command, wait).await
+                }
+                other => other,
+            }
+        };
+        tokio::time::timeout(options.call_timeout, call)
+            .await
+            .map_err(|_| RedisFenceError::Timeout {
+                operation: "fcall",
+                after: options.call_timeout,
+            })?
+    }
+
+    async fn send_once(
+        &self,
+        keys: &LockKeys,
+        command: &redis::Cmd,
+        wait: bool,
+    ) -> Result<Value, RedisFenceError> {
+        let connection = &self.inner.connection;
+        let Some((replicas, timeout)) = self.inner.options.replicas.filter(|_| wait) else {
+            return connection
+                .query(command)
+                .await
+                .map_err(|error| from_redis("fcall", error));
+        };
+        let mut pipeline = redis::pipe();
+        pipeline
+            .add_command(command.clone())
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        let mut answers = connection
+            .pipeline(&pipeline)
+            .await
+            .map_err(|error| from_redis("fcall", error))?;
+        let acknowledged = match answers.pop() {
+            Some(Value::Int(count)) => u64::try_from(count).unwrap_or(0),
+            other => {
+                return Err(RedisFenceError::Protocol(format!(
+                    "WAIT answered {other:?}"
+                )));
+            }
+        };
+        if acknowledged < replicas {
+            return Err(RedisFenceError::NotReplicated {
+                lock: keys.lock().clone(),
+                acknowledged,
+                wanted: replicas,
+            });
+        }
+        Ok(answers.pop().unwrap_or(Value::Nil))
+    }
+
+    fn remembered(&self, lock: &LockName) -> Marks {
+        if !self.inner.options.remember_marks {
+            return Marks::ZERO;
+        }
+        let seen = self
+            .inner
+            .seen
+            .lock()
+            .expect("the marks memory is never poisoned");
+        seen.get(lock).copied().unwrap_or(Marks::ZERO)
+    }
+
+    fn remember(&self, lock: &LockName, marks: Marks) {
+        let mut seen = self
+            .inner
+            .seen
+            .lock()
+            .expect("the marks memory is never poisoned");
+        if seen.len() >= REMEMBERED_LOCKS && !seen.contains_key(lock) {
+            seen.clear();
+        }
+        let entry = seen.entry(lock.clone()).or_insert(Marks::ZERO);
+        entry.exclusive = entry.exclusive.max(marks.exclusive);
+        entry.shared = entry.shared.max(marks.shared);
+    }
+
+    fn after(&self, lock: &LockName, marks: Marks, restored: bool) {
+        if restored {
+            self.inner
+                .counters
+                .marks_restored
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                target: TRACE_TARGET,
+                lock = %lock,
+                %marks,
+                "Redis had lost this lock's marks (a restart or failover lost a raise); restored what this process saw"
+            );
+        }
+        self.remember(lock, marks);
+    }
+}
+
+fn done(outcome: Result<(Written<Value>, Op), Refused>) -> Result<Written<OpResult>, Refused> {
+    outcome.map(|(written, op)| Written {
+        value: match reply(&op, &written.value) {
+            Ok(Reply::Done(result)) => result,
+            _ => OpResult::Replaced,
+        },
+        marks: written.marks,
+        seq: written.seq,
+    })
+}
+
+fn counter(outcome: Result<(Written<Value>, Op), Refused>) -> Result<Written<i64>, Refused> {
+    outcome.map(|(written, op)| Written {
+        value: match reply(&op, &written.value) {
+            Ok(Reply::Counter(value)) => value,
+            _ => 0,
+        },
+        marks: written.marks,
+        seq: written.seq,
+    })
+}
+
+fn reply(op: &Op, value: &Value) -> Result<Reply, RedisFenceError> {
+    let unexpected = || RedisFenceError::Protocol(format!("{op:?} answered {value:?}"));
+    match op {
+        Op::IncrBy { .. } => number(value).map(Reply::Counter).ok_or_else(unexpected),
+        _ => {
+            let text = text(value).ok_or_else(unexpected)?;
+            text.parse::<OpResult>()
+                .map(Reply::Done)
+                .map_err(|_| unexpected())
+        }
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+fn number(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(number) => Some(*number),
+        other => text(other)?.parse().ok(),
+    }
+}
+
+fn mark(value: &Value) -> Option<u64> {
+    match value {
+        Value::Int(number) => u64::try_from(*number).ok(),
+        other => text(other)?.parse().ok(),
+    }
+}
+
+fn parse_marks(value: &Value) -> Result<(Marks, u64), RedisFenceError> {
+    let unexpected = || RedisFenceError::Protocol(format!("the marks answer {value:?}"));
+    let Value::Array(items) = value else {
+        return Err(unexpected());
+    };
+    match &items[..] {
+        [x, s, n] => Ok((
+            Marks {
+                exclusive: mark(x).ok_or_else(unexpected)?,
+                shared: mark(s).ok_or_else(unexpected)?,
+            },
+            mark(n).ok_or_else(unexpected)?,
+        )),
+        _ => Err(unexpected()),
+    }
+}
+
+fn parse_answer(value: &Value) -> Result<Answer, RedisFenceError> {
+    let unexpected =
+        || RedisFenceError::Protocol(format!("palisade_fence_apply answered {value:?}"));
+    let Value::Array(items) = value else {
+        return Err(unexpected());
+    };
+    let status = items.first().and_then(text).ok_or_else(unexpected)?;
+    let marks = |at: usize| -> Result<Marks, RedisFenceError> {
+        Ok(Marks {
+            exclusive: items.get(at).and_then(mark).ok_or_else(unexpected)?,
+            shared: items.get(at + 1).and_then(mark).ok_or_else(unexpected)?,
+        })
+    };
+    let index = |at: usize| -> Result<usize, RedisFenceError> {
+        items
+            .get(at)
+            .and_then(mark)
+            .and_then(|index| usize::try_from(index).ok())
+            .ok_or_else(unexpected)
+    };
+    let flag = |at: usize| items.get(at).and_then(mark) == Some(1);
+    Ok(match status.as_str() {
+        "ok" => Answer::Ok {
+            marks: marks(1)?,
+            seq: items.get(3).and_then(mark).ok_or_else(unexpected)?,
+            restored: flag(4),
+            results: items.get(5..).map(<[Value]>::to_vec).unwrap_or_default(),
+        },
+        "stale" => Answer::Stale {
+            marks: marks(1)?,
+            restored: flag(3),
+        },
+        "short" => Answer::Short {
+            op_index: index(1)?,
+            current: items.get(2).and_then(number).ok_or_else(unexpected)?,
+        },
+        "shared_on_write" => Answer::SharedOnWrite,
+        "wrongtype" => {
+            return Err(RedisFenceError::WrongType {
+                op_index: index(1)?,
+            });
+        }
+        "notinteger" => {
+            return Err(RedisFenceError::NotInteger {
+                op_index: index(1)?,
+            });
+        }
+        "error" => {
+            return Err(RedisFenceError::Protocol(
+                items.get(1).and_then(text).ok_or_else(unexpected)?,
+            ));
+        }
+        _ => return Err(unexpected()),
+    })
+}

@@ -1,0 +1,233 @@
+//! Group commit: the fenced requests that queue while the fence's previous
+//! call is in flight go to Redis together, as one `FCALL` (one per hash
+//! slot on a cluster). The function judges and applies each request on its
+//! own, in arrival order, and answers each its own result, so a request's
+//! guarantees are those of a call of its own; only Redis's per-call cost
+//! (the round trip, the Lua call's setup) is shared.
+
+use std::collections::BTreeMap;
+use std::mem;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use redis::Value;
+use tokio::sync::oneshot;
+
+use super::RedisFence;
+use crate::RedisFenceError;
+use crate::keys::LockKeys;
+
+/// The version of the argument layout `palisade_fence_apply` takes.
+pub(super) const PROTOCOL: &str = "2";
+
+/// The most arguments one grouped call carries (a request that is larger
+/// on its own still goes, alone): a bound on how long one call holds
+/// Redis's thread.
+const GROUP_ARGS: usize = 4096;
+
+/// One request, encoded: its lock's keys, its `KEYS` (the marks record
+/// first) and its arguments (key indexes counted from its first key).
+#[derive(Debug)]
+pub(super) struct Prepared {
+    pub(super) keys: LockKeys,
+    pub(super) call_keys: Vec<Bytes>,
+    pub(super) args: Vec<Bytes>,
+}
+
+/// A request waiting for the call in flight to finish.
+struct Waiting {
+    request: Prepared,
+    answer: oneshot::Sender<Result<Value, RedisFenceError>>,
+}
+
+/// Where a request goes: behind the call in flight, or out now.
+enum Place {
+    Queued(oneshot::Receiver<Result<Value, RedisFenceError>>),
+    Turn(Prepared),
+}
+
+/// The queue: `busy` while a call is in flight.
+#[derive(Default)]
+pub(super) struct Queue {
+    state: std::sync::Mutex<State>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Queue")
+    }
+}
+
+#[derive(Default)]
+struct State {
+    busy: bool,
+    waiting: Vec<Waiting>,
+}
+
+/// The right to send: whoever holds it is the one call in flight. Dropped
+/// (answered, failed or cancelled), it hands what queued meanwhile to a
+/// new task as the next call.
+struct Turn {
+    fence: RedisFence,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut state = self.fence.queue_state();
+        if state.waiting.is_empty() {
+            state.busy = false;
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to send from (it is shutting down): the waiting
+            // requests are dropped unsent and their callers told so.
+            state.waiting.clear();
+            state.busy = false;
+            return;
+        };
+        let group = take_group(&mut state.waiting);
+        drop(state);
+        let fence = self.fence.clone();
+        runtime.spawn(async move {
+            let turn = Turn {
+                fence: fence.clone(),
+            };
+            fence.send_group(group).await;
+            drop(turn);
+        });
+    }
+}
+
+/// The oldest waiting requests, up to the group bound (at least one).
+fn take_group(waiting: &mut Vec<Waiting>) -> Vec<Waiting> {
+    let mut size = 0;
+    let mut count = 0;
+    for item in waiting.iter() {
+        size += item.request.args.len() + 2;
+        if count > 0 && size > GROUP_ARGS {
+            break;
+        }
+        count += 1;
+    }
+    let rest = waiting.split_off(count);
+    mem::replace(waiting, rest)
+}
+
+impl RedisFence {
+    fn queue_state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner
+            .queue
+            .state
+            .lock()
+            .expect("the request queue is never poisoned")
+    }
+
+    /// Sends `request` now if no call is in flight; else queues it for the
+    /// next grouped call. The request's own answer.
+    pub(super) async fn submit(&self, request: Prepared) -> Result<Value, RedisFenceError> {
+        let receiver = match self.queue_or_take_turn(request) {
+            Place::Queued(receiver) => receiver,
+            Place::Turn(request) => {
+                let turn = Turn {
+                    fence: self.clone(),
+                };
+                let answer = self.send_call(std::slice::from_ref(&request)).await;
+                drop(turn);
+                return answer.and_then(|mut answers| answers.pop().ok_or_else(short_answer));
+            }
+        };
+        receiver.await.unwrap_or_else(|_| {
+            Err(RedisFenceError::Redis {
+                operation: "fcall",
+                message: "the runtime shut down before the request was sent".into(),
+                may_have_applied: false,
+            })
+        })
+    }
+
+    /// Queues `request` behind the call in flight, or takes the turn to
+    /// send it now.
+    fn queue_or_take_turn(&self, request: Prepared) -> Place {
+        let mut state = self.queue_state();
+        if !state.busy {
+            state.busy = true;
+            return Place::Turn(request);
+        }
+        let (answer, receiver) = oneshot::channel();
+        state.waiting.push(Waiting { request, answer });
+        Place::Queued(receiver)
+    }
+
+    /// Sends a group (one call per hash slot on a cluster, concurrently)
+    /// and hands each request its answer.
+    async fn send_group(&self, group: Vec<Waiting>) {
+        let cluster = self.inner.connection.is_cluster();
+        let mut by_slot: BTreeMap<u16, Vec<Waiting>> = BTreeMap::new();
+        for waiting in group {
+            let slot = if cluster {
+                waiting.request.keys.slot()
+            } else {
+                0
+            };
+            by_slot.entry(slot).or_default().push(waiting);
+        }
+        futures::future::join_all(by_slot.into_values().map(|part| async move {
+            let (requests, answers): (Vec<Prepared>, Vec<_>) = part
+                .into_iter()
+                .map(|waiting| (waiting.request, waiting.answer))
+                .unzip();
+            match self.send_call(&requests).await {
+                Ok(values) => {
+                    for (value, answer) in values.into_iter().zip(answers) {
+                        // A caller that stopped waiting no longer wants it.
+                        let _ = answer.send(Ok(value));
+                    }
+                }
+                Err(error) => {
+                    for (request, answer) in requests.iter().zip(answers) {
+                        let _ = answer.send(Err(error.for_lock(request.keys.lock())));
+                    }
+                }
+            }
+        }))
+        .await;
+    }
+
+    /// One `FCALL palisade_fence_apply` carrying `requests` (all in one hash
+    /// slot on a cluster): one answer per request, in order.
+    async fn send_call(&self, requests: &[Prepared]) -> Result<Vec<Value>, RedisFenceError> {
+        let first = &requests[0];
+        let mut command = redis::cmd("FCALL");
+        let key_count: usize = requests.iter().map(|request| request.call_keys.len()).sum();
+        command.arg("palisade_fence_apply").arg(key_count);
+        for request in requests {
+            for key in &request.call_keys {
+                command.arg(key.as_ref());
+            }
+        }
+        command.arg(PROTOCOL).arg(requests.len());
+        let mut base = 0;
+        for request in requests {
+            command.arg(request.args.len()).arg(base);
+            for arg in &request.args {
+                command.arg(arg.as_ref());
+            }
+            base += request.call_keys.len();
+        }
+        self.inner.counters.calls.fetch_add(1, Ordering::Relaxed);
+        if requests.len() > 1 {
+            tracing::trace!(target: crate::TRACE_TARGET, requests = requests.len(), "grouped call");
+        }
+        match self.send(&first.keys, command, true).await? {
+            Value::Array(answers) if answers.len() == requests.len() => Ok(answers),
+            other => Err(RedisFenceError::Protocol(format!(
+                "palisade_fence_apply answered {other:?} to {} requests",
+                requests.len()
+            ))),
+        }
+    }
+}
+
+fn short_answer() -> RedisFenceError {
+    RedisFenceError::Protocol("palisade_fence_apply answered no request".into())
+}

@@ -1,0 +1,323 @@
+//! What a fenced call asks Redis to do, and how it travels to the function.
+
+use bytes::Bytes;
+use palisade_core::OpResult;
+
+use crate::RedisFenceError;
+
+/// The largest counter value, increment or floor the function takes:
+/// 2^53 − 1, the integers Lua's numbers hold exactly. Beyond it the
+/// function refuses rather than round.
+pub const COUNTER_LIMIT: i64 = (1 << 53) - 1;
+
+/// The most ops one call carries (Redis takes more; a bound keeps one call
+/// from holding the server for long).
+pub const MAX_OPS: usize = 1024;
+
+/// One write of a [`Batch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Op {
+    /// `SET key value`.
+    Set {
+        /// The key.
+        key: Bytes,
+        /// The value.
+        value: Bytes,
+    },
+    /// `DEL key`.
+    Del {
+        /// The key.
+        key: Bytes,
+    },
+    /// `INCRBY key by` (a negative `by` decrements); with `at_least`, only
+    /// if the result is at least `at_least`, else the whole call is refused
+    /// with `Refused::CasMismatch` carrying the current value.
+    IncrBy {
+        /// The key (absent counts as 0).
+        key: Bytes,
+        /// The increment.
+        by: i64,
+        /// The smallest result allowed.
+        at_least: Option<i64>,
+    },
+    /// `HSET key field value`.
+    HSet {
+        /// The key.
+        key: Bytes,
+        /// The field.
+        field: Bytes,
+        /// The value.
+        value: Bytes,
+    },
+    /// `HDEL key field`.
+    HDel {
+        /// The key.
+        key: Bytes,
+        /// The field.
+        field: Bytes,
+    },
+}
+
+impl Op {
+    /// The key the op writes.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Op::Set { key, .. }
+            | Op::Del { key }
+            | Op::IncrBy { key, .. }
+            | Op::HSet { key, .. }
+            | Op::HDel { key, .. } => key,
+        }
+    }
+}
+
+/// Writes applied together on one lock: all of them, or none (a stale
+/// sequencer, a failed `at_least`, a key of the wrong kind refuses the
+/// whole batch before anything is written).
+///
+/// ```
+/// use palisade_fence_redis::Batch;
+///
+/// // Sell one item and record the order, only while stock lasts.
+/// let batch = Batch::new()
+///     .decr_by_keeping("{flash-sale%2Fsku-42}:stock", 1, 0)
+///     .hset("{flash-sale%2Fsku-42}:orders", "order-7", "alice");
+/// assert_eq!(batch.len(), 2);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    ops: Vec<Op>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Batch::default()
+    }
+
+    /// Adds an op.
+    pub fn op(mut self, op: Op) -> Self {
+        self.ops.push(op);
+        self
+    }
+
+    /// Adds `SET key value`.
+    pub fn set(self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
+        self.op(Op::Set {
+            key: key.into(),
+            value: value.into(),
+        })
+    }
+
+    /// Adds `DEL key`.
+    pub fn del(self, key: impl Into<Bytes>) -> Self {
+        self.op(Op::Del { key: key.into() })
+    }
+
+    /// Adds `INCRBY key by`.
+    pub fn incr_by(self, key: impl Into<Bytes>, by: i64) -> Self {
+        self.op(Op::IncrBy {
+            key: key.into(),
+            by,
+            at_least: None,
+        })
+    }
+
+    /// Adds `DECRBY key by`.
+    pub fn decr_by(self, key: impl Into<Bytes>, by: i64) -> Self {
+        self.op(Op::IncrBy {
+            key: key.into(),
+            by: by.saturating_neg(),
+            at_least: None,
+        })
+    }
+
+    /// Adds `DECRBY key by`, only if at least `keep` stay: the stock case.
+    /// Otherwise the whole batch is refused (`Refused::CasMismatch` with
+    /// the current value).
+    pub fn decr_by_keeping(self, key: impl Into<Bytes>, by: i64, keep: i64) -> Self {
+        self.op(Op::IncrBy {
+            key: key.into(),
+            by: by.saturating_neg(),
+            at_least: Some(keep),
+        })
+    }
+
+    /// Adds `HSET key field value`.
+    pub fn hset(
+        self,
+        key: impl Into<Bytes>,
+        field: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+    ) -> Self {
+        self.op(Op::HSet {
+            key: key.into(),
+            field: field.into(),
+            value: value.into(),
+        })
+    }
+
+    /// Adds `HDEL key field`.
+    pub fn hdel(self, key: impl Into<Bytes>, field: impl Into<Bytes>) -> Self {
+        self.op(Op::HDel {
+            key: key.into(),
+            field: field.into(),
+        })
+    }
+
+    /// The ops, in order.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    /// How many ops.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// What one op of a batch did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// `SET`, `DEL`, `HSET`, `HDEL`: created, replaced, deleted or absent.
+    Done(OpResult),
+    /// `INCRBY`/`DECRBY`: the new value.
+    Counter(i64),
+}
+
+/// One step of a call: a write, or a fenced read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Step {
+    Write(Op),
+    Get { key: Bytes },
+    HGet { key: Bytes, field: Bytes },
+}
+
+impl Step {
+    pub(crate) fn key(&self) -> &[u8] {
+        match self {
+            Step::Write(op) => op.key(),
+            Step::Get { key } | Step::HGet { key, .. } => key,
+        }
+    }
+}
+
+/// `KEYS` and the op part of `ARGV` for `palisade_fence_apply`: the data
+/// keys once each after the marks record, and per step its code, its key's
+/// index in `KEYS` (1-based) and its arguments.
+pub(crate) fn encode(
+    marks: &str,
+    steps: &[Step],
+) -> Result<(Vec<Bytes>, Vec<Bytes>), RedisFenceError> {
+    if steps.len() > MAX_OPS {
+        return Err(RedisFenceError::Invalid {
+            reason: format!("{} ops; at most {MAX_OPS} go in one call", steps.len()),
+        });
+    }
+    let mut keys: Vec<Bytes> = vec![Bytes::copy_from_slice(marks.as_bytes())];
+    let mut args: Vec<Bytes> = vec![Bytes::from(steps.len().to_string())];
+    let number = |value: i64| Bytes::from(value.to_string());
+    for (index, step) in steps.iter().enumerate() {
+        let key = step.key();
+        if key.is_empty() {
+            return Err(RedisFenceError::Invalid {
+                reason: format!("op {index}: an empty key"),
+            });
+        }
+        let position = match keys.iter().position(|known| known == key) {
+            Some(position) => position,
+            None => {
+                keys.push(Bytes::copy_from_slice(key));
+                keys.len() - 1
+            }
+        };
+        let mut push = |code: &'static str, rest: &[Bytes]| {
+            args.push(Bytes::from_static(code.as_bytes()));
+            args.push(Bytes::from((position + 1).to_string()));
+            args.extend_from_slice(rest);
+        };
+        match step {
+            Step::Write(Op::Set { value, .. }) => push("set", std::slice::from_ref(value)),
+            Step::Write(Op::Del { .. }) => push("del", &[]),
+            Step::Write(Op::IncrBy { by, at_least, .. }) => {
+                for value in std::iter::once(*by).chain(*at_least) {
+                    if !(-COUNTER_LIMIT..=COUNTER_LIMIT).contains(&value) {
+                        return Err(RedisFenceError::Invalid {
+                            reason: format!(
+                                "op {index}: {value} is beyond ±{COUNTER_LIMIT}, the integers the function computes with exactly"
+                            ),
+                        });
+                    }
+                }
+                let floor = at_least.map_or_else(Bytes::new, number);
+                push("incr", &[number(*by), floor]);
+            }
+            Step::Write(Op::HSet { field, value, .. }) => {
+                push("hset", &[field.clone(), value.clone()])
+            }
+            Step::Write(Op::HDel { field, .. }) => push("hdel", std::slice::from_ref(field)),
+            Step::Get { .. } => push("get", &[]),
+            Step::HGet { field, .. } => push("hget", std::slice::from_ref(field)),
+        }
+    }
+    Ok((keys, args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(items: &[Bytes]) -> Vec<String> {
+        items
+            .iter()
+            .map(|item| String::from_utf8_lossy(item).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn keys_are_sent_once_and_ops_name_them_by_index() {
+        let steps: Vec<Step> = Batch::new()
+            .decr_by_keeping("{a}:stock", 1, 0)
+            .hset("{a}:orders", "o1", "alice")
+            .incr_by("{a}:stock", 5)
+            .ops()
+            .iter()
+            .cloned()
+            .map(Step::Write)
+            .chain([Step::Get {
+                key: "{a}:stock".into(),
+            }])
+            .collect();
+        let (keys, args) = encode("p:{a}:marks", &steps).unwrap();
+        assert_eq!(text(&keys), ["p:{a}:marks", "{a}:stock", "{a}:orders"]);
+        assert_eq!(
+            text(&args),
+            [
+                "4", "incr", "2", "-1", "0", "hset", "3", "o1", "alice", "incr", "2", "5", "",
+                "get", "2"
+            ]
+        );
+    }
+
+    #[test]
+    fn counters_beyond_what_lua_holds_exactly_are_refused() {
+        let step = |by| {
+            vec![Step::Write(Op::IncrBy {
+                key: "k".into(),
+                by,
+                at_least: None,
+            })]
+        };
+        assert!(encode("m", &step(COUNTER_LIMIT)).is_ok());
+        assert!(encode("m", &step(-COUNTER_LIMIT)).is_ok());
+        assert!(encode("m", &step(COUNTER_LIMIT + 1)).is_err());
+        assert!(encode("m", &step(i64::MIN)).is_err());
+        assert!(encode("m", &[Step::Get { key: Bytes::new() }]).is_err());
+    }
+}

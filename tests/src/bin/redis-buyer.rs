@@ -1,0 +1,212 @@
+//! `redis-buyer`: one buyer of the fault suite's flash sale with its stock
+//! in Redis, fenced by `palisade-fence-redis`, in a process of its own so a
+//! test can stop it (SIGSTOP) while it holds the lock.
+//!
+//! Each hold: take the lock (the Redis lock backend, on the same Redis as
+//! the stock), read the stock with a fenced read, and if any is left sell
+//! one: one fenced batch sets the stock to what was read minus one and
+//! records the sale under a key of its own (`{<lock tag>}:sale/<client>-<n>`,
+//! the value `<client>-<n>@<generation>`). The sale is recorded in the
+//! history as a write of that key (`palisade_testkit::history`): `ok` with
+//! the lock's write sequence as `commit_seq`, `fail` with detail `stale`
+//! when the fence refused it, `unknown` when Redis did not answer. The
+//! buyer stops once it reads a stock of 0 (or none), or when its standard
+//! input closes.
+//!
+//! Standard output, one line per step, as `fault-client`'s: `READY`,
+//! `GRANTED <lock> <generation> <sequencer>`, `HOLDING <lock>
+//! <generation>` (with `--gate`, before its first sale, waiting for `GO`
+//! on standard input), `WROTE <lock> <generation> <seq>`, `REFUSED <lock>
+//! <generation> <detail>`, `GAVEUP <lock> <generation> <detail>`, `DONE
+//! <operations>`.
+
+use std::io::BufRead as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use palisade::redis::{RedisConfig, RedisLockClient};
+use palisade::{Lock, LockGuard, LockName, Mode, Refused, SessionOptions};
+use palisade_fence_redis::{Batch, RedisFence};
+use palisade_testkit::history::{Event, OpKind, Phase, Recorder};
+use tokio::sync::{mpsc, watch};
+
+/// A flash-sale buyer on the Redis fence.
+#[derive(Debug, Parser)]
+#[command(name = "redis-buyer")]
+struct Args {
+    /// The Redis holding the stock and the locks.
+    #[arg(long)]
+    redis: String,
+    /// The lock guarding the stock.
+    #[arg(long)]
+    lock: String,
+    /// This buyer's name in the history.
+    #[arg(long)]
+    client_id: String,
+    /// Where to append the history.
+    #[arg(long)]
+    history: PathBuf,
+    /// Lease TTL in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    ttl_ms: u64,
+    /// Wait for `GO` before the first sale.
+    #[arg(long)]
+    gate: bool,
+}
+
+fn say(line: impl AsRef<str>) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", line.as_ref());
+    let _ = stdout.flush();
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut recorder = Recorder::open(&args.history).context("open the history")?;
+    let (go_sender, mut go) = mpsc::unbounded_channel();
+    let (stop_sender, stop) = watch::channel(false);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if line.trim() == "GO" {
+                let _ = go_sender.send(());
+            }
+        }
+        let _ = stop_sender.send(true);
+    });
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let options = SessionOptions::default()
+        .with_ttl(ttl)
+        .with_keepalive_interval(ttl / 4)
+        .with_safety_margin(ttl / 4);
+    let lock = LockName::new(args.lock.as_str())?;
+    let locks = RedisLockClient::connect(RedisConfig::new(&args.redis))
+        .await?
+        .session(options)?;
+    let connection = palisade_fence_redis::redis::Client::open(args.redis.as_str())?
+        .get_connection_manager()
+        .await?;
+    let fence = RedisFence::new(connection.clone()).await?;
+    let stock = fence.data_key(&lock, "stock");
+    say("READY");
+    let id = args.client_id.as_str();
+    let mut record = |event: Event| recorder.record(&event);
+    let mut operations = 0u64;
+    let mut sales = 0u64;
+    let mut gate = args.gate;
+    while !*stop.borrow() {
+        record(Event::now(
+            id,
+            Phase::Invoke,
+            OpKind::Acquire,
+            lock.as_str(),
+        ))?;
+        operations += 1;
+        let guard = match locks
+            .acquire_timeout(&lock, Mode::Exclusive, Duration::from_secs(15))
+            .await
+        {
+            Ok(guard) => guard,
+            Err(error) => {
+                record(
+                    Event::now(id, Phase::Unknown, OpKind::Acquire, lock.as_str())
+                        .detail(error.kind()),
+                )?;
+                // Redis may be restarting.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let sequencer = guard.issued().clone();
+        let generation = sequencer.generation().get();
+        record(Event::now(id, Phase::Ok, OpKind::Acquire, lock.as_str()).generation(generation))?;
+        say(format!("GRANTED {lock} {generation} {sequencer}"));
+        let left = match fence.get(&sequencer, stock.clone()).await {
+            Ok(Ok(read)) => read.value.map_or(0, |bytes| {
+                String::from_utf8_lossy(&bytes).parse::<i64>().unwrap_or(0)
+            }),
+            Ok(Err(_)) | Err(_) => {
+                let _ = guard.release().await;
+                continue;
+            }
+        };
+        if left <= 0 {
+            let _ = guard.release().await;
+            break;
+        }
+        if gate {
+            gate = false;
+            say(format!("HOLDING {lock} {generation}"));
+            let mut stopped = stop.clone();
+            tokio::select! {
+                _ = go.recv() => {}
+                _ = stopped.wait_for(|stopped| *stopped) => break,
+            }
+            // Woken up: Redis may have restarted under the pause, and the
+            // connection's socket with it. Reconnect (a PING, until it
+            // answers) so the sale itself meets a live connection.
+            for _ in 0..100 {
+                let ping: Result<String, _> = palisade_fence_redis::redis::cmd("PING")
+                    .query_async(&mut connection.clone())
+                    .await;
+                if ping.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        sales += 1;
+        let sale = format!("{id}-{sales}");
+        let key = format!("sale/{sale}");
+        let value = format!("{sale}@{generation}");
+        let event = |phase| {
+            Event::now(id, phase, OpKind::Write, lock.as_str())
+                .generation(generation)
+                .write(&sale, &key, &value)
+        };
+        record(event(Phase::Invoke))?;
+        operations += 1;
+        let batch = Batch::new()
+            .set(stock.clone(), (left - 1).to_string())
+            .set(fence.data_key(&lock, &key), value.clone());
+        match fence.batch(&sequencer, &batch).await {
+            Ok(Ok(written)) => {
+                record(event(Phase::Ok).commit_seq(written.seq))?;
+                say(format!("WROTE {lock} {generation} {}", written.seq));
+            }
+            Ok(Err(refused)) => {
+                let detail = match refused {
+                    Refused::Stale { .. } => "stale".to_owned(),
+                    other => other.reason().to_owned(),
+                };
+                record(event(Phase::Fail).detail(detail.clone()))?;
+                say(format!("REFUSED {lock} {generation} {detail}"));
+            }
+            Err(error) => {
+                let phase = if error.is_unknown_outcome() {
+                    Phase::Unknown
+                } else {
+                    Phase::Fail
+                };
+                record(event(phase).detail(error.to_string()))?;
+                say(format!("GAVEUP {lock} {generation} {error}"));
+            }
+        }
+        record(
+            Event::now(id, Phase::Invoke, OpKind::Release, lock.as_str()).generation(generation),
+        )?;
+        let released = guard.release().await;
+        let phase = if released.is_ok() {
+            Phase::Ok
+        } else {
+            Phase::Fail
+        };
+        record(Event::now(id, phase, OpKind::Release, lock.as_str()).generation(generation))?;
+    }
+    say(format!("DONE {operations}"));
+    Ok(())
+}
