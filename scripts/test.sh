@@ -9,7 +9,8 @@
 #    (loop-mounted data directories), and Chromium with its WebDriver
 #    (the dashboard's browser test).
 # 2. Checks formatting, lints, docs and dependencies (cargo fmt, clippy and
-#    rustdoc with -D warnings on every feature, cargo machete).
+#    rustdoc with -D warnings on every feature; unused and disallowed
+#    dependencies are checked by the `tidy` test in step 3).
 # 3. Runs every test: unit tests, doctests, and the integration tests, which
 #    start real etcd, Redis, PostgreSQL and MariaDB processes on free loopback ports in temporary
 #    directories and kill them by PID when done, including the fault suite
@@ -111,9 +112,6 @@ if ((quick == 0)); then
   $link cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
   step "cargo doc -D warnings"
   RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked
-  step "cargo machete (dependencies declared and never used)"
-  command -v cargo-machete >/dev/null || cargo install --locked cargo-machete
-  cargo machete
 fi
 
 # --- 3. Tests -----------------------------------------------------------------
