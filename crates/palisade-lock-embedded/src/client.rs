@@ -5,6 +5,7 @@ use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use palisade_core::holds::Waiters;
 use palisade_core::{
     Generation, Inspect, LiveCheck, Liveness, LockError, LockInfo, LockName, Mode, Sequencer,
     SessionOptions, SharedLiveCheck, Signer,
@@ -59,6 +60,9 @@ pub(crate) struct ClientInner {
     /// All state, behind one `std` mutex. Critical sections are short and
     /// never span an `.await`.
     state: Mutex<ServiceState>,
+    /// Waiters per lock over every session: the waiter bound
+    /// (`SessionOptions::max_waiters`), one service being one process.
+    pub(crate) waiters: Waiters,
 }
 
 impl ClientInner {
@@ -123,6 +127,7 @@ impl EmbeddedLockClient {
             issuer: issuer.clone(),
             key_id,
             state: Mutex::new(ServiceState::new(me.clone(), issuer, signer)),
+            waiters: Waiters::default(),
         });
         EmbeddedLockClient { inner }
     }

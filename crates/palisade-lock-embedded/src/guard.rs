@@ -1,14 +1,14 @@
-//! The proof of a hold.
+//! The proof of a hold. Releasing is the session's hold table's
+//! (`palisade_core::holds`); giving the hold back to the service is the
+//! session's.
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
 
+use palisade_core::holds::HoldGuard;
 use palisade_core::{LeaseWatch, LockError, LockGuard, Sequencer};
-use tokio::time::Instant;
 
 use crate::session::SessionHandle;
-use crate::state::Grant;
 
 /// A hold of a lock by an [`EmbeddedLock`](crate::EmbeddedLock) session.
 ///
@@ -21,68 +21,27 @@ use crate::state::Grant;
 /// "in the background" costs nothing extra); [`LockGuard::release`] does the
 /// same and reports [`LockError::NotOwner`] if the hold was already gone
 /// (its lease ended).
-pub struct EmbeddedGuard {
-    /// Keeps the session (and so its lease record) alive while held.
-    session: Arc<SessionHandle>,
-    sequencer: Sequencer,
-    /// The hold's lease-lost signal, shared by the hold's re-entrant guards.
-    lease: LeaseWatch,
-    /// Set by `release`, so that `Drop` does not release twice.
-    released: bool,
-}
-
-impl EmbeddedGuard {
-    pub(crate) fn new(session: Arc<SessionHandle>, grant: Grant) -> Self {
-        EmbeddedGuard {
-            session,
-            sequencer: grant.sequencer,
-            lease: grant.lease,
-            released: false,
-        }
-    }
-
-    fn release_now(&mut self) -> Result<(), LockError> {
-        self.released = true;
-        self.session.service.inner().lock_state().release(
-            self.session.id,
-            self.sequencer.lock(),
-            self.sequencer.generation(),
-            Instant::now(),
-        )
-    }
-}
+pub struct EmbeddedGuard(pub(crate) HoldGuard<SessionHandle>);
 
 impl LockGuard for EmbeddedGuard {
     fn issued(&self) -> &Sequencer {
-        &self.sequencer
+        self.0.issued()
     }
 
     fn lease(&self) -> LeaseWatch {
-        self.lease.clone()
+        self.0.lease()
     }
 
     fn release(self) -> impl Future<Output = Result<(), LockError>> + Send {
-        let mut guard = self;
-        async move { guard.release_now() }
-    }
-}
-
-impl Drop for EmbeddedGuard {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        if let Err(error) = self.release_now() {
-            tracing::debug!(lock = %self.sequencer.lock(), generation = self.sequencer.generation().get(), %error, "guard dropped after its hold was gone");
-        }
+        self.0.release()
     }
 }
 
 impl fmt::Debug for EmbeddedGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EmbeddedGuard")
-            .field("sequencer", &self.sequencer.to_string())
-            .field("lease", &self.lease.state())
+            .field("sequencer", &self.issued().to_string())
+            .field("lease", &self.lease().state())
             .finish()
     }
 }
