@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use palisade_core::holds::Waiters;
 use palisade_core::{LockError, LockName, Mode, SessionOptions};
 use redis::Value;
 
@@ -51,8 +52,9 @@ pub(crate) struct ClientInner {
     pub(crate) client_id: String,
     /// Put in every sequencer.
     pub(crate) issuer: String,
-    /// Waiters per lock in this client: the fail-fast bound.
-    waiting: Mutex<HashMap<LockName, usize>>,
+    /// Waiters per lock in this client: the fail-fast bound, shared by
+    /// the client's sessions' hold tables.
+    pub(crate) waiters: Waiters,
     /// The highest generation this client has seen granted per lock. A grant
     /// at or below what was seen before its request was sent means Redis's
     /// counter went backwards (see
@@ -193,7 +195,7 @@ impl RedisLockClient {
             inbox,
             client_id,
             issuer,
-            waiting: Mutex::default(),
+            waiters: Waiters::default(),
             seen: Mutex::default(),
             sessions: AtomicU64::new(0),
             stats: Counters::default(),
@@ -497,51 +499,6 @@ impl RedisLockClient {
         }
         let highest = seen.entry(name.clone()).or_insert(0);
         *highest = (*highest).max(generation);
-    }
-
-    /// Counts one more waiter on `name`, or fails fast with `Busy`.
-    pub(crate) fn enter_waiting(
-        &self,
-        name: &LockName,
-        max_waiters: usize,
-    ) -> Result<WaiterTicket, LockError> {
-        let mut waiting = self.inner.waiting.lock().expect("waiter counts poisoned");
-        let count = waiting.entry(name.clone()).or_insert(0);
-        if *count >= max_waiters {
-            tracing::debug!(backend = BACKEND, lock = %name, waiters = *count, "refused: waiter bound reached");
-            return Err(LockError::Busy {
-                name: name.clone(),
-                waiters: max_waiters,
-            });
-        }
-        *count += 1;
-        Ok(WaiterTicket {
-            client: self.clone(),
-            name: name.clone(),
-        })
-    }
-}
-
-/// One counted waiter; uncounted on drop.
-pub(crate) struct WaiterTicket {
-    client: RedisLockClient,
-    name: LockName,
-}
-
-impl Drop for WaiterTicket {
-    fn drop(&mut self) {
-        let mut waiting = self
-            .client
-            .inner
-            .waiting
-            .lock()
-            .expect("waiter counts poisoned");
-        if let Some(count) = waiting.get_mut(&self.name) {
-            *count -= 1;
-            if *count == 0 {
-                waiting.remove(&self.name);
-            }
-        }
     }
 }
 
