@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use palisade_core::holds::Waiters;
 use palisade_core::{SessionOptions, Signer};
 use sqlx::any::AnyPoolOptions;
 use sqlx::{Connection, Executor};
@@ -47,6 +48,9 @@ pub(crate) struct ClientInner {
     pub(crate) store: Store,
     pub(crate) signer: Option<Signer>,
     listener: Option<JoinHandle<()>>,
+    /// Waiters per lock over this client's sessions: the per-process bound
+    /// (`SessionOptions::max_waiters`).
+    pub(crate) waiters: Waiters,
 }
 
 impl Drop for ClientInner {
@@ -118,6 +122,7 @@ impl SqlLockClient {
                 store,
                 signer: config.signer,
                 listener,
+                waiters: Waiters::default(),
             }),
         })
     }
