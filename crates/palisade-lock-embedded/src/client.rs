@@ -7,8 +7,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use palisade_core::holds::Waiters;
 use palisade_core::{
-    Generation, Inspect, LiveCheck, Liveness, LockError, LockInfo, LockName, Mode, Sequencer,
-    SessionOptions, SharedLiveCheck, Signer,
+    FloorRaised, Generation, Inspect, LiveCheck, Liveness, LockError, LockInfo, LockName, Mode,
+    RaiseFloor, RaiseFloorError, Sequencer, SessionOptions, SharedLiveCheck, Signer,
 };
 use tokio::time::Instant;
 
@@ -204,6 +204,21 @@ impl Inspect for EmbeddedLockClient {
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>, LockError> {
         Ok(self.inner.lock_state().list(prefix, Instant::now()))
+    }
+}
+
+/// Raising a lock's counter, for the conformance suite and for demos of the
+/// recovery; an in-process service never loses its counter.
+impl RaiseFloor for EmbeddedLockClient {
+    async fn raise_floor(&self, name: &LockName, mark: u64) -> Result<FloorRaised, RaiseFloorError> {
+        if mark == u64::MAX {
+            return Err(RaiseFloorError::OutOfRange {
+                mark,
+                limit: u64::MAX,
+            });
+        }
+        let (before, after) = self.inner.lock_state().raise_floor(name, mark);
+        Ok(FloorRaised::new(before, after))
     }
 }
 

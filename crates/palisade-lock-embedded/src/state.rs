@@ -610,6 +610,21 @@ impl ServiceState {
         })
     }
 
+    /// Raises `name`'s counter to at least `mark`; returns it before and
+    /// after. The service keeps no entry for an idle name, so for one the
+    /// floor every new entry starts from is raised (other idle names jump
+    /// with it, which only ever moves generations up).
+    pub(crate) fn raise_floor(&mut self, name: &LockName, mark: u64) -> (u64, u64) {
+        let counter = match self.locks.get_mut(name) {
+            Some(entry) => &mut entry.last_generation,
+            None => &mut self.generation_floor,
+        };
+        let before = *counter;
+        *counter = before.max(mark);
+        tracing::info!(lock = %name, mark, before, after = *counter, "generation floor raised");
+        (before, *counter)
+    }
+
     /// The sequencers of the current holders of `name`.
     pub(crate) fn holders(&self, name: &LockName) -> Vec<Sequencer> {
         self.locks

@@ -5,9 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use palisade_core::holds::{Gate, Hold, HoldBackend, HoldTable, Task};
-use palisade_core::{
-    LeaseState, LeaseTracker, LeaseWatch, LockError, LockName, LostReason, Mode, SessionOptions,
-};
+use palisade_core::{LeaseState, LeaseTracker, LeaseWatch, LockError, LostReason, SessionOptions};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
@@ -299,7 +297,7 @@ impl EtcdLock {
         let session = &self.session;
         session.stop_keepalive();
         let inner = &session.connection.inner;
-        let held: Vec<(LockName, Mode, i64)> = session
+        let held: Vec<(palisade_core::LockName, palisade_core::Mode, i64)> = session
             .holds()
             .holds()
             .iter()

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use palisade_core::holds::Waiters;
-use palisade_core::{LockError, LockName, Mode, SessionOptions};
+use palisade_core::{
+    FloorRaised, LockError, LockName, Mode, RaiseFloor, RaiseFloorError, SessionOptions,
+};
 use redis::Value;
 
 use crate::connection::Connection;
@@ -280,14 +282,15 @@ impl RedisLockClient {
     }
 
     /// Raises the generation counter of `name` so that the next grant is
-    /// above `mark`: the recovery path after Redis lost the counter.
+    /// above `mark`: the recovery path after Redis lost the counter. A thin
+    /// call of [`RaiseFloor::raise_floor`], answering the counter
+    /// afterwards.
     ///
     /// Feed it the current mark from a resource server's refusal (the 409
     /// body carries it) or any generation known to have been honoured.
-    /// Raising is idempotent and never lowers the counter. Returns the
-    /// counter afterwards. Marks at or above 2^53 - 1 are refused: no
-    /// generation this backend issues gets there, so such a mark is forged
-    /// or from another issuer.
+    /// Raising is idempotent and never lowers the counter. Marks at or
+    /// above 2^53 - 1 are refused: no generation this backend issues gets
+    /// there, so such a mark is forged or from another issuer.
     ///
     /// ```no_run
     /// # use palisade_core::LockName;
@@ -297,24 +300,14 @@ impl RedisLockClient {
     /// # Ok(()) }
     /// ```
     pub async fn raise_floor(&self, name: &LockName, mark: u64) -> Result<u64, LockError> {
-        if mark >= MAX_GENERATION {
-            return Err(LockError::Backend {
+        match RaiseFloor::raise_floor(self, name, mark).await {
+            Ok(raised) => Ok(raised.after),
+            Err(RaiseFloorError::Lock(error)) => Err(error),
+            Err(refused) => Err(LockError::Backend {
                 backend: BACKEND,
-                source: format!(
-                    "refusing to raise lock `{name}` to {mark}: generations stop below 2^53-1"
-                )
-                .into(),
-            });
+                source: Box::new(refused),
+            }),
         }
-        let keys = self.keys(name);
-        let mark_text = mark.to_string();
-        let reply = self
-            .eval_script(&self.inner.scripts.raise_floor, &keys, &[&mark_text])
-            .await?;
-        let counter = as_u64(&reply).ok_or_else(|| bad_reply("raise_floor", &reply))?;
-        self.observe_generation(name, mark);
-        tracing::info!(backend = BACKEND, lock = %name, mark, counter, "generation floor raised");
-        Ok(counter)
     }
 
     pub(crate) async fn eval_script(
@@ -499,6 +492,35 @@ impl RedisLockClient {
         }
         let highest = seen.entry(name.clone()).or_insert(0);
         *highest = (*highest).max(generation);
+    }
+}
+
+/// Raising a lock's counter: one script, `SET` to the mark if it is
+/// higher, in the lock's hash slot.
+impl RaiseFloor for RedisLockClient {
+    async fn raise_floor(&self, name: &LockName, mark: u64) -> Result<FloorRaised, RaiseFloorError> {
+        if mark >= MAX_GENERATION {
+            return Err(RaiseFloorError::OutOfRange {
+                mark,
+                limit: MAX_GENERATION - 1,
+            });
+        }
+        let keys = self.keys(name);
+        let mark_text = mark.to_string();
+        let reply = self
+            .eval_script(&self.inner.scripts.raise_floor, &keys, &[&mark_text])
+            .await?;
+        let (before, after) = match &reply {
+            Value::Array(items) => match items.as_slice() {
+                [before, after] => as_u64(before).zip(as_u64(after)),
+                _ => None,
+            },
+            _ => None,
+        }
+        .ok_or_else(|| bad_reply("raise_floor", &reply))?;
+        self.observe_generation(name, mark);
+        tracing::info!(backend = BACKEND, lock = %name, mark, before, after, "generation floor raised");
+        Ok(FloorRaised::new(before, after))
     }
 }
 

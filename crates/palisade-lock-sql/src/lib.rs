@@ -68,7 +68,8 @@ pub use client::SqlLockClient;
 pub use config::SqlConfig;
 pub use dialect::Dialect;
 pub use error::SqlLockError;
-pub use floor::FloorRaised;
+/// What a floor raise did (core's, re-exported).
+pub use palisade_core::FloorRaised;
 pub use guard::SqlGuard;
 pub use live_check::SqlLiveCheck;
 pub use session::SqlLock;

@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use futures::future::join_all;
 use futures::stream::FuturesUnordered;
-use palisade_core::{LockError, LockName};
+use palisade_core::{FloorRaised, LockError, LockName, RaiseFloorError};
 use redis::Value;
 
 use crate::RedisLockClient;
@@ -141,6 +141,57 @@ async fn compare_and_set(
         }
     }
     accepted
+}
+
+/// Raises the floor of `name` on every reachable master to at least
+/// `mark` (the same compare-and-set, which only ever raises). Done once a
+/// majority holds a floor at or above `mark`: every mint reads a majority,
+/// which includes one of them, so it chooses above `mark`.
+pub(crate) async fn raise(
+    masters: &[Option<RedisLockClient>],
+    majority: usize,
+    name: &LockName,
+    mark: u64,
+) -> Result<FloorRaised, RaiseFloorError> {
+    if mark >= MAX_GENERATION {
+        return Err(RaiseFloorError::OutOfRange {
+            mark,
+            limit: MAX_GENERATION - 1,
+        });
+    }
+    let before = read_floors(masters, name).await.into_iter().flatten().max();
+    let answers = join_all(masters.iter().map(|master| async move {
+        let master = master.as_ref()?;
+        let key = floor_key(master.config().key_prefix(), name);
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(COMPARE_AND_SET).arg(1).arg(&key).arg(mark);
+        // Raised (1), or already at or above the mark (0).
+        match query(master, &eval, "raise generation floor").await {
+            Ok(Value::Int(0 | 1)) => Some(()),
+            Ok(other) => {
+                tracing::warn!(backend = BACKEND, error = %bad_reply("raise generation floor", &other), "floor not raised");
+                None
+            }
+            Err(error) => {
+                tracing::debug!(backend = BACKEND, %error, "floor raise failed");
+                None
+            }
+        }
+    }))
+    .await;
+    let at_or_above = answers.iter().flatten().count();
+    if at_or_above < majority {
+        return Err(RaiseFloorError::Lock(LockError::Unavailable {
+            backend: BACKEND,
+            source: format!(
+                "lock `{name}`: only {at_or_above} masters confirmed a generation floor of at least {mark}, a majority is needed (run it again)"
+            )
+            .into(),
+        }));
+    }
+    let before = before.unwrap_or(0);
+    tracing::info!(backend = BACKEND, lock = %name, mark, before, masters = at_or_above, "redlock generation floor raised");
+    Ok(FloorRaised::new(before, before.max(mark)))
 }
 
 async fn query(

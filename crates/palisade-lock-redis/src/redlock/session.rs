@@ -12,8 +12,8 @@ use futures::future::join_all;
 use futures::stream::FuturesUnordered;
 use palisade_core::holds::{Admission, HoldTable, Patience, Waiters};
 use palisade_core::{
-    Generation, LeaseState, LeaseTracker, Lock, LockError, LockGuard, LockName, LostReason, Mode,
-    Sequencer, SessionOptions,
+    FloorRaised, Generation, LeaseState, LeaseTracker, Lock, LockError, LockGuard, LockName,
+    LostReason, Mode, RaiseFloor, RaiseFloorError, Sequencer, SessionOptions,
 };
 use tokio::time::Instant;
 
@@ -154,6 +154,14 @@ impl RedlockClient {
     /// a master that did not answer; `Some(0)` for one that has none).
     pub async fn generation_floors(&self, name: &LockName) -> Vec<Option<u64>> {
         super::floor::read_floors(&self.inner.masters, name).await
+    }
+}
+
+/// Raising the floor on every master: the quorum-minted generation then
+/// starts above the mark (`redlock/floor.rs`).
+impl RaiseFloor for RedlockClient {
+    async fn raise_floor(&self, name: &LockName, mark: u64) -> Result<FloorRaised, RaiseFloorError> {
+        super::floor::raise(&self.inner.masters, self.majority(), name, mark).await
     }
 }
 
