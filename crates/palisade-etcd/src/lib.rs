@@ -5,16 +5,23 @@
 //! [`EtcdConnection`] holds the endpoints, the credentials, the TLS
 //! settings and the two timeouts, and turns them into etcd-client's
 //! `ConnectOptions` with the settings both need (HTTP/2 keep-alive pings,
-//! `require_leader`, token refresh). Everything else (key prefixes, session
-//! and storage limits) stays in the crate it belongs to, and so does each
-//! crate's error type: [`EndpointError`] converts into both.
+//! `require_leader`, token refresh). [`Failure`] classifies etcd-client's
+//! errors (sent or not, may pass or not, refused outright) once for both.
+//! Everything else (key prefixes, session and storage limits) stays in the
+//! crate it belongs to, and so does each crate's error type:
+//! [`EndpointError`] converts into both, and each maps a [`Failure`] to its
+//! own.
 //!
-//! **Architecture Invariant:** this crate depends on etcd-client only, not
-//! on any Palisade crate: it is a leaf both etcd crates may depend on
-//! without depending on each other.
+//! **Architecture Invariant:** this crate depends on etcd-client (and
+//! tonic, for its status codes) only, not on any Palisade crate: it is a
+//! leaf both etcd crates may depend on without depending on each other.
+
+mod failure;
 
 use std::fmt;
 use std::time::Duration;
+
+pub use failure::{Failure, is_lease_not_found, is_over_cluster_limit};
 
 /// An endpoint list that cannot work, caught before any connection is made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -297,7 +297,7 @@ where
                 return Err(errors::timed_out(operation, after));
             }
         };
-        let unsent = errors::is_connect_failure(&error);
+        let unsent = errors::is_unsent(&error);
         let mapped = errors::from_etcd(operation, after, error);
         let again =
             unsent || (resend == Resend::Always && matches!(mapped, LockError::Unavailable { .. }));
