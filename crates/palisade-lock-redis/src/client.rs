@@ -498,7 +498,11 @@ impl RedisLockClient {
 /// Raising a lock's counter: one script, `SET` to the mark if it is
 /// higher, in the lock's hash slot.
 impl RaiseFloor for RedisLockClient {
-    async fn raise_floor(&self, name: &LockName, mark: u64) -> Result<FloorRaised, RaiseFloorError> {
+    async fn raise_floor(
+        &self,
+        name: &LockName,
+        mark: u64,
+    ) -> Result<FloorRaised, RaiseFloorError> {
         if mark >= MAX_GENERATION {
             return Err(RaiseFloorError::OutOfRange {
                 mark,

@@ -59,9 +59,14 @@
 //! order), and a request that must *not* be granted staying ungranted (a
 //! broken backend shows itself within that time).
 //!
+//! Beside the cases, [`secrets::assert_kept`] checks that a backend's
+//! connection and error paths never show a password.
+//!
 //! Lock names start with a random per-run prefix, so reruns against the same
 //! server never collide. Every failure message starts with
 //! `lock suite [<backend>] <case>:` and says what was expected.
+
+pub mod secrets;
 
 use std::fmt;
 use std::future::Future;
@@ -1350,9 +1355,14 @@ pub async fn raise_floor<B: SuiteRaiseFloor>(backend: &B) {
     let first = take("the first grant").await;
 
     let mark = first.saturating_add(backend.floor_gap());
-    let raised = match case.call(floor.raise_floor(&name, mark), "raise_floor").await {
+    let raised = match case
+        .call(floor.raise_floor(&name, mark), "raise_floor")
+        .await
+    {
         Ok(raised) => raised,
-        Err(error) => case.fail(format_args!("raise_floor(`{name}`, {mark}) failed: {error}")),
+        Err(error) => case.fail(format_args!(
+            "raise_floor(`{name}`, {mark}) failed: {error}"
+        )),
     };
     if raised.after < mark || raised.before > raised.after {
         case.fail(format_args!(
@@ -1366,12 +1376,17 @@ pub async fn raise_floor<B: SuiteRaiseFloor>(backend: &B) {
         ));
     }
 
-    let lower = match case.call(floor.raise_floor(&name, first), "raise_floor").await {
+    let lower = match case
+        .call(floor.raise_floor(&name, first), "raise_floor")
+        .await
+    {
         Ok(raised) => raised,
         Err(error) => case.fail(format_args!("raising to a lower mark failed: {error}")),
     };
     if lower.after < lower.before {
-        case.fail(format_args!("raising to a lower mark lowered the floor: {lower:?}"));
+        case.fail(format_args!(
+            "raising to a lower mark lowered the floor: {lower:?}"
+        ));
     }
     let third = take("the grant after a lower mark").await;
     if third <= second {
@@ -1380,7 +1395,10 @@ pub async fn raise_floor<B: SuiteRaiseFloor>(backend: &B) {
         ));
     }
 
-    match case.call(floor.raise_floor(&name, u64::MAX), "raise_floor").await {
+    match case
+        .call(floor.raise_floor(&name, u64::MAX), "raise_floor")
+        .await
+    {
         Err(RaiseFloorError::OutOfRange { mark: u64::MAX, .. }) => {}
         other => case.fail(format_args!(
             "raise_floor(`{name}`, u64::MAX) must be refused as out of range, got {other:?}"

@@ -67,7 +67,7 @@ impl RedlockClient {
             match attempt {
                 Ok(client) => masters.push(Some(client)),
                 Err(error) => {
-                    tracing::warn!(backend = BACKEND, master = %crate::connection::redacted(&master.urls()[0]), %error, "Redlock master unreachable at connect; left out");
+                    tracing::warn!(backend = BACKEND, master = %palisade_core::redact::redact_url(&master.urls()[0]), %error, "Redlock master unreachable at connect; left out");
                     first_error.get_or_insert(error);
                     masters.push(None);
                 }
@@ -160,7 +160,11 @@ impl RedlockClient {
 /// Raising the floor on every master: the quorum-minted generation then
 /// starts above the mark (`redlock/floor.rs`).
 impl RaiseFloor for RedlockClient {
-    async fn raise_floor(&self, name: &LockName, mark: u64) -> Result<FloorRaised, RaiseFloorError> {
+    async fn raise_floor(
+        &self,
+        name: &LockName,
+        mark: u64,
+    ) -> Result<FloorRaised, RaiseFloorError> {
         super::floor::raise(&self.inner.masters, self.majority(), name, mark).await
     }
 }
