@@ -112,6 +112,7 @@ impl SqlLockClient {
             wake,
             counters: Default::default(),
         };
+        store.ensure_durable().await?;
         store.ensure_schema().await?;
         let listener = match dialect {
             Dialect::Postgres => Some(crate::wake::listen(&config.url, store.wake.clone()).await?),

@@ -145,6 +145,33 @@ impl Store {
             .unwrap_or_else(|_| Err(timed_out(self.backend(), operation, self.timeout)))
     }
 
+    /// Refuses a PostgreSQL that runs with `fsync = off` (a generation
+    /// bumped by a commit it never wrote would be issued again after a
+    /// crash), as the PostgreSQL storage engine does. MariaDB has no such
+    /// switch for one server.
+    pub(crate) async fn ensure_durable(&self) -> Result<(), SqlLockError> {
+        if self.dialect != Dialect::Postgres {
+            return Ok(());
+        }
+        let fsync: String = self
+            .bounded("check fsync", async {
+                sqlx::query_scalar("SHOW fsync")
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| self.err(e))
+            })
+            .await?;
+        if fsync != "on" {
+            tracing::error!(
+                backend = self.backend(),
+                fsync,
+                "refused: the PostgreSQL server runs with fsync off"
+            );
+            return Err(SqlLockError::FsyncOff);
+        }
+        Ok(())
+    }
+
     /// Creates the tables if missing and checks the schema version.
     pub(crate) async fn ensure_schema(&self) -> Result<(), SqlLockError> {
         for statement in &self.sql.create_tables {
