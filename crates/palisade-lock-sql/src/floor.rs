@@ -34,7 +34,11 @@ impl SqlLockClient {
 /// GREATEST(generation, mark)`, in one transaction with the row locked.
 /// Never lowers a generation; holders keep theirs.
 impl RaiseFloor for SqlLockClient {
-    async fn raise_floor(&self, name: &LockName, mark: u64) -> Result<FloorRaised, RaiseFloorError> {
+    async fn raise_floor(
+        &self,
+        name: &LockName,
+        mark: u64,
+    ) -> Result<FloorRaised, RaiseFloorError> {
         let target = i64::try_from(mark).map_err(|_| RaiseFloorError::OutOfRange {
             mark,
             limit: i64::MAX as u64,
