@@ -207,10 +207,8 @@ impl Store {
     /// the database aborted to break a deadlock.
     pub(crate) async fn grant(&self, request: Request<'_>) -> Result<Attempt, LockError> {
         self.bounded("grant", async {
-            let mut attempt = 0;
             loop {
-                match self.grant_once(request).await {
-                    Err(error) if is_retryable(&error) && attempt < RETRIES => attempt += 1,
+                match retrying_deadlocks(|| self.grant_once(request)).await {
                     Err(error) => return Err(self.err(error)),
                     Ok(Some(result)) => return Ok(result),
                     Ok(None) => {
@@ -464,20 +462,12 @@ impl Store {
         waiter: Option<i64>,
     ) -> Result<bool, LockError> {
         self.bounded("release", async {
-            let mut attempt = 0;
-            loop {
-                match self
-                    .release_once(name.as_str(), session, token, waiter)
+            let found =
+                retrying_deadlocks(|| self.release_once(name.as_str(), session, token, waiter))
                     .await
-                {
-                    Err(error) if is_retryable(&error) && attempt < RETRIES => attempt += 1,
-                    Err(error) => return Err(self.err(error)),
-                    Ok(found) => {
-                        self.wake_local(name.as_str());
-                        return Ok(found);
-                    }
-                }
-            }
+                    .map_err(|error| self.err(error))?;
+            self.wake_local(name.as_str());
+            Ok(found)
         })
         .await
     }
@@ -670,5 +660,26 @@ impl Store {
             read().map_err(|e| self.err(e))
         })
         .await
+    }
+}
+
+/// Runs `once` again, up to [`RETRIES`] times with pauses from
+/// [`palisade_core::retry_pauses`], when the database aborted it to break a
+/// deadlock or a serialization conflict (it changed nothing then).
+async fn retrying_deadlocks<T, F>(mut once: impl FnMut() -> F) -> Result<T, sqlx::Error>
+where
+    F: Future<Output = Result<T, sqlx::Error>>,
+{
+    let mut pauses =
+        palisade_core::retry_pauses(Duration::from_millis(5), Duration::from_millis(100));
+    let mut retries = 0;
+    loop {
+        match once().await {
+            Err(error) if is_retryable(&error) && retries < RETRIES => {
+                retries += 1;
+                tokio::time::sleep(pauses.next().unwrap_or(Duration::from_millis(100))).await;
+            }
+            outcome => return outcome,
+        }
     }
 }

@@ -300,6 +300,8 @@ impl Redlock {
             Admission::InProgress => return Ok(None),
             Admission::Turn(turn) => turn,
         };
+        let mut pauses =
+            palisade_core::retry_pauses(Duration::from_millis(20), Duration::from_millis(200));
         loop {
             let members = if wait {
                 self.inner.hold_majority(name, mode).await?
@@ -316,8 +318,9 @@ impl Redlock {
                     return Ok(Some(RedlockGuard(guard)));
                 }
                 Err(Retry::Again(why)) if wait => {
-                    tracing::debug!(backend = BACKEND, lock = %name, why, "redlock grant abandoned; trying again");
-                    tokio::time::sleep(jitter(Duration::from_millis(20))).await;
+                    let pause = pauses.next().unwrap_or(Duration::from_millis(200));
+                    tracing::debug!(backend = BACKEND, lock = %name, why, ?pause, "redlock grant abandoned; trying again");
+                    tokio::time::sleep(pause).await;
                 }
                 Err(Retry::Again(_)) => return Ok(None),
                 Err(Retry::Fail(error)) => return Err(error),
@@ -540,13 +543,15 @@ impl RedlockSessionInner {
     ) -> Result<(Sequencer, Arc<LeaseTracker>, RedlockHold), Retry> {
         let masters = &self.client.inner.masters;
         let mut minted = Err(MintError::Contended { accepted: 0 });
-        for round in 0..MINT_ROUNDS {
+        let mut pauses =
+            palisade_core::retry_pauses(Duration::from_millis(2), Duration::from_millis(64));
+        for _round in 0..MINT_ROUNDS {
             minted = mint(masters, self.majority(), name).await;
             match minted {
                 Ok(_) | Err(MintError::NoQuorum { .. } | MintError::Exhausted { .. }) => break,
                 // Shared holders mint side by side; the loser reads again.
                 Err(MintError::Contended { .. }) => {
-                    tokio::time::sleep(jitter(Duration::from_millis(2 << round))).await;
+                    tokio::time::sleep(pauses.next().unwrap_or(Duration::from_millis(64))).await;
                 }
             }
         }
