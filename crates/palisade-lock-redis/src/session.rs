@@ -262,11 +262,7 @@ const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(50);
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 fn random_hex<const BYTES: usize>() -> String {
-    let mut out = String::with_capacity(BYTES * 2);
-    for _ in 0..BYTES / 8 {
-        out.push_str(&format!("{:016x}", rand::random::<u64>()));
-    }
-    out
+    hex::encode(rand::random::<[u8; BYTES]>())
 }
 
 impl SessionInner {
