@@ -210,7 +210,11 @@ impl Inspect for EmbeddedLockClient {
 /// Raising a lock's counter, for the conformance suite and for demos of the
 /// recovery; an in-process service never loses its counter.
 impl RaiseFloor for EmbeddedLockClient {
-    async fn raise_floor(&self, name: &LockName, mark: u64) -> Result<FloorRaised, RaiseFloorError> {
+    async fn raise_floor(
+        &self,
+        name: &LockName,
+        mark: u64,
+    ) -> Result<FloorRaised, RaiseFloorError> {
         if mark == u64::MAX {
             return Err(RaiseFloorError::OutOfRange {
                 mark,

@@ -17,7 +17,7 @@ use crate::connection::Connection;
 use crate::error::{BACKEND, bad_reply};
 use crate::inbox::Inbox;
 use crate::keys::{LockKeys, inbox_channel};
-use crate::scripts::{MAX_GENERATION, Scripts};
+use crate::scripts::Scripts;
 use crate::{GenerationScheme, RedisConfig, RedisLiveCheck, RedisLock, RedisLockError};
 
 /// A connection to Redis shared by any number of lock sessions.
@@ -503,12 +503,7 @@ impl RaiseFloor for RedisLockClient {
         name: &LockName,
         mark: u64,
     ) -> Result<FloorRaised, RaiseFloorError> {
-        if mark >= MAX_GENERATION {
-            return Err(RaiseFloorError::OutOfRange {
-                mark,
-                limit: MAX_GENERATION - 1,
-            });
-        }
+        crate::scripts::refuse_unreachable_mark(mark)?;
         let keys = self.keys(name);
         let mark_text = mark.to_string();
         let reply = self

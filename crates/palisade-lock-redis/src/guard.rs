@@ -6,15 +6,11 @@
 //! its own [`RedisGuard`]; the hold is given back on Redis when the last
 //! guard goes.
 
-use std::fmt;
-use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use palisade_core::holds::{Hold, HoldGuard};
-use palisade_core::{
-    LeaseState, LeaseWatch, LockError, LockGuard, LostReason, Sequencer, SessionOptions,
-};
+use palisade_core::holds::Hold;
+use palisade_core::{LeaseState, LockError, LockGuard, LostReason, SessionOptions};
 use tokio::time::Instant;
 
 use crate::keeper::{KeeperShared, SlotKey};
@@ -62,11 +58,13 @@ impl Drop for RedisHold {
     }
 }
 
-/// Proof that a [`RedisLock`](crate::RedisLock) session holds a lock.
-///
-/// Dropping it releases in the background (best effort); call
-/// [`LockGuard::release`] to know the release happened.
-pub struct RedisGuard(pub(crate) HoldGuard<SessionInner>);
+palisade_core::hold_guard! {
+    /// Proof that a [`RedisLock`](crate::RedisLock) session holds a lock.
+    ///
+    /// Dropping it releases in the background (best effort); call
+    /// [`LockGuard::release`] to know the release happened.
+    pub struct RedisGuard(pub(crate) HoldGuard<SessionInner>);
+}
 
 impl RedisGuard {
     /// Extends the lease now (compare-and-PEXPIRE on the owner token), as
@@ -105,28 +103,5 @@ impl RedisGuard {
     /// The public lease id of this hold (also in the sequencer).
     pub fn lease_id(&self) -> &str {
         self.issued().lease().unwrap_or_default()
-    }
-}
-
-impl LockGuard for RedisGuard {
-    fn issued(&self) -> &Sequencer {
-        self.0.issued()
-    }
-
-    fn lease(&self) -> LeaseWatch {
-        self.0.lease()
-    }
-
-    fn release(self) -> impl Future<Output = Result<(), LockError>> + Send {
-        self.0.release()
-    }
-}
-
-impl fmt::Debug for RedisGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisGuard")
-            .field("sequencer", &self.issued().to_string())
-            .field("lease", &self.lease().state())
-            .finish_non_exhaustive()
     }
 }

@@ -29,6 +29,17 @@ use redis::Script;
 /// year 2255.
 pub const MAX_GENERATION: u64 = (1 << 53) - 1;
 
+/// Refuses a floor no generation of this backend (or of Redlock) can pass.
+pub(crate) fn refuse_unreachable_mark(mark: u64) -> Result<(), palisade_core::RaiseFloorError> {
+    if mark >= MAX_GENERATION {
+        return Err(palisade_core::RaiseFloorError::OutOfRange {
+            mark,
+            limit: MAX_GENERATION - 1,
+        });
+    }
+    Ok(())
+}
+
 /// The full Lua text of the acquire script (prelude included), for tools
 /// and benchmarks that call it directly. Its keys and arguments are those
 /// documented in `docs/backends/redis.md`.

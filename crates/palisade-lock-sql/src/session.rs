@@ -70,13 +70,6 @@ pub(crate) struct SqlHold {
     token: i64,
 }
 
-impl SqlHold {
-    /// The session row the hold stands on.
-    pub(crate) fn session_id(&self) -> &str {
-        &self.session_id
-    }
-}
-
 fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }

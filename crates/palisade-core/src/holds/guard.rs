@@ -213,3 +213,61 @@ impl<B: HoldBackend> fmt::Debug for HoldGuard<B> {
             .finish_non_exhaustive()
     }
 }
+
+/// Declares a backend's guard: a newtype over [`HoldGuard`] (the field's
+/// visibility as written) with [`LockGuard`] delegated to it and a `Debug`
+/// that shows the sequencer and the lease. The backend adds its own
+/// methods in an `impl` block of its own.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use palisade_core::holds::{Gate, Hold, HoldBackend, HoldTable, Task};
+/// # use palisade_core::LockError;
+/// # struct ToySession { holds: HoldTable<()> }
+/// # impl HoldBackend for ToySession {
+/// #     type Data = ();
+/// #     fn holds(&self) -> &HoldTable<()> { &self.holds }
+/// #     async fn give_back(&self, _: &Arc<Hold<()>>, _: Option<Gate>) -> Result<bool, LockError> { Ok(true) }
+/// #     fn spawn(&self, task: Task) { drop(task) }
+/// # }
+/// palisade_core::hold_guard! {
+///     /// Proof that a toy session holds a lock.
+///     pub struct ToyGuard(pub(crate) HoldGuard<ToySession>);
+/// }
+/// ```
+#[macro_export]
+macro_rules! hold_guard {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident($field_vis:vis HoldGuard<$backend:ty>);
+    ) => {
+        $(#[$meta])*
+        $vis struct $name($field_vis $crate::holds::HoldGuard<$backend>);
+
+        impl $crate::LockGuard for $name {
+            fn issued(&self) -> &$crate::Sequencer {
+                $crate::LockGuard::issued(&self.0)
+            }
+
+            fn lease(&self) -> $crate::LeaseWatch {
+                $crate::LockGuard::lease(&self.0)
+            }
+
+            fn release(
+                self,
+            ) -> impl ::std::future::Future<Output = ::std::result::Result<(), $crate::LockError>> + Send
+            {
+                $crate::LockGuard::release(self.0)
+            }
+        }
+
+        impl ::std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.debug_struct(::std::stringify!($name))
+                    .field("sequencer", &$crate::LockGuard::issued(&self.0).to_string())
+                    .field("lease", &$crate::LockGuard::lease(&self.0).state())
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}

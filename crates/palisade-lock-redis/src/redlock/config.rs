@@ -60,23 +60,18 @@ impl RedlockConfig {
     }
 
     /// Sets the key prefix on every master.
-    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+    pub fn with_key_prefix(self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
-        self.masters = self
-            .masters
-            .into_iter()
-            .map(|master| master.with_key_prefix(prefix.clone()))
-            .collect();
-        self
+        self.each_master(|master| master.with_key_prefix(prefix.clone()))
     }
 
     /// Sets the response timeout on every master.
-    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
-        self.masters = self
-            .masters
-            .into_iter()
-            .map(|master| master.with_response_timeout(timeout))
-            .collect();
+    pub fn with_response_timeout(self, timeout: Duration) -> Self {
+        self.each_master(|master| master.with_response_timeout(timeout))
+    }
+
+    fn each_master(mut self, change: impl FnMut(RedisConfig) -> RedisConfig) -> Self {
+        self.masters = self.masters.into_iter().map(change).collect();
         self
     }
 
@@ -86,13 +81,8 @@ impl RedlockConfig {
     /// [`GenerationScheme::ServerClock`], describes it, and
     /// [`RedlockConfig::validate`] refuses [`GenerationScheme::Counter`]
     /// rather than ignore it.
-    pub fn with_generation_scheme(mut self, scheme: GenerationScheme) -> Self {
-        self.masters = self
-            .masters
-            .into_iter()
-            .map(|master| master.with_generation_scheme(scheme))
-            .collect();
-        self
+    pub fn with_generation_scheme(self, scheme: GenerationScheme) -> Self {
+        self.each_master(|master| master.with_generation_scheme(scheme))
     }
 
     /// The issuer put in every sequencer; by default `redlock@` and the

@@ -1,16 +1,12 @@
 //! A Redlock hold, its guards, and the lease that follows a majority of
 //! per-master leases.
 
-use std::fmt;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::{join_all, select_all};
-use palisade_core::holds::{Gate, Hold, HoldBackend, HoldGuard, HoldTable, Task};
-use palisade_core::{
-    LeaseState, LeaseTracker, LeaseWatch, LockError, LockGuard, LostReason, Sequencer,
-};
+use palisade_core::holds::{Gate, Hold, HoldBackend, HoldTable, Task};
+use palisade_core::{LeaseState, LeaseTracker, LeaseWatch, LockError, LockGuard, LostReason};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -126,12 +122,14 @@ pub(crate) fn follow_members(
     })
 }
 
-/// Proof that a [`Redlock`](super::Redlock) session holds a lock on a
-/// majority of masters, with a generation a majority accepted.
-///
-/// Dropping it releases in the background (best effort); call
-/// [`LockGuard::release`] to know the release happened.
-pub struct RedlockGuard(pub(crate) HoldGuard<RedlockSessionInner>);
+palisade_core::hold_guard! {
+    /// Proof that a [`Redlock`](super::Redlock) session holds a lock on a
+    /// majority of masters, with a generation a majority accepted.
+    ///
+    /// Dropping it releases in the background (best effort); call
+    /// [`LockGuard::release`] to know the release happened.
+    pub struct RedlockGuard(pub(crate) HoldGuard<RedlockSessionInner>);
+}
 
 impl RedlockGuard {
     /// How many masters this hold stands on.
@@ -143,28 +141,5 @@ impl RedlockGuard {
             .lock()
             .expect("members poisoned")
             .len()
-    }
-}
-
-impl LockGuard for RedlockGuard {
-    fn issued(&self) -> &Sequencer {
-        self.0.issued()
-    }
-
-    fn lease(&self) -> LeaseWatch {
-        self.0.lease()
-    }
-
-    fn release(self) -> impl Future<Output = Result<(), LockError>> + Send {
-        self.0.release()
-    }
-}
-
-impl fmt::Debug for RedlockGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedlockGuard")
-            .field("sequencer", &self.issued().to_string())
-            .field("lease", &self.lease().state())
-            .finish_non_exhaustive()
     }
 }
