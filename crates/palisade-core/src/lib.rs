@@ -9,7 +9,8 @@
 //! **Architecture Invariant:** core does no IO and knows no backend. It
 //! depends on `tokio` only for `sync` (the lease-lost signal) and `time`
 //! (deadlines), and on pure computation: `hmac`/`sha2` for signatures,
-//! `backon` for [`retry_pauses`], and on text handling: `url` for the one
+//! `backon` for [`retry_pauses`], `tracing` for the hold table's decisions,
+//! and on text handling: `url` for the one
 //! redaction of connection strings ([`redact`]), `humantime` for the one
 //! duration grammar ([`parse_duration`]). A backend author needs this crate
 //! and nothing else.
@@ -24,7 +25,11 @@
 //!   and users await.
 //! - [`LiveCheck`]: Chubby's CheckSequencer, for resource servers.
 //! - [`Inspect`] / [`LockInfo`]: who holds a lock, who waits, what
-//!   lock-delay is in force, as every backend reports it.
+//!   lock-delay is in force, as every backend reports it; [`ForceRelease`]
+//!   and [`RaiseFloor`] beside it, for operators.
+//! - [`holds`]: the session side every backend shares (held locks,
+//!   re-entry, gates, the waiter bound, releasing), so a backend writes
+//!   only its protocol.
 //! - [`Signer`] / [`Verifier`]: HMAC-SHA256 signed sequencers, so only the
 //!   lock side can mint a generation a resource server will honour.
 //! - [`Refused`]: every refusal the system makes, one type for the store,
@@ -35,7 +40,9 @@
 mod duration;
 mod encoding;
 mod error;
+mod floor;
 mod generation;
+pub mod holds;
 mod inspect;
 mod lease;
 mod live_check;
@@ -56,6 +63,7 @@ mod suspend_clock;
 pub use duration::{format_duration, parse_duration};
 pub use encoding::percent_decode;
 pub use error::{BoxError, LockError};
+pub use floor::{FloorRaised, RaiseFloor, RaiseFloorError};
 pub use generation::Generation;
 pub use inspect::{ForceRelease, Holder, Inspect, LockInfo, Waiter, name_has_prefix};
 pub use lease::{LeaseState, LeaseTracker, LeaseWatch, LostReason};

@@ -386,12 +386,10 @@ impl fmt::Display for Sequencer {
         if let Some(signature) = &self.signature {
             write!(
                 f,
-                ";sig={}:",
-                encoding::encode(&signature.key_id, SEQUENCER_VALUE)
+                ";sig={}:{}",
+                encoding::encode(&signature.key_id, SEQUENCER_VALUE),
+                hex::encode(&signature.mac)
             )?;
-            for byte in &signature.mac {
-                write!(f, "{byte:02x}")?;
-            }
         }
         Ok(())
     }
@@ -526,19 +524,15 @@ fn parse_signature(value: &str) -> Result<Signature, SequencerError> {
         });
     };
     let key_id = decode("sig", key_id)?;
-    if mac_hex.len() % 2 != 0
-        || !mac_hex
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
-        return Err(SequencerError::BadSignature {
-            reason: "the MAC must be an even number of lower-case hex digits",
-        });
-    }
-    let mac = (0..mac_hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&mac_hex[i..i + 2], 16).expect("checked hex digits"))
-        .collect();
+    // The canonical form is lower case; `hex` would take upper case too.
+    let lower_case = !mac_hex.bytes().any(|b| b.is_ascii_uppercase());
+    let mac =
+        hex::decode(mac_hex)
+            .ok()
+            .filter(|_| lower_case)
+            .ok_or(SequencerError::BadSignature {
+                reason: "the MAC must be an even number of lower-case hex digits",
+            })?;
     Signature::new(&key_id, mac)
 }
 

@@ -111,7 +111,7 @@ impl SigningKey {
 
     /// A key from its id and its secret in hex.
     pub fn from_hex(key_id: &str, hex_secret: &str) -> Result<Self, KeyError> {
-        let secret = decode_hex(hex_secret.trim()).ok_or_else(|| KeyError::NotHex {
+        let secret = hex::decode(hex_secret.trim()).map_err(|_| KeyError::NotHex {
             key_id: key_id.to_owned(),
         })?;
         Self::new(key_id, secret)
@@ -414,16 +414,6 @@ fn validate_issuer(issuer: &str) -> Result<(), KeyError> {
         .with_issuer(issuer)
         .map(drop)
         .map_err(KeyError::BadIssuer)
-}
-
-fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

@@ -5,16 +5,26 @@
 //! [`EtcdConnection`] holds the endpoints, the credentials, the TLS
 //! settings and the two timeouts, and turns them into etcd-client's
 //! `ConnectOptions` with the settings both need (HTTP/2 keep-alive pings,
-//! `require_leader`, token refresh). Everything else (key prefixes, session
-//! and storage limits) stays in the crate it belongs to, and so does each
-//! crate's error type: [`EndpointError`] converts into both.
+//! `require_leader`, token refresh). [`Failure`] classifies etcd-client's
+//! errors (sent or not, may pass or not, refused outright) once for both.
+//! Everything else (key prefixes, session and storage limits) stays in the
+//! crate it belongs to, and so does each crate's error type:
+//! [`EndpointError`] converts into both, and each maps a [`Failure`] to its
+//! own.
 //!
-//! **Architecture Invariant:** this crate depends on etcd-client only, not
-//! on any Palisade crate: it is a leaf both etcd crates may depend on
-//! without depending on each other.
+//! **Architecture Invariant:** this crate depends on `palisade-core` (for
+//! the one redaction of what it shows), etcd-client and tonic (for its
+//! status codes) only, and on no other Palisade crate: both etcd crates
+//! may depend on it without depending on each other.
+
+mod failure;
 
 use std::fmt;
 use std::time::Duration;
+
+use palisade_core::redact::redact_url;
+
+pub use failure::{Failure, is_lease_not_found, is_over_cluster_limit};
 
 /// An endpoint list that cannot work, caught before any connection is made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,7 +37,7 @@ pub enum EndpointError {
     /// feature) `https://host:port`.
     #[error("etcd endpoint `{endpoint}`: {reason}")]
     BadEndpoint {
-        /// The endpoint as given.
+        /// The endpoint as given, any password masked.
         endpoint: String,
         /// What is wrong with it.
         reason: &'static str,
@@ -203,7 +213,7 @@ impl EtcdConnection {
 fn validate_endpoint(endpoint: &str) -> Result<(), EndpointError> {
     let bad = |reason| {
         Err(EndpointError::BadEndpoint {
-            endpoint: endpoint.to_owned(),
+            endpoint: redact_url(endpoint),
             reason,
         })
     };
@@ -222,6 +232,11 @@ fn validate_endpoint(endpoint: &str) -> Result<(), EndpointError> {
         endpoint
     };
     let authority = authority.trim_end_matches('/');
+    if authority.contains('@') {
+        // etcd-client would send them nowhere useful, and every log line
+        // and `Debug` of the endpoint would show the password.
+        return bad("credentials do not go in the endpoint: give them as the user and password");
+    }
     match authority.rsplit_once(':') {
         None => bad("no port; expected host:port"),
         Some(("", _)) => bad("no host; expected host:port"),
@@ -259,6 +274,10 @@ mod tests {
             ("h:port", "the port is not a number"),
             ("h:1/v3", "the port is not a number"),
             ("h/v3:1", "a path is not allowed"),
+            (
+                "http://root:hunter2@h:1",
+                "credentials do not go in the endpoint: give them as the user and password",
+            ),
         ] {
             assert_eq!(reason(bad), Some(why), "{bad}");
         }
@@ -266,6 +285,13 @@ mod tests {
             EtcdConnection::new(Vec::<String>::new()).map(|_| ()),
             Err(EndpointError::NoEndpoints)
         );
+    }
+
+    #[test]
+    fn a_password_in_an_endpoint_is_refused_without_showing_it() {
+        let refused =
+            EtcdConnection::new(["http://root:hunter2@h:1?password=hunter2"]).unwrap_err();
+        assert!(!refused.to_string().contains("hunter2"), "{refused}");
     }
 
     #[test]

@@ -5,9 +5,10 @@ use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use palisade_core::holds::Waiters;
 use palisade_core::{
-    Generation, Inspect, LiveCheck, Liveness, LockError, LockInfo, LockName, Mode, Sequencer,
-    SessionOptions, SharedLiveCheck, Signer,
+    FloorRaised, Generation, Inspect, LiveCheck, Liveness, LockError, LockInfo, LockName, Mode,
+    RaiseFloor, RaiseFloorError, Sequencer, SessionOptions, SharedLiveCheck, Signer,
 };
 use tokio::time::Instant;
 
@@ -59,6 +60,9 @@ pub(crate) struct ClientInner {
     /// All state, behind one `std` mutex. Critical sections are short and
     /// never span an `.await`.
     state: Mutex<ServiceState>,
+    /// Waiters per lock over every session: the waiter bound
+    /// (`SessionOptions::max_waiters`), one service being one process.
+    pub(crate) waiters: Waiters,
 }
 
 impl ClientInner {
@@ -123,6 +127,7 @@ impl EmbeddedLockClient {
             issuer: issuer.clone(),
             key_id,
             state: Mutex::new(ServiceState::new(me.clone(), issuer, signer)),
+            waiters: Waiters::default(),
         });
         EmbeddedLockClient { inner }
     }
@@ -199,6 +204,25 @@ impl Inspect for EmbeddedLockClient {
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>, LockError> {
         Ok(self.inner.lock_state().list(prefix, Instant::now()))
+    }
+}
+
+/// Raising a lock's counter, for the conformance suite and for demos of the
+/// recovery; an in-process service never loses its counter.
+impl RaiseFloor for EmbeddedLockClient {
+    async fn raise_floor(
+        &self,
+        name: &LockName,
+        mark: u64,
+    ) -> Result<FloorRaised, RaiseFloorError> {
+        if mark == u64::MAX {
+            return Err(RaiseFloorError::OutOfRange {
+                mark,
+                limit: u64::MAX,
+            });
+        }
+        let (before, after) = self.inner.lock_state().raise_floor(name, mark);
+        Ok(FloorRaised::new(before, after))
     }
 }
 

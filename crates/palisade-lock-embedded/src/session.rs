@@ -4,6 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use palisade_core::holds::{Admission, Gate, Hold, HoldBackend, HoldTable, Patience, Task, Turn};
 use palisade_core::{Lock, LockError, LockName, Mode, SessionOptions};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -13,15 +14,16 @@ use crate::client::EmbeddedLockClient;
 use crate::guard::EmbeddedGuard;
 #[cfg(any(test, feature = "testing"))]
 use crate::state::LeaseEnd;
-use crate::state::{Begin, Grant, Reply, SessionId, WaiterId};
+use crate::state::{BACKEND, Begin, Grant, Reply, SessionId, WaiterId};
 
 /// A session on an [`EmbeddedLockClient`]: one lease, one holder id, and
 /// the [`Lock`] trait.
 ///
-/// - **Re-entry** is per session: acquiring a name the session already
-///   holds in the same mode succeeds at once with the same generation and
-///   one more count; the hold ends when every guard is released. Asking in
-///   the other mode fails with [`LockError::ModeConflict`].
+/// - **Re-entry** is per session (the session's `palisade_core::holds`
+///   table): acquiring a name the session already holds in the same mode
+///   succeeds at once with the same generation and one more count; the
+///   hold ends when every guard is released. Asking in the other mode
+///   fails with [`LockError::ModeConflict`].
 /// - **The lease** is armed when the session goes from holding nothing to
 ///   holding something, renewed every `keepalive_interval` by a background
 ///   task while it holds anything, and disarmed when it holds nothing again.
@@ -33,8 +35,9 @@ use crate::state::{Begin, Grant, Reply, SessionId, WaiterId};
 /// - **Waiting** is first come, first served: a writer waits for every
 ///   earlier holder and waiter, a reader only for earlier writers, and
 ///   consecutive readers at the head of the queue are granted together. A
-///   request that would queue behind [`SessionOptions::max_waiters`] others
-///   on the same name fails at once with [`LockError::Busy`].
+///   request that would wait while [`SessionOptions::max_waiters`] others
+///   wait for the same name on the service fails at once with
+///   [`LockError::Busy`].
 /// - **Lock-delay**: if the lease ends without a release and the options
 ///   set a [`SessionOptions::lock_delay`], the names the session held are
 ///   granted to nobody until the delay has passed since the lease ended.
@@ -72,14 +75,53 @@ pub struct EmbeddedLock {
     session: Arc<SessionHandle>,
 }
 
-/// The session's identity. Shared by the session's clones and its guards;
-/// when the last of them is gone, the service forgets the session.
+/// The session's identity and its holds. Shared by the session's clones and
+/// its guards; when the last of them is gone, the service forgets the
+/// session.
 pub(crate) struct SessionHandle {
     pub(crate) service: EmbeddedLockClient,
     pub(crate) id: SessionId,
     holder_id: String,
     lease_id: String,
     options: SessionOptions,
+    /// Re-entry, guard counts, one request per name at a time, the waiter
+    /// bound. The service keeps one hold per session and name.
+    holds: HoldTable<()>,
+}
+
+/// The embedded protocol behind the session's hold table: a hold is given
+/// back to the in-process service, which wakes the next waiter at once.
+impl HoldBackend for SessionHandle {
+    type Data = ();
+
+    fn holds(&self) -> &HoldTable<()> {
+        &self.holds
+    }
+
+    async fn give_back(
+        &self,
+        hold: &Arc<Hold<()>>,
+        _gate: Option<Gate>,
+    ) -> Result<bool, LockError> {
+        let released = self.service.inner().lock_state().release(
+            self.id,
+            hold.name(),
+            hold.generation(),
+            Instant::now(),
+        );
+        match released {
+            Ok(()) => Ok(true),
+            Err(LockError::NotOwner { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Nothing here waits but the gate: the release is done before this
+    /// returns unless another request of the session holds the gate.
+    fn spawn(&self, task: Task) {
+        let runtime = self.service.inner().lock_state().runtime_of(self.id);
+        crate::tasks::run_or_spawn(runtime.as_ref(), task);
+    }
 }
 
 impl Drop for SessionHandle {
@@ -99,6 +141,7 @@ impl EmbeddedLock {
         lease_id: String,
         options: SessionOptions,
     ) -> Self {
+        let holds = HoldTable::new(BACKEND, &options, service.inner().waiters.clone());
         EmbeddedLock {
             session: Arc::new(SessionHandle {
                 service,
@@ -106,6 +149,7 @@ impl EmbeddedLock {
                 holder_id,
                 lease_id,
                 options,
+                holds,
             }),
         }
     }
@@ -177,9 +221,28 @@ impl EmbeddedLock {
         state.begin(self.session.id, name, mode, queue, Instant::now())
     }
 
-    fn guard(&self, grant: Grant) -> EmbeddedGuard {
-        EmbeddedGuard::new(Arc::clone(&self.session), grant)
+    /// The table's turn for `name`, or what made a turn unnecessary.
+    async fn admit(
+        &self,
+        name: &LockName,
+        mode: Mode,
+        patience: Patience,
+    ) -> Result<Result<Turn<SessionHandle>, Option<EmbeddedGuard>>, LockError> {
+        Ok(
+            match HoldTable::admit(&self.session, name, mode, patience).await? {
+                Admission::Reentered(guard) => Err(Some(EmbeddedGuard(guard))),
+                // Another request of this session for the name is queued.
+                Admission::InProgress => Err(None),
+                Admission::Turn(turn) => Ok(turn),
+            },
+        )
     }
+}
+
+/// Records `grant` in the session's table.
+fn install(turn: Turn<SessionHandle>, grant: Grant) -> Result<EmbeddedGuard, LockError> {
+    turn.grant(grant.sequencer, grant.tracker, ())
+        .map(EmbeddedGuard)
 }
 
 impl fmt::Debug for EmbeddedLock {
@@ -205,8 +268,17 @@ impl Lock for EmbeddedLock {
     ) -> impl Future<Output = Result<EmbeddedGuard, LockError>> + Send {
         let name = name.clone();
         async move {
+            let turn = match self.admit(&name, mode, Patience::Forever).await? {
+                Ok(turn) => turn,
+                Err(reentered) => {
+                    return reentered.ok_or_else(|| LockError::Backend {
+                        backend: BACKEND,
+                        source: "a waiting acquire was not admitted".into(),
+                    });
+                }
+            };
             match self.begin(&name, mode, true)? {
-                Begin::Granted(grant) => Ok(self.guard(grant)),
+                Begin::Granted(grant) => install(turn, grant),
                 Begin::Queued { waiter, reply } => {
                     let pending = PendingWaiter {
                         session: Arc::clone(&self.session),
@@ -216,10 +288,10 @@ impl Lock for EmbeddedLock {
                         answered: false,
                     };
                     let grant = pending.wait().await?;
-                    Ok(self.guard(grant))
+                    install(turn, grant)
                 }
                 Begin::Refused => Err(LockError::Backend {
-                    backend: crate::state::BACKEND,
+                    backend: BACKEND,
                     source: "a queued request was refused without queueing".into(),
                 }),
             }
@@ -233,8 +305,12 @@ impl Lock for EmbeddedLock {
     ) -> impl Future<Output = Result<Option<EmbeddedGuard>, LockError>> + Send {
         let name = name.clone();
         async move {
+            let turn = match self.admit(&name, mode, Patience::Now).await? {
+                Ok(turn) => turn,
+                Err(reentered) => return Ok(reentered),
+            };
             match self.begin(&name, mode, false)? {
-                Begin::Granted(grant) => Ok(Some(self.guard(grant))),
+                Begin::Granted(grant) => install(turn, grant).map(Some),
                 Begin::Refused => Ok(None),
                 Begin::Queued { waiter, reply } => {
                     // Not reachable with `queue = false`; if it were, leave

@@ -12,12 +12,12 @@
 //! the state they serve: dropping that state stops them.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_core::{
-    Generation, Holder, LeaseTracker, LeaseWatch, LockError, LockInfo, LockName, LostReason, Mode,
-    Sequencer, SessionOptions, Signer, name_has_prefix,
+    Generation, Holder, LeaseTracker, LockError, LockInfo, LockName, LostReason, Mode, Sequencer,
+    SessionOptions, Signer, name_has_prefix,
 };
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -35,12 +35,13 @@ pub(crate) type SessionId = u64;
 /// Identifies a queued `acquire` inside one service.
 pub(crate) type WaiterId = u64;
 
-/// What a granted request receives: the sequencer and a view of the hold's
-/// lease. The guard is built from it outside the service's mutex.
+/// What a granted request receives: the sequencer and the hold's lease,
+/// which the service keeps extending (renewals) or ends (expiry). The
+/// session's hold table records it outside the service's mutex.
 #[derive(Debug)]
 pub(crate) struct Grant {
     pub(crate) sequencer: Sequencer,
-    pub(crate) lease: LeaseWatch,
+    pub(crate) tracker: Arc<LeaseTracker>,
 }
 
 /// The answer a queued waiter gets on its one-shot channel.
@@ -111,7 +112,8 @@ struct LockEntry {
     /// more. Never goes down.
     last_generation: u64,
     /// Who holds the name now: one exclusive hold, or any number of shared
-    /// ones. Each hold belongs to a different session (re-entry counts).
+    /// ones. Each hold belongs to a different session (re-entry is counted
+    /// by the session's hold table, which asks once per name).
     holders: Vec<Hold>,
     /// FIFO queue of sessions waiting for the name.
     waiters: VecDeque<Waiter>,
@@ -127,11 +129,10 @@ struct Hold {
     session: SessionId,
     /// Issued at grant time; every re-entrant guard gets a clone.
     sequencer: Sequencer,
-    /// How many guards of this hold are alive; the hold ends at zero.
-    count: usize,
     /// Drives the guards' lease-lost signal: extended by each renewal,
-    /// released by a clean release, lost when the lease ends.
-    tracker: LeaseTracker,
+    /// released by a clean release, lost when the lease ends. Shared with
+    /// the session's hold table.
+    tracker: Arc<LeaseTracker>,
 }
 
 /// One queued `acquire`.
@@ -233,7 +234,7 @@ impl Hold {
     fn grant(&self) -> Grant {
         Grant {
             sequencer: self.sequencer.clone(),
-            lease: self.tracker.watch(),
+            tracker: self.tracker.clone(),
         }
     }
 }
@@ -316,6 +317,13 @@ impl ServiceState {
         }
     }
 
+    /// The runtime the session's requests last ran in.
+    pub(crate) fn runtime_of(&self, session: SessionId) -> Option<Handle> {
+        self.sessions
+            .get(&session)
+            .and_then(|record| record.runtime.clone())
+    }
+
     /// Whether the session's lease ended (it is closed for good).
     pub(crate) fn session_ended(&mut self, session: SessionId, now: Instant) -> bool {
         self.reap_session_if_due(session, now);
@@ -336,11 +344,13 @@ impl ServiceState {
     ) -> Result<Begin, LockError> {
         self.reap_session_if_due(session, now);
         self.reap_holders_of(name, now);
-        let record = match self.sessions.get(&session) {
-            Some(record) if record.ended.is_none() => record,
-            _ => return Err(LockError::SessionClosed),
-        };
-        let max_waiters = record.options.max_waiters();
+        if self
+            .sessions
+            .get(&session)
+            .is_none_or(|record| record.ended.is_some())
+        {
+            return Err(LockError::SessionClosed);
+        }
         let generation_floor = self.generation_floor;
         let entry = self
             .locks
@@ -348,17 +358,16 @@ impl ServiceState {
             .or_insert_with(|| LockEntry::new(generation_floor));
 
         if let Some(hold) = entry.hold_of(session) {
+            // The session's table forgot this hold (its lease lapsed
+            // locally before the service expired it): the same grant, lost.
             let held = hold.sequencer.mode();
             if held != mode {
-                tracing::info!(lock = %name, generation = hold.sequencer.generation().get(), %held, requested = %mode, "refused: re-entry in the other mode");
                 return Err(LockError::ModeConflict {
                     name: name.clone(),
                     held,
                     requested: mode,
                 });
             }
-            hold.count += 1;
-            tracing::debug!(lock = %name, generation = hold.sequencer.generation().get(), %mode, count = hold.count, "re-entered");
             return Ok(Begin::Granted(hold.grant()));
         }
 
@@ -369,13 +378,6 @@ impl ServiceState {
         if !queue {
             tracing::debug!(lock = %name, %mode, delayed, waiters = entry.waiters.len(), "try-acquire refused: not grantable now");
             return Ok(Begin::Refused);
-        }
-        if entry.waiters.len() >= max_waiters {
-            tracing::warn!(lock = %name, %mode, waiters = entry.waiters.len(), "refused: waiter bound reached");
-            return Err(LockError::Busy {
-                name: name.clone(),
-                waiters: max_waiters,
-            });
         }
         let waiter = self.next_waiter;
         self.next_waiter += 1;
@@ -421,8 +423,8 @@ impl ServiceState {
         true
     }
 
-    /// Releases one guard of `session`'s hold of `name` with `generation`.
-    /// The hold ends when its last guard is released; then the queue moves.
+    /// Ends `session`'s hold of `name` with `generation` (its last guard
+    /// went); then the queue moves.
     pub(crate) fn release(
         &mut self,
         session: SessionId,
@@ -444,12 +446,6 @@ impl ServiceState {
                 tracing::info!(lock = %name, generation = generation.get(), "release refused: not the owner (the hold is gone)");
                 not_owner()
             })?;
-        let hold = &mut entry.holders[position];
-        hold.count -= 1;
-        if hold.count > 0 {
-            tracing::debug!(lock = %name, generation = generation.get(), count = hold.count, "released one re-entry");
-            return Ok(());
-        }
         let hold = entry.holders.swap_remove(position);
         hold.tracker.release();
         tracing::info!(lock = %name, generation = generation.get(), mode = %hold.sequencer.mode(), "released");
@@ -614,6 +610,21 @@ impl ServiceState {
         })
     }
 
+    /// Raises `name`'s counter to at least `mark`; returns it before and
+    /// after. The service keeps no entry for an idle name, so for one the
+    /// floor every new entry starts from is raised (other idle names jump
+    /// with it, which only ever moves generations up).
+    pub(crate) fn raise_floor(&mut self, name: &LockName, mark: u64) -> (u64, u64) {
+        let counter = match self.locks.get_mut(name) {
+            Some(entry) => &mut entry.last_generation,
+            None => &mut self.generation_floor,
+        };
+        let before = *counter;
+        *counter = before.max(mark);
+        tracing::info!(lock = %name, mark, before, after = *counter, "generation floor raised");
+        (before, *counter)
+    }
+
     /// The sequencers of the current holders of `name`.
     pub(crate) fn holders(&self, name: &LockName) -> Vec<Sequencer> {
         self.locks
@@ -708,8 +719,8 @@ impl ServiceState {
             };
             let (session, mode) = (head.session, head.mode);
             if entry.hold_of(session).is_some() {
-                // The head's session got the name in the meantime (another
-                // of its requests): this one is a re-entry.
+                // The head's session holds the name already (its table
+                // forgot a lapsed hold before the service expired it).
                 let Some(waiter) = entry.waiters.pop_front() else {
                     return;
                 };
@@ -740,36 +751,12 @@ impl ServiceState {
                 continue;
             }
             tracing::info!(lock = %name, generation = generation.get(), %mode, "woken: waiter granted");
-            self.answer_later_requests_of(session, name);
         }
     }
 
-    /// After `session` was granted `name`, its other queued requests for
-    /// the name are re-entries: answer them now rather than leaving them
-    /// behind other sessions' waiters.
-    fn answer_later_requests_of(&mut self, session: SessionId, name: &LockName) {
-        let Some(entry) = self.locks.get_mut(name) else {
-            return;
-        };
-        let mut same_session = Vec::new();
-        let mut index = 0;
-        while index < entry.waiters.len() {
-            if entry.waiters[index].session == session {
-                if let Some(waiter) = entry.waiters.remove(index) {
-                    same_session.push(waiter);
-                }
-            } else {
-                index += 1;
-            }
-        }
-        for waiter in same_session {
-            self.forget_waiting(session, waiter.id);
-            self.answer_reentrant(name, waiter);
-        }
-    }
-
-    /// Answers a waiter whose session already holds `name`: one more
-    /// re-entry in the same mode, a mode conflict otherwise.
+    /// Answers a waiter whose session already holds `name` (its table
+    /// forgot a lapsed hold): that grant in the same mode, a mode conflict
+    /// otherwise.
     fn answer_reentrant(&mut self, name: &LockName, waiter: Waiter) {
         let Some(hold) = self
             .locks
@@ -787,12 +774,7 @@ impl ServiceState {
             }));
             return;
         }
-        hold.count += 1;
-        if waiter.reply.send(Ok(hold.grant())).is_err() {
-            hold.count -= 1;
-        } else {
-            tracing::debug!(lock = %name, generation = hold.sequencer.generation().get(), count = hold.count, "woken: waiter re-entered");
-        }
+        let _ = waiter.reply.send(Ok(hold.grant()));
     }
 
     /// Mints a generation and records a fresh hold of `name` by `session`,
@@ -868,17 +850,15 @@ impl ServiceState {
             });
             tracing::trace!(holder = %record.holder_id, ttl = ?record.options.ttl(), "lease armed");
         }
-        let tracker = LeaseTracker::new(record.options.valid_until(last_renewal));
-        let lease = tracker.watch();
+        let tracker = Arc::new(LeaseTracker::new(record.options.valid_until(last_renewal)));
         entry.holders.push(Hold {
             session,
             sequencer: sequencer.clone(),
-            count: 1,
-            tracker,
+            tracker: tracker.clone(),
         });
         record.held.insert(name.clone());
         tracing::info!(lock = %name, generation = generation.get(), %mode, holder = %record.holder_id, "granted");
-        Ok(Grant { sequencer, lease })
+        Ok(Grant { sequencer, tracker })
     }
 
     /// Removes a hold that was just made for a waiter that turned out to be

@@ -10,9 +10,11 @@
 
 use std::future::Future;
 use std::sync::Weak;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use palisade_core::LockName;
+use palisade_core::holds::Task;
 use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -43,6 +45,28 @@ where
         None => {
             tracing::warn!("no Tokio runtime to run a lease task on; leases will expire lazily");
             None
+        }
+    }
+}
+
+/// Runs `task` as far as it gets without waiting, and spawns the rest, if
+/// any, on `runtime` or the current runtime. The service is in-process: a
+/// release gives the hold back at once unless the session's gate for the
+/// name is taken, so a dropped guard is released before `drop` returns.
+pub(crate) fn run_or_spawn(runtime: Option<&Handle>, mut task: Task) {
+    if task
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_ready()
+    {
+        return;
+    }
+    match runtime.cloned().or_else(|| Handle::try_current().ok()) {
+        Some(handle) => {
+            handle.spawn(task);
+        }
+        None => {
+            tracing::warn!("no Tokio runtime to finish a release on; the hold ends with its lease")
         }
     }
 }

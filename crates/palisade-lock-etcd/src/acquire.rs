@@ -26,10 +26,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use etcd_client::{Txn, TxnOp, TxnOpResponse, TxnResponse};
+use palisade_core::holds::{Admission, Gate, HoldTable, Patience, Turn};
 use palisade_core::{
     Generation, LeaseState, LeaseTracker, Lock, LockError, LockName, LostReason, Mode, Sequencer,
 };
-use tokio::sync::{OwnedMutexGuard, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::EtcdLock;
@@ -37,19 +38,10 @@ use crate::errors::BACKEND;
 use crate::guard::EtcdGuard;
 use crate::keys::{self, LockKeys, lease_hex};
 use crate::metrics::Counters;
-use crate::queue::{Blocker, Contender, Turn};
-use crate::session::{Hold, Session, WaiterSlot, lock};
+use crate::queue::{self, Blocker, Contender};
+use crate::session::{EtcdHold, Session};
 use crate::txns;
 use crate::watch_hub::{Registration, Signal, WatchHub};
-
-/// How long a caller is willing to wait.
-#[derive(Debug, Clone, Copy)]
-enum Patience {
-    /// Not at all (`try_acquire`).
-    Now,
-    /// Until the deadline, or for ever.
-    Until(Option<Instant>),
-}
 
 impl Lock for EtcdLock {
     type Guard = EtcdGuard;
@@ -64,7 +56,7 @@ impl Lock for EtcdLock {
         async move {
             let started = Instant::now();
             session
-                .acquire(&name, mode, Patience::Until(None), started)
+                .acquire(&name, mode, Patience::Forever, started)
                 .await?
                 // Waiting without a deadline ends in a grant or an error.
                 .ok_or_else(|| timeout_error(&name, started))
@@ -100,12 +92,7 @@ impl Lock for EtcdLock {
         async move {
             let started = Instant::now();
             session
-                .acquire(
-                    &name,
-                    mode,
-                    Patience::Until(Some(started + timeout)),
-                    started,
-                )
+                .acquire(&name, mode, Patience::Until(started + timeout), started)
                 .await?
                 .ok_or_else(|| timeout_error(&name, started))
         }
@@ -143,7 +130,9 @@ struct QueueEntry {
     create_revision: Option<i64>,
     /// Whether a contender key of this attempt may exist.
     queued: bool,
-    gate: Option<OwnedMutexGuard<()>>,
+    /// The hold table's turn: the session's gate for the name, and a place
+    /// under the waiter bound. Taken by the grant.
+    turn: Option<Turn<Session>>,
 }
 
 impl QueueEntry {
@@ -176,8 +165,9 @@ impl QueueEntry {
 impl Drop for QueueEntry {
     fn drop(&mut self) {
         if self.queued {
+            let gate = self.turn.take().map(Turn::into_gate);
             self.session
-                .spawn_withdraw(self.keys.clone(), self.create_revision, self.gate.take());
+                .spawn_withdraw(self.keys.clone(), self.create_revision, gate);
         }
     }
 }
@@ -191,48 +181,21 @@ impl Session {
         patience: Patience,
         started: Instant,
     ) -> Result<Option<EtcdGuard>, LockError> {
-        if let Some(guard) = self.reenter(name, mode)? {
-            return Ok(Some(guard));
-        }
-        self.ensure_open()?;
-        let keys = LockKeys::new(self.connection.inner.config.prefix(), name);
-        let _slot = match patience {
-            Patience::Now => None,
-            Patience::Until(_) => Some(
-                WaiterSlot::take(keys.dir(), self.options.max_waiters()).ok_or_else(|| {
-                    LockError::Busy {
-                        name: name.clone(),
-                        waiters: self.options.max_waiters(),
-                    }
-                })?,
-            ),
+        // Re-entry, the waiter bound, and the gate: no other acquisition
+        // of this name by this session runs until this one is done.
+        let turn = match HoldTable::admit(self, name, mode, patience).await? {
+            Admission::Reentered(guard) => return Ok(Some(EtcdGuard(guard))),
+            // Another task of this session is queued for it.
+            Admission::InProgress => return Ok(None),
+            Admission::Turn(turn) => turn,
         };
-        let gate = self.gate(name);
-        let gate = match patience {
-            Patience::Now => match gate.try_lock_owned() {
-                Ok(gate) => gate,
-                // Another task of this session is queued for it.
-                Err(_) => return Ok(None),
-            },
-            Patience::Until(None) => gate.lock_owned().await,
-            Patience::Until(Some(deadline)) => {
-                match tokio::time::timeout_at(deadline, gate.lock_owned()).await {
-                    Ok(gate) => gate,
-                    Err(_elapsed) => return Err(timeout_error(name, started)),
-                }
-            }
-        };
-        // Another task of this session may have been granted it meanwhile.
-        if let Some(guard) = self.reenter(name, mode)? {
-            return Ok(Some(guard));
-        }
         self.ensure_open()?;
         let mut entry = QueueEntry {
             session: self.clone(),
-            keys,
+            keys: LockKeys::new(self.connection.inner.config.prefix(), name),
             create_revision: None,
             queued: false,
-            gate: Some(gate),
+            turn: Some(turn),
         };
         // A key deleted under a valid lease (by an operator) sends us to the
         // back of the queue; a few times, then it is treated as lost.
@@ -275,10 +238,7 @@ impl Session {
         patience: Patience,
         started: Instant,
     ) -> Result<Outcome, LockError> {
-        let (deadline, waits) = match patience {
-            Patience::Now => (None, false),
-            Patience::Until(deadline) => (deadline, true),
-        };
+        let (deadline, waits) = (patience.deadline(), patience.waits());
         let keys = entry.keys.clone();
         let value = keys::contender_value(mode, &self.holder);
         let try_free_only = !waits && mode == Mode::Exclusive;
@@ -326,15 +286,15 @@ impl Session {
         let mut blocker_watch: Option<BlockerWatch> = None;
         loop {
             let blocker = match snapshot.turn(me) {
-                Turn::Granted => {
+                queue::Turn::Granted => {
                     return Ok(Outcome::Granted {
                         me,
                         revision: snapshot.revision,
                     });
                 }
-                Turn::Gone => return self.key_lost(),
-                Turn::Wait(_) if !waits => return Ok(Outcome::Busy),
-                Turn::Wait(blocker) => blocker,
+                queue::Turn::Gone => return self.key_lost(),
+                queue::Turn::Wait(_) if !waits => return Ok(Outcome::Busy),
+                queue::Turn::Wait(blocker) => blocker,
             };
             let blocker_key = match blocker {
                 Blocker::Predecessor(ahead) => keys.contender(ahead.lease),
@@ -436,29 +396,23 @@ impl Session {
                 });
             }
         }
-        let mut state = lock(&self.state);
-        let valid_until = match state.tracker.state() {
-            LeaseState::Held { valid_until } if !state.closed => valid_until,
+        let valid_until = match self.lease_state.tracker.state() {
+            LeaseState::Held { valid_until } if self.ensure_open().is_ok() => valid_until,
             _ => return Err(LockError::SessionClosed),
         };
         let sequencer = self.sequencer(name, mode, generation, valid_until)?;
-        let tracker = LeaseTracker::new(valid_until);
-        let lease = tracker.watch();
-        state.holds.insert(
-            name.clone(),
-            Hold {
-                mode,
+        let first_hold = self.lease_state.holds.is_empty();
+        let turn = entry.turn.take().ok_or(LockError::SessionClosed)?;
+        let guard = turn.grant(
+            sequencer,
+            Arc::new(LeaseTracker::new(valid_until)),
+            EtcdHold {
                 create_revision: me.create_revision,
-                count: 1,
-                tracker,
-                sequencer: sequencer.clone(),
                 key: entry.keys.contender(self.lease_id),
                 granted_at: Instant::now(),
                 grant_revision: revision,
             },
-        );
-        let first_hold = state.holds.len() == 1;
-        drop(state);
+        )?;
         if first_hold {
             self.key_watch.hold_added();
         }
@@ -470,12 +424,7 @@ impl Session {
             waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             "acquired"
         );
-        Ok(EtcdGuard::new(
-            self.clone(),
-            sequencer,
-            me.create_revision,
-            lease,
-        ))
+        Ok(EtcdGuard(guard))
     }
 
     fn sequencer(
@@ -507,39 +456,6 @@ impl Session {
             }
             None => sequencer,
         })
-    }
-
-    /// Re-entry: a guard on a hold this session already has.
-    fn reenter(
-        self: &Arc<Self>,
-        name: &LockName,
-        mode: Mode,
-    ) -> Result<Option<EtcdGuard>, LockError> {
-        let mut state = lock(&self.state);
-        let Some(hold) = state.holds.get_mut(name) else {
-            return Ok(None);
-        };
-        if !matches!(hold.tracker.state(), LeaseState::Held { .. }) {
-            // A hold whose key was deleted: forget it, queue anew. Its old
-            // guards find no hold on release and report `NotOwner`.
-            state.holds.remove(name);
-            return Ok(None);
-        }
-        if hold.mode != mode {
-            return Err(LockError::ModeConflict {
-                name: name.clone(),
-                held: hold.mode,
-                requested: mode,
-            });
-        }
-        hold.count += 1;
-        tracing::debug!(lock = %name, generation = hold.create_revision, count = hold.count, "re-entered");
-        Ok(Some(EtcdGuard::new(
-            self.clone(),
-            hold.sequencer.clone(),
-            hold.create_revision,
-            hold.tracker.watch(),
-        )))
     }
 
     /// Runs a transaction, retrying failures of the service (`Unavailable`,
@@ -583,30 +499,27 @@ impl Session {
     /// Deletes this session's key of one lock in the background, retrying
     /// while the session lives, holding `gate` until done.
     pub(crate) fn spawn_withdraw(
-        self: &Arc<Self>,
+        &self,
         keys: LockKeys,
         create_revision: Option<i64>,
-        gate: Option<OwnedMutexGuard<()>>,
+        gate: Option<Gate>,
     ) {
-        let session = self.clone();
+        let connection = self.connection.inner.clone();
+        let lease_state = self.lease_state.clone();
+        let (lease_id, marked) = (self.lease_id, self.delay_lease_id.is_some());
         self.runtime.spawn(async move {
             let _gate = gate;
             let mut pauses =
                 palisade_core::retry_pauses(Duration::from_millis(100), Duration::from_secs(2));
             loop {
-                let txn = txns::remove(
-                    &keys,
-                    session.lease_id,
-                    create_revision,
-                    session.delay_lease_id.is_some(),
-                );
-                match session.connection.inner.txn("withdraw", txn).await {
+                let txn = txns::remove(&keys, lease_id, create_revision, marked);
+                match connection.txn("withdraw", txn).await {
                     Ok(_) => {
                         tracing::debug!(lock_dir = keys.dir(), "withdrew from the queue");
                         return;
                     }
                     // The lease ends without us; etcd then deletes the key.
-                    Err(_) if !session.is_valid() => return,
+                    Err(_) if lease_state.ensure_open().is_err() => return,
                     Err(error) => {
                         let pause = pauses.next().unwrap_or(Duration::from_secs(2));
                         tracing::debug!(%error, ?pause, "withdrawing failed; retrying");

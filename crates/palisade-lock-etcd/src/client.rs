@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, Txn, TxnResponse};
 use palisade_core::LockError;
+use palisade_core::holds::Waiters;
 
 use crate::errors::{self, BACKEND};
 use crate::metrics::{Counters, RpcCounts};
@@ -47,6 +48,10 @@ pub(crate) struct ClientInner {
     /// cluster id).
     pub(crate) issuer: String,
     pub(crate) counters: Counters,
+    /// Waiters per lock over this connection's sessions: the per-process
+    /// bound (`SessionOptions::max_waiters`), one connection being the
+    /// normal shape of a process.
+    pub(crate) waiters: Waiters,
 }
 
 impl fmt::Debug for EtcdLockClient {
@@ -114,6 +119,7 @@ impl EtcdLockClient {
                 cluster_id,
                 issuer,
                 counters,
+                waiters: Waiters::default(),
             }),
         })
     }
@@ -291,7 +297,7 @@ where
                 return Err(errors::timed_out(operation, after));
             }
         };
-        let unsent = errors::is_connect_failure(&error);
+        let unsent = errors::is_unsent(&error);
         let mapped = errors::from_etcd(operation, after, error);
         let again =
             unsent || (resend == Resend::Always && matches!(mapped, LockError::Unavailable { .. }));

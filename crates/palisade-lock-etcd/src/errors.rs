@@ -4,17 +4,19 @@ use std::time::Duration;
 
 use etcd_client::Error as EtcdError;
 use palisade_core::LockError;
-use tonic::Code;
+use palisade_etcd::Failure;
+pub(crate) use palisade_etcd::is_lease_not_found;
 
 use crate::ConfigError;
 
 /// The backend name in every `LockError` of this crate.
 pub(crate) const BACKEND: &str = "etcd";
 
-/// Maps an etcd-client error on `operation` to a `LockError`.
+/// Maps an etcd-client error on `operation` to a `LockError`, by
+/// `palisade_etcd`'s classification (shared with the etcd storage engine):
 ///
-/// - connection refused, reset, no leader, member unreachable →
-///   `Unavailable`;
+/// - never sent, or a failure that may pass (refused, reset, no leader,
+///   member stopping) → `Unavailable`;
 /// - a deadline the server or the channel enforced → `BackendTimeout`;
 /// - authentication and authorization failures → `PermissionDenied`;
 /// - everything else → `Backend`, with the original error as the source.
@@ -23,108 +25,30 @@ pub(crate) const BACKEND: &str = "etcd";
 /// `SessionClosed` depends on the operation, so callers test
 /// [`is_lease_not_found`] first.
 pub(crate) fn from_etcd(operation: &'static str, after: Duration, error: EtcdError) -> LockError {
-    match &error {
-        EtcdError::GRpcStatus(status) => match status.code() {
-            Code::Unavailable | Code::Cancelled | Code::Aborted => unavailable(error),
-            Code::DeadlineExceeded => LockError::BackendTimeout {
-                backend: BACKEND,
-                operation,
-                after,
-            },
-            Code::PermissionDenied | Code::Unauthenticated => LockError::PermissionDenied {
-                backend: BACKEND,
-                message: status.message().to_owned(),
-            },
-            // etcd answers a wrong password with InvalidArgument.
-            Code::InvalidArgument if status.message().contains("authentication failed") => {
-                LockError::PermissionDenied {
-                    backend: BACKEND,
-                    message: status.message().to_owned(),
-                }
-            }
-            // A member without a leader, or one that is shutting down.
-            Code::Unknown
-                if status.message().contains("no leader")
-                    || status.message().contains("leader changed")
-                    || status.message().contains("stopped") =>
-            {
-                unavailable(error)
-            }
-            // The connection to the member broke before the answer came
-            // (the member died, or the connection was reset).
-            _ if is_broken_connection(&error) => unavailable(error),
-            _ => backend(error),
+    match Failure::of(&error) {
+        Failure::Unsent | Failure::Transient => LockError::Unavailable {
+            backend: BACKEND,
+            source: Box::new(error),
         },
-        EtcdError::TransportError(_) | EtcdError::IoError(_) => unavailable(error),
-        _ => backend(error),
+        Failure::DeadlineExceeded => timed_out(operation, after),
+        Failure::PermissionDenied => LockError::PermissionDenied {
+            backend: BACKEND,
+            message: match &error {
+                EtcdError::GRpcStatus(status) => status.message().to_owned(),
+                other => other.to_string(),
+            },
+        },
+        _ => LockError::Backend {
+            backend: BACKEND,
+            source: Box::new(error),
+        },
     }
 }
 
-/// Whether etcd said the lease does not exist (expired or revoked).
-pub(crate) fn is_lease_not_found(error: &EtcdError) -> bool {
-    match error {
-        EtcdError::GRpcStatus(status) => status.message().contains("lease not found"),
-        EtcdError::LeaseKeepAliveError(message) => message.contains("lease not found"),
-        _ => false,
-    }
-}
-
-/// Whether a request failed because no connection to the member it was
-/// routed to could be opened (connection refused, unreachable): the request
-/// was never sent, so sending it again is always safe, whatever it does.
-///
-/// The gRPC channel balances over all endpoints, including dead ones: with
-/// one member of three down, about a third of first attempts meet it.
-pub(crate) fn is_connect_failure(error: &EtcdError) -> bool {
-    let EtcdError::GRpcStatus(status) = error else {
-        return false;
-    };
-    if status.code() != Code::Unavailable {
-        return false;
-    }
-    if status.message().contains("connect error") {
-        return true;
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(error) = source {
-        if let Some(io) = error.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionRefused
-                    | std::io::ErrorKind::HostUnreachable
-                    | std::io::ErrorKind::NetworkUnreachable
-                    | std::io::ErrorKind::AddrNotAvailable
-            );
-        }
-        source = error.source();
-    }
-    false
-}
-
-/// Whether a request failed because the connection it was sent on broke
-/// before the answer came: the member died (`stream closed because of a
-/// broken pipe`), or the connection was reset. tonic reports these as
-/// `Unknown` "transport error", with the I/O error in the source chain. The
-/// request may or may not have been applied.
-pub(crate) fn is_broken_connection(error: &EtcdError) -> bool {
-    let EtcdError::GRpcStatus(status) = error else {
-        return false;
-    };
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(error) = source {
-        if let Some(io) = error.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::NotConnected
-                    | std::io::ErrorKind::UnexpectedEof
-            );
-        }
-        source = error.source();
-    }
-    false
+/// Whether a request failed before it was sent (see [`Failure::Unsent`]):
+/// sending it again is always safe.
+pub(crate) fn is_unsent(error: &EtcdError) -> bool {
+    Failure::of(error) == Failure::Unsent
 }
 
 /// A request that got no answer within `after`.
@@ -144,23 +68,10 @@ pub(crate) fn config(error: ConfigError) -> LockError {
     }
 }
 
-fn unavailable(error: EtcdError) -> LockError {
-    LockError::Unavailable {
-        backend: BACKEND,
-        source: Box::new(error),
-    }
-}
-
-fn backend(error: EtcdError) -> LockError {
-    LockError::Backend {
-        backend: BACKEND,
-        source: Box::new(error),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tonic::Code;
 
     fn status(code: Code, message: &str) -> EtcdError {
         EtcdError::GRpcStatus(tonic::Status::new(code, message))
@@ -172,88 +83,51 @@ mod tests {
 
     #[test]
     fn mapping_table() {
-        assert_eq!(
-            kind(status(Code::Unavailable, "tcp connect error")),
-            "unavailable"
-        );
-        assert_eq!(
-            kind(status(Code::DeadlineExceeded, "context deadline exceeded")),
-            "backend_timeout"
-        );
-        assert_eq!(
-            kind(status(
-                Code::PermissionDenied,
-                "etcdserver: permission denied"
-            )),
-            "permission_denied"
-        );
-        assert_eq!(
-            kind(status(
-                Code::InvalidArgument,
-                "etcdserver: authentication failed, invalid user ID or password"
-            )),
-            "permission_denied"
-        );
-        assert_eq!(
-            kind(status(Code::Unknown, "etcdserver: no leader")),
-            "unavailable"
-        );
-        assert_eq!(
-            kind(status(
-                Code::InvalidArgument,
-                "etcdserver: key is not provided"
-            )),
-            "backend"
-        );
-        assert_eq!(kind(EtcdError::InvalidArgs("x".into())), "backend");
-        assert!(is_lease_not_found(&status(
-            Code::NotFound,
-            "etcdserver: requested lease not found"
-        )));
-        assert!(is_lease_not_found(&EtcdError::LeaseKeepAliveError(
-            "lease not found".into()
-        )));
-        assert!(!is_lease_not_found(&status(
-            Code::NotFound,
-            "something else"
-        )));
-        assert!(is_connect_failure(&status(
-            Code::Unavailable,
-            "tcp connect error"
-        )));
-        assert!(!is_connect_failure(&status(
+        let table = [
+            (
+                status(Code::Unavailable, "tcp connect error"),
+                "unavailable",
+            ),
+            (
+                status(Code::Unknown, "etcdserver: no leader"),
+                "unavailable",
+            ),
+            (
+                status(Code::DeadlineExceeded, "context deadline exceeded"),
+                "backend_timeout",
+            ),
+            (
+                status(Code::PermissionDenied, "etcdserver: permission denied"),
+                "permission_denied",
+            ),
+            (
+                status(
+                    Code::InvalidArgument,
+                    "etcdserver: authentication failed, invalid user ID or password",
+                ),
+                "permission_denied",
+            ),
+            (
+                status(Code::InvalidArgument, "etcdserver: key is not provided"),
+                "backend",
+            ),
+            (EtcdError::InvalidArgs("x".into()), "backend"),
+            (
+                EtcdError::GRpcStatus(tonic::Status::from_error(Box::new(std::io::Error::new(
+                    std::io::ErrorKind::BrokenPipe,
+                    "stream closed because of a broken pipe",
+                )))),
+                "unavailable",
+            ),
+        ];
+        for (error, expected) in table {
+            let shown = format!("{error:?}");
+            assert_eq!(kind(error), expected, "{shown}");
+        }
+        assert!(is_unsent(&status(Code::Unavailable, "tcp connect error")));
+        assert!(!is_unsent(&status(
             Code::Unavailable,
             "etcdserver: no leader"
-        )));
-        assert!(!is_connect_failure(&status(
-            Code::Unknown,
-            "tcp connect error"
-        )));
-    }
-
-    #[test]
-    fn a_broken_connection_is_unavailable() {
-        let broken = |kind: std::io::ErrorKind| {
-            EtcdError::GRpcStatus(tonic::Status::from_error(Box::new(std::io::Error::new(
-                kind,
-                "stream closed because of a broken pipe",
-            ))))
-        };
-        for io_kind in [
-            std::io::ErrorKind::BrokenPipe,
-            std::io::ErrorKind::ConnectionReset,
-        ] {
-            let error = broken(io_kind);
-            assert!(is_broken_connection(&error), "{error:?}");
-            assert!(!is_connect_failure(&error), "{error:?}");
-            assert_eq!(kind(error), "unavailable");
-        }
-        assert!(!is_broken_connection(&broken(
-            std::io::ErrorKind::InvalidData
-        )));
-        assert!(!is_broken_connection(&status(
-            Code::Unknown,
-            "transport error"
         )));
     }
 }

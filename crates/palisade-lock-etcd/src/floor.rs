@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use etcd_client::GetOptions;
-use palisade_core::LockError;
+use palisade_core::{FloorRaised, LockError, LockName, RaiseFloor, RaiseFloorError};
 use tokio::task::JoinSet;
 
 use crate::EtcdLockClient;
@@ -31,7 +31,8 @@ const FLOOR_KEY: &str = ".revision-floor";
 pub struct RaiseFloorOptions {
     /// The largest gap (target minus current revision) worth closing with
     /// puts; a larger one is refused with [`RaiseFloorError::GapTooLarge`]
-    /// before anything is written.
+    /// (see docs/backends/etcd.md for the alternatives) before anything is
+    /// written.
     pub max_gap: u64,
     /// Puts in flight at once.
     pub concurrency: usize,
@@ -70,9 +71,9 @@ pub struct FloorProgress {
     pub elapsed: Duration,
 }
 
-/// What a floor raise did.
+/// What a floor raise did, in full: [`FloorRaised`] with the puts it took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FloorRaised {
+pub struct RevisionRaised {
     /// The store revision before: the floor the next holder would have
     /// been granted above.
     pub before: u64,
@@ -82,36 +83,6 @@ pub struct FloorRaised {
     pub puts: u64,
     /// How long it took.
     pub elapsed: Duration,
-}
-
-/// Why a floor could not be raised.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RaiseFloorError {
-    /// Closing the gap would take more puts than allowed.
-    #[error(
-        "etcd's revision is {revision} and the floor must reach {target}: a gap of {gap} revisions is over the limit of {max_gap} (one put each); raise the limit if you can wait for it, or see docs/backends/etcd.md for the alternatives"
-    )]
-    GapTooLarge {
-        /// The current store revision.
-        revision: u64,
-        /// The revision to reach.
-        target: u64,
-        /// `target - revision`.
-        gap: u64,
-        /// The limit.
-        max_gap: u64,
-    },
-    /// Generations stop at `i64::MAX` (etcd's revision type).
-    #[error("a floor of {target} is beyond etcd's largest revision (2^63 - 1)")]
-    OutOfRange {
-        /// The revision asked for.
-        target: u64,
-    },
-    /// etcd failed; the revision may have moved part of the way (harmless:
-    /// run the raise again).
-    #[error(transparent)]
-    Lock(#[from] LockError),
 }
 
 impl EtcdLockClient {
@@ -141,20 +112,23 @@ impl EtcdLockClient {
     /// `<prefix>/.revision-floor` until the store's revision is at least
     /// `above`. `progress` is called every `options.progress_every` while
     /// puts run. Idempotent; never lowers anything. Other writers to the
-    /// cluster only help.
+    /// cluster only help. [`RaiseFloor`] is this with the default options.
     pub async fn raise_floor(
         &self,
         above: u64,
         options: RaiseFloorOptions,
         mut progress: impl FnMut(&FloorProgress) + Send,
-    ) -> Result<FloorRaised, RaiseFloorError> {
+    ) -> Result<RevisionRaised, RaiseFloorError> {
         if i64::try_from(above).is_err() {
-            return Err(RaiseFloorError::OutOfRange { target: above });
+            return Err(RaiseFloorError::OutOfRange {
+                mark: above,
+                limit: i64::MAX as u64,
+            });
         }
         let started = Instant::now();
         let start = self.revision().await?;
         if start >= above {
-            return Ok(FloorRaised {
+            return Ok(RevisionRaised {
                 before: start,
                 after: start,
                 puts: 0,
@@ -164,8 +138,8 @@ impl EtcdLockClient {
         let gap = above - start;
         if gap > options.max_gap {
             return Err(RaiseFloorError::GapTooLarge {
-                revision: start,
-                target: above,
+                from: start,
+                to: above,
                 gap,
                 max_gap: options.max_gap,
             });
@@ -220,7 +194,7 @@ impl EtcdLockClient {
                 next_report = Instant::now() + options.progress_every;
             }
         }
-        let raised = FloorRaised {
+        let raised = RevisionRaised {
             before: start,
             after: state.revision,
             puts: state.puts,
@@ -265,5 +239,18 @@ impl EtcdLockClient {
                 .map_or(0, |header| header.revision())
                 .max(0) as u64)
         }
+    }
+}
+
+/// The revision is global: raising it for one lock raises it for all.
+impl RaiseFloor for EtcdLockClient {
+    async fn raise_floor(
+        &self,
+        _name: &LockName,
+        mark: u64,
+    ) -> Result<FloorRaised, RaiseFloorError> {
+        let raised =
+            EtcdLockClient::raise_floor(self, mark, RaiseFloorOptions::default(), |_| {}).await?;
+        Ok(FloorRaised::new(raised.before, raised.after))
     }
 }

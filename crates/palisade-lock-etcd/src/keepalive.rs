@@ -17,18 +17,18 @@
 //!   gap), and its lease is revoked so the locks it still pins on the
 //!   server are freed for the next waiters (their lock-delay applies).
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
-use palisade_core::{LeaseState, LockError, LostReason, SessionOptions};
+use palisade_core::{LockError, LostReason, SessionOptions};
 use tokio::time::Instant;
 
 use crate::client::{self, ClientInner, Resend};
 use crate::errors;
 use crate::keys::lease_hex;
 use crate::metrics::Counters;
-use crate::session::{SessionState, ceil_secs, end_state, lock, valid_until};
+use crate::session::{SessionLease, ceil_secs, valid_until};
 
 /// What the task needs; it holds the session state weakly, so it ends when
 /// the session does.
@@ -37,7 +37,7 @@ pub(crate) struct KeepAlive {
     pub(crate) options: SessionOptions,
     pub(crate) lease_id: i64,
     pub(crate) delay_lease_id: Option<i64>,
-    pub(crate) state: Weak<Mutex<SessionState>>,
+    pub(crate) state: Weak<SessionLease>,
 }
 
 /// An open keep-alive stream for one lease.
@@ -98,17 +98,13 @@ pub(crate) async fn run(keepalive: KeepAlive) {
                 next_round = sent_at + interval;
             }
             Renewal::Gone => {
-                end_state(&state, LostReason::Revoked);
+                state.end(LostReason::Revoked);
                 return;
             }
             Renewal::Failed(error) => {
                 session_stream = None;
                 delay_stream = None;
-                let still_valid = {
-                    let guard = lock(&state);
-                    !guard.closed && matches!(guard.tracker.state(), LeaseState::Held { .. })
-                };
-                if !still_valid {
+                if state.ensure_open().is_err() {
                     end_and_revoke(&keepalive, &state, LostReason::KeepAliveFailed).await;
                     return;
                 }
@@ -170,24 +166,17 @@ async fn renew(keepalive: &KeepAlive, lease_id: i64, stream: &mut Option<Stream>
 
 /// Moves every deadline of the session to `deadline`. `false` if the
 /// session was already over or its deadline had passed.
-fn extend_all(state: &Mutex<SessionState>, deadline: Instant) -> bool {
-    let state = lock(state);
-    if state.closed || !state.tracker.extend(deadline) {
+fn extend_all(state: &SessionLease, deadline: Instant) -> bool {
+    if state.holds.ended().is_some() || !state.tracker.extend(deadline) {
         return false;
     }
-    for hold in state.holds.values() {
-        // A hold whose key was deleted stays lost.
-        hold.tracker.extend(deadline);
-    }
+    // A hold whose key was deleted stays lost.
+    state.holds.extend_where(|_| true, deadline);
     true
 }
 
-async fn end_and_revoke(
-    keepalive: &KeepAlive,
-    state: &Arc<Mutex<SessionState>>,
-    reason: LostReason,
-) {
-    end_state(state, reason);
+async fn end_and_revoke(keepalive: &KeepAlive, state: &SessionLease, reason: LostReason) {
+    state.end(reason);
     // The lease may still exist on the server (the pause was shorter than
     // the TTL but longer than the validity). Nobody here uses it any more:
     // free the locks it pins. If etcd cannot be reached, the lease expires

@@ -17,11 +17,13 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use palisade_core::{LeaseState, LockName, LostReason};
+use palisade_core::{LockName, LostReason};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
-use crate::session::{Session, lock};
+use palisade_core::holds::HoldBackend;
+
+use crate::session::Session;
 use crate::task::AbortOnDrop;
 use crate::watch_hub::{Registration, Signal};
 
@@ -91,35 +93,34 @@ async fn sweep(
 ) -> bool {
     let now = Instant::now();
     let held = {
-        let state = lock(&session.state);
+        let holds = session.holds().holds();
         watched.retain(|entry| {
-            state.holds.get(&entry.name).is_some_and(|hold| {
-                hold.create_revision == entry.create_revision
-                    && matches!(hold.tracker.state(), LeaseState::Held { .. })
+            holds.iter().any(|hold| {
+                hold.name() == &entry.name
+                    && hold.data().create_revision == entry.create_revision
+                    && hold.is_held()
             })
         });
-        for (name, hold) in &state.holds {
-            let known = watched
-                .iter()
-                .any(|entry| entry.name == *name && entry.create_revision == hold.create_revision);
-            if !known
-                && now >= hold.granted_at + ARMS_AFTER
-                && matches!(hold.tracker.state(), LeaseState::Held { .. })
-            {
+        for hold in &holds {
+            let etcd = hold.data();
+            let known = watched.iter().any(|entry| {
+                entry.name == *hold.name() && entry.create_revision == etcd.create_revision
+            });
+            if !known && now >= etcd.granted_at + ARMS_AFTER && hold.is_held() {
                 watched.push(Watched {
-                    name: name.clone(),
-                    create_revision: hold.create_revision,
-                    key: hold.key.clone(),
+                    name: hold.name().clone(),
+                    create_revision: etcd.create_revision,
+                    key: etcd.key.clone(),
                     registration: Some(session.hub.watch(
-                        hold.key.clone(),
-                        hold.grant_revision + 1,
+                        etcd.key.clone(),
+                        etcd.grant_revision + 1,
                         sink.clone(),
                     )),
-                    known_at: hold.grant_revision,
+                    known_at: etcd.grant_revision,
                 });
             }
         }
-        !state.holds.is_empty()
+        !holds.is_empty()
     };
     // Watches that broke: read the key (the watch may have missed its
     // deletion, and its start may have been compacted away), then watch
@@ -172,10 +173,10 @@ fn on_signal(session: &Session, watched: &mut [Watched], id: i64, signal: Signal
 /// Marks the hold with `create_revision` on `name` lost, if it is still
 /// this session's.
 fn key_deleted(session: &Session, name: &LockName, create_revision: i64) {
-    let state = lock(&session.state);
-    if let Some(hold) = state.holds.get(name) {
-        if hold.create_revision == create_revision && hold.tracker.lose(LostReason::KeyDeleted) {
-            tracing::warn!(lock = %name, generation = create_revision, reason = %LostReason::KeyDeleted, "lease lost");
-        }
+    if let Some(hold) = session.holds().hold(name)
+        && hold.data().create_revision == create_revision
+        && hold.tracker().lose(LostReason::KeyDeleted)
+    {
+        tracing::warn!(lock = %name, generation = create_revision, reason = %LostReason::KeyDeleted, "lease lost");
     }
 }

@@ -71,10 +71,12 @@ mod watch_hub;
 
 pub use client::EtcdLockClient;
 pub use config::{ConfigError, DEFAULT_PREFIX, EtcdConfig};
-pub use floor::{FloorProgress, FloorRaised, RaiseFloorError, RaiseFloorOptions};
+pub use floor::{FloorProgress, RaiseFloorOptions, RevisionRaised};
 pub use guard::EtcdGuard;
 pub use live_check::EtcdLiveCheck;
 pub use metrics::RpcCounts;
+/// Why a floor could not be raised (core's, re-exported).
+pub use palisade_core::RaiseFloorError;
 /// The endpoints, credentials, TLS and timeouts, shared with the etcd
 /// storage engine (`palisade-store-etcd`).
 pub use palisade_etcd::{EndpointError, EtcdConnection};

@@ -1,24 +1,22 @@
 //! Sessions: one lease, its keep-alive, and the locks held under it.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use palisade_core::{
-    LeaseState, LeaseTracker, LeaseWatch, LockError, LockName, LostReason, Mode, Sequencer,
-    SessionOptions,
-};
+use palisade_core::holds::{Gate, Hold, HoldBackend, HoldTable, Task};
+use palisade_core::{LeaseState, LeaseTracker, LeaseWatch, LockError, LostReason, SessionOptions};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::errors;
+use crate::client::Resend;
+use crate::errors::{self, BACKEND};
 use crate::keepalive;
 use crate::key_watch::KeyWatch;
-use crate::keys::lease_hex;
+use crate::keys::{LockKeys, lease_hex};
 use crate::task::AbortOnDrop;
 use crate::watch_hub::WatchHub;
-use crate::{ConfigError, EtcdConfig, EtcdLockClient};
+use crate::{ConfigError, EtcdConfig, EtcdLockClient, txns};
 
 /// A Palisade lock session on etcd: one lease, kept alive in the background,
 /// under which locks are taken. Implements the core `Lock` trait.
@@ -80,48 +78,37 @@ pub(crate) struct Session {
     pub(crate) delay_lease_id: Option<i64>,
     /// `<holder name>/<lease id>`: the sequencer's `holder` field.
     pub(crate) holder: String,
-    /// The session-wide lease state and the locks held. Shared with the
-    /// keep-alive task, which extends every tracker in it after each
-    /// successful renewal.
-    pub(crate) state: Arc<Mutex<SessionState>>,
+    /// The session lease's validity and the locks held under it. Shared
+    /// with the keep-alive task, which extends them after each successful
+    /// renewal.
+    pub(crate) lease_state: Arc<SessionLease>,
     /// The session-wide lease-lost signal; waiters give up when it fires.
     pub(crate) lease: LeaseWatch,
     pub(crate) hub: WatchHub,
     /// Follows the holder keys of this session's holds.
     pub(crate) key_watch: KeyWatch,
-    /// One async mutex per lock name, serialising this session's own
-    /// acquisitions and releases of that name (there is one contender key
-    /// per session and name). Held while waiting in the etcd queue, so a
-    /// second task of the same session waits behind the first and then
-    /// re-enters.
-    gates: Mutex<HashMap<LockName, Weak<tokio::sync::Mutex<()>>>>,
     keepalive: Mutex<Option<AbortOnDrop>>,
     /// Where guards' drops and cancelled acquires spawn their clean-up.
     pub(crate) runtime: Handle,
 }
 
 /// What the keep-alive task and the lock operations share.
-pub(crate) struct SessionState {
+pub(crate) struct SessionLease {
     /// The session lease's validity, as of the last successful renewal.
     pub(crate) tracker: LeaseTracker,
-    /// The locks this session holds, by name.
-    pub(crate) holds: HashMap<LockName, Hold>,
-    /// Set when the lease is known to be gone; final.
-    pub(crate) closed: bool,
+    /// The locks this session holds. Its gates serialise this session's
+    /// own acquisitions and releases of a name (there is one contender key
+    /// per session and name): a second task of the same session waits
+    /// behind the first and then re-enters. Ended, for good, when the
+    /// lease is known gone.
+    pub(crate) holds: HoldTable<EtcdHold>,
 }
 
-/// One lock held by a session, shared by all its re-entrant guards.
-pub(crate) struct Hold {
-    pub(crate) mode: Mode,
+/// What the etcd backend keeps per hold.
+pub(crate) struct EtcdHold {
     /// The holder key's create-revision: the generation, and the owner
     /// token for compare-and-delete.
     pub(crate) create_revision: i64,
-    /// Guards of this hold not yet released.
-    pub(crate) count: usize,
-    /// This hold's validity: extended with the session's, and lost on its
-    /// own when its key disappears.
-    pub(crate) tracker: LeaseTracker,
-    pub(crate) sequencer: Sequencer,
     /// The holder key, watched for deletion (see `key_watch.rs`).
     pub(crate) key: String,
     /// When the grant was made; the key's watch is armed a little later.
@@ -190,18 +177,17 @@ impl EtcdLockClient {
         };
         let tracker = LeaseTracker::new(valid_until(&options, sent_at, granted));
         let lease = tracker.watch();
-        let state = Arc::new(Mutex::new(SessionState {
+        let lease_state = Arc::new(SessionLease {
             tracker,
-            holds: HashMap::new(),
-            closed: false,
-        }));
+            holds: HoldTable::new(BACKEND, &options, inner.waiters.clone()),
+        });
         let holder = format!("{}/{}", inner.config.holder_name(), lease_hex(lease_id));
         let keepalive = tokio::spawn(keepalive::run(keepalive::KeepAlive {
             connection: inner.clone(),
             options: options.clone(),
             lease_id,
             delay_lease_id,
-            state: Arc::downgrade(&state),
+            state: Arc::downgrade(&lease_state),
         }));
         tracing::info!(
             lease = %lease_hex(lease_id),
@@ -216,11 +202,10 @@ impl EtcdLockClient {
                 lease_id,
                 delay_lease_id,
                 holder,
-                state,
+                lease_state,
                 lease,
                 hub: WatchHub::new(inner.clone()),
                 key_watch: KeyWatch::start(weak.clone()),
-                gates: Mutex::new(HashMap::new()),
                 keepalive: Mutex::new(Some(AbortOnDrop::new(keepalive))),
                 runtime: Handle::current(),
             }),
@@ -312,10 +297,17 @@ impl EtcdLock {
         let session = &self.session;
         session.stop_keepalive();
         let inner = &session.connection.inner;
-        let held: Vec<(LockName, Mode, i64)> = lock(&session.state)
-            .holds
+        let held: Vec<(palisade_core::LockName, palisade_core::Mode, i64)> = session
+            .holds()
+            .holds()
             .iter()
-            .map(|(name, hold)| (name.clone(), hold.mode, hold.create_revision))
+            .map(|hold| {
+                (
+                    hold.name().clone(),
+                    hold.mode(),
+                    hold.data().create_revision,
+                )
+            })
             .collect();
         if session.delay_lease_id.is_some() && !held.is_empty() {
             let delay = session.options.lock_delay();
@@ -360,12 +352,7 @@ impl fmt::Debug for EtcdLock {
 impl Session {
     /// Fails with `SessionClosed` once the lease is known lost or lapsed.
     pub(crate) fn ensure_open(&self) -> Result<(), LockError> {
-        let state = lock(&self.state);
-        if state.closed || !matches!(state.tracker.state(), LeaseState::Held { .. }) {
-            Err(LockError::SessionClosed)
-        } else {
-            Ok(())
-        }
+        self.lease_state.ensure_open()
     }
 
     /// Whether the lease is provably valid now.
@@ -375,41 +362,78 @@ impl Session {
 
     /// Marks the session over, and every hold lost, for `reason`.
     pub(crate) fn end(&self, reason: LostReason) {
-        end_state(&self.state, reason);
+        self.lease_state.end(reason);
     }
 
     fn stop_keepalive(&self) {
         lock(&self.keepalive).take();
     }
-
-    /// This session's gate for `name` (see [`Session::gates`]).
-    pub(crate) fn gate(&self, name: &LockName) -> Arc<tokio::sync::Mutex<()>> {
-        let mut gates = lock(&self.gates);
-        if let Some(gate) = gates.get(name).and_then(Weak::upgrade) {
-            return gate;
-        }
-        if gates.len() >= 64 {
-            gates.retain(|_, gate| gate.strong_count() > 0);
-        }
-        let gate = Arc::new(tokio::sync::Mutex::new(()));
-        gates.insert(name.clone(), Arc::downgrade(&gate));
-        gate
-    }
 }
 
-/// Marks a session's state over, and every hold lost, for `reason`.
-pub(crate) fn end_state(state: &Mutex<SessionState>, reason: LostReason) {
-    let mut state = lock(state);
-    if !state.closed {
-        state.closed = true;
-        if state.tracker.lose(reason) {
+impl SessionLease {
+    /// Fails with `SessionClosed` once the lease is known lost or lapsed.
+    pub(crate) fn ensure_open(&self) -> Result<(), LockError> {
+        if self.holds.ended().is_some() || !matches!(self.tracker.state(), LeaseState::Held { .. })
+        {
+            Err(LockError::SessionClosed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Marks the session over, and every hold lost, for `reason`.
+    pub(crate) fn end(&self, reason: LostReason) {
+        if self.holds.end(reason) && self.tracker.lose(reason) {
             tracing::warn!(%reason, "etcd session lease lost");
         }
     }
-    for (name, hold) in &state.holds {
-        if hold.tracker.lose(reason) {
-            tracing::warn!(lock = %name, generation = hold.create_revision, %reason, "lease lost");
+}
+
+/// The etcd protocol behind the session's hold table: a hold is given back
+/// by deleting its key, compare-and-delete on its create-revision.
+impl HoldBackend for Session {
+    type Data = EtcdHold;
+
+    fn holds(&self) -> &HoldTable<EtcdHold> {
+        &self.lease_state.holds
+    }
+
+    /// Deletes the holder key (with its lock-delay marker), which wakes the
+    /// next waiter, under the gate, so no acquisition of this session can
+    /// reuse the key meanwhile. If etcd cannot answer, the delete is
+    /// retried in the background, still under the gate.
+    async fn give_back(
+        &self,
+        hold: &Arc<Hold<EtcdHold>>,
+        gate: Option<Gate>,
+    ) -> Result<bool, LockError> {
+        let create_revision = hold.data().create_revision;
+        let keys = LockKeys::new(self.connection.inner.config.prefix(), hold.name());
+        let txn = txns::remove(
+            &keys,
+            self.lease_id,
+            Some(create_revision),
+            self.delay_lease_id.is_some(),
+        );
+        // Dropped mid-way, this future finishes in the background (the
+        // table's doing), so the gate stays held until etcd answered.
+        match self
+            .connection
+            .inner
+            .txn_resending("release", Resend::OnlyUnsent, txn)
+            .await
+        {
+            Ok(response) => Ok(response.succeeded()),
+            Err(error) => {
+                // The key may still be there: keep trying, with the gate.
+                self.spawn_withdraw(keys, Some(create_revision), gate);
+                Err(error)
+            }
         }
+    }
+
+    fn spawn(&self, task: Task) {
+        self.runtime.spawn(task);
     }
 }
 
@@ -421,7 +445,7 @@ impl Drop for Session {
         self.stop_keepalive();
         let inner = self.connection.inner.clone();
         let lease_id = self.lease_id;
-        let closed = lock(&self.state).closed;
+        let closed = self.lease_state.holds.ended().is_some();
         self.runtime.spawn(async move {
             if let Err(error) = inner.lease_revoke(lease_id).await {
                 tracing::debug!(%error, lease = %lease_hex(lease_id), "revoking a dropped session's lease failed; it expires by itself");
@@ -429,42 +453,6 @@ impl Drop for Session {
         });
         if !closed {
             tracing::debug!(lease = %lease_hex(lease_id), "etcd session dropped");
-        }
-    }
-}
-
-/// A slot among this process's waiters on one lock: the per-process waiter
-/// bound (`SessionOptions::max_waiters`) counts these.
-pub(crate) struct WaiterSlot {
-    key: String,
-}
-
-/// Waiters per lock directory, over every session in the process.
-static WAITERS: LazyLock<Mutex<HashMap<String, usize>>> = LazyLock::new(Default::default);
-
-impl WaiterSlot {
-    /// Takes a slot, or `None` if `max_waiters` are already waiting.
-    pub(crate) fn take(key: &str, max_waiters: usize) -> Option<WaiterSlot> {
-        let mut waiters = lock(&WAITERS);
-        let count = waiters.entry(key.to_owned()).or_insert(0);
-        if *count >= max_waiters {
-            return None;
-        }
-        *count += 1;
-        Some(WaiterSlot {
-            key: key.to_owned(),
-        })
-    }
-}
-
-impl Drop for WaiterSlot {
-    fn drop(&mut self) {
-        let mut waiters = lock(&WAITERS);
-        if let Some(count) = waiters.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                waiters.remove(&self.key);
-            }
         }
     }
 }
@@ -491,17 +479,5 @@ mod tests {
         assert_eq!(valid_until(&options, now, 60), now + Duration::from_secs(9));
         assert_eq!(valid_until(&options, now, 5), now + Duration::from_secs(4));
         assert_eq!(valid_until(&options, now, 0), now);
-    }
-
-    #[test]
-    fn waiter_slots_are_bounded_and_returned() {
-        let key = "/test/waiter-slots/";
-        let first = WaiterSlot::take(key, 2).unwrap();
-        let second = WaiterSlot::take(key, 2).unwrap();
-        assert!(WaiterSlot::take(key, 2).is_none());
-        drop(first);
-        let third = WaiterSlot::take(key, 2).unwrap();
-        drop((second, third));
-        assert!(!lock(&WAITERS).contains_key(key));
     }
 }

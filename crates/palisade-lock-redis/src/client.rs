@@ -7,14 +7,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use palisade_core::{LockError, LockName, Mode, SessionOptions};
+use palisade_core::holds::Waiters;
+use palisade_core::{
+    FloorRaised, LockError, LockName, Mode, RaiseFloor, RaiseFloorError, SessionOptions,
+};
 use redis::Value;
 
 use crate::connection::Connection;
 use crate::error::{BACKEND, bad_reply};
 use crate::inbox::Inbox;
 use crate::keys::{LockKeys, inbox_channel};
-use crate::scripts::{MAX_GENERATION, Scripts};
+use crate::scripts::Scripts;
 use crate::{GenerationScheme, RedisConfig, RedisLiveCheck, RedisLock, RedisLockError};
 
 /// A connection to Redis shared by any number of lock sessions.
@@ -51,8 +54,9 @@ pub(crate) struct ClientInner {
     pub(crate) client_id: String,
     /// Put in every sequencer.
     pub(crate) issuer: String,
-    /// Waiters per lock in this client: the fail-fast bound.
-    waiting: Mutex<HashMap<LockName, usize>>,
+    /// Waiters per lock in this client: the fail-fast bound, shared by
+    /// the client's sessions' hold tables.
+    pub(crate) waiters: Waiters,
     /// The highest generation this client has seen granted per lock. A grant
     /// at or below what was seen before its request was sent means Redis's
     /// counter went backwards (see
@@ -193,7 +197,7 @@ impl RedisLockClient {
             inbox,
             client_id,
             issuer,
-            waiting: Mutex::default(),
+            waiters: Waiters::default(),
             seen: Mutex::default(),
             sessions: AtomicU64::new(0),
             stats: Counters::default(),
@@ -278,14 +282,15 @@ impl RedisLockClient {
     }
 
     /// Raises the generation counter of `name` so that the next grant is
-    /// above `mark`: the recovery path after Redis lost the counter.
+    /// above `mark`: the recovery path after Redis lost the counter. A thin
+    /// call of [`RaiseFloor::raise_floor`], answering the counter
+    /// afterwards.
     ///
     /// Feed it the current mark from a resource server's refusal (the 409
     /// body carries it) or any generation known to have been honoured.
-    /// Raising is idempotent and never lowers the counter. Returns the
-    /// counter afterwards. Marks at or above 2^53 - 1 are refused: no
-    /// generation this backend issues gets there, so such a mark is forged
-    /// or from another issuer.
+    /// Raising is idempotent and never lowers the counter. Marks at or
+    /// above 2^53 - 1 are refused: no generation this backend issues gets
+    /// there, so such a mark is forged or from another issuer.
     ///
     /// ```no_run
     /// # use palisade_core::LockName;
@@ -295,24 +300,14 @@ impl RedisLockClient {
     /// # Ok(()) }
     /// ```
     pub async fn raise_floor(&self, name: &LockName, mark: u64) -> Result<u64, LockError> {
-        if mark >= MAX_GENERATION {
-            return Err(LockError::Backend {
+        match RaiseFloor::raise_floor(self, name, mark).await {
+            Ok(raised) => Ok(raised.after),
+            Err(RaiseFloorError::Lock(error)) => Err(error),
+            Err(refused) => Err(LockError::Backend {
                 backend: BACKEND,
-                source: format!(
-                    "refusing to raise lock `{name}` to {mark}: generations stop below 2^53-1"
-                )
-                .into(),
-            });
+                source: Box::new(refused),
+            }),
         }
-        let keys = self.keys(name);
-        let mark_text = mark.to_string();
-        let reply = self
-            .eval_script(&self.inner.scripts.raise_floor, &keys, &[&mark_text])
-            .await?;
-        let counter = as_u64(&reply).ok_or_else(|| bad_reply("raise_floor", &reply))?;
-        self.observe_generation(name, mark);
-        tracing::info!(backend = BACKEND, lock = %name, mark, counter, "generation floor raised");
-        Ok(counter)
     }
 
     pub(crate) async fn eval_script(
@@ -498,50 +493,33 @@ impl RedisLockClient {
         let highest = seen.entry(name.clone()).or_insert(0);
         *highest = (*highest).max(generation);
     }
+}
 
-    /// Counts one more waiter on `name`, or fails fast with `Busy`.
-    pub(crate) fn enter_waiting(
+/// Raising a lock's counter: one script, `SET` to the mark if it is
+/// higher, in the lock's hash slot.
+impl RaiseFloor for RedisLockClient {
+    async fn raise_floor(
         &self,
         name: &LockName,
-        max_waiters: usize,
-    ) -> Result<WaiterTicket, LockError> {
-        let mut waiting = self.inner.waiting.lock().expect("waiter counts poisoned");
-        let count = waiting.entry(name.clone()).or_insert(0);
-        if *count >= max_waiters {
-            tracing::debug!(backend = BACKEND, lock = %name, waiters = *count, "refused: waiter bound reached");
-            return Err(LockError::Busy {
-                name: name.clone(),
-                waiters: max_waiters,
-            });
+        mark: u64,
+    ) -> Result<FloorRaised, RaiseFloorError> {
+        crate::scripts::refuse_unreachable_mark(mark)?;
+        let keys = self.keys(name);
+        let mark_text = mark.to_string();
+        let reply = self
+            .eval_script(&self.inner.scripts.raise_floor, &keys, &[&mark_text])
+            .await?;
+        let (before, after) = match &reply {
+            Value::Array(items) => match items.as_slice() {
+                [before, after] => as_u64(before).zip(as_u64(after)),
+                _ => None,
+            },
+            _ => None,
         }
-        *count += 1;
-        Ok(WaiterTicket {
-            client: self.clone(),
-            name: name.clone(),
-        })
-    }
-}
-
-/// One counted waiter; uncounted on drop.
-pub(crate) struct WaiterTicket {
-    client: RedisLockClient,
-    name: LockName,
-}
-
-impl Drop for WaiterTicket {
-    fn drop(&mut self) {
-        let mut waiting = self
-            .client
-            .inner
-            .waiting
-            .lock()
-            .expect("waiter counts poisoned");
-        if let Some(count) = waiting.get_mut(&self.name) {
-            *count -= 1;
-            if *count == 0 {
-                waiting.remove(&self.name);
-            }
-        }
+        .ok_or_else(|| bad_reply("raise_floor", &reply))?;
+        self.observe_generation(name, mark);
+        tracing::info!(backend = BACKEND, lock = %name, mark, before, after, "generation floor raised");
+        Ok(FloorRaised::new(before, after))
     }
 }
 

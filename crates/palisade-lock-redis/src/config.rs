@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use palisade_core::Signer;
+use palisade_core::redact::Redacted;
 
 use crate::RedisLockError;
 
@@ -12,12 +13,28 @@ use crate::RedisLockError;
 /// It dereferences to the URLs, which is how most code reads it; the TLS
 /// material travels with them so that no connection can be opened with
 /// the URL but without the certificates.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Clone, PartialEq, Eq, Default)]
 pub(crate) struct Endpoints {
-    /// Node URLs, as given.
+    /// Node URLs, as given (passwords included: shown only redacted).
     pub(crate) urls: Vec<String>,
     /// Certificates for `rediss://` URLs beyond what a URL can say.
     pub(crate) tls: TlsMaterial,
+}
+
+impl std::fmt::Debug for Endpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoints")
+            .field(
+                "urls",
+                &self
+                    .urls
+                    .iter()
+                    .map(|url| Redacted(url))
+                    .collect::<Vec<_>>(),
+            )
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 impl Endpoints {

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use palisade_core::LockError;
+use palisade_core::redact::redact_url;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
@@ -43,21 +44,21 @@ pub(crate) fn open_client(url: &str, tls: &TlsMaterial) -> Result<redis::Client,
     let info = url
         .into_connection_info()
         .map_err(|source| RedisLockError::InvalidUrl {
-            url: redacted(url),
+            url: redact_url(url),
             source,
         })?;
     #[cfg(feature = "tls")]
     if let Some(certificates) = tls.certificates() {
         return redis::Client::build_with_tls(info, certificates).map_err(|error| {
             RedisLockError::InvalidConfig {
-                reason: format!("TLS certificates for `{}`: {error}", redacted(url)),
+                reason: format!("TLS certificates for `{}`: {error}", redact_url(url)),
             }
         });
     }
     #[cfg(not(feature = "tls"))]
     let _ = tls;
     redis::Client::open(info).map_err(|source| RedisLockError::InvalidUrl {
-        url: redacted(url),
+        url: redact_url(url),
         source,
     })
 }
@@ -186,7 +187,7 @@ pub(crate) fn host_port(url: &str) -> Result<String, RedisLockError> {
     let info = url
         .into_connection_info()
         .map_err(|source| RedisLockError::InvalidUrl {
-            url: redacted(url),
+            url: redact_url(url),
             source,
         })?;
     Ok(match info.addr() {
@@ -197,16 +198,6 @@ pub(crate) fn host_port(url: &str) -> Result<String, RedisLockError> {
     })
 }
 
-/// The URL without its password, for messages.
-pub(crate) fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}://***@{}", &url[..scheme_end], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 impl Connection {
     /// Connects as `config` says. Fails if no node answers.
     pub(crate) async fn connect(config: &RedisConfig) -> Result<Self, RedisLockError> {
@@ -214,7 +205,7 @@ impl Connection {
             let urls = config
                 .endpoints
                 .iter()
-                .map(|url| redacted(url))
+                .map(|url| redact_url(url))
                 .collect::<Vec<_>>();
             RedisLockError::Lock(connect_error(
                 &urls.join(","),
@@ -228,7 +219,7 @@ impl Connection {
             if crate::config::is_insecure_url(url) {
                 tracing::warn!(
                     backend = BACKEND,
-                    url = %redacted(url),
+                    url = %redact_url(url),
                     "TLS certificate verification is OFF (`#insecure` in the URL): anyone on the path can impersonate Redis; for tests only"
                 );
             }
@@ -249,7 +240,7 @@ impl Connection {
                     url: config
                         .endpoints
                         .iter()
-                        .map(|u| redacted(u))
+                        .map(|u| redact_url(u))
                         .collect::<Vec<_>>()
                         .join(","),
                     source,
@@ -413,16 +404,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn passwords_stay_out_of_messages() {
-        assert_eq!(
-            redacted("redis://user:secret@host:6379/0"),
-            "redis://***@host:6379/0"
-        );
-        assert_eq!(redacted("redis://host:6379"), "redis://host:6379");
-        assert_eq!(
-            redacted("rediss://:secret@host:6380/#insecure"),
-            "rediss://***@host:6380/#insecure"
-        );
+    fn host_port_of_a_url() {
         assert_eq!(
             host_port("redis://127.0.0.1:7000/2").unwrap(),
             "127.0.0.1:7000"

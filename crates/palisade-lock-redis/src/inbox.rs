@@ -139,7 +139,7 @@ impl Inbox {
             });
             let urls = endpoints
                 .iter()
-                .map(|url| crate::connection::redacted(url))
+                .map(|url| palisade_core::redact::redact_url(url))
                 .collect::<Vec<_>>();
             return Err(RedisLockError::Lock(crate::connection::connect_error(
                 &urls.join(","),

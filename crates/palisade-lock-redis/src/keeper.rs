@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use crate::RedisLockClient;
 use crate::client::ClientInner;
 use crate::error::BACKEND;
-use crate::guard::Hold;
+use crate::guard::{Held, RedisHold};
 
 /// The longest the keeper sleeps. Holds due later are not announced to it.
 const IDLE_TICK: Duration = Duration::from_millis(500);
@@ -38,7 +38,7 @@ pub(crate) type SlotKey = (Instant, u64);
 
 #[derive(Debug, Default)]
 struct Schedule {
-    due: BTreeMap<SlotKey, Weak<Hold>>,
+    due: BTreeMap<SlotKey, Weak<Held>>,
     /// When the keeper will next look, if it is asleep. A hold due earlier
     /// wakes it.
     sleeping_until: Option<Instant>,
@@ -54,8 +54,12 @@ pub(crate) struct KeeperShared {
 
 impl KeeperShared {
     /// Schedules `hold`'s next extension at `at`, replacing any earlier slot.
-    pub(crate) fn schedule(&self, hold: &Arc<Hold>, at: Instant) {
-        let mut slot = hold.keeper_slot.lock().expect("keeper slot poisoned");
+    pub(crate) fn schedule(&self, hold: &Arc<Held>, at: Instant) {
+        let mut slot = hold
+            .data()
+            .keeper_slot
+            .lock()
+            .expect("keeper slot poisoned");
         let wake = {
             let mut schedule = self.schedule.lock().expect("keeper schedule poisoned");
             if let Some(old) = slot.take() {
@@ -73,7 +77,7 @@ impl KeeperShared {
     }
 
     /// Takes `hold` out of the schedule (it was released or lost).
-    pub(crate) fn cancel(&self, hold: &Hold) {
+    pub(crate) fn cancel(&self, hold: &RedisHold) {
         if let Some(key) = hold
             .keeper_slot
             .lock()
@@ -115,7 +119,11 @@ pub(crate) fn start(client: Weak<ClientInner>, shared: Arc<KeeperShared>) -> Joi
                 let client = RedisLockClient { inner: client };
                 for (_, hold) in due {
                     if let Some(hold) = hold.upgrade() {
-                        *hold.keeper_slot.lock().expect("keeper slot poisoned") = None;
+                        *hold
+                            .data()
+                            .keeper_slot
+                            .lock()
+                            .expect("keeper slot poisoned") = None;
                         tokio::spawn(extend_once(client.clone(), hold));
                     }
                 }
@@ -130,52 +138,52 @@ pub(crate) fn start(client: Weak<ClientInner>, shared: Arc<KeeperShared>) -> Joi
 
 /// When to extend next: a keep-alive interval after the last extension was
 /// sent, or halfway to the validity deadline if that comes sooner.
-pub(crate) fn next_extension(hold: &Hold, last_sent: Instant) -> Option<Instant> {
-    let LeaseState::Held { valid_until } = hold.tracker.state() else {
+pub(crate) fn next_extension(hold: &Held, last_sent: Instant) -> Option<Instant> {
+    let LeaseState::Held { valid_until } = hold.tracker().state() else {
         return None;
     };
     let now = Instant::now();
     let half_left = valid_until.saturating_duration_since(now) / 2;
     Some(
-        (last_sent + hold.options.keepalive_interval())
+        (last_sent + hold.data().options.keepalive_interval())
             .min(now + half_left)
             .max(now + Duration::from_millis(5)),
     )
 }
 
-async fn extend_once(client: RedisLockClient, hold: Arc<Hold>) {
-    if !matches!(hold.tracker.state(), LeaseState::Held { .. }) {
+async fn extend_once(client: RedisLockClient, hold: Arc<Held>) {
+    if !hold.is_held() {
         return;
     }
-    let generation = hold.sequencer.generation();
+    let (redis, generation, name) = (hold.data(), hold.generation(), hold.name());
     let sent_at = Instant::now();
     match client
-        .extend_call(&hold.keys, &hold.token, hold.mode, &hold.options)
+        .extend_call(&redis.keys, &redis.token, hold.mode(), &redis.options)
         .await
     {
         Ok(true) => {
-            if hold.tracker.extend(hold.options.valid_until(sent_at)) {
-                tracing::trace!(backend = BACKEND, lock = %hold.name, %generation, "lease extended");
-                *hold.last_extension_sent.lock().expect("poisoned") = sent_at;
+            if hold.tracker().extend(redis.options.valid_until(sent_at)) {
+                tracing::trace!(backend = BACKEND, lock = %name, %generation, "lease extended");
+                *redis.last_extension_sent.lock().expect("poisoned") = sent_at;
             } else {
-                tracing::warn!(backend = BACKEND, lock = %hold.name, %generation, "lease lost: extended too late, validity had already passed");
+                tracing::warn!(backend = BACKEND, lock = %name, %generation, "lease lost: extended too late, validity had already passed");
                 return;
             }
         }
         Ok(false) => {
-            if hold.tracker.lose(LostReason::KeyDeleted) {
-                tracing::warn!(backend = BACKEND, lock = %hold.name, %generation, "lease lost: the extension was refused (the hold is gone from Redis)");
+            if hold.tracker().lose(LostReason::KeyDeleted) {
+                tracing::warn!(backend = BACKEND, lock = %name, %generation, "lease lost: the extension was refused (the hold is gone from Redis)");
             }
             return;
         }
         Err(error) => {
-            tracing::warn!(backend = BACKEND, lock = %hold.name, %generation, %error, "lease extension failed; retrying while validity lasts");
+            tracing::warn!(backend = BACKEND, lock = %name, %generation, %error, "lease extension failed; retrying while validity lasts");
         }
     }
-    if hold.ended.load(std::sync::atomic::Ordering::SeqCst) {
+    if redis.ended.load(std::sync::atomic::Ordering::SeqCst) {
         return;
     }
-    let last_sent = *hold.last_extension_sent.lock().expect("poisoned");
+    let last_sent = *redis.last_extension_sent.lock().expect("poisoned");
     if let Some(at) = next_extension(&hold, last_sent) {
         client.inner.keeper.schedule(&hold, at);
     }

@@ -29,6 +29,17 @@ use redis::Script;
 /// year 2255.
 pub const MAX_GENERATION: u64 = (1 << 53) - 1;
 
+/// Refuses a floor no generation of this backend (or of Redlock) can pass.
+pub(crate) fn refuse_unreachable_mark(mark: u64) -> Result<(), palisade_core::RaiseFloorError> {
+    if mark >= MAX_GENERATION {
+        return Err(palisade_core::RaiseFloorError::OutOfRange {
+            mark,
+            limit: MAX_GENERATION - 1,
+        });
+    }
+    Ok(())
+}
+
 /// The full Lua text of the acquire script (prelude included), for tools
 /// and benchmarks that call it directly. Its keys and arguments are those
 /// documented in `docs/backends/redis.md`.
@@ -531,8 +542,8 @@ return 0
 /// KEYS: the eight lock keys. ARGV: mark.
 ///
 /// Raises the generation counter to at least `mark`, so the next grant is
-/// above it. Returns the counter afterwards (0 if it never existed and the
-/// mark is 0).
+/// above it. Returns `{before, after}`: the counter before and afterwards
+/// (0 where it did not exist).
 const RAISE_FLOOR: &str = r#"
 local mark = tonumber(ARGV[1])
 local raw = redis.call('GET', K_GEN)
@@ -543,9 +554,9 @@ if (not current) or current >= MAX_GENERATION or mark >= MAX_GENERATION then
 end
 if mark > current then
   redis.call('SET', K_GEN, int(mark))
-  return mark
+  return {current, mark}
 end
-return current
+return {current, current}
 "#;
 
 /// KEYS: the eight lock keys. No ARGV.

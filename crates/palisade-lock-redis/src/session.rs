@@ -1,20 +1,21 @@
 //! [`RedisLock`]: a lock session, the [`Lock`] implementation.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use palisade_core::holds::{Admission, Gate, HoldBackend, HoldTable, Patience, Task, Turn};
 use palisade_core::{
     Generation, LeaseTracker, Lock, LockError, LockName, LostReason, Mode, Sequencer,
     SessionOptions,
 };
+use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::RedisLockClient;
 use crate::client::{AcquireReply, Attempt};
 use crate::error::{BACKEND, maybe_applied};
-use crate::guard::{Hold, RedisGuard};
+use crate::guard::{Held, RedisGuard, RedisHold};
 use crate::inbox::Notice;
 
 /// A lock session on Redis: one holder identity, one set of lease
@@ -45,26 +46,37 @@ pub(crate) struct SessionInner {
     pub(crate) watchdog: bool,
     /// Public id of this session: the sequencer's `holder` field.
     pub(crate) holder: String,
-    /// The session's live holds, for re-entry. A hold leaves the map when
-    /// its last guard goes, or when a new acquire finds its lease lost.
-    holds: Mutex<HashMap<LockName, Arc<Hold>>>,
-    /// One gate per lock name with an acquire in progress: acquires of the
-    /// same name by one session go one at a time, so the second re-enters
-    /// the first's hold instead of queueing behind its own session.
-    gates: Mutex<HashMap<LockName, Arc<tokio::sync::Mutex<()>>>>,
+    /// The session's holds: re-entry, and one acquire of a name at a time
+    /// (the second re-enters the first's hold instead of queueing behind
+    /// its own session). Waiters are counted per client.
+    holds: HoldTable<RedisHold>,
+    /// Where releases finish when a guard is dropped outside a runtime.
+    runtime: Option<Handle>,
+}
+
+impl SessionInner {
+    fn new(
+        client: RedisLockClient,
+        options: SessionOptions,
+        holder: String,
+        watchdog: bool,
+    ) -> Self {
+        let holds = HoldTable::new(BACKEND, &options, client.inner.waiters.clone());
+        SessionInner {
+            client,
+            options,
+            watchdog,
+            holder,
+            holds,
+            runtime: Handle::try_current().ok(),
+        }
+    }
 }
 
 impl RedisLock {
     pub(crate) fn new(client: RedisLockClient, options: SessionOptions, holder: String) -> Self {
         RedisLock {
-            inner: Arc::new(SessionInner {
-                client,
-                options,
-                watchdog: true,
-                holder,
-                holds: Mutex::default(),
-                gates: Mutex::default(),
-            }),
+            inner: Arc::new(SessionInner::new(client, options, holder, true)),
         }
     }
 
@@ -100,14 +112,12 @@ impl RedisLock {
                     "without_watchdog on a shared session: cloning it into a new session with the same holder id"
                 );
                 RedisLock {
-                    inner: Arc::new(SessionInner {
-                        client: shared.client.clone(),
-                        options: shared.options.clone(),
-                        watchdog: false,
-                        holder: shared.holder.clone(),
-                        holds: Mutex::default(),
-                        gates: Mutex::default(),
-                    }),
+                    inner: Arc::new(SessionInner::new(
+                        shared.client.clone(),
+                        shared.options.clone(),
+                        shared.holder.clone(),
+                        false,
+                    )),
                 }
             }
         }
@@ -135,19 +145,16 @@ impl RedisLock {
     ///
     /// For tests, and for fencing off a wedged worker from inside.
     pub async fn expire_session(&self) -> Result<(), LockError> {
-        let holds: Vec<Arc<Hold>> = {
-            let mut map = self.inner.holds.lock().expect("holds poisoned");
-            map.drain().map(|(_, hold)| hold).collect()
-        };
-        for hold in holds {
-            hold.stop_watchdog();
-            hold.ended.store(true, Ordering::SeqCst);
-            hold.tracker.lose(LostReason::Revoked);
+        for hold in self.inner.holds.drain() {
+            let redis = hold.data();
+            redis.stop_watchdog();
+            redis.ended.store(true, Ordering::SeqCst);
+            hold.tracker().lose(LostReason::Revoked);
             self.inner
                 .client
-                .expire_call(&hold.keys, &hold.token, hold.mode)
+                .expire_call(&redis.keys, &redis.token, hold.mode())
                 .await?;
-            tracing::info!(backend = BACKEND, lock = %hold.name, generation = %hold.sequencer.generation(), "hold expired on purpose (no release)");
+            tracing::info!(backend = BACKEND, lock = %hold.name(), generation = %hold.generation(), "hold expired on purpose (no release)");
         }
         Ok(())
     }
@@ -158,40 +165,17 @@ impl RedisLock {
         mode: Mode,
         wait: bool,
     ) -> Result<Option<RedisGuard>, LockError> {
-        if let Some(guard) = self.inner.reenter(name, mode)? {
-            return Ok(Some(guard));
-        }
-        let _ticket = if wait {
-            Some(
-                self.inner
-                    .client
-                    .enter_waiting(name, self.inner.options.max_waiters())?,
-            )
+        let patience = if wait {
+            Patience::Forever
         } else {
-            None
+            Patience::Now
         };
-        let gate = self.inner.gate(name);
-        let _gate_guard = if wait {
-            gate.lock().await
-        } else {
-            match gate.try_lock() {
-                Ok(held) => held,
-                // Another task of this session is acquiring it right now.
-                Err(_) => return Ok(None),
-            }
-        };
-        let result = async {
-            // Another task of this session may have been granted it while we
-            // waited at the gate.
-            if let Some(guard) = self.inner.reenter(name, mode)? {
-                return Ok(Some(guard));
-            }
-            self.inner.acquire_remote(name, mode, wait).await
+        match HoldTable::admit(&self.inner, name, mode, patience).await? {
+            Admission::Reentered(guard) => Ok(Some(RedisGuard(guard))),
+            // Another task of this session is acquiring it right now.
+            Admission::InProgress => Ok(None),
+            Admission::Turn(turn) => self.inner.acquire_remote(turn).await,
         }
-        .await;
-        drop(_gate_guard);
-        self.inner.retire_gate(name, gate);
-        result
     }
 }
 
@@ -278,70 +262,16 @@ const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(50);
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 fn random_hex<const BYTES: usize>() -> String {
-    let mut out = String::with_capacity(BYTES * 2);
-    for _ in 0..BYTES / 8 {
-        out.push_str(&format!("{:016x}", rand::random::<u64>()));
-    }
-    out
+    hex::encode(rand::random::<[u8; BYTES]>())
 }
 
 impl SessionInner {
-    /// Re-enters a live hold of `name` in the same mode, if there is one.
-    fn reenter(
-        self: &Arc<Self>,
-        name: &LockName,
-        mode: Mode,
-    ) -> Result<Option<RedisGuard>, LockError> {
-        let mut holds = self.holds.lock().expect("holds poisoned");
-        let Some(hold) = holds.get(name) else {
-            return Ok(None);
-        };
-        if !hold.tracker.watch().is_valid() || hold.ended.load(Ordering::SeqCst) {
-            // A lost hold cannot be re-entered; its guards keep reporting the
-            // loss, and a new acquire starts from scratch.
-            holds.remove(name);
-            return Ok(None);
-        }
-        if hold.mode != mode {
-            return Err(LockError::ModeConflict {
-                name: name.clone(),
-                held: hold.mode,
-                requested: mode,
-            });
-        }
-        *hold.guards.lock().expect("guard count poisoned") += 1;
-        tracing::debug!(backend = BACKEND, lock = %name, generation = %hold.sequencer.generation(), "re-entered");
-        Ok(Some(RedisGuard {
-            hold: hold.clone(),
-            session: self.clone(),
-            released: false,
-        }))
-    }
-
-    fn gate(&self, name: &LockName) -> Arc<tokio::sync::Mutex<()>> {
-        self.gates
-            .lock()
-            .expect("gates poisoned")
-            .entry(name.clone())
-            .or_default()
-            .clone()
-    }
-
-    fn retire_gate(&self, name: &LockName, gate: Arc<tokio::sync::Mutex<()>>) {
-        let mut gates = self.gates.lock().expect("gates poisoned");
-        // Ours and the map's: nobody else is using it.
-        if Arc::strong_count(&gate) == 2 {
-            gates.remove(name);
-        }
-    }
-
     /// Asks Redis: grant, or queue and wait for the hand-off.
     async fn acquire_remote(
         self: &Arc<Self>,
-        name: &LockName,
-        mode: Mode,
-        wait: bool,
+        turn: Turn<SessionInner>,
     ) -> Result<Option<RedisGuard>, LockError> {
+        let (name, mode, wait) = (&turn.name().clone(), turn.mode(), turn.patience().waits());
         let client = &self.client;
         let ttl = self.options.ttl();
         let recheck = client.config().waiter_recheck_for(ttl);
@@ -421,7 +351,7 @@ impl SessionInner {
                     cleanup.armed = false;
                     let guard = self
                         .install(
-                            name,
+                            turn,
                             &attempt,
                             generation,
                             server_ms,
@@ -464,7 +394,7 @@ impl SessionInner {
                                 client.inner.stats.count_handoff();
                                 cleanup.armed = false;
                                 let guard = self
-                                    .install(name, &attempt, generation, server_ms, sent_at, floor_at_send, &mut cleanup)
+                                    .install(turn, &attempt, generation, server_ms, sent_at, floor_at_send, &mut cleanup)
                                     .await?;
                                 tracing::debug!(backend = BACKEND, lock = %name, %mode, generation, via = "handoff", "woken and acquired");
                                 return Ok(Some(guard));
@@ -488,7 +418,7 @@ impl SessionInner {
     #[allow(clippy::too_many_arguments)]
     async fn install(
         self: &Arc<Self>,
-        name: &LockName,
+        turn: Turn<SessionInner>,
         attempt: &Attempt,
         generation: u64,
         server_ms: u64,
@@ -497,6 +427,7 @@ impl SessionInner {
         cleanup: &mut AttemptCleanup,
     ) -> Result<RedisGuard, LockError> {
         let client = &self.client;
+        let name = &turn.name().clone();
         let Some(checked) = Generation::new(generation) else {
             cleanup.armed = true;
             return Err(LockError::Backend {
@@ -567,114 +498,94 @@ impl SessionInner {
             }
             None => sequencer,
         };
-        let hold = Arc::new(Hold {
-            name: name.clone(),
-            keys: attempt.keys.clone(),
-            mode: attempt.mode,
-            token: attempt.token.clone(),
+        let granted = turn.grant(
             sequencer,
-            tracker: LeaseTracker::new(self.options.valid_until(valid_from)),
-            guards: Mutex::new(1),
-            options: self.options.clone(),
-            keeper: self.watchdog.then(|| client.inner.keeper.clone()),
-            keeper_slot: Mutex::new(None),
-            last_extension_sent: Mutex::new(valid_from),
-            ended: AtomicBool::new(false),
-        });
-        if let Some(keeper) = &hold.keeper
-            && let Some(at) = crate::keeper::next_extension(&hold, valid_from)
+            Arc::new(LeaseTracker::new(self.options.valid_until(valid_from))),
+            RedisHold {
+                keys: attempt.keys.clone(),
+                token: attempt.token.clone(),
+                options: self.options.clone(),
+                keeper: self.watchdog.then(|| client.inner.keeper.clone()),
+                keeper_slot: Mutex::new(None),
+                last_extension_sent: Mutex::new(valid_from),
+                ended: AtomicBool::new(false),
+            },
+        );
+        let guard = match granted {
+            Ok(guard) => guard,
+            Err(error) => {
+                cleanup.armed = true;
+                return Err(error);
+            }
+        };
+        let hold = guard.hold();
+        if let Some(keeper) = &hold.data().keeper
+            && let Some(at) = crate::keeper::next_extension(hold, valid_from)
         {
-            keeper.schedule(&hold, at);
+            keeper.schedule(hold, at);
         }
-        self.holds
-            .lock()
-            .expect("holds poisoned")
-            .insert(name.clone(), hold.clone());
-        Ok(RedisGuard {
-            hold,
-            session: self.clone(),
-            released: false,
-        })
+        Ok(RedisGuard(guard))
+    }
+}
+
+/// The Redis protocol behind the session's hold table: a hold is given back
+/// by the release script (compare-and-delete on the owner token, then the
+/// hand-off to the next waiter).
+impl HoldBackend for SessionInner {
+    type Data = RedisHold;
+
+    fn holds(&self) -> &HoldTable<RedisHold> {
+        &self.holds
     }
 
-    /// Drops one guard of `hold`; returns the hold if it was the last, for
-    /// the caller to give back.
-    pub(crate) fn forget_guard(&self, hold: &Arc<Hold>) -> Option<Arc<Hold>> {
-        let mut holds = self.holds.lock().expect("holds poisoned");
-        let mut guards = hold.guards.lock().expect("guard count poisoned");
-        *guards = guards.saturating_sub(1);
-        if *guards > 0 {
-            return None;
-        }
-        if holds
-            .get(&hold.name)
-            .is_some_and(|current| Arc::ptr_eq(current, hold))
-        {
-            holds.remove(&hold.name);
-        }
-        Some(hold.clone())
-    }
-
-    /// Releases one guard; the last one releases the hold on Redis.
-    pub(crate) async fn release_guard(&self, hold: &Arc<Hold>) -> Result<(), LockError> {
-        match self.forget_guard(hold) {
-            Some(last) => self.give_back(&last).await,
-            None => Ok(()),
-        }
-    }
-
-    /// Compare-and-delete on Redis, then the next waiter is promoted by the
-    /// same script.
-    pub(crate) async fn give_back(&self, hold: &Arc<Hold>) -> Result<(), LockError> {
-        hold.stop_watchdog();
-        let generation = hold.sequencer.generation();
-        if hold.ended.swap(true, Ordering::SeqCst) {
-            return Err(LockError::NotOwner {
-                name: hold.name.clone(),
-                generation,
-            });
+    /// Owner tokens are unique per grant, so a new acquire of this session
+    /// cannot collide with this release: the gate is not kept.
+    async fn give_back(&self, hold: &Arc<Held>, _gate: Option<Gate>) -> Result<bool, LockError> {
+        let redis = hold.data();
+        redis.stop_watchdog();
+        if redis.ended.swap(true, Ordering::SeqCst) {
+            // Already expired on purpose (`expire_session`).
+            return Ok(false);
         }
         match self
             .client
-            .release_call(&hold.keys, &hold.token, hold.mode, false)
+            .release_call(&redis.keys, &redis.token, hold.mode(), false)
             .await
         {
-            Ok(true) => {
-                hold.tracker.release();
-                tracing::debug!(backend = BACKEND, lock = %hold.name, %generation, "released");
-                Ok(())
-            }
-            Ok(false) => {
-                hold.tracker.lose(LostReason::KeyDeleted);
-                tracing::warn!(backend = BACKEND, lock = %hold.name, %generation, "release refused: the hold was already gone (lease lapsed)");
-                Err(LockError::NotOwner {
-                    name: hold.name.clone(),
-                    generation,
-                })
-            }
+            Ok(released) => Ok(released),
             Err(error) => {
-                hold.tracker.lose(LostReason::KeepAliveFailed);
-                tracing::warn!(backend = BACKEND, lock = %hold.name, %generation, %error, "release failed; the hold expires with its TTL unless the retry succeeds");
                 // Retry in the background like an abandoned attempt: the
                 // compare-and-delete is safe to repeat.
-                let retry = AttemptCleanup {
+                drop(AttemptCleanup {
                     client: self.client.clone(),
                     attempt: Attempt {
-                        keys: hold.keys.clone(),
-                        token: hold.token.clone(),
+                        keys: redis.keys.clone(),
+                        token: redis.token.clone(),
                         lease: String::new(),
                         holder: String::new(),
-                        mode: hold.mode,
+                        mode: hold.mode(),
                         ttl: self.options.ttl(),
                         lock_delay: Duration::ZERO,
                         waiter_ttl: Duration::ZERO,
                     },
                     armed: true,
                     in_flight: maybe_applied(&error),
-                };
-                drop(retry);
+                });
                 Err(error)
             }
+        }
+    }
+
+    fn spawn(&self, task: Task) {
+        match Handle::try_current().ok().or_else(|| self.runtime.clone()) {
+            Some(runtime) => {
+                runtime.spawn(task);
+            }
+            // No runtime to release from: the lease runs out by itself.
+            None => tracing::warn!(
+                backend = BACKEND,
+                "guard dropped outside a runtime; the hold expires with its TTL"
+            ),
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use palisade_core::holds::Waiters;
 use palisade_core::{SessionOptions, Signer};
 use sqlx::any::AnyPoolOptions;
 use sqlx::{Connection, Executor};
@@ -47,6 +48,9 @@ pub(crate) struct ClientInner {
     pub(crate) store: Store,
     pub(crate) signer: Option<Signer>,
     listener: Option<JoinHandle<()>>,
+    /// Waiters per lock over this client's sessions: the per-process bound
+    /// (`SessionOptions::max_waiters`).
+    pub(crate) waiters: Waiters,
 }
 
 impl Drop for ClientInner {
@@ -108,6 +112,7 @@ impl SqlLockClient {
             wake,
             counters: Default::default(),
         };
+        store.ensure_durable().await?;
         store.ensure_schema().await?;
         let listener = match dialect {
             Dialect::Postgres => Some(crate::wake::listen(&config.url, store.wake.clone()).await?),
@@ -118,6 +123,7 @@ impl SqlLockClient {
                 store,
                 signer: config.signer,
                 listener,
+                waiters: Waiters::default(),
             }),
         })
     }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use palisade_core::Signer;
+use palisade_core::redact::{Redacted, redact_url};
 
 use crate::{Dialect, SqlLockError};
 
@@ -30,7 +31,7 @@ pub struct SqlConfig {
 impl fmt::Debug for SqlConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqlConfig")
-            .field("url", &redact(&self.url))
+            .field("url", &Redacted(&self.url))
             .field("max_connections", &self.max_connections)
             .field("operation_timeout", &self.operation_timeout)
             .field("signer", &self.signer.as_ref().map(Signer::issuer))
@@ -81,7 +82,7 @@ impl SqlConfig {
     /// Checks that the configuration can work.
     pub fn validate(&self) -> Result<Dialect, SqlLockError> {
         let dialect = self.dialect().ok_or_else(|| SqlLockError::UnsupportedUrl {
-            url: redact(&self.url),
+            url: redact_url(&self.url),
         })?;
         if self.max_connections < 2 {
             return Err(SqlLockError::InvalidConfig {
@@ -100,32 +101,13 @@ impl SqlConfig {
     }
 }
 
-/// `url` with any password replaced by `***`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let Some((credentials, host)) = rest.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    match credentials.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn passwords_never_reach_messages() {
-        assert_eq!(
-            redact("postgres://u:secret@h:5/db"),
-            "postgres://u:***@h:5/db"
-        );
-        assert_eq!(redact("mysql://root@h/test"), "mysql://root@h/test");
-        let error = SqlConfig::new("oracle://u:secret@h")
+        let error = SqlConfig::new("oracle://u:secret@h?password=secret")
             .validate()
             .unwrap_err();
         assert!(!error.to_string().contains("secret"), "{error}");

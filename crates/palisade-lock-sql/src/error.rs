@@ -32,6 +32,13 @@ pub enum SqlLockError {
         /// The newest version this code knows.
         known: i64,
     },
+    /// The PostgreSQL server runs with `fsync = off`: a commit is not
+    /// durable, so after a crash the lock table could hand out a generation
+    /// again. The storage engine refuses the same server.
+    #[error(
+        "the PostgreSQL server runs with fsync = off, so a commit is not durable and after a crash the lock table could issue a generation again; turn fsync on"
+    )]
+    FsyncOff,
     /// Connecting, creating the tables or listening failed.
     #[error(transparent)]
     Lock(#[from] LockError),

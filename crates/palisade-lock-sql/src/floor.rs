@@ -2,37 +2,46 @@
 //! backup: its `palisade_locks.generation` went backwards, so new holders
 //! get generations the resource servers already refused.
 
-use palisade_core::{LockError, LockName};
+use palisade_core::{FloorRaised, LockError, LockName, RaiseFloor, RaiseFloorError};
 use sqlx::Row;
 
 use crate::error::from_sqlx;
 use crate::{SqlLockClient, SqlLockError};
 
-/// What [`SqlLockClient::raise_floor`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FloorRaised {
-    /// The lock's generation before (0 when its row did not exist).
-    pub before: u64,
-    /// The lock's generation after: `max(before, above)`. The next grant
-    /// is above it.
-    pub after: u64,
-}
-
 impl SqlLockClient {
     /// Raises `name`'s generation to at least `above`, so the next grant is
-    /// above it: the lock row is created if absent, then
-    /// `generation = GREATEST(generation, above)`, in one transaction with
-    /// the row locked. Never lowers a generation; holders keep theirs.
+    /// above it: a thin call of [`RaiseFloor::raise_floor`], with its
+    /// refusal of an out-of-range mark as [`SqlLockError::InvalidConfig`].
+    /// `before` is the lock's generation before (0 when its row did not
+    /// exist), `after` is `max(before, above)`.
     pub async fn raise_floor(
         &self,
         name: &LockName,
         above: u64,
     ) -> Result<FloorRaised, SqlLockError> {
-        let target = i64::try_from(above).map_err(|_| SqlLockError::InvalidConfig {
-            reason: format!(
-                "floor {above} is above the largest generation the lock table holds ({})",
-                i64::MAX
-            ),
+        RaiseFloor::raise_floor(self, name, above)
+            .await
+            .map_err(|error| match error {
+                RaiseFloorError::Lock(error) => SqlLockError::Lock(error),
+                refused => SqlLockError::InvalidConfig {
+                    reason: refused.to_string(),
+                },
+            })
+    }
+}
+
+/// The lock row is created if absent, then `generation =
+/// GREATEST(generation, mark)`, in one transaction with the row locked.
+/// Never lowers a generation; holders keep theirs.
+impl RaiseFloor for SqlLockClient {
+    async fn raise_floor(
+        &self,
+        name: &LockName,
+        mark: u64,
+    ) -> Result<FloorRaised, RaiseFloorError> {
+        let target = i64::try_from(mark).map_err(|_| RaiseFloorError::OutOfRange {
+            mark,
+            limit: i64::MAX as u64,
         })?;
         let store = &self.inner.store;
         let backend = store.dialect.backend();
@@ -64,19 +73,15 @@ impl SqlLockClient {
             .bounded("raise floor", async {
                 raise.await.map_err(|error| from_sqlx(backend, error))
             })
-            .await
-            .map_err(SqlLockError::Lock)?;
+            .await?;
         let as_u64 = |generation: i64| {
-            u64::try_from(generation).map_err(|_| {
-                SqlLockError::Lock(LockError::Backend {
-                    backend,
-                    source: format!("negative generation {generation} in palisade_locks").into(),
-                })
+            u64::try_from(generation).map_err(|_| LockError::Backend {
+                backend,
+                source: format!("negative generation {generation} in palisade_locks").into(),
             })
         };
-        Ok(FloorRaised {
-            before: as_u64(before)?,
-            after: as_u64(after)?,
-        })
+        let raised = FloorRaised::new(as_u64(before)?, as_u64(after)?);
+        tracing::info!(backend, lock = %name, mark, before = raised.before, after = raised.after, "generation floor raised");
+        Ok(raised)
     }
 }

@@ -1,12 +1,12 @@
 //! A session: its lease (a `palisade_sessions` row kept alive in the
 //! background), its holds, and acquiring.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use palisade_core::holds::{Admission, Gate, Hold, HoldBackend, HoldTable, Patience, Task, Turn};
 use palisade_core::{
-    Generation, LeaseState, LeaseTracker, Lock, LockError, LockName, LostReason, Mode, Sequencer,
+    Generation, LeaseTracker, Lock, LockError, LockName, LostReason, Mode, Sequencer,
     SessionOptions,
 };
 use tokio::task::JoinHandle;
@@ -44,6 +44,9 @@ pub(crate) struct SessionInner {
     pub(crate) options: SessionOptions,
     ttl_us: i64,
     state: Mutex<SessionState>,
+    /// The session's holds: re-entry, one acquire of a name at a time, the
+    /// waiter bound (counted per client).
+    holds: HoldTable<SqlHold>,
     /// Serialises replacing an ended session row with a new one.
     reopen: tokio::sync::Mutex<()>,
     keeper: Mutex<Option<JoinHandle<()>>>,
@@ -55,17 +58,16 @@ struct SessionState {
     id: Arc<str>,
     /// The database ended the current row: the next acquire opens a new one.
     ended: bool,
-    holds: HashMap<LockName, LocalHold>,
-    waiters: HashMap<LockName, usize>,
 }
 
+/// What the SQL backend keeps per hold: the holder row's key.
 #[derive(Debug)]
-struct LocalHold {
+pub(crate) struct SqlHold {
+    /// The session row the hold stands on (a session whose row the
+    /// database ended opens a new one; holds on the old one are lost).
     session_id: Arc<str>,
+    /// The acquire token: release is compare-and-delete on it.
     token: i64,
-    count: usize,
-    tracker: LeaseTracker,
-    sequencer: Sequencer,
 }
 
 fn micros(duration: Duration) -> i64 {
@@ -89,15 +91,16 @@ impl SqlLock {
             .store
             .open_session(&id, ttl_us, micros(options.lock_delay()))
             .await?;
+        let holds = HoldTable::new(
+            client.inner.store.dialect.backend(),
+            &options,
+            client.inner.waiters.clone(),
+        );
         let inner = Arc::new(SessionInner {
             client,
             ttl_us,
-            state: Mutex::new(SessionState {
-                id,
-                ended: false,
-                holds: HashMap::new(),
-                waiters: HashMap::new(),
-            }),
+            state: Mutex::new(SessionState { id, ended: false }),
+            holds,
             reopen: tokio::sync::Mutex::new(()),
             keeper: Mutex::new(None),
             options,
@@ -117,13 +120,10 @@ impl SqlLock {
     /// the session's lock-delay) and its keep-alive is refused from here
     /// on, so every guard reports its lease lost. For tests and drills.
     pub async fn expire_session(&self) -> Result<(), LockError> {
-        let (id, names) = {
-            let state = self.inner.state();
-            (
-                state.id.clone(),
-                state.holds.keys().cloned().collect::<Vec<_>>(),
-            )
-        };
+        let id = self.inner.state().id.clone();
+        let names: Vec<LockName> = (self.inner.holds.holds().iter())
+            .map(|hold| hold.name().clone())
+            .collect();
         let store = &self.inner.client.inner.store;
         store.end_session(&id, false).await?;
         for name in names {
@@ -138,13 +138,16 @@ impl SqlLock {
         mode: Mode,
         wait: bool,
     ) -> Result<Option<SqlGuard>, LockError> {
-        if let Some(guard) = self.inner.reenter(name, mode)? {
-            return Ok(Some(guard));
-        }
-        let _slot = if wait {
-            Some(WaiterSlot::take(&self.inner, name)?)
+        let patience = if wait {
+            Patience::Forever
         } else {
-            None
+            Patience::Now
+        };
+        let turn = match HoldTable::admit(&self.inner, name, mode, patience).await? {
+            Admission::Reentered(guard) => return Ok(Some(SqlGuard(guard))),
+            // Another task of this session is acquiring it right now.
+            Admission::InProgress => return Ok(None),
+            Admission::Turn(turn) => turn,
         };
         let store = &self.inner.client.inner.store;
         let token: i64 = rand::random();
@@ -179,7 +182,7 @@ impl SqlLock {
                     cleanup.disarm();
                     return self
                         .inner
-                        .install(name, mode, session_id, token, generation, sent_at)
+                        .install(turn, session_id, token, generation, sent_at)
                         .map(Some);
                 }
                 Attempt::SessionEnded => {
@@ -279,48 +282,15 @@ impl SessionInner {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Re-entry: a valid local hold in the same mode gives another guard on
-    /// it; a hold whose lease was lost is forgotten so a fresh grant can
-    /// replace it.
-    fn reenter(
-        self: &Arc<Self>,
-        name: &LockName,
-        mode: Mode,
-    ) -> Result<Option<SqlGuard>, LockError> {
-        let mut state = self.state();
-        let Some(hold) = state.holds.get_mut(name) else {
-            return Ok(None);
-        };
-        if !matches!(hold.tracker.state(), LeaseState::Held { .. }) {
-            state.holds.remove(name);
-            return Ok(None);
-        }
-        if hold.sequencer.mode() != mode {
-            return Err(LockError::ModeConflict {
-                name: name.clone(),
-                held: hold.sequencer.mode(),
-                requested: mode,
-            });
-        }
-        hold.count += 1;
-        Ok(Some(SqlGuard::new(
-            self.clone(),
-            hold.session_id.clone(),
-            hold.token,
-            hold.sequencer.clone(),
-            hold.tracker.watch(),
-        )))
-    }
-
     fn install(
-        self: &Arc<Self>,
-        name: &LockName,
-        mode: Mode,
+        &self,
+        turn: Turn<SessionInner>,
         session_id: Arc<str>,
         token: i64,
         generation: i64,
         sent_at: Instant,
     ) -> Result<SqlGuard, LockError> {
+        let name = turn.name();
         let generation = u64::try_from(generation)
             .ok()
             .and_then(Generation::new)
@@ -329,29 +299,13 @@ impl SessionInner {
                 source: format!("the lock table issued generation {generation} for `{name}`")
                     .into(),
             })?;
-        let mut sequencer = Sequencer::new(name.clone(), mode, generation);
+        let mut sequencer = Sequencer::new(name.clone(), turn.mode(), generation);
         if let Some(signer) = &self.client.inner.signer {
             sequencer = signer.sign(sequencer);
         }
-        let tracker = LeaseTracker::new(self.options.valid_until(sent_at));
-        let watch = tracker.watch();
-        self.state().holds.insert(
-            name.clone(),
-            LocalHold {
-                session_id: session_id.clone(),
-                token,
-                count: 1,
-                tracker,
-                sequencer: sequencer.clone(),
-            },
-        );
-        Ok(SqlGuard::new(
-            self.clone(),
-            session_id,
-            token,
-            sequencer,
-            watch,
-        ))
+        let lease = Arc::new(LeaseTracker::new(self.options.valid_until(sent_at)));
+        let guard = turn.grant(sequencer, lease, SqlHold { session_id, token })?;
+        Ok(SqlGuard(guard))
     }
 
     /// The current session id, opening a new session row if the database
@@ -384,73 +338,53 @@ impl SessionInner {
 
     /// The database refused session `id`: every hold on it is lost.
     fn mark_ended(&self, id: &Arc<str>) {
-        let mut state = self.state();
-        if &state.id == id {
-            state.ended = true;
+        {
+            let mut state = self.state();
+            if &state.id == id {
+                state.ended = true;
+            }
         }
-        for hold in state.holds.values() {
-            if &hold.session_id == id {
-                hold.tracker.lose(LostReason::Revoked);
+        self.holds
+            .lose_where(|hold| hold.data().session_id == *id, LostReason::Revoked);
+    }
+}
+
+/// The SQL protocol behind the session's hold table: a hold is given back
+/// by deleting its holder row, compare-and-delete by session and token,
+/// which wakes the next waiter.
+impl HoldBackend for SessionInner {
+    type Data = SqlHold;
+
+    fn holds(&self) -> &HoldTable<SqlHold> {
+        &self.holds
+    }
+
+    /// Tokens are unique per acquire, so the gate is not kept. A failed
+    /// delete is retried in the background: the row may still be there,
+    /// and the session keeps renewing it.
+    async fn give_back(
+        &self,
+        hold: &Arc<Hold<SqlHold>>,
+        _gate: Option<Gate>,
+    ) -> Result<bool, LockError> {
+        let sql = hold.data();
+        let store = &self.client.inner.store;
+        match store
+            .release(hold.name(), &sql.session_id, sql.token, None)
+            .await
+        {
+            Ok(found) => Ok(found),
+            Err(error) => {
+                retry_release(&self.client, hold.name(), &sql.session_id, sql.token, None);
+                Err(error)
             }
         }
     }
 
-    /// Releases one guard of the hold with `token`; the last one deletes
-    /// the holder row (compare-and-delete by session and token).
-    pub(crate) async fn release_one(
-        &self,
-        name: &LockName,
-        session_id: &str,
-        token: i64,
-        generation: Generation,
-    ) -> Result<(), LockError> {
-        let tracker = {
-            let mut state = self.state();
-            match state.holds.get_mut(name) {
-                Some(hold) if hold.token == token => {
-                    hold.count -= 1;
-                    if hold.count > 0 {
-                        return Ok(());
-                    }
-                    state.holds.remove(name).map(|hold| hold.tracker)
-                }
-                // A hold already forgotten (its lease was lost): still try
-                // to delete its row, which tells whether it was gone.
-                _ => None,
-            }
-        };
-        let found = match self
-            .client
-            .inner
-            .store
-            .release(name, session_id, token, None)
-            .await
-        {
-            Ok(found) => found,
-            Err(error) => {
-                // The row may still be there, and the session keeps renewing
-                // it: keep trying in the background so it cannot block the
-                // lock for the rest of the session's life.
-                if let Some(tracker) = tracker {
-                    tracker.lose(LostReason::KeepAliveFailed);
-                }
-                retry_release(&self.client, name, session_id, token, None);
-                return Err(error);
-            }
-        };
-        if found {
-            if let Some(tracker) = tracker {
-                tracker.release();
-            }
-            Ok(())
-        } else {
-            if let Some(tracker) = tracker {
-                tracker.lose(LostReason::KeyDeleted);
-            }
-            Err(LockError::NotOwner {
-                name: name.clone(),
-                generation,
-            })
+    fn spawn(&self, task: Task) {
+        // Without a runtime the row stays until the session's lease ends.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(task);
         }
     }
 }
@@ -508,61 +442,16 @@ async fn keep_alive(session: Weak<SessionInner>) {
                 })
             });
         match renewal {
-            Ok(true) => {
-                let valid_until = session.options.valid_until(sent_at);
-                let state = session.state();
-                for hold in state.holds.values().filter(|hold| hold.session_id == id) {
-                    if let LeaseState::Held {
-                        valid_until: current,
-                    } = hold.tracker.state()
-                        && current < valid_until
-                    {
-                        hold.tracker.extend(valid_until);
-                    }
-                }
-            }
+            Ok(true) => session.holds.extend_where(
+                |hold| hold.data().session_id == id,
+                session.options.valid_until(sent_at),
+            ),
             Ok(false) => {
                 tracing::info!(session = %id, "the database ended this session's lease; its holds are lost");
                 session.mark_ended(&id);
             }
             Err(error) => {
                 tracing::warn!(session = %id, %error, "renewing the session's lease failed");
-            }
-        }
-    }
-}
-
-/// A place in the per-process waiter bound of a lock.
-struct WaiterSlot {
-    session: Arc<SessionInner>,
-    name: LockName,
-}
-
-impl WaiterSlot {
-    fn take(session: &Arc<SessionInner>, name: &LockName) -> Result<WaiterSlot, LockError> {
-        let mut state = session.state();
-        let count = state.waiters.entry(name.clone()).or_insert(0);
-        if *count >= session.options.max_waiters() {
-            return Err(LockError::Busy {
-                name: name.clone(),
-                waiters: *count,
-            });
-        }
-        *count += 1;
-        Ok(WaiterSlot {
-            session: session.clone(),
-            name: name.clone(),
-        })
-    }
-}
-
-impl Drop for WaiterSlot {
-    fn drop(&mut self) {
-        let mut state = self.session.state();
-        if let Some(count) = state.waiters.get_mut(&self.name) {
-            *count -= 1;
-            if *count == 0 {
-                state.waiters.remove(&self.name);
             }
         }
     }

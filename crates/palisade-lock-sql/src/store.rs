@@ -145,6 +145,33 @@ impl Store {
             .unwrap_or_else(|_| Err(timed_out(self.backend(), operation, self.timeout)))
     }
 
+    /// Refuses a PostgreSQL that runs with `fsync = off` (a generation
+    /// bumped by a commit it never wrote would be issued again after a
+    /// crash), as the PostgreSQL storage engine does. MariaDB has no such
+    /// switch for one server.
+    pub(crate) async fn ensure_durable(&self) -> Result<(), SqlLockError> {
+        if self.dialect != Dialect::Postgres {
+            return Ok(());
+        }
+        let fsync: String = self
+            .bounded("check fsync", async {
+                sqlx::query_scalar("SHOW fsync")
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| self.err(e))
+            })
+            .await?;
+        if fsync != "on" {
+            tracing::error!(
+                backend = self.backend(),
+                fsync,
+                "refused: the PostgreSQL server runs with fsync off"
+            );
+            return Err(SqlLockError::FsyncOff);
+        }
+        Ok(())
+    }
+
     /// Creates the tables if missing and checks the schema version.
     pub(crate) async fn ensure_schema(&self) -> Result<(), SqlLockError> {
         for statement in &self.sql.create_tables {
@@ -180,10 +207,8 @@ impl Store {
     /// the database aborted to break a deadlock.
     pub(crate) async fn grant(&self, request: Request<'_>) -> Result<Attempt, LockError> {
         self.bounded("grant", async {
-            let mut attempt = 0;
             loop {
-                match self.grant_once(request).await {
-                    Err(error) if is_retryable(&error) && attempt < RETRIES => attempt += 1,
+                match retrying_deadlocks(|| self.grant_once(request)).await {
                     Err(error) => return Err(self.err(error)),
                     Ok(Some(result)) => return Ok(result),
                     Ok(None) => {
@@ -437,20 +462,12 @@ impl Store {
         waiter: Option<i64>,
     ) -> Result<bool, LockError> {
         self.bounded("release", async {
-            let mut attempt = 0;
-            loop {
-                match self
-                    .release_once(name.as_str(), session, token, waiter)
+            let found =
+                retrying_deadlocks(|| self.release_once(name.as_str(), session, token, waiter))
                     .await
-                {
-                    Err(error) if is_retryable(&error) && attempt < RETRIES => attempt += 1,
-                    Err(error) => return Err(self.err(error)),
-                    Ok(found) => {
-                        self.wake_local(name.as_str());
-                        return Ok(found);
-                    }
-                }
-            }
+                    .map_err(|error| self.err(error))?;
+            self.wake_local(name.as_str());
+            Ok(found)
         })
         .await
     }
@@ -643,5 +660,26 @@ impl Store {
             read().map_err(|e| self.err(e))
         })
         .await
+    }
+}
+
+/// Runs `once` again, up to [`RETRIES`] times with pauses from
+/// [`palisade_core::retry_pauses`], when the database aborted it to break a
+/// deadlock or a serialization conflict (it changed nothing then).
+async fn retrying_deadlocks<T, F>(mut once: impl FnMut() -> F) -> Result<T, sqlx::Error>
+where
+    F: Future<Output = Result<T, sqlx::Error>>,
+{
+    let mut pauses =
+        palisade_core::retry_pauses(Duration::from_millis(5), Duration::from_millis(100));
+    let mut retries = 0;
+    loop {
+        match once().await {
+            Err(error) if is_retryable(&error) && retries < RETRIES => {
+                retries += 1;
+                tokio::time::sleep(pauses.next().unwrap_or(Duration::from_millis(100))).await;
+            }
+            outcome => return outcome,
+        }
     }
 }

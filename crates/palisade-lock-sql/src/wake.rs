@@ -32,9 +32,13 @@ pub(crate) async fn listen(
         .await
         .map_err(|e| SqlLockError::Lock(from_sqlx("postgres", e)))?;
     Ok(tokio::spawn(async move {
+        let retry_pauses =
+            || palisade_core::retry_pauses(Duration::from_millis(100), Duration::from_secs(2));
+        let mut pauses = retry_pauses();
         loop {
             match listener.try_recv().await {
                 Ok(Some(notification)) => {
+                    pauses = retry_pauses();
                     let _ = wake.send(Arc::from(notification.payload()));
                 }
                 Ok(None) => {
@@ -42,9 +46,10 @@ pub(crate) async fn listen(
                     let _ = wake.send(Arc::from(EVERYONE));
                 }
                 Err(error) => {
-                    tracing::debug!(%error, "LISTEN connection failed; retrying");
+                    let pause = pauses.next().unwrap_or(Duration::from_secs(2));
+                    tracing::debug!(%error, ?pause, "LISTEN connection failed; retrying");
                     let _ = wake.send(Arc::from(EVERYONE));
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    tokio::time::sleep(pause).await;
                 }
             }
         }

@@ -31,9 +31,7 @@
 //! ordered before the create. The last raise's zxid is the node's own
 //! `mzxid`; earlier ones are written in its data.
 
-use std::fmt;
-
-use palisade_core::LockError;
+use palisade_core::{FloorRaised, LockError, LockName, RaiseFloor, RaiseFloorError};
 use zookeeper_client as zk;
 
 use crate::ZkLockClient;
@@ -120,46 +118,6 @@ impl FloorHistory {
     }
 }
 
-/// What [`ZkLockClient::raise_floor`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FloorRaised {
-    /// The floor before (0 when none was ever raised).
-    pub before: u64,
-    /// The floor after: `max(before, above)`. Every lock node created from
-    /// now on has a generation above it.
-    pub after: u64,
-}
-
-impl fmt::Display for FloorRaised {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "floor {} -> {}", self.before, self.after)
-    }
-}
-
-/// Why a floor could not be raised.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RaiseFloorError {
-    /// The floor asked for would let generations overflow.
-    #[error("a floor of {above} is beyond the largest one accepted ({MAX_FLOOR})")]
-    OutOfRange {
-        /// The floor asked for.
-        above: u64,
-    },
-    /// The floor node holds something Palisade did not write.
-    #[error("the floor node {path} is not Palisade's: {reason}")]
-    Corrupt {
-        /// The node's path.
-        path: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// ZooKeeper failed; nothing or all of the raise happened (it is one
-    /// conditional write): run it again.
-    #[error(transparent)]
-    Lock(#[from] LockError),
-}
-
 impl ZkLockClient {
     /// The floor history in force, read from ZooKeeper.
     pub(crate) async fn floor_history(&self) -> Result<FloorHistory, LockError> {
@@ -179,17 +137,7 @@ impl ZkLockClient {
         Ok(self.floor_history().await?.current())
     }
 
-    /// Raises the generation floor so that every lock granted afterwards,
-    /// on any lock name, gets a generation above `above` (a resource
-    /// server's mark): the recovery after the ensemble lost its data. One
-    /// conditional write; idempotent; never lowers the floor, and never
-    /// changes a generation already handed out.
-    pub async fn raise_floor(&self, above: u64) -> Result<FloorRaised, RaiseFloorError> {
-        let reader = self.inner.reader().await?;
-        self.raise_floor_on(&reader, above).await
-    }
-
-    /// [`ZkLockClient::raise_floor`] through the ZooKeeper session `reader`
+    /// [`RaiseFloor::raise_floor`] through the ZooKeeper session `reader`
     /// (a lock session's own, when the client's may be stale).
     pub(crate) async fn raise_floor_on(
         &self,
@@ -197,23 +145,17 @@ impl ZkLockClient {
         above: u64,
     ) -> Result<FloorRaised, RaiseFloorError> {
         if above > MAX_FLOOR {
-            return Err(RaiseFloorError::OutOfRange { above });
+            return Err(RaiseFloorError::OutOfRange {
+                mark: above,
+                limit: MAX_FLOOR,
+            });
         }
         let path = self.inner.layout.floor();
         self.ensure_root(reader).await?;
         loop {
             let read = reader.get_data(&path);
             let current = match self.inner.bounded("read floor", read).await {
-                Ok((data, stat)) => Some((
-                    parse_floor(&path, &data, stat.mzxid).map_err(|error| match error {
-                        LockError::Backend { source, .. } => RaiseFloorError::Corrupt {
-                            path: path.clone(),
-                            reason: source.to_string(),
-                        },
-                        other => RaiseFloorError::Lock(other),
-                    })?,
-                    stat.version,
-                )),
+                Ok((data, stat)) => Some((parse_floor(&path, &data, stat.mzxid)?, stat.version)),
                 Err(zk::Error::NoNode) => None,
                 Err(error) => return Err(errors::from_zk("read floor", error).into()),
             };
@@ -223,10 +165,7 @@ impl ZkLockClient {
                 .unwrap_or_default();
             let before = history.current();
             if above <= before {
-                return Ok(FloorRaised {
-                    before,
-                    after: before,
-                });
+                return Ok(FloorRaised::new(before, before));
             }
             let data = history.with_raise(above);
             let written = match current {
@@ -251,16 +190,28 @@ impl ZkLockClient {
                         after = above,
                         "generation floor raised"
                     );
-                    return Ok(FloorRaised {
-                        before,
-                        after: above,
-                    });
+                    return Ok(FloorRaised::new(before, above));
                 }
                 // Someone else raised it meanwhile: read again.
                 Err(zk::Error::BadVersion | zk::Error::NodeExists) => continue,
                 Err(error) => return Err(errors::from_zk("raise floor", error).into()),
             }
         }
+    }
+}
+
+/// ZooKeeper's generations are zxids, global to the ensemble, so one floor
+/// serves every lock name: raising it for `name` raises it for all, as on
+/// etcd. One conditional write; idempotent; never lowers the floor, and
+/// never changes a generation already handed out.
+impl RaiseFloor for ZkLockClient {
+    async fn raise_floor(
+        &self,
+        _name: &LockName,
+        mark: u64,
+    ) -> Result<FloorRaised, RaiseFloorError> {
+        let reader = self.inner.reader().await?;
+        self.raise_floor_on(&reader, mark).await
     }
 }
 

@@ -33,7 +33,7 @@
 //! - `acquire.rs`: the recipe, with `queue.rs` deciding whose turn it is
 //!   from one listing and `names.rs` the layout and node names.
 //! - `floor.rs`: why the generation never goes back, and
-//!   [`ZkLockClient::raise_floor`], the recovery after a wiped ensemble.
+//!   [`RaiseFloor::raise_floor`](palisade_core::RaiseFloor::raise_floor), the recovery after a wiped ensemble.
 //! - `holds.rs`: the session's in-process bookkeeping (re-entry, gates,
 //!   the waiter bound).
 //!
@@ -71,7 +71,7 @@ use palisade_core::{Lock, LockError, LockName, Mode};
 pub use client::ZkLockClient;
 pub use config::{ConfigError, DEFAULT_PREFIX, ZkConfig};
 pub use errors::ZkLockError;
-pub use floor::{FloorRaised, MAX_FLOOR, RaiseFloorError};
+pub use floor::MAX_FLOOR;
 pub use guard::ZkGuard;
 pub use live_check::ZkLiveCheck;
 pub use names::{NodeNames, lock_path};

@@ -8,8 +8,9 @@
 use std::time::Duration;
 
 use etcd_client::Error as EtcdError;
+use palisade_etcd::Failure;
+pub(crate) use palisade_etcd::is_over_cluster_limit;
 use palisade_store::StoreError;
-use tonic::Code;
 
 /// The engine name in every error of this crate.
 pub(crate) const ENGINE: &str = "etcd";
@@ -75,24 +76,7 @@ fn describe(error: &EtcdError) -> String {
 /// Whether the request failed before it could reach etcd (no connection
 /// to the member it was routed to): sending it again is always safe.
 pub(crate) fn is_unsent(error: &EtcdError) -> bool {
-    let EtcdError::GRpcStatus(status) = error else {
-        return false;
-    };
-    if status.code() != Code::Unavailable {
-        return false;
-    }
-    if status.message().contains("connect error") {
-        return true;
-    }
-    io_kind(status).is_some_and(|kind| {
-        matches!(
-            kind,
-            std::io::ErrorKind::ConnectionRefused
-                | std::io::ErrorKind::HostUnreachable
-                | std::io::ErrorKind::NetworkUnreachable
-                | std::io::ErrorKind::AddrNotAvailable
-        )
-    })
+    Failure::of(error) == Failure::Unsent
 }
 
 /// Whether etcd refused the request without applying it, for a reason that
@@ -100,107 +84,40 @@ pub(crate) fn is_unsent(error: &EtcdError) -> bool {
 /// sent again. A commit is not: "leader changed" can come after the entry
 /// was proposed.
 pub(crate) fn is_transient(error: &EtcdError) -> bool {
-    match error {
-        EtcdError::GRpcStatus(status) => {
-            let message = status.message();
-            matches!(
-                status.code(),
-                Code::Unavailable | Code::Cancelled | Code::Aborted
-            ) || message.contains("no leader")
-                || message.contains("leader changed")
-                || message.contains("stopped")
-                || io_kind(status).is_some()
-        }
-        EtcdError::TransportError(_) | EtcdError::IoError(_) => true,
-        _ => false,
-    }
+    matches!(Failure::of(error), Failure::Unsent | Failure::Transient)
 }
 
 /// Whether etcd refused the request as invalid before applying anything
 /// (a malformed Txn, a permission, a limit): a definite "not applied".
 pub(crate) fn is_refused_outright(error: &EtcdError) -> bool {
-    let EtcdError::GRpcStatus(status) = error else {
-        return false;
-    };
     matches!(
-        status.code(),
-        Code::InvalidArgument
-            | Code::PermissionDenied
-            | Code::Unauthenticated
-            | Code::ResourceExhausted
-            | Code::OutOfRange
+        Failure::of(error),
+        Failure::Refused | Failure::PermissionDenied
     )
-}
-
-/// Whether etcd answered that the request breaks one of its limits
-/// (`--max-request-bytes`, `--max-txn-ops`): the engine's configured
-/// limits are above the cluster's.
-pub(crate) fn is_over_cluster_limit(error: &EtcdError) -> bool {
-    let EtcdError::GRpcStatus(status) = error else {
-        return false;
-    };
-    let message = status.message();
-    message.contains("too many operations in txn request")
-        || message.contains("request is too large")
-        || status.code() == Code::ResourceExhausted
-}
-
-fn io_kind(status: &tonic::Status) -> Option<std::io::ErrorKind> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(error) = source {
-        if let Some(io) = error.downcast_ref::<std::io::Error>() {
-            return Some(io.kind());
-        }
-        source = error.source();
-    }
-    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tonic::Code;
 
     fn status(code: Code, message: &str) -> EtcdError {
         EtcdError::GRpcStatus(tonic::Status::new(code, message))
     }
 
+    /// What the engine makes of each class (the classification itself is
+    /// `palisade_etcd::Failure`'s, tested there).
     #[test]
     fn what_may_be_sent_again() {
-        assert!(is_unsent(&status(Code::Unavailable, "tcp connect error")));
-        assert!(!is_unsent(&status(
-            Code::Unavailable,
-            "etcdserver: no leader"
-        )));
-        assert!(is_transient(&status(
-            Code::Unknown,
-            "etcdserver: no leader"
-        )));
-        assert!(is_transient(&status(
-            Code::Unavailable,
-            "etcdserver: leader changed"
-        )));
-        assert!(!is_transient(&status(
+        let unsent = status(Code::Unavailable, "tcp connect error");
+        let no_leader = status(Code::Unknown, "etcdserver: no leader");
+        let refused = status(
             Code::InvalidArgument,
-            "etcdserver: too many operations in txn request"
-        )));
-        assert!(is_over_cluster_limit(&status(
-            Code::InvalidArgument,
-            "etcdserver: too many operations in txn request"
-        )));
-        assert!(is_over_cluster_limit(&status(
-            Code::InvalidArgument,
-            "etcdserver: request is too large"
-        )));
-        assert!(is_refused_outright(&status(
-            Code::InvalidArgument,
-            "etcdserver: duplicate key given in txn request"
-        )));
-        assert!(!is_refused_outright(&status(Code::Unavailable, "x")));
-        let broken = EtcdError::GRpcStatus(tonic::Status::from_error(Box::new(
-            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe"),
-        )));
-        assert!(!is_unsent(&broken));
-        assert!(is_transient(&broken));
+            "etcdserver: duplicate key given in txn request",
+        );
+        assert!(is_unsent(&unsent) && is_transient(&unsent) && !is_refused_outright(&unsent));
+        assert!(!is_unsent(&no_leader) && is_transient(&no_leader));
+        assert!(!is_transient(&refused) && is_refused_outright(&refused));
     }
 
     #[test]

@@ -38,6 +38,7 @@
 //! | [`lease_lost_on_expiry`] | lease-lost fires, `sequencer()` refuses, next holder is newer (6) |
 //! | [`lock_delay`] | no grant during the delay after a lost lease; none after a release (7) |
 //! | [`inspection`] | `Inspect`: holder, mode, generation; waiters counted; released locks gone; prefix filter exact (`a/b` vs `ab`) |
+//! | [`raise_floor`] | `RaiseFloor`: the next grant is above the mark; a lower mark lowers nothing; an impossible mark is refused and changes nothing |
 //!
 //! # How the suite treats time
 //!
@@ -58,9 +59,14 @@
 //! order), and a request that must *not* be granted staying ungranted (a
 //! broken backend shows itself within that time).
 //!
+//! Beside the cases, [`secrets::assert_kept`] checks that a backend's
+//! connection and error paths never show a password.
+//!
 //! Lock names start with a random per-run prefix, so reruns against the same
 //! server never collide. Every failure message starts with
 //! `lock suite [<backend>] <case>:` and says what was expected.
+
+pub mod secrets;
 
 use std::fmt;
 use std::future::Future;
@@ -71,7 +77,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_core::{
     Generation, Inspect, LeaseState, Lock, LockError, LockGuard, LockInfo, LockName, Mode,
-    Sequencer, SessionOptions,
+    RaiseFloor, RaiseFloorError, Sequencer, SessionOptions,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -116,6 +122,24 @@ pub trait SuiteInspect: SuiteBackend {
     }
 }
 
+/// A backend whose client raises generation floors ([`RaiseFloor`]):
+/// [`test_all`] runs the [`raise_floor`] case on it too.
+pub trait SuiteRaiseFloor: SuiteBackend {
+    /// The backend's floor raiser, on the same lock service as the sessions.
+    type Floor: RaiseFloor;
+
+    /// The floor raiser the [`raise_floor`] case uses.
+    fn floor(&self) -> &Self::Floor;
+
+    /// How far above the last generation the case raises the floor: far
+    /// enough that no clock-based generation (Redis's microseconds) passes
+    /// it by itself during the case, and near enough for a backend that
+    /// spends one write per step (etcd's revisions: override it).
+    fn floor_gap(&self) -> u64 {
+        1_000_000_000
+    }
+}
+
 /// How long the suite gives a request to reach the lock service before the
 /// next one is sent, and a request that must not be granted to show that it
 /// is (wrongly) granted.
@@ -135,10 +159,11 @@ macro_rules! run_cases {
 ///
 /// Panics with a message naming the backend and the case at the first
 /// violation.
-pub async fn test_all<B: SuiteInspect>(backend: B) {
+pub async fn test_all<B: SuiteInspect + SuiteRaiseFloor>(backend: B) {
     let started = Instant::now();
     test_locking(&backend).await;
     run(&backend, "inspection", inspection(&backend)).await;
+    run(&backend, "raise_floor", raise_floor(&backend)).await;
     println!(
         "lock suite [{}]: all cases passed in {:.1?}",
         backend.name(),
@@ -1303,6 +1328,85 @@ pub async fn inspection<B: SuiteInspect>(backend: &B) {
             Ok(locks) => case.fail(format_args!("released locks are still listed: {locks:?}")),
             Err(error) => case.fail(format_args!("list failed: {error}")),
         }
+    }
+}
+
+/// After `raise_floor(name, mark)` the next grant of `name` is above `mark`
+/// (the recovery after the lock service lost its counter); raising to a
+/// lower mark lowers nothing; a mark no generation can pass (`u64::MAX`)
+/// is refused with `OutOfRange`, and the next grant is still an ordinary
+/// one.
+pub async fn raise_floor<B: SuiteRaiseFloor>(backend: &B) {
+    let case = Case::new(backend, "raise_floor");
+    let floor = backend.floor();
+    let session = case.session().await;
+    let name = case.name("floor");
+    let take = |what: &'static str| {
+        let (session, name, case) = (&session, &name, &case);
+        async move {
+            let guard = case
+                .acquire(session, name, Mode::Exclusive, case.handoff(), what)
+                .await;
+            let generation = guard.generation().get();
+            case.release(guard, what).await;
+            generation
+        }
+    };
+    let first = take("the first grant").await;
+
+    let raise = |mark: u64| {
+        let (name, case) = (&name, &case);
+        async move {
+            match case
+                .call(floor.raise_floor(name, mark), "raise_floor")
+                .await
+            {
+                Ok(raised) if raised.after >= raised.before => raised,
+                Ok(raised) => case.fail(format_args!(
+                    "raise_floor(`{name}`, {mark}) lowered the floor: {raised:?}"
+                )),
+                Err(error) => case.fail(format_args!(
+                    "raise_floor(`{name}`, {mark}) failed: {error}"
+                )),
+            }
+        }
+    };
+    let mark = first.saturating_add(backend.floor_gap());
+    let raised = raise(mark).await;
+    if raised.after < mark {
+        case.fail(format_args!(
+            "raise_floor(`{name}`, {mark}) reported {raised:?}: `after` must be at least the mark"
+        ));
+    }
+    let second = take("the grant after the raise").await;
+    if second <= mark {
+        case.fail(format_args!(
+            "the grant after raise_floor(`{name}`, {mark}) has generation {second}, not above the mark"
+        ));
+    }
+
+    raise(first).await;
+    let third = take("the grant after a lower mark").await;
+    if third <= second {
+        case.fail(format_args!(
+            "a raise to the lower mark {first} took generations back: {third} after {second}"
+        ));
+    }
+
+    match case
+        .call(floor.raise_floor(&name, u64::MAX), "raise_floor")
+        .await
+    {
+        Err(RaiseFloorError::OutOfRange { mark: u64::MAX, .. }) => {}
+        other => case.fail(format_args!(
+            "raise_floor(`{name}`, u64::MAX) must be refused as out of range, got {other:?}"
+        )),
+    }
+    let fourth = take("the grant after a refused raise").await;
+    if fourth <= third || fourth >= u64::MAX / 2 {
+        case.fail(format_args!(
+            "after a refused raise the next generation is {fourth}, after {third}: the refusal changed the floor"
+        ));
     }
 }
 

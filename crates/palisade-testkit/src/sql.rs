@@ -101,7 +101,28 @@ impl SqlServer {
                 process::install_hint("PostgreSQL (initdb, postgres)", "postgresql")
             )
         });
-        SqlServer::create(Dialect::Postgres, bin)
+        SqlServer::create(Dialect::Postgres, bin, Vec::new())
+    }
+
+    /// A fresh PostgreSQL as [`SqlServer::postgres`] gives, with extra
+    /// `name=value` settings on its command line (`fsync=off`, for a test
+    /// that a careless setting is refused).
+    ///
+    /// # Panics
+    ///
+    /// As [`SqlServer::postgres`].
+    pub fn postgres_with(settings: &[&str]) -> SqlServer {
+        let bin = postgres_bin().unwrap_or_else(|| {
+            panic!(
+                "{}",
+                process::install_hint("PostgreSQL (initdb, postgres)", "postgresql")
+            )
+        });
+        let settings = settings
+            .iter()
+            .map(|setting| (*setting).to_owned())
+            .collect();
+        SqlServer::create(Dialect::Postgres, bin, settings)
     }
 
     /// A fresh MariaDB on a free port, without grant tables (any user,
@@ -127,11 +148,11 @@ impl SqlServer {
             .parent()
             .expect("a binary's path has a parent")
             .to_path_buf();
-        SqlServer::create(Dialect::MariaDb, bin)
+        SqlServer::create(Dialect::MariaDb, bin, Vec::new())
     }
 
-    fn create(dialect: Dialect, bin: PathBuf) -> SqlServer {
-        let mut server = SqlServer::unstarted(dialect, bin, Vec::new());
+    fn create(dialect: Dialect, bin: PathBuf, settings: Vec<String>) -> SqlServer {
+        let mut server = SqlServer::unstarted(dialect, bin, settings);
         server.init_data_dir();
         server.start_on_a_free_port();
         server

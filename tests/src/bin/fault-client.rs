@@ -47,7 +47,9 @@ use clap::{Parser, ValueEnum};
 use palisade::client::{Client, ClientError, Refused, Written};
 use palisade::etcd::{EtcdConfig, EtcdLock, EtcdLockClient};
 use palisade::redis::{GenerationScheme, RedisConfig, RedisLock, RedisLockClient};
-use palisade::{LeaseState, Lock, LockError, LockGuard, LockName, Mode, Sequencer, SessionOptions};
+use palisade::{
+    LeaseState, Lock, LockError, LockGuard, LockName, Mode, RaiseFloor, Sequencer, SessionOptions,
+};
 use palisade_lock_sql::{SqlConfig, SqlLock, SqlLockClient};
 use palisade_lock_zookeeper::{Mutation, ZkConfig, ZkLock, ZkLockClient};
 use palisade_testkit::history::{Event, OpKind, Phase, Recorder};
@@ -478,11 +480,11 @@ impl Sessions for ZkSessions {
         self.current = None;
     }
 
-    async fn raise_floor(&self, _lock: &LockName, mark: u64) -> Result<(), LockError> {
+    async fn raise_floor(&self, lock: &LockName, mark: u64) -> Result<(), LockError> {
         // One floor for every lock name: above the mark of the refusal.
-        match self.client.raise_floor(mark).await {
+        match self.client.raise_floor(lock, mark).await {
             Ok(_) => Ok(()),
-            Err(palisade_lock_zookeeper::RaiseFloorError::Lock(error)) => Err(error),
+            Err(palisade::RaiseFloorError::Lock(error)) => Err(error),
             Err(error) => Err(LockError::Backend {
                 backend: "zookeeper",
                 source: Box::new(error),

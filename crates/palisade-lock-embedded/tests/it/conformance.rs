@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use palisade_core::SessionOptions;
 use palisade_lock_embedded::{EmbeddedLock, EmbeddedLockClient};
-use palisade_testkit::lock_suite::{self, SuiteBackend, SuiteInspect};
+use palisade_testkit::lock_suite::{self, SuiteBackend, SuiteInspect, SuiteRaiseFloor};
 
 /// The embedded service, driven by the suite.
 struct EmbeddedBackend {
@@ -41,6 +41,14 @@ impl SuiteInspect for EmbeddedBackend {
     type Inspector = EmbeddedLockClient;
 
     fn inspector(&self) -> &EmbeddedLockClient {
+        &self.service
+    }
+}
+
+impl SuiteRaiseFloor for EmbeddedBackend {
+    type Floor = EmbeddedLockClient;
+
+    fn floor(&self) -> &EmbeddedLockClient {
         &self.service
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use palisade_core::SessionOptions;
 use palisade_lock_etcd::{EtcdConfig, EtcdLock, EtcdLockClient};
 use palisade_testkit::etcd::EtcdServer;
-use palisade_testkit::lock_suite::{self, SuiteBackend, SuiteInspect};
+use palisade_testkit::lock_suite::{self, SuiteBackend, SuiteInspect, SuiteRaiseFloor};
 
 /// The etcd backend as the suite drives it: sessions on one connection.
 struct EtcdBackend {
@@ -57,6 +57,19 @@ impl SuiteInspect for EtcdBackend {
 
     fn inspector(&self) -> &EtcdLockClient {
         &self.connection
+    }
+}
+
+impl SuiteRaiseFloor for EtcdBackend {
+    type Floor = EtcdLockClient;
+
+    fn floor(&self) -> &EtcdLockClient {
+        &self.connection
+    }
+
+    /// One put per revision: a few hundred.
+    fn floor_gap(&self) -> u64 {
+        500
     }
 }
 

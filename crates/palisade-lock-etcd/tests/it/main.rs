@@ -12,4 +12,5 @@ mod live_check;
 mod mutex;
 mod pause;
 mod raise_floor;
+mod secrets;
 mod signing;

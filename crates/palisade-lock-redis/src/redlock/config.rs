@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use palisade_core::Signer;
 
-use crate::{RedisConfig, RedisLockError};
+use crate::{GenerationScheme, RedisConfig, RedisLockError};
 
 /// The settings of a [`RedlockClient`](super::RedlockClient): N independent
 /// Redis masters (no replication between them, no cluster) and how far to
@@ -60,24 +60,29 @@ impl RedlockConfig {
     }
 
     /// Sets the key prefix on every master.
-    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+    pub fn with_key_prefix(self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
-        self.masters = self
-            .masters
-            .into_iter()
-            .map(|master| master.with_key_prefix(prefix.clone()))
-            .collect();
-        self
+        self.each_master(|master| master.with_key_prefix(prefix.clone()))
     }
 
     /// Sets the response timeout on every master.
-    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
-        self.masters = self
-            .masters
-            .into_iter()
-            .map(|master| master.with_response_timeout(timeout))
-            .collect();
+    pub fn with_response_timeout(self, timeout: Duration) -> Self {
+        self.each_master(|master| master.with_response_timeout(timeout))
+    }
+
+    fn each_master(mut self, change: impl FnMut(RedisConfig) -> RedisConfig) -> Self {
+        self.masters = self.masters.into_iter().map(change).collect();
         self
+    }
+
+    /// Sets how generations are minted on every master. Redlock mints its
+    /// own, by a quorum (`max(floor + 1, the clock in µs)`, see
+    /// `redlock/floor.rs`): only the default,
+    /// [`GenerationScheme::ServerClock`], describes it, and
+    /// [`RedlockConfig::validate`] refuses [`GenerationScheme::Counter`]
+    /// rather than ignore it.
+    pub fn with_generation_scheme(self, scheme: GenerationScheme) -> Self {
+        self.each_master(|master| master.with_generation_scheme(scheme))
     }
 
     /// The issuer put in every sequencer; by default `redlock@` and the
@@ -148,11 +153,17 @@ impl RedlockConfig {
             if !seen.insert(master.urls()[0].clone()) {
                 return invalid(format!(
                     "master {} is listed twice: a majority must be of distinct servers",
-                    crate::connection::redacted(&master.urls()[0])
+                    palisade_core::redact::redact_url(&master.urls()[0])
                 ));
             }
             if master.key_prefix() != self.masters[0].key_prefix() {
                 return invalid("every master must use the same key prefix".into());
+            }
+            if master.generation_scheme() == GenerationScheme::Counter {
+                return invalid(
+                    "the generation scheme `counter` (--redis-generations counter) cannot be honoured by Redlock: its generations are minted by a quorum of masters as max(floor + 1, the clock in µs); leave the scheme at `clock`"
+                        .into(),
+                );
             }
         }
         if !(0.0..=0.5).contains(&self.drift_factor) {
@@ -173,5 +184,46 @@ impl RedlockConfig {
             return invalid("the split timeout must be positive".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URLS: [&str; 3] = [
+        "redis://10.0.0.1:6379",
+        "redis://10.0.0.2:6379",
+        "redis://10.0.0.3:6379",
+    ];
+
+    /// #25: `--redis-generations counter` with Redlock was accepted and
+    /// ignored; it is refused, naming the setting.
+    #[test]
+    fn counter_generations_are_refused_naming_the_setting() {
+        let refused = RedlockConfig::new(URLS)
+            .with_generation_scheme(GenerationScheme::Counter)
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(&refused, RedisLockError::InvalidConfig { reason } if reason.contains("--redis-generations counter")),
+            "{refused}"
+        );
+        let one_master =
+            RedlockConfig::from_masters(URLS.iter().enumerate().map(|(index, url)| {
+                let master = RedisConfig::new(*url);
+                if index == 1 {
+                    master.with_generation_scheme(GenerationScheme::Counter)
+                } else {
+                    master
+                }
+            }));
+        assert!(one_master.validate().is_err());
+        assert!(
+            RedlockConfig::new(URLS)
+                .with_generation_scheme(GenerationScheme::ServerClock)
+                .validate()
+                .is_ok()
+        );
     }
 }

@@ -20,11 +20,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use futures::future::join_all;
 use futures::stream::FuturesUnordered;
-use palisade_core::{LockError, LockName};
+use palisade_core::{FloorRaised, LockError, LockName, RaiseFloorError};
 use redis::Value;
 
 use crate::RedisLockClient;
 use crate::error::{BACKEND, bad_reply, from_redis};
+use crate::scripts::MAX_GENERATION;
 
 /// Raises the floor to ARGV[1] only if it is below it. Returns 1 if raised.
 const COMPARE_AND_SET: &str = r"
@@ -36,9 +37,6 @@ if floor < wanted then
 end
 return 0
 ";
-
-/// Generations stay below 2^53: exact in Lua's numbers.
-pub(crate) const MAX_GENERATION: u64 = (1 << 53) - 1;
 
 /// The floor key of `name` under `prefix`, in the lock's hash tag.
 pub(crate) fn floor_key(prefix: &str, name: &LockName) -> String {
@@ -110,25 +108,13 @@ async fn compare_and_set(
     name: &LockName,
     generation: u64,
 ) -> usize {
-    let mut writes: FuturesUnordered<_> = masters
-        .iter()
-        .map(|master| async move {
-            let Some(master) = master.as_ref() else {
-                return false;
-            };
-            let key = floor_key(master.config().key_prefix(), name);
-            let mut eval = redis::cmd("EVAL");
-            eval.arg(COMPARE_AND_SET).arg(1).arg(&key).arg(generation);
-            match query(master, &eval, "set generation floor").await {
-                Ok(Value::Int(1)) => true,
-                Ok(_) => false,
-                Err(error) => {
-                    tracing::debug!(backend = BACKEND, %error, "floor compare-and-set failed");
-                    false
-                }
-            }
-        })
-        .collect();
+    let mut writes: FuturesUnordered<_> =
+        masters
+            .iter()
+            .map(|master| async move {
+                set_floor(master.as_ref(), name, generation).await == Some(true)
+            })
+            .collect();
     let (mut accepted, mut refused) = (0, 0);
     while let Some(answer) = writes.next().await {
         if answer {
@@ -141,6 +127,65 @@ async fn compare_and_set(
         }
     }
     accepted
+}
+
+/// Raises the floor of `name` on every reachable master to at least
+/// `mark` (the same compare-and-set, which only ever raises). Done once a
+/// majority holds a floor at or above `mark`: every mint reads a majority,
+/// which includes one of them, so it chooses above `mark`.
+pub(crate) async fn raise(
+    masters: &[Option<RedisLockClient>],
+    majority: usize,
+    name: &LockName,
+    mark: u64,
+) -> Result<FloorRaised, RaiseFloorError> {
+    crate::scripts::refuse_unreachable_mark(mark)?;
+    let before = read_floors(masters, name).await.into_iter().flatten().max();
+    // Raised, or already at or above the mark: either way it holds it.
+    let answers = join_all(
+        masters
+            .iter()
+            .map(|master| set_floor(master.as_ref(), name, mark)),
+    )
+    .await;
+    let at_or_above = answers.iter().flatten().count();
+    if at_or_above < majority {
+        return Err(RaiseFloorError::Lock(LockError::Unavailable {
+            backend: BACKEND,
+            source: format!(
+                "lock `{name}`: only {at_or_above} masters confirmed a generation floor of at least {mark}, a majority is needed (run it again)"
+            )
+            .into(),
+        }));
+    }
+    let before = before.unwrap_or(0);
+    tracing::info!(backend = BACKEND, lock = %name, mark, before, masters = at_or_above, "redlock generation floor raised");
+    Ok(FloorRaised::new(before, before.max(mark)))
+}
+
+/// One master's compare-and-set of `name`'s floor to `generation`:
+/// `Some(true)` raised, `Some(false)` already at or above it, `None` no
+/// answer.
+async fn set_floor(
+    master: Option<&RedisLockClient>,
+    name: &LockName,
+    generation: u64,
+) -> Option<bool> {
+    let master = master?;
+    let key = floor_key(master.config().key_prefix(), name);
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(COMPARE_AND_SET).arg(1).arg(&key).arg(generation);
+    match query(master, &eval, "set generation floor").await {
+        Ok(Value::Int(answer @ (0 | 1))) => Some(answer == 1),
+        Ok(other) => {
+            tracing::warn!(backend = BACKEND, error = %bad_reply("set generation floor", &other), "floor not set");
+            None
+        }
+        Err(error) => {
+            tracing::debug!(backend = BACKEND, %error, "floor compare-and-set failed");
+            None
+        }
+    }
 }
 
 async fn query(

@@ -5,10 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::{join_all, select_all};
-use palisade_core::{
-    LeaseState, LeaseTracker, LeaseWatch, LockError, LockGuard, LockName, LostReason, Mode,
-    Sequencer,
-};
+use palisade_core::holds::{Gate, Hold, HoldBackend, HoldTable, Task};
+use palisade_core::{LeaseState, LeaseTracker, LeaseWatch, LockError, LockGuard, LostReason};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -16,20 +14,15 @@ use super::session::RedlockSessionInner;
 use crate::RedisGuard;
 use crate::error::BACKEND;
 
-/// One Redlock grant: the per-master holds it stands on, its generation and
-/// its lease, shared by the guards of a re-entrant hold.
+/// What Redlock keeps per hold: the per-master holds the grant stands on.
+/// Its generation and lease are the table's.
 #[derive(Debug)]
 pub(crate) struct RedlockHold {
-    pub(crate) name: LockName,
-    pub(crate) mode: Mode,
-    pub(crate) sequencer: Sequencer,
-    pub(crate) tracker: Arc<LeaseTracker>,
     /// The per-master holds (a majority or more); taken when given back.
     pub(crate) members: Mutex<Vec<RedisGuard>>,
     /// How many masters a grant needs.
     pub(crate) majority: usize,
-    /// Guards alive (re-entry count); changed under the session's map lock.
-    pub(crate) guards: Mutex<usize>,
+    /// Keeps the hold's lease at what a majority of members guarantee.
     pub(crate) follower: JoinHandle<()>,
 }
 
@@ -39,24 +32,43 @@ impl Drop for RedlockHold {
     }
 }
 
-impl RedlockHold {
-    /// Gives the per-master holds back: `Ok` if a majority of them were
-    /// still ours, `NotOwner` otherwise.
-    pub(crate) async fn give_back(&self) -> Result<(), LockError> {
-        self.follower.abort();
-        self.tracker.release();
-        let members = std::mem::take(&mut *self.members.lock().expect("members poisoned"));
+/// Redlock's protocol behind the session's hold table: a hold is given
+/// back by releasing it on every master it stands on.
+impl HoldBackend for RedlockSessionInner {
+    type Data = RedlockHold;
+
+    fn holds(&self) -> &HoldTable<RedlockHold> {
+        RedlockSessionInner::holds(self)
+    }
+
+    /// `Ok(true)` if a majority of the per-master holds were still ours.
+    async fn give_back(
+        &self,
+        hold: &Arc<Hold<RedlockHold>>,
+        _gate: Option<Gate>,
+    ) -> Result<bool, LockError> {
+        let redlock = hold.data();
+        // Released before the members go, so the follower, which would
+        // see them go, cannot call it a loss.
+        redlock.follower.abort();
+        hold.tracker().release();
+        let members = std::mem::take(&mut *redlock.members.lock().expect("members poisoned"));
         let total = members.len();
         let outcomes = join_all(members.into_iter().map(LockGuard::release)).await;
         let released = outcomes.iter().filter(|outcome| outcome.is_ok()).count();
-        tracing::debug!(backend = BACKEND, lock = %self.name, generation = %self.sequencer.generation(), released, total, "redlock hold given back");
-        if released >= self.majority {
-            Ok(())
-        } else {
-            Err(LockError::NotOwner {
-                name: self.name.clone(),
-                generation: self.sequencer.generation(),
-            })
+        tracing::debug!(backend = BACKEND, lock = %hold.name(), generation = %hold.generation(), released, total, "redlock hold given back");
+        Ok(released >= redlock.majority)
+    }
+
+    fn spawn(&self, task: Task) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(task);
+            }
+            Err(_) => tracing::warn!(
+                backend = BACKEND,
+                "guard dropped outside a runtime; the hold expires with its TTL"
+            ),
         }
     }
 }
@@ -110,62 +122,24 @@ pub(crate) fn follow_members(
     })
 }
 
-/// Proof that a [`Redlock`](super::Redlock) session holds a lock on a
-/// majority of masters, with a generation a majority accepted.
-///
-/// Dropping it releases in the background (best effort); call
-/// [`LockGuard::release`] to know the release happened.
-#[derive(Debug)]
-pub struct RedlockGuard {
-    pub(crate) hold: Arc<RedlockHold>,
-    pub(crate) session: Arc<RedlockSessionInner>,
-    pub(crate) released: bool,
+palisade_core::hold_guard! {
+    /// Proof that a [`Redlock`](super::Redlock) session holds a lock on a
+    /// majority of masters, with a generation a majority accepted.
+    ///
+    /// Dropping it releases in the background (best effort); call
+    /// [`LockGuard::release`] to know the release happened.
+    pub struct RedlockGuard(pub(crate) HoldGuard<RedlockSessionInner>);
 }
 
 impl RedlockGuard {
     /// How many masters this hold stands on.
     pub fn masters_held(&self) -> usize {
-        self.hold.members.lock().expect("members poisoned").len()
-    }
-}
-
-impl LockGuard for RedlockGuard {
-    fn issued(&self) -> &Sequencer {
-        &self.hold.sequencer
-    }
-
-    fn lease(&self) -> LeaseWatch {
-        self.hold.tracker.watch()
-    }
-
-    async fn release(mut self) -> Result<(), LockError> {
-        self.released = true;
-        match self.session.forget_guard(&self.hold) {
-            Some(last) => last.give_back().await,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for RedlockGuard {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        let Some(last) = self.session.forget_guard(&self.hold) else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Err(error) = last.give_back().await {
-                        tracing::debug!(backend = BACKEND, lock = %last.name, %error, "background release failed");
-                    }
-                });
-            }
-            Err(_) => {
-                tracing::warn!(backend = BACKEND, lock = %last.name, "guard dropped outside a runtime; the hold expires with its TTL");
-            }
-        }
+        self.0
+            .hold()
+            .data()
+            .members
+            .lock()
+            .expect("members poisoned")
+            .len()
     }
 }

@@ -1,7 +1,6 @@
 //! [`RedlockClient`] and [`Redlock`]: a lock over N independent masters
 //! whose grants carry a quorum-minted generation.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,9 +10,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use futures::future::join_all;
 use futures::stream::FuturesUnordered;
+use palisade_core::holds::{Admission, HoldTable, Patience, Waiters};
 use palisade_core::{
-    Generation, LeaseState, LeaseTracker, Lock, LockError, LockGuard, LockName, LostReason, Mode,
-    Sequencer, SessionOptions,
+    FloorRaised, Generation, LeaseState, LeaseTracker, Lock, LockError, LockGuard, LockName,
+    LostReason, Mode, RaiseFloor, RaiseFloorError, Sequencer, SessionOptions,
 };
 use tokio::time::Instant;
 
@@ -45,6 +45,9 @@ struct ClientInner {
     issuer: String,
     client_id: String,
     sessions: AtomicU64,
+    /// Waiters per lock over this client's sessions (each master's client
+    /// bounds its own too).
+    waiters: Waiters,
 }
 
 impl RedlockClient {
@@ -64,7 +67,7 @@ impl RedlockClient {
             match attempt {
                 Ok(client) => masters.push(Some(client)),
                 Err(error) => {
-                    tracing::warn!(backend = BACKEND, master = %crate::connection::redacted(&master.urls()[0]), %error, "Redlock master unreachable at connect; left out");
+                    tracing::warn!(backend = BACKEND, master = %palisade_core::redact::redact_url(&master.urls()[0]), %error, "Redlock master unreachable at connect; left out");
                     first_error.get_or_insert(error);
                     masters.push(None);
                 }
@@ -98,6 +101,7 @@ impl RedlockClient {
                 issuer,
                 client_id: format!("{:016x}", rand::random::<u64>()),
                 sessions: AtomicU64::new(0),
+                waiters: Waiters::default(),
             }),
         })
     }
@@ -117,14 +121,12 @@ impl RedlockClient {
         }
         let number = self.inner.sessions.fetch_add(1, Ordering::Relaxed);
         Ok(Redlock {
-            inner: Arc::new(RedlockSessionInner {
-                client: self.clone(),
-                holder: format!("{}.{number}", self.inner.client_id),
+            inner: Arc::new(RedlockSessionInner::new(
+                self.clone(),
+                format!("{}.{number}", self.inner.client_id),
                 options,
                 members,
-                holds: Mutex::default(),
-                gates: Mutex::default(),
-            }),
+            )),
         })
     }
 
@@ -155,6 +157,18 @@ impl RedlockClient {
     }
 }
 
+/// Raising the floor on every master: the quorum-minted generation then
+/// starts above the mark (`redlock/floor.rs`).
+impl RaiseFloor for RedlockClient {
+    async fn raise_floor(
+        &self,
+        name: &LockName,
+        mark: u64,
+    ) -> Result<FloorRaised, RaiseFloorError> {
+        super::floor::raise(&self.inner.masters, self.majority(), name, mark).await
+    }
+}
+
 /// A lock session over N Redis masters (Redlock), with a generation that a
 /// majority of masters accepted by compare-and-set: the [`Lock`]
 /// implementation. Cheap to clone (clones are the same session).
@@ -175,10 +189,31 @@ pub(crate) struct RedlockSessionInner {
     options: SessionOptions,
     /// One single-master session per master (`None`: not connected).
     members: Vec<Option<RedisLock>>,
-    holds: Mutex<HashMap<LockName, Arc<RedlockHold>>>,
-    /// Acquires of one name by this session go one at a time, so the
-    /// second re-enters the first's hold.
-    gates: Mutex<HashMap<LockName, Arc<tokio::sync::Mutex<()>>>>,
+    /// The session's holds. Acquires of one name by this session go one at
+    /// a time, so the second re-enters the first's hold.
+    holds: HoldTable<RedlockHold>,
+}
+
+impl RedlockSessionInner {
+    fn new(
+        client: RedlockClient,
+        holder: String,
+        options: SessionOptions,
+        members: Vec<Option<RedisLock>>,
+    ) -> Self {
+        let holds = HoldTable::new(BACKEND, &options, client.inner.waiters.clone());
+        RedlockSessionInner {
+            client,
+            holder,
+            options,
+            members,
+            holds,
+        }
+    }
+
+    pub(crate) fn holds(&self) -> &HoldTable<RedlockHold> {
+        &self.holds
+    }
 }
 
 type MemberAttempt = Pin<Box<dyn Future<Output = (usize, Result<RedisGuard, LockError>)> + Send>>;
@@ -202,18 +237,16 @@ impl Redlock {
     pub fn without_watchdog(self) -> Self {
         let inner = &self.inner;
         Redlock {
-            inner: Arc::new(RedlockSessionInner {
-                client: inner.client.clone(),
-                holder: inner.holder.clone(),
-                options: inner.options.clone(),
-                members: inner
+            inner: Arc::new(RedlockSessionInner::new(
+                inner.client.clone(),
+                inner.holder.clone(),
+                inner.options.clone(),
+                inner
                     .members
                     .iter()
                     .map(|member| member.clone().map(RedisLock::without_watchdog))
                     .collect(),
-                holds: Mutex::default(),
-                gates: Mutex::default(),
-            }),
+            )),
         }
     }
 
@@ -231,12 +264,8 @@ impl Redlock {
     /// as a crash would: the guards report `Lost(Revoked)`, the lock-delay
     /// starts. Fails only if a majority of masters could not be told.
     pub async fn expire_session(&self) -> Result<(), LockError> {
-        let holds: Vec<Arc<RedlockHold>> = {
-            let mut map = self.inner.holds.lock().expect("holds poisoned");
-            map.drain().map(|(_, hold)| hold).collect()
-        };
-        for hold in &holds {
-            hold.tracker.lose(LostReason::Revoked);
+        for hold in self.inner.holds.drain() {
+            hold.tracker().lose(LostReason::Revoked);
         }
         let outcomes = join_all(
             self.inner
@@ -261,46 +290,42 @@ impl Redlock {
         mode: Mode,
         wait: bool,
     ) -> Result<Option<RedlockGuard>, LockError> {
-        if let Some(guard) = self.inner.reenter(name, mode)? {
-            return Ok(Some(guard));
-        }
-        let gate = self.inner.gate(name);
-        let gate_guard = if wait {
-            gate.lock().await
+        let patience = if wait {
+            Patience::Forever
         } else {
-            match gate.try_lock() {
-                Ok(held) => held,
-                Err(_) => return Ok(None),
-            }
+            Patience::Now
         };
-        let result = async {
-            if let Some(guard) = self.inner.reenter(name, mode)? {
-                return Ok(Some(guard));
-            }
-            loop {
-                let members = if wait {
-                    self.inner.hold_majority(name, mode).await?
-                } else {
-                    match self.inner.try_majority(name, mode).await? {
-                        Some(members) => members,
-                        None => return Ok(None),
-                    }
-                };
-                match self.inner.grant(name, mode, members).await {
-                    Ok(guard) => return Ok(Some(guard)),
-                    Err(Retry::Again(why)) if wait => {
-                        tracing::debug!(backend = BACKEND, lock = %name, why, "redlock grant abandoned; trying again");
-                        tokio::time::sleep(jitter(Duration::from_millis(20))).await;
-                    }
-                    Err(Retry::Again(_)) => return Ok(None),
-                    Err(Retry::Fail(error)) => return Err(error),
+        let turn = match HoldTable::admit(&self.inner, name, mode, patience).await? {
+            Admission::Reentered(guard) => return Ok(Some(RedlockGuard(guard))),
+            Admission::InProgress => return Ok(None),
+            Admission::Turn(turn) => turn,
+        };
+        let mut pauses =
+            palisade_core::retry_pauses(Duration::from_millis(20), Duration::from_millis(200));
+        loop {
+            let members = if wait {
+                self.inner.hold_majority(name, mode).await?
+            } else {
+                match self.inner.try_majority(name, mode).await? {
+                    Some(members) => members,
+                    None => return Ok(None),
                 }
+            };
+            match self.inner.mint(name, mode, members).await {
+                Ok((sequencer, tracker, hold)) => {
+                    let guard = turn.grant(sequencer, tracker, hold)?;
+                    tracing::debug!(backend = BACKEND, lock = %name, %mode, generation = %guard.generation(), "redlock granted");
+                    return Ok(Some(RedlockGuard(guard)));
+                }
+                Err(Retry::Again(why)) if wait => {
+                    let pause = pauses.next().unwrap_or(Duration::from_millis(200));
+                    tracing::debug!(backend = BACKEND, lock = %name, why, ?pause, "redlock grant abandoned; trying again");
+                    tokio::time::sleep(pause).await;
+                }
+                Err(Retry::Again(_)) => return Ok(None),
+                Err(Retry::Fail(error)) => return Err(error),
             }
         }
-        .await;
-        drop(gate_guard);
-        self.inner.retire_gate(name, gate);
-        result
     }
 }
 
@@ -507,23 +532,26 @@ impl RedlockSessionInner {
         held[self.majority() - 1].checked_sub(self.drift())
     }
 
-    /// Mints the generation for a majority of per-master holds and makes
-    /// the guard; gives the holds back if that fails.
-    async fn grant(
-        self: &Arc<Self>,
+    /// Mints the generation for a majority of per-master holds: the
+    /// sequencer, the lease that follows the members' and the hold, for
+    /// the table to record; gives the members back if that fails.
+    async fn mint(
+        &self,
         name: &LockName,
         mode: Mode,
         members: Vec<RedisGuard>,
-    ) -> Result<RedlockGuard, Retry> {
+    ) -> Result<(Sequencer, Arc<LeaseTracker>, RedlockHold), Retry> {
         let masters = &self.client.inner.masters;
         let mut minted = Err(MintError::Contended { accepted: 0 });
-        for round in 0..MINT_ROUNDS {
+        let mut pauses =
+            palisade_core::retry_pauses(Duration::from_millis(2), Duration::from_millis(64));
+        for _round in 0..MINT_ROUNDS {
             minted = mint(masters, self.majority(), name).await;
             match minted {
                 Ok(_) | Err(MintError::NoQuorum { .. } | MintError::Exhausted { .. }) => break,
                 // Shared holders mint side by side; the loser reads again.
                 Err(MintError::Contended { .. }) => {
-                    tokio::time::sleep(jitter(Duration::from_millis(2 << round))).await;
+                    tokio::time::sleep(pauses.next().unwrap_or(Duration::from_millis(64))).await;
                 }
             }
         }
@@ -561,26 +589,12 @@ impl RedlockSessionInner {
             self.majority(),
             self.drift(),
         );
-        let hold = Arc::new(RedlockHold {
-            name: name.clone(),
-            mode,
-            sequencer,
-            tracker,
+        let hold = RedlockHold {
             members: Mutex::new(members),
             majority: self.majority(),
-            guards: Mutex::new(1),
             follower,
-        });
-        self.holds
-            .lock()
-            .expect("holds poisoned")
-            .insert(name.clone(), hold.clone());
-        tracing::debug!(backend = BACKEND, lock = %name, %mode, generation, "redlock granted");
-        Ok(RedlockGuard {
-            hold,
-            session: self.clone(),
-            released: false,
-        })
+        };
+        Ok((sequencer, tracker, hold))
     }
 
     fn sequencer(
@@ -610,67 +624,5 @@ impl RedlockSessionInner {
             Some(signer) => signer.sign(sequencer),
             None => sequencer,
         })
-    }
-
-    fn reenter(
-        self: &Arc<Self>,
-        name: &LockName,
-        mode: Mode,
-    ) -> Result<Option<RedlockGuard>, LockError> {
-        let mut holds = self.holds.lock().expect("holds poisoned");
-        let Some(hold) = holds.get(name) else {
-            return Ok(None);
-        };
-        if !hold.tracker.watch().is_valid() {
-            holds.remove(name);
-            return Ok(None);
-        }
-        if hold.mode != mode {
-            return Err(LockError::ModeConflict {
-                name: name.clone(),
-                held: hold.mode,
-                requested: mode,
-            });
-        }
-        *hold.guards.lock().expect("guard count poisoned") += 1;
-        Ok(Some(RedlockGuard {
-            hold: hold.clone(),
-            session: self.clone(),
-            released: false,
-        }))
-    }
-
-    /// Drops one guard of `hold`; the hold itself if that was its last.
-    pub(crate) fn forget_guard(&self, hold: &Arc<RedlockHold>) -> Option<Arc<RedlockHold>> {
-        let mut holds = self.holds.lock().expect("holds poisoned");
-        let mut count = hold.guards.lock().expect("guard count poisoned");
-        *count = count.saturating_sub(1);
-        if *count > 0 {
-            return None;
-        }
-        if holds
-            .get(&hold.name)
-            .is_some_and(|current| Arc::ptr_eq(current, hold))
-        {
-            holds.remove(&hold.name);
-        }
-        Some(hold.clone())
-    }
-
-    fn gate(&self, name: &LockName) -> Arc<tokio::sync::Mutex<()>> {
-        self.gates
-            .lock()
-            .expect("gates poisoned")
-            .entry(name.clone())
-            .or_default()
-            .clone()
-    }
-
-    fn retire_gate(&self, name: &LockName, gate: Arc<tokio::sync::Mutex<()>>) {
-        let mut gates = self.gates.lock().expect("gates poisoned");
-        // The map's reference and ours: nobody else is waiting at it.
-        if Arc::strong_count(&gate) == 2 {
-            gates.remove(name);
-        }
     }
 }

@@ -9,5 +9,6 @@ mod conformance;
 mod redis_lock;
 mod redlock_conformance;
 mod redlock_model;
+mod secrets;
 mod signing;
 mod tls;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use palisade_core::SessionOptions;
 use palisade_lock_redis::{Redlock, RedlockClient, RedlockConfig};
-use palisade_testkit::lock_suite::{SuiteBackend, test_locking};
+use palisade_testkit::lock_suite::{SuiteBackend, SuiteRaiseFloor, raise_floor, test_locking};
 use palisade_testkit::redis::{RedisOptions, RedisServer};
 
 use crate::common;
@@ -40,6 +40,14 @@ impl SuiteBackend for SuiteRedlock {
     }
 }
 
+impl SuiteRaiseFloor for SuiteRedlock {
+    type Floor = RedlockClient;
+
+    fn floor(&self) -> &RedlockClient {
+        &self.client
+    }
+}
+
 async fn suite_on(masters: usize) {
     common::trace();
     let servers: Vec<RedisServer> = (0..masters)
@@ -53,11 +61,12 @@ async fn suite_on(masters: usize) {
     assert_eq!(client.masters_connected(), masters);
     // Every case but `inspection`: Redlock has no inspection API yet
     // (`palisade locks` refuses `--backend redlock` and says so).
-    test_locking(&SuiteRedlock {
+    let backend = SuiteRedlock {
         client,
         _masters: servers,
-    })
-    .await;
+    };
+    test_locking(&backend).await;
+    raise_floor(&backend).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -5,4 +5,6 @@
 
 mod common;
 mod conformance;
+mod durability;
+mod secrets;
 mod sql_lock;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use palisade_core::SessionOptions;
 use palisade_lock_zookeeper::{ZkLock, ZkLockClient};
-use palisade_testkit::lock_suite::{self, SuiteBackend, SuiteInspect};
+use palisade_testkit::lock_suite::{self, SuiteBackend, SuiteInspect, SuiteRaiseFloor};
 use palisade_testkit::zookeeper::{ZooKeeperEnsemble, ZooKeeperServer};
 
 use crate::fixtures::{client, config, unique_prefix};
@@ -61,6 +61,14 @@ impl<S: Send + Sync + 'static> SuiteInspect for ZooKeeperBackend<S> {
     type Inspector = ZkLockClient;
 
     fn inspector(&self) -> &ZkLockClient {
+        &self.client
+    }
+}
+
+impl<S: Send + Sync + 'static> SuiteRaiseFloor for ZooKeeperBackend<S> {
+    type Floor = ZkLockClient;
+
+    fn floor(&self) -> &ZkLockClient {
         &self.client
     }
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use palisade_core::{Lock, LockError, LockGuard, LockName, Mode};
+use palisade_core::{Lock, LockError, LockGuard, LockName, Mode, RaiseFloor};
 use palisade_testkit::zookeeper::ZooKeeperServer;
 
 use crate::fixtures::{client, config, options, session, unique_prefix};
@@ -55,11 +55,14 @@ async fn a_wiped_server_is_named_as_a_regression_and_a_raised_floor_recovers() {
         "a wiped ensemble starts low"
     );
     guard.release().await.unwrap();
-    let raised = fresh.raise_floor(mark).await.unwrap();
+    let raised = fresh.raise_floor(&name, mark).await.unwrap();
     assert_eq!((raised.before, raised.after), (0, mark));
     assert_eq!(fresh.floor().await.unwrap(), mark);
     // Idempotent, and never lowered.
-    assert_eq!(fresh.raise_floor(mark - 5).await.unwrap().after, mark);
+    assert_eq!(
+        fresh.raise_floor(&name, mark - 5).await.unwrap().after,
+        mark
+    );
     let guard = locks.acquire(&name, Mode::Exclusive).await.unwrap();
     assert!(guard.generation().get() > mark);
     let first = guard.generation();

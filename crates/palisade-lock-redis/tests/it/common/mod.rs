@@ -109,3 +109,11 @@ impl<K: Send + Sync + 'static> palisade_testkit::lock_suite::SuiteInspect for Su
         !self.client.config().is_cluster()
     }
 }
+
+impl<K: Send + Sync + 'static> palisade_testkit::lock_suite::SuiteRaiseFloor for SuiteRedis<K> {
+    type Floor = RedisLockClient;
+
+    fn floor(&self) -> &RedisLockClient {
+        &self.client
+    }
+}

@@ -80,3 +80,11 @@ impl palisade_testkit::lock_suite::SuiteInspect for SuiteSql {
         &self.client
     }
 }
+
+impl palisade_testkit::lock_suite::SuiteRaiseFloor for SuiteSql {
+    type Floor = SqlLockClient;
+
+    fn floor(&self) -> &SqlLockClient {
+        &self.client
+    }
+}
