@@ -45,6 +45,7 @@
 //! | [`commit_seq_increases`] | strictly increasing across locks for writes acknowledged one after another; unique (8) |
 //! | [`concurrent_writers`] | tasks with random generations on one lock (and readers): accepted writes in `commit_seq` order never go down in generation, the last one holds the value, every accepted write is visible and no refused one is (1, 2, 3, 8) |
 //! | [`over_limit_is_refused_whole`] | a batch beyond the engine's own [`Engine::limits`] is `TooLarge` and writes nothing (9) |
+//! | [`raise_cap`] | a capped write at its cap is accepted, one above it refused with `RaiseTooLarge` and the marks of the step, by the count on a counter mark (the higher mark decides) and by the clock on a clock mark or none; the refusal changes nothing; a retry of a recorded write is answered before the cap (3, 5, 10) |
 //! | [`durable_across_reopen`] | everything acknowledged (data, both marks, idempotency records) is there after [`EngineFactory::reopen`]; stale holders stay refused; `commit_seq` keeps increasing (4, 5, 8) |
 //!
 //! # Time
@@ -66,10 +67,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_core::marks::RULE_CASES;
-use palisade_core::{Generation, LockName, Mode, Sequencer};
+use palisade_core::{Generation, LockName, Mode, RaiseCap, Sequencer};
 use palisade_store::{
-    Applied, Engine, Marks, Op, OpResult, Read, Refused, RequestId, StoreError, StoredRecord,
-    WriteRequest,
+    Applied, Engine, Marks, Op, OpResult, RaiseLimit, Read, Refused, RequestId, StoreError,
+    StoredRecord, WriteRequest,
 };
 use tokio::time::Instant;
 
@@ -156,6 +157,7 @@ pub async fn test_all<F: EngineFactory>(factory: F) {
         commit_seq_increases,
         concurrent_writers,
         over_limit_is_refused_whole,
+        raise_cap,
         durable_across_reopen,
     );
     println!(
@@ -1347,6 +1349,155 @@ pub async fn over_limit_is_refused_whole<F: EngineFactory>(factory: &F) {
     }
 }
 
+/// The raise cap, checked by the engine in the step that checks the
+/// fencing rule (obligation 10). The cap's clock is the request's
+/// ([`RaiseLimit`]), so the clock cases are exact.
+pub async fn raise_cap<F: EngineFactory>(factory: &F) {
+    const NOW_US: u64 = 1_800_000_000_000_000;
+    const LEAD_US: u64 = 3_600_000_000;
+    let case = Case::open(factory, "raise_cap").await;
+    let cap = RaiseCap::new(10).with_clock_lead(Duration::from_micros(LEAD_US));
+    let now = UNIX_EPOCH + Duration::from_micros(NOW_US);
+    let limit = RaiseLimit::new(cap, now);
+    let refused_as = |outcome: &Result<Applied, Refused>, marks: Marks, allowed: u64, clock| {
+        matches!(
+            outcome,
+            Err(Refused::RaiseTooLarge {
+                marks: refused_marks,
+                allowed_up_to,
+                by_clock,
+                max_raise: 10,
+                ..
+            }) if *refused_marks == marks && *allowed_up_to == allowed && *by_clock == clock
+        )
+    };
+
+    // A counter lock: the higher of its marks, 105, allows up to 115.
+    let counter = case.lock("counter");
+    case.raise_to(&counter, marks(100, 105)).await;
+    let snapshot = case.snapshot().await;
+    let over = case
+        .write_capped(
+            &excl(&counter, 116),
+            vec![put("k", "over")],
+            Some(&request_id("over")),
+            limit,
+            "generation 116, one above the cap",
+        )
+        .await;
+    if !refused_as(&over, marks(100, 105), 115, false) {
+        case.fail(format_args!(
+            "generation 116 on marks (100, 105) with max raise 10: expected raise_too_large allowing up to 115 by the count, got {over:?}"
+        ));
+    }
+    let what = "after a write over the cap";
+    case.expect_unchanged(&snapshot, what).await;
+    case.expect_marks(&counter, marks(100, 105), what).await;
+    case.expect_value(&counter, "k", None, what).await;
+    case.write_capped(
+        &excl(&counter, 115),
+        vec![put("k", "at")],
+        None,
+        limit,
+        "generation 115, at the cap",
+    )
+    .await
+    .unwrap_or_else(|refused| {
+        case.fail(format_args!(
+            "generation 115 at the cap was refused: {refused:?}"
+        ))
+    });
+    case.expect_marks(&counter, marks(115, 105), "after a write at the cap")
+        .await;
+
+    // A lock never seen is held to the clock: up to now + lead.
+    let clock = case.lock("clock");
+    let ceiling = NOW_US + LEAD_US;
+    let snapshot = case.snapshot().await;
+    let over = case
+        .write_capped(
+            &excl(&clock, ceiling + 1),
+            vec![put("k", "over")],
+            None,
+            limit,
+            "a first generation one above the clock's limit",
+        )
+        .await;
+    if !refused_as(&over, Marks::ZERO, ceiling, true) {
+        case.fail(format_args!(
+            "a first generation of {} with the clock limit {ceiling}: expected raise_too_large by the clock, got {over:?}",
+            ceiling + 1
+        ));
+    }
+    let what = "after a first write over the clock's limit";
+    case.expect_unchanged(&snapshot, what).await;
+    case.expect_marks(&clock, Marks::ZERO, what).await;
+    let id = request_id("at-the-clock");
+    let original = case
+        .write_capped(
+            &excl(&clock, ceiling),
+            vec![put("k", "at")],
+            Some(&id),
+            limit,
+            "a first generation at the clock's limit",
+        )
+        .await
+        .unwrap_or_else(|refused| {
+            case.fail(format_args!(
+                "a first generation at the clock's limit was refused: {refused:?}"
+            ))
+        });
+    // Its retry, judged by a clock an hour earlier whose limit it exceeds:
+    // a recorded request gets its original outcome before any cap.
+    let earlier = RaiseLimit::new(cap, now - Duration::from_micros(LEAD_US));
+    let retry = case
+        .write_capped(
+            &excl(&clock, ceiling),
+            vec![put("k", "at")],
+            Some(&id),
+            earlier,
+            "the retry under an earlier clock",
+        )
+        .await;
+    match &retry {
+        Ok(replay) if replay.replayed && replay.commit_seq == original.commit_seq => {}
+        other => case.fail(format_args!(
+            "a retry of a recorded write under a cap it now exceeds answered {other:?}; expected the replay of {original:?}"
+        )),
+    }
+    // Now a clock mark: the holder writes again at it, and one above the
+    // limit is refused with the marks of the step.
+    case.write_capped(
+        &excl(&clock, ceiling),
+        vec![put("k", "again")],
+        None,
+        limit,
+        "the holder again, at its mark",
+    )
+    .await
+    .unwrap_or_else(|refused| {
+        case.fail(format_args!(
+            "a holder writing again at a clock mark within the limit was refused: {refused:?}"
+        ))
+    });
+    let over = case
+        .write_capped(
+            &excl(&clock, ceiling + 1),
+            vec![put("k", "over")],
+            None,
+            limit,
+            "one above the clock's limit on a clock mark",
+        )
+        .await;
+    if !refused_as(&over, marks(ceiling, 0), ceiling, true) {
+        case.fail(format_args!(
+            "one above the clock's limit on a clock mark: expected raise_too_large with marks ({ceiling}, 0), got {over:?}"
+        ));
+    }
+    case.expect_value(&clock, "k", Some("again"), "after the refused raise")
+        .await;
+}
+
 /// Everything acknowledged before a crash is there after it: data, both
 /// marks, idempotency records; stale holders stay refused and new commit
 /// numbers are above the old ones.
@@ -1582,6 +1733,19 @@ impl<'f, F: EngineFactory> Case<'f, F> {
         what: &str,
     ) -> Result<Applied, Refused> {
         let request = WriteRequest::new(sequencer.clone(), ops, id.cloned());
+        self.call(self.engine.write(request), what).await
+    }
+
+    async fn write_capped(
+        &self,
+        sequencer: &Sequencer,
+        ops: Vec<Op>,
+        id: Option<&RequestId>,
+        limit: RaiseLimit,
+        what: &str,
+    ) -> Result<Applied, Refused> {
+        let request =
+            WriteRequest::new(sequencer.clone(), ops, id.cloned()).with_raise_limit(limit);
         self.call(self.engine.write(request), what).await
     }
 
