@@ -138,7 +138,10 @@ pub fn keys_to_read(ops: &[Op]) -> Vec<(Bytes, bool)> {
         match index.get(&key[..]) {
             Some(&at) => keys[at].1 |= cas,
             None => {
-                index.insert(key, keys.len());
+                // One op (most writes) needs no index.
+                if ops.len() > 1 {
+                    index.insert(key, keys.len());
+                }
                 keys.push((key.clone(), cas));
             }
         }

@@ -95,7 +95,10 @@ impl Store {
     /// A store over any engine. The limits enforced are the tighter of
     /// `config.limits` and [`Engine::limits`]; `config.durability` and
     /// `config.cache_capacity_bytes` are the sled engine's settings and
-    /// mean nothing to another engine.
+    /// mean nothing to another engine, which acknowledges only what it has
+    /// made durable (obligation 4 of [`Engine`]): [`Store::durability`] is
+    /// the engine's ([`Engine::durability`]). (The resource server refuses
+    /// sled's settings with another engine.)
     pub fn with_engine(engine: Arc<dyn Engine>, config: StoreConfig) -> Store {
         Store::build(engine, None, config)
     }
@@ -110,6 +113,7 @@ impl Store {
         let config = StoreConfig {
             limits,
             idempotency_window: config.idempotency_window.max(1),
+            durability: engine.durability(),
             ..config
         };
         Store {
@@ -127,7 +131,8 @@ impl Store {
         &self.inner.config
     }
 
-    /// The durability mode (the sled engine's setting).
+    /// What an acknowledgement means ([`Engine::durability`]): the sled
+    /// engine's setting, [`Durability::Flushed`] for every other engine.
     pub fn durability(&self) -> Durability {
         self.inner.config.durability
     }

@@ -16,7 +16,9 @@ use std::pin::Pin;
 
 use palisade_core::{LockName, Sequencer};
 
-use crate::{Applied, Limits, Marks, Op, RaiseLimit, Read, Refused, RequestId, StoreError};
+use crate::{
+    Applied, Durability, Limits, Marks, Op, RaiseLimit, Read, Refused, RequestId, StoreError,
+};
 
 /// What every [`Engine`] call returns: a boxed future, so the trait can be
 /// used as `dyn Engine`. The outer `Result` is a failure of the engine (the
@@ -176,6 +178,14 @@ pub trait Engine: Send + Sync + fmt::Debug + 'static {
             max_value_bytes: usize::MAX,
             max_batch_ops: usize::MAX,
         }
+    }
+
+    /// What an acknowledgement means, as [`Durability`]: `Flushed` (the
+    /// default) for an engine that acknowledges only what it has made
+    /// durable (obligation 4); the sled engine in `Buffered` mode says so.
+    /// [`EngineInfo::durability`] says the same in the engine's words.
+    fn durability(&self) -> Durability {
+        Durability::Flushed
     }
 
     /// Applies a write: obligations 1–6, 8–10.

@@ -293,6 +293,10 @@ impl Engine for SledEngine {
         }
     }
 
+    fn durability(&self) -> Durability {
+        self.durability
+    }
+
     fn write(&self, request: WriteRequest) -> EngineFuture<Result<Applied, Refused>> {
         // Queued now, not when the future is first polled: requests made
         // one after another are decided in that order.
