@@ -20,7 +20,7 @@ use crate::decisions::{MarksView, Outcome};
 use crate::dto::{BatchBody, CasBody, WriteResponse};
 use crate::error::{ApiError, marks_json};
 use crate::metrics::OpKind;
-use crate::sequencer_policy::check_raise;
+use crate::sequencer_policy::{check_raise, warn_raise_too_large};
 use crate::state::AppState;
 use crate::tokens::forbidden;
 use palisade_core::percent_decode;
@@ -421,7 +421,8 @@ fn write_response(lock: &LockName, sequencer: &Sequencer, applied: &Applied) -> 
     response
 }
 
-/// The common path of every write: raise cap, live check, store.
+/// The common path of every write: live check, then the store, which
+/// checks the raise cap in the write's own step (one engine round trip).
 async fn apply_write(
     state: &AppState,
     lock: &LockName,
@@ -429,9 +430,13 @@ async fn apply_write(
     request_id: Option<&RequestId>,
     ops: &[Op],
 ) -> Result<Response, ApiError> {
-    check_raise(state, sequencer).await?;
     live_check(state, sequencer).await?;
-    let applied = match state.store.submit(sequencer, ops, request_id)?.await? {
+    let cap = state.policy.raise_cap();
+    let applied = match state
+        .store
+        .submit_capped(sequencer, ops, request_id, cap)?
+        .await?
+    {
         Ok(applied) => applied,
         Err(refused) => return Err(refusal(state, sequencer, refused).await),
     };
@@ -446,6 +451,7 @@ async fn apply_write(
 /// restored data). The check before the store is not enough: the lease may
 /// have lapsed and a newer holder written in between.
 async fn refusal(state: &AppState, sequencer: &Sequencer, mut refused: Refused) -> ApiError {
+    warn_raise_too_large(sequencer, &refused);
     let Refused::Stale { regression, .. } = &mut refused else {
         return refused.into();
     };
