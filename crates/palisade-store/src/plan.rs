@@ -333,47 +333,36 @@ impl Overlay {
                 },
                 None => snapshot.prior(key),
             };
-            let result = match (op, prior) {
-                (Op::Put { .. }, Prior::Present(_) | Prior::Exists) => {
-                    PlannedResult::Known(OpResult::Replaced)
-                }
-                (Op::Put { .. }, Prior::Absent) => PlannedResult::Known(OpResult::Created),
-                (Op::Put { .. }, Prior::Unknown) => PlannedResult::IfExisted {
-                    key: key.clone(),
-                    existed: OpResult::Replaced,
-                    absent: OpResult::Created,
-                },
-                (Op::Delete { .. }, Prior::Present(_) | Prior::Exists) => {
-                    PlannedResult::Known(OpResult::Deleted)
-                }
-                (Op::Delete { .. }, Prior::Absent) => PlannedResult::Known(OpResult::Absent),
-                (Op::Delete { .. }, Prior::Unknown) => PlannedResult::IfExisted {
-                    key: key.clone(),
-                    existed: OpResult::Deleted,
-                    absent: OpResult::Absent,
-                },
-                (Op::Cas { expected, .. }, Prior::Present(current)) => {
-                    if expected.as_ref() != Some(&current) {
-                        return Err(Refused::CasMismatch {
-                            op_index,
-                            current: Some(current),
-                        });
+            let result = match op {
+                Op::Put { .. } | Op::Delete { .. } => {
+                    let (existed, absent) = match op {
+                        Op::Put { .. } => (OpResult::Replaced, OpResult::Created),
+                        _ => (OpResult::Deleted, OpResult::Absent),
+                    };
+                    match prior {
+                        Prior::Present(_) | Prior::Exists => PlannedResult::Known(existed),
+                        Prior::Absent => PlannedResult::Known(absent),
+                        Prior::Unknown => PlannedResult::IfExisted {
+                            key: key.clone(),
+                            existed,
+                            absent,
+                        },
                     }
-                    PlannedResult::Known(OpResult::Swapped)
                 }
-                (Op::Cas { expected, .. }, Prior::Absent) => {
-                    if expected.is_some() {
-                        return Err(Refused::CasMismatch {
-                            op_index,
-                            current: None,
-                        });
+                Op::Cas { expected, .. } => {
+                    let current = match prior {
+                        Prior::Present(current) => Some(current),
+                        Prior::Absent => None,
+                        // Never compared here: only the first op on a key
+                        // can meet a key not read with its value.
+                        Prior::Exists | Prior::Unknown => {
+                            overlay.assumed.push((key.clone(), expected.clone()));
+                            expected.clone()
+                        }
+                    };
+                    if current != *expected {
+                        return Err(Refused::CasMismatch { op_index, current });
                     }
-                    PlannedResult::Known(OpResult::Swapped)
-                }
-                // Never compared here: only the first op on a key can meet
-                // a key not read with its value.
-                (Op::Cas { expected, .. }, Prior::Exists | Prior::Unknown) => {
-                    overlay.assumed.push((key.clone(), expected.clone()));
                     PlannedResult::Known(OpResult::Swapped)
                 }
             };

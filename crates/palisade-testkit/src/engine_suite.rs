@@ -1359,143 +1359,71 @@ pub async fn raise_cap<F: EngineFactory>(factory: &F) {
     let cap = RaiseCap::new(10).with_clock_lead(Duration::from_micros(LEAD_US));
     let now = UNIX_EPOCH + Duration::from_micros(NOW_US);
     let limit = RaiseLimit::new(cap, now);
-    let refused_as = |outcome: &Result<Applied, Refused>, marks: Marks, allowed: u64, clock| {
-        matches!(
-            outcome,
-            Err(Refused::RaiseTooLarge {
-                marks: refused_marks,
-                allowed_up_to,
-                by_clock,
-                max_raise: 10,
-                ..
-            }) if *refused_marks == marks && *allowed_up_to == allowed && *by_clock == clock
-        )
-    };
 
-    // A counter lock: the higher of its marks, 105, allows up to 115.
+    // A counter lock: the higher of its marks, 105, allows up to 115. A
+    // lock never seen is held to the clock: up to now + lead.
     let counter = case.lock("counter");
     case.raise_to(&counter, marks(100, 105)).await;
-    let snapshot = case.snapshot().await;
-    let over = case
-        .write_capped(
-            &excl(&counter, 116),
-            vec![put("k", "over")],
-            Some(&request_id("over")),
-            limit,
-            "generation 116, one above the cap",
-        )
-        .await;
-    if !refused_as(&over, marks(100, 105), 115, false) {
-        case.fail(format_args!(
-            "generation 116 on marks (100, 105) with max raise 10: expected raise_too_large allowing up to 115 by the count, got {over:?}"
-        ));
-    }
-    let what = "after a write over the cap";
-    case.expect_unchanged(&snapshot, what).await;
-    case.expect_marks(&counter, marks(100, 105), what).await;
-    case.expect_value(&counter, "k", None, what).await;
-    case.write_capped(
-        &excl(&counter, 115),
-        vec![put("k", "at")],
-        None,
-        limit,
-        "generation 115, at the cap",
-    )
-    .await
-    .unwrap_or_else(|refused| {
-        case.fail(format_args!(
-            "generation 115 at the cap was refused: {refused:?}"
-        ))
-    });
-    case.expect_marks(&counter, marks(115, 105), "after a write at the cap")
-        .await;
-
-    // A lock never seen is held to the clock: up to now + lead.
     let clock = case.lock("clock");
     let ceiling = NOW_US + LEAD_US;
-    let snapshot = case.snapshot().await;
-    let over = case
-        .write_capped(
-            &excl(&clock, ceiling + 1),
-            vec![put("k", "over")],
-            None,
-            limit,
+    for (lock, generation, refusal, what) in [
+        (
+            &counter,
+            116,
+            Some((marks(100, 105), 115, false)),
+            "one above the count",
+        ),
+        (&counter, 115, None, "at the count"),
+        (
+            &clock,
+            ceiling + 1,
+            Some((Marks::ZERO, ceiling, true)),
             "a first generation one above the clock's limit",
-        )
-        .await;
-    if !refused_as(&over, Marks::ZERO, ceiling, true) {
-        case.fail(format_args!(
-            "a first generation of {} with the clock limit {ceiling}: expected raise_too_large by the clock, got {over:?}",
-            ceiling + 1
-        ));
+        ),
+    ] {
+        case.expect_capped(lock, generation, None, limit, refusal, what)
+            .await;
     }
-    let what = "after a first write over the clock's limit";
-    case.expect_unchanged(&snapshot, what).await;
-    case.expect_marks(&clock, Marks::ZERO, what).await;
+    case.expect_marks(&counter, marks(115, 105), "after a write at the cap")
+        .await;
     let id = request_id("at-the-clock");
+    let what = "a first generation at the clock's limit";
     let original = case
-        .write_capped(
-            &excl(&clock, ceiling),
-            vec![put("k", "at")],
-            Some(&id),
-            limit,
-            "a first generation at the clock's limit",
-        )
-        .await
-        .unwrap_or_else(|refused| {
-            case.fail(format_args!(
-                "a first generation at the clock's limit was refused: {refused:?}"
-            ))
-        });
+        .expect_capped(&clock, ceiling, Some(&id), limit, None, what)
+        .await;
     // Its retry, judged by a clock an hour earlier whose limit it exceeds:
     // a recorded request gets its original outcome before any cap.
     let earlier = RaiseLimit::new(cap, now - Duration::from_micros(LEAD_US));
+    let what = "the retry under an earlier clock";
+    let ops = cap_ops(ceiling);
     let retry = case
-        .write_capped(
-            &excl(&clock, ceiling),
-            vec![put("k", "at")],
-            Some(&id),
-            earlier,
-            "the retry under an earlier clock",
-        )
+        .write_capped(&excl(&clock, ceiling), ops, Some(&id), earlier, what)
         .await;
-    match &retry {
-        Ok(replay) if replay.replayed && replay.commit_seq == original.commit_seq => {}
-        other => case.fail(format_args!(
-            "a retry of a recorded write under a cap it now exceeds answered {other:?}; expected the replay of {original:?}"
+    match (&retry, original) {
+        (Ok(replay), Some(original))
+            if replay.replayed && replay.commit_seq == original.commit_seq => {}
+        (other, original) => case.fail(format_args!(
+            "{what}: a retry of a recorded write under a cap it now exceeds answered {other:?}; expected the replay of {original:?}"
         )),
     }
-    // Now a clock mark: the holder writes again at it, and one above the
+    // Now a clock mark: its holder writes again at it, and one above the
     // limit is refused with the marks of the step.
-    case.write_capped(
-        &excl(&clock, ceiling),
-        vec![put("k", "again")],
-        None,
-        limit,
-        "the holder again, at its mark",
-    )
-    .await
-    .unwrap_or_else(|refused| {
-        case.fail(format_args!(
-            "a holder writing again at a clock mark within the limit was refused: {refused:?}"
-        ))
-    });
-    let over = case
-        .write_capped(
-            &excl(&clock, ceiling + 1),
-            vec![put("k", "over")],
-            None,
-            limit,
+    for (generation, refusal, what) in [
+        (ceiling, None, "the holder again, at its mark"),
+        (
+            ceiling + 1,
+            Some((marks(ceiling, 0), ceiling, true)),
             "one above the clock's limit on a clock mark",
-        )
-        .await;
-    if !refused_as(&over, marks(ceiling, 0), ceiling, true) {
-        case.fail(format_args!(
-            "one above the clock's limit on a clock mark: expected raise_too_large with marks ({ceiling}, 0), got {over:?}"
-        ));
+        ),
+    ] {
+        case.expect_capped(&clock, generation, None, limit, refusal, what)
+            .await;
     }
-    case.expect_value(&clock, "k", Some("again"), "after the refused raise")
-        .await;
+}
+
+/// The ops of a [`raise_cap`] write at `generation`.
+fn cap_ops(generation: u64) -> Vec<Op> {
+    vec![put("k", &format!("v{generation}"))]
 }
 
 /// Everything acknowledged before a crash is there after it: data, both
@@ -1747,6 +1675,62 @@ impl<'f, F: EngineFactory> Case<'f, F> {
         let request =
             WriteRequest::new(sequencer.clone(), ops, id.cloned()).with_raise_limit(limit);
         self.call(self.engine.write(request), what).await
+    }
+
+    /// A capped write at `generation` ([`cap_ops`]), expected accepted
+    /// (`refusal` `None`: returns the outcome) or refused with
+    /// `raise_too_large` on `(marks, allowed_up_to, by_clock)`, changing
+    /// nothing.
+    async fn expect_capped(
+        &self,
+        lock: &LockName,
+        generation: u64,
+        id: Option<&RequestId>,
+        limit: RaiseLimit,
+        refusal: Option<(Marks, u64, bool)>,
+        what: &str,
+    ) -> Option<Applied> {
+        let snapshot = self.snapshot().await;
+        let value = self.value(lock, "k").await;
+        let outcome = self
+            .write_capped(
+                &excl(lock, generation),
+                cap_ops(generation),
+                id,
+                limit,
+                what,
+            )
+            .await;
+        let Some((marks, allowed, clock)) = refusal else {
+            return match outcome {
+                Ok(applied) => Some(applied),
+                Err(refused) => self.fail(format_args!(
+                    "{what}: generation {generation} within the cap was refused: {refused:?}"
+                )),
+            };
+        };
+        match &outcome {
+            Err(Refused::RaiseTooLarge {
+                marks: refused_marks,
+                allowed_up_to,
+                by_clock,
+                max_raise,
+                ..
+            }) if *refused_marks == marks
+                && *allowed_up_to == allowed
+                && *by_clock == clock
+                && *max_raise == limit.cap().max_raise() => {}
+            other => self.fail(format_args!(
+                "{what}: generation {generation} on marks {marks}: expected raise_too_large allowing up to {allowed} (by the {}), got {other:?}",
+                if clock { "clock" } else { "count" }
+            )),
+        }
+        self.expect_unchanged(&snapshot, what).await;
+        self.expect_marks(lock, marks, what).await;
+        if self.value(lock, "k").await != value {
+            self.fail(format_args!("{what}: the refused write changed key `k`"));
+        }
+        None
     }
 
     async fn write_ok(
