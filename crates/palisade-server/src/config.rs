@@ -187,7 +187,7 @@ pub struct ServerConfig {
         env = "PALISADE_MAX_MARK_RAISE_TIME",
         value_name = "DURATION",
         default_value = "1h",
-        value_parser = parse_duration,
+        value_parser = palisade_core::parse_duration,
         requires = "max_mark_raise",
         help_heading = "Security"
     ))]
@@ -513,48 +513,4 @@ pub(crate) fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, Serv
         path: path.to_owned(),
         source,
     })
-}
-
-/// A duration flag: a whole number and a unit, `ms`, `s`, `m` or `h`
-/// (`1500ms`, `90s`, `10m`, `1h`).
-#[cfg(feature = "cli")]
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("`{text}` has no unit; write e.g. `90s`, `10m` or `1h`"))?;
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
-    let seconds_per_unit = match unit {
-        "ms" => return Ok(Duration::from_millis(number)),
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        other => {
-            return Err(format!(
-                "unknown unit `{other}` in `{text}`; use ms, s, m or h"
-            ));
-        }
-    };
-    number
-        .checked_mul(seconds_per_unit)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("`{text}` is too long"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_take_a_number_and_a_unit() {
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
-        for bad in ["", "10", "h", "1d", "-1h", "1.5h", "99999999999999999999h"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} was accepted");
-        }
-    }
 }

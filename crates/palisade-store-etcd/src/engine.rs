@@ -430,8 +430,7 @@ impl Inner {
         let txn = txn::read_txn(ranges);
         let after = self.config.request_timeout();
         let deadline = tokio::time::Instant::now() + after;
-        let mut pauses =
-            palisade_core::retry_pauses(Duration::from_millis(2), Duration::from_millis(100));
+        let mut pauses = resend_pauses();
         let response = loop {
             let mut kv = self.kv.clone();
             let error = match tokio::time::timeout_at(deadline, kv.txn(txn.clone())).await {
@@ -440,7 +439,7 @@ impl Inner {
                 Err(_elapsed) => return Err(errors::timed_out(operation, after)),
             };
             let again = errors::is_unsent(&error) || errors::is_transient(&error);
-            let pause = pauses.next().unwrap_or(Duration::from_millis(100));
+            let pause = pauses.next().unwrap_or(RESEND_PAUSE_CAP);
             if !again || tokio::time::Instant::now() + pause >= deadline {
                 return Err(errors::unavailable(operation, &error));
             }
@@ -480,8 +479,7 @@ impl Inner {
         let txn = txn::commit_txn(commit);
         let after = self.config.request_timeout();
         let deadline = tokio::time::Instant::now() + after;
-        let mut pauses =
-            palisade_core::retry_pauses(Duration::from_millis(2), Duration::from_millis(100));
+        let mut pauses = resend_pauses();
         loop {
             let mut kv = self.kv.clone();
             let error = match tokio::time::timeout_at(deadline, kv.txn(txn.clone())).await {
@@ -508,7 +506,7 @@ impl Inner {
             if !errors::is_unsent(&error) {
                 return Err(errors::in_doubt(operation, &format!("{error}")));
             }
-            let pause = pauses.next().unwrap_or(Duration::from_millis(100));
+            let pause = pauses.next().unwrap_or(RESEND_PAUSE_CAP);
             if tokio::time::Instant::now() + pause >= deadline {
                 return Err(errors::unavailable(operation, &error));
             }
@@ -547,6 +545,15 @@ impl Inner {
             None => Err(errors::corrupt("the layout version key")),
         }
     }
+}
+
+/// The longest pause before a request that applied nothing is sent again.
+const RESEND_PAUSE_CAP: Duration = Duration::from_millis(100);
+
+/// Pauses before a request that applied nothing (it never left, or etcd
+/// refused it for a passing reason) is sent again, within its timeout.
+fn resend_pauses() -> impl Iterator<Item = Duration> {
+    palisade_core::retry_pauses(Duration::from_millis(2), RESEND_PAUSE_CAP)
 }
 
 /// Pauses before the next attempt after another process committed on the
