@@ -1,6 +1,7 @@
 //! The engine: one PostgreSQL transaction per fenced step.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use palisade_core::{LockName, RaiseCap, Sequencer};
 use palisade_store::plan::{fence, stale};
@@ -223,18 +224,23 @@ impl Engine for PostgresEngine {
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or has been tried
-/// [`ATTEMPTS`] times.
+/// [`ATTEMPTS`] times, pausing between tries (`retry_pauses`: two
+/// transactions that deadlocked do not meet again in step).
 async fn retrying<T, Fut>(mut attempt: impl FnMut() -> Fut) -> Result<T, StoreError>
 where
     Fut: Future<Output = Result<T, Failure>>,
 {
+    let mut pauses =
+        palisade_core::retry_pauses(Duration::from_millis(1), Duration::from_millis(20));
     let mut tries = 0;
     loop {
         tries += 1;
         match attempt().await {
             Ok(outcome) => return Ok(outcome),
             Err(failure) if failure.is_retryable() && tries < ATTEMPTS => {
-                tracing::debug!(error = %failure, "PostgreSQL asked for a retry");
+                let pause = pauses.next().unwrap_or(Duration::from_millis(20));
+                tracing::debug!(error = %failure, ?pause, "PostgreSQL asked for a retry");
+                tokio::time::sleep(pause).await;
             }
             Err(failure) => return Err(failure.into_store_error()),
         }
