@@ -71,8 +71,10 @@ pub struct ServerConfig {
     )]
     pub listen: SocketAddr,
 
-    /// What a 2xx means: `flushed` (on disk, group commit) or `buffered`
-    /// (in memory, flushed in the background every --buffered-flush-ms).
+    /// What a 2xx means with sled: `flushed` (on disk, group commit) or
+    /// `buffered` (in memory, flushed in the background every
+    /// --buffered-flush-ms). Other engines acknowledge only what their
+    /// database committed durably: `buffered` is refused with them.
     #[cfg_attr(feature = "cli", arg(long, env = "PALISADE_DURABILITY", value_enum, default_value_t = DurabilityMode::Flushed))]
     pub durability: DurabilityMode,
 
@@ -112,8 +114,8 @@ pub struct ServerConfig {
     )]
     pub idempotency_window: u32,
 
-    /// sled's page cache size, in bytes.
-    #[cfg_attr(feature = "cli", arg(long, env = "PALISADE_CACHE_CAPACITY_BYTES", default_value_t = 256 * 1024 * 1024))]
+    /// sled's page cache size, in bytes (sled only).
+    #[cfg_attr(feature = "cli", arg(long, env = "PALISADE_CACHE_CAPACITY_BYTES", default_value_t = ServerConfig::DEFAULT_CACHE_CAPACITY_BYTES))]
     pub cache_capacity_bytes: u64,
 
     /// Key ring of the sequencer signing keys this server accepts: one
@@ -317,6 +319,10 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// sled's page cache unless `--cache-capacity-bytes` says otherwise:
+    /// 256 MiB.
+    pub const DEFAULT_CACHE_CAPACITY_BYTES: u64 = 256 * 1024 * 1024;
+
     /// A configuration with every default and the given data directory
     /// (sled).
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
@@ -331,7 +337,7 @@ impl ServerConfig {
             max_batch_ops: 1000,
             max_body_bytes: 8 * 1024 * 1024,
             idempotency_window: 1024,
-            cache_capacity_bytes: 256 * 1024 * 1024,
+            cache_capacity_bytes: ServerConfig::DEFAULT_CACHE_CAPACITY_BYTES,
             verify_keys_file: None,
             issuers: Vec::new(),
             require_signatures: None,
@@ -475,7 +481,16 @@ impl ServerConfig {
     }
 
     /// Where the store lives: `--store`, or `--data-dir` as `sled:DIR`.
+    /// Refuses an engine this build lacks (naming its feature) and sled's
+    /// own settings (`--durability buffered`, `--cache-capacity-bytes`)
+    /// with another engine.
     pub fn store_spec(&self) -> Result<StoreSpec, ServerError> {
+        let spec = self.named_store()?;
+        crate::engines::check(&spec, crate::engines::feature_of(&spec), self)?;
+        Ok(spec)
+    }
+
+    fn named_store(&self) -> Result<StoreSpec, ServerError> {
         match (&self.store, &self.data_dir) {
             (Some(spec), None) => spec
                 .parse()

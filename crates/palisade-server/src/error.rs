@@ -250,6 +250,26 @@ pub enum ServerError {
         /// Why.
         message: String,
     },
+    /// `--store` names an engine this build of the server lacks.
+    #[error(
+        "--store {store} needs the `{feature}` feature, and this server was built without it (build palisade-server with `--features {feature}`)"
+    )]
+    EngineNotBuilt {
+        /// The `--store` value, password redacted.
+        store: String,
+        /// The Cargo feature that builds the engine in.
+        feature: &'static str,
+    },
+    /// A setting only the sled engine honours, given with another engine.
+    #[error("{setting} applies to the sled engine only, not to the {engine} engine: {why}")]
+    SledOnly {
+        /// The setting, as a flag.
+        setting: &'static str,
+        /// The engine `--store` names.
+        engine: &'static str,
+        /// Why it means nothing there.
+        why: &'static str,
+    },
     /// A file named by the configuration could not be read.
     #[error("cannot read {what} file {}: {source}", path.display())]
     ReadFile {

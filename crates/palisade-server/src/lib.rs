@@ -11,16 +11,20 @@
 //! The server can also demand more of a request before the store sees it
 //! (docs/SECURITY.md): a bearer token allowed the lock's name (401/403), a
 //! sequencer signed by a known key from a trusted issuer (401/403), a
-//! generation not too far above the marks (409 `raise_too_large`). A
-//! refused request changes nothing. Its own accept loop bounds
+//! generation not too far above the marks (409 `raise_too_large`, which a
+//! write's engine checks in the write's own step). A refused request
+//! changes nothing. Its own accept loop bounds
 //! connections, requests in flight, header time and size, and body time
 //! and size, so a slow or huge client cannot starve the others; a request
 //! deadline bounds every wait on the store and the lock service, so a
 //! stalled dependency gets an answer (503), not a silence; TLS is rustls.
 //!
 //! **Architecture Invariant:** the server depends on `palisade-core` and
-//! `palisade-store` only, never on a lock backend. The optional live check
-//! reaches a backend through [`palisade_core::SharedLiveCheck`].
+//! `palisade-store`, never on a lock backend; the PostgreSQL and etcd
+//! engines come only with the `postgres` and `etcd` features (sled alone by
+//! default), and `--store` for an engine not built in is refused naming
+//! its feature. The optional live check reaches a backend through
+//! [`palisade_core::SharedLiveCheck`].
 //!
 //! # Where to start
 //!
@@ -55,9 +59,8 @@ mod connection_service;
 mod connections;
 mod deadline;
 mod decisions;
+mod engines;
 mod error;
-#[cfg(feature = "etcd")]
-mod etcd_store;
 mod events;
 mod limits;
 mod metrics;

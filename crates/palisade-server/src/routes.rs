@@ -23,7 +23,7 @@ use tracing::Instrument as _;
 use crate::deadline::Deadline;
 use crate::decisions::Outcome;
 use crate::error::ApiError;
-use crate::sequencer_policy::check_raise;
+use crate::sequencer_policy::{check_raise, warn_raise_too_large};
 use crate::state::AppState;
 use crate::tokens::{Grant, forbidden};
 
@@ -502,8 +502,9 @@ fn write_response(lock: &LockName, sequencer: &Sequencer, applied: &Applied) -> 
     response
 }
 
-/// The common path of every write: raise cap, live check, store, all
-/// within the request's deadline (which starts here: the body is in).
+/// The common path of every write: live check, then the store, which
+/// checks the raise cap in the write's own step (one engine round trip),
+/// all within the request's deadline (which starts here: the body is in).
 async fn apply_write(
     state: &AppState,
     lock: &LockName,
@@ -512,11 +513,9 @@ async fn apply_write(
     ops: &[Op],
 ) -> Result<Response, ApiError> {
     let deadline = state.deadline();
-    deadline
-        .wait(Dependency::Store, check_raise(state, sequencer))
-        .await??;
     live_check(state, sequencer, &deadline).await?;
-    let write = state.store.submit(sequencer, ops, request_id)?;
+    let cap = state.policy.raise_cap();
+    let write = state.store.submit_capped(sequencer, ops, request_id, cap)?;
     let applied = match deadline.wait(Dependency::Store, write).await?? {
         Ok(applied) => applied,
         Err(refused) => return Err(refusal(state, sequencer, refused, &deadline).await),
@@ -538,6 +537,7 @@ async fn refusal(
     mut refused: Refused,
     deadline: &Deadline,
 ) -> ApiError {
+    warn_raise_too_large(sequencer, &refused);
     let Refused::Stale { regression, .. } = &mut refused else {
         return refused.into();
     };

@@ -1,13 +1,14 @@
-//! What the server demands of a sequencer before the store sees it:
-//! a valid signature from a trusted issuer, and a bounded raise of the
-//! mark. Both checks run before the store is touched, so a refused
-//! request changes nothing.
+//! What the server demands of a sequencer beyond the fencing rule: a valid
+//! signature from a trusted issuer, checked before the store is touched,
+//! and a bounded raise of the mark, which a write's engine checks in its
+//! atomic step and a fenced read's server checks first. A refused request
+//! changes nothing.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::http::{HeaderValue, header};
 use palisade_core::{RaiseCap, Sequencer, SignatureError, Verifier};
-use palisade_store::{Marks, Refused};
+use palisade_store::{RaiseLimit, Refused};
 use palisade_wire::ErrorBody;
 
 use crate::error::ApiError;
@@ -102,48 +103,49 @@ fn signature_refusal(sequencer: &Sequencer, error: &SignatureError) -> ApiError 
     refusal
 }
 
-/// Refuses a request whose generation is further above its lock's marks
-/// than the raise cap allows (409 `raise_too_large`): more than
+/// Refuses a fenced read whose generation is further above its lock's
+/// marks than the raise cap allows (409 `raise_too_large`): more than
 /// `max_raise` above a counter mark, more than `clock_lead` ahead of this
 /// server's clock for a clock mark or a lock without marks ([`RaiseCap`]
-/// says why the mark decides).
+/// says why the mark decides). A write carries the cap into its engine's
+/// atomic step instead (`Store::submit_capped`), which costs no read.
 ///
-/// The marks are read before the request is queued, not in its
-/// transaction. That is enough: marks only rise, so by the time the
-/// request commits, the raise is at most what was checked here.
+/// The marks are read before the read is queued, not in its step. That is
+/// enough: marks only rise, so by the time the read commits, the raise is
+/// at most what was checked here.
 pub(crate) async fn check_raise(state: &AppState, sequencer: &Sequencer) -> Result<(), ApiError> {
     let Some(cap) = state.policy.raise_cap() else {
         return Ok(());
     };
-    let lock = sequencer.lock();
-    let marks: Marks = state.store.submit_marks(lock)?.await?;
-    let highest = marks.exclusive.max(marks.shared);
-    let presented = sequencer.generation().get();
-    let allowed_up_to = cap.allowed_up_to(highest, SystemTime::now());
-    if presented <= allowed_up_to {
-        return Ok(());
-    }
-    let by_clock = RaiseCap::by_clock(highest);
+    let marks = state.store.submit_marks(sequencer.lock())?.await?;
+    RaiseLimit::now(cap)
+        .check(sequencer, marks)
+        .map_err(|refused| {
+            warn_raise_too_large(sequencer, &refused);
+            refused.into()
+        })
+}
+
+/// The warning of a `raise_too_large` refusal, wherever it was decided.
+pub(crate) fn warn_raise_too_large(sequencer: &Sequencer, refused: &Refused) {
+    let Refused::RaiseTooLarge {
+        marks,
+        allowed_up_to,
+        by_clock,
+        ..
+    } = refused
+    else {
+        return;
+    };
     tracing::warn!(
         target: "palisade_server::fence",
-        lock = %lock,
-        generation = presented,
-        highest_mark = highest,
+        lock = %sequencer.lock(),
+        generation = sequencer.generation().get(),
+        highest_mark = marks.exclusive.max(marks.shared),
         allowed_up_to,
         by_clock,
         issuer = sequencer.issuer(),
         reason = "raise_too_large",
         "refused: the generation is too far above the marks (a buggy issuer?)"
     );
-    Err(Refused::RaiseTooLarge {
-        lock: lock.clone(),
-        mode: sequencer.mode(),
-        presented: sequencer.generation(),
-        marks,
-        max_raise: cap.max_raise(),
-        clock_lead: cap.clock_lead(),
-        by_clock,
-        allowed_up_to,
-    }
-    .into())
 }

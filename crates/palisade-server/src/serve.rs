@@ -14,7 +14,6 @@ use std::time::Duration;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use palisade_core::SharedLiveCheck;
-use palisade_store::Store;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -23,7 +22,7 @@ use crate::connection_service::ConnectionService;
 use crate::connections::{ConnectionHandle, Connections};
 use crate::metrics::{ConnectionEnd, Metrics};
 use crate::tls::TlsConfig;
-use crate::{AppState, ServerConfig, ServerError, StoreSpec, app};
+use crate::{AppState, ServerConfig, ServerError, app};
 
 /// hyper's own bound on header fields, kept on the stack.
 const HYPER_DEFAULT_MAX_HEADERS: usize = 100;
@@ -324,72 +323,6 @@ impl ServerConfig {
             Some(live_check) => state.with_live_check(live_check),
             None => state,
         })
-    }
-
-    /// Opens the store that `--store` (or `--data-dir`) names. Blocks
-    /// while sled opens.
-    pub fn open_store(&self) -> Result<Store, ServerError> {
-        let spec = self.store_spec()?;
-        let store = match &spec {
-            StoreSpec::Sled { dir } => Store::open(dir, self.store_config())?,
-            #[cfg(feature = "postgres")]
-            StoreSpec::Postgres { url } => {
-                Store::with_engine(self.open_postgres(&spec, url)?, self.store_config())
-            }
-            #[cfg(feature = "etcd")]
-            StoreSpec::Etcd { endpoints, prefix } => {
-                crate::etcd_store::open(&spec, endpoints, prefix.as_deref(), self.store_config())?
-            }
-            // An engine not compiled in is refused, naming the feature.
-            #[allow(unreachable_patterns)]
-            _ => {
-                return Err(ServerError::OpenEngine {
-                    store: spec.to_string(),
-                    message: format!(
-                        "this build has no {} engine: build palisade-server with `--features {}`",
-                        spec.engine(),
-                        spec.engine()
-                    ),
-                });
-            }
-        };
-        let engine = store.engine_info();
-        tracing::info!(
-            engine = engine.name,
-            location = %engine.location,
-            durability = %engine.durability,
-            "store opened"
-        );
-        Ok(store)
-    }
-
-    /// Connects the PostgreSQL engine. Its connections belong to the
-    /// runtime that opens them, so this waits for them in place on the
-    /// caller's (multi-threaded) tokio runtime.
-    #[cfg(feature = "postgres")]
-    fn open_postgres(
-        &self,
-        spec: &StoreSpec,
-        url: &str,
-    ) -> Result<Arc<dyn palisade_store::Engine>, ServerError> {
-        let failed = |message: String| ServerError::OpenEngine {
-            store: spec.to_string(),
-            message,
-        };
-        let runtime = tokio::runtime::Handle::try_current()
-            .ok()
-            .filter(|runtime| {
-                runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-            })
-            .ok_or_else(|| {
-                failed("the PostgreSQL engine is opened on a multi-threaded tokio runtime".into())
-            })?;
-        use palisade_store_postgres::{PostgresConfig, PostgresEngine};
-        let config = PostgresConfig::new(url)
-            .with_idempotency_window(self.store_config().idempotency_window);
-        let engine = tokio::task::block_in_place(|| runtime.block_on(PostgresEngine::open(config)))
-            .map_err(|error| failed(error.to_string()))?;
-        Ok(Arc::new(engine))
     }
 
     /// Binds the listen address. A failure names it

@@ -4,14 +4,20 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use palisade_core::redact::redact_url;
+
 /// Where the resource server keeps its marks and data: the value of
 /// `--store` (or `--data-dir DIR`, which is `sled:DIR`).
 ///
 /// | `--store` | engine |
 /// |---|---|
 /// | `sled:<dir>` | sled in `<dir>` (the default engine) |
-/// | `postgres://…`, `postgresql://…` | PostgreSQL, a libpq-style URL |
-/// | `etcd://host:port,host:port[/prefix]` | etcd, keys under `prefix` |
+/// | `postgres://…`, `postgresql://…` | PostgreSQL, a libpq-style URL (the `postgres` feature) |
+/// | `etcd://host:port,host:port[/prefix]` | etcd, keys under `prefix` (the `etcd` feature) |
+///
+/// Every engine's value parses in every build; opening one this build
+/// lacks is refused naming its feature
+/// ([`ServerConfig::store_spec`](crate::ServerConfig::store_spec)).
 ///
 /// ```
 /// use palisade_server::StoreSpec;
@@ -73,7 +79,7 @@ impl FromStr for StoreSpec {
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let invalid = |reason: &str| StoreSpecError {
-            shown: redact(text),
+            shown: redact_url(text),
             reason: reason.to_owned(),
         };
         if let Some(dir) = text.strip_prefix("sled:") {
@@ -133,27 +139,11 @@ fn parse_endpoint(endpoint: &str) -> Result<String, String> {
     }
 }
 
-/// `text` with the password of a `scheme://user:password@host` URL
-/// replaced by `***`.
-fn redact(text: &str) -> String {
-    let Some((scheme, rest)) = text.split_once("://") else {
-        return text.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return text.to_owned();
-    };
-    match rest[..at].split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***{}", &rest[at..]),
-        None => text.to_owned(),
-    }
-}
-
 impl fmt::Display for StoreSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreSpec::Sled { dir } => write!(f, "sled:{}", dir.display()),
-            StoreSpec::Postgres { url } => f.write_str(&redact(url)),
+            StoreSpec::Postgres { url } => f.write_str(&redact_url(url)),
             StoreSpec::Etcd { endpoints, prefix } => {
                 write!(f, "etcd://{}", endpoints.join(","))?;
                 match prefix {
@@ -237,8 +227,14 @@ mod tests {
         assert!(!format!("{spec:?}").contains("s3cret"));
         let error = "mysql://app:s3cret@db/x".parse::<StoreSpec>().unwrap_err();
         assert!(!error.to_string().contains("s3cret"), "{error}");
-        // No password, nothing to hide; a `@` in the path is not a user.
-        assert_eq!(redact("postgres://db/p@x"), "postgres://db/p@x");
-        assert_eq!(redact("postgres://app@db/p"), "postgres://app@db/p");
+        // A password given as a query parameter is hidden too.
+        let spec = parse("postgres://app@db/p?sslmode=require&password=s3cret").unwrap();
+        assert!(!spec.to_string().contains("s3cret"), "{spec}");
+        assert!(!format!("{spec:?}").contains("s3cret"));
+        // No password, nothing to hide.
+        assert_eq!(
+            parse("postgres://app@db/p").unwrap().to_string(),
+            "postgres://app@db/p"
+        );
     }
 }

@@ -14,11 +14,10 @@ use tokio::sync::Mutex;
 
 use crate::config::EtcdEngineConfig;
 use crate::errors::{self, ENGINE};
+use crate::keys::revision_seq;
 use crate::keys::{FORMAT_VERSION, PrefixKeys};
 use crate::memory::LockMemory;
-use crate::plan::{
-    self, Cached, Commit, Found, Range, ReadPlan, ReadSet, Results, Snapshot, WritePlan,
-};
+use crate::plan::{self, Cached, Commit, Found, Range, ReadPlan, ReadSet, Snapshot, WritePlan};
 use crate::txn::{self, Outcome};
 
 /// How many stripes of in-process turn-taking: requests on locks that hash
@@ -230,6 +229,7 @@ impl Inner {
         let _turn = self.stripe(&lock).lock().await;
         // The snapshot a failed fresh commit's failure branch read, if any.
         let mut snapshot: Option<Snapshot> = None;
+        let mut pauses = contention_pauses();
         // Cleared once a commit built on the memory has failed: from then
         // on every attempt decides on a read.
         let mut from_memory = true;
@@ -268,27 +268,22 @@ impl Inner {
                     existed,
                     then_found,
                 } => {
-                    let results = match admitted.results {
-                        Results::Known(results) => results,
-                        Results::FromPrevious => {
-                            plan::replay_results(&keys, &request.ops, &existed)
-                        }
-                    };
+                    let results = admitted.results(&keys, &existed);
                     let oldest_slot = admitted
                         .oldest_after
                         .resolve(revision, then_found.into_iter().next().flatten());
                     self.memory.remember(
                         &lock,
                         Cached {
-                            state: admitted.after,
+                            state: admitted.planned.after,
                             state_revision: revision,
                             oldest_slot,
                         },
                     );
                     return Ok(Ok(Applied {
                         results,
-                        marks: admitted.marks,
-                        commit_seq: plan::revision_seq(revision),
+                        marks: admitted.planned.marks,
+                        commit_seq: revision_seq(revision),
                         replayed: false,
                     }));
                 }
@@ -299,7 +294,7 @@ impl Inner {
                     // and its failure branch read the next snapshot.
                     if fresh {
                         snapshot = Some(Snapshot { found: else_found });
-                        self.contended(&lock, attempt).await;
+                        contended(&lock, attempt, &mut pauses).await;
                     }
                 }
             }
@@ -384,6 +379,7 @@ impl Inner {
             None => None,
         };
         let mut snapshot: Option<Snapshot> = None;
+        let mut pauses = contention_pauses();
         for attempt in 1..=self.config.max_attempts() {
             let snapshot_now = match snapshot.take() {
                 Some(snapshot) => snapshot,
@@ -415,22 +411,12 @@ impl Inner {
                     }
                     Outcome::Failed { else_found } => {
                         snapshot = Some(Snapshot { found: else_found });
-                        self.contended(lock, attempt).await;
+                        contended(lock, attempt, &mut pauses).await;
                     }
                 },
             }
         }
         Err(errors::contended(self.config.max_attempts()))
-    }
-
-    /// A pause before the next attempt after another process committed on
-    /// the lock between this request's read and commit: random, growing,
-    /// so two replicas do not collide again in step.
-    async fn contended(&self, lock: &LockName, attempt: u32) {
-        let ceiling_ms = 1u64 << attempt.min(6);
-        let pause = Duration::from_micros(rand::random::<u64>() % (ceiling_ms * 1000));
-        tracing::debug!(%lock, attempt, ?pause, "etcd engine: the lock changed before commit; reading again");
-        tokio::time::sleep(pause).await;
     }
 
     /// One read-only Txn over `ranges`: a linearizable snapshot at one
@@ -444,8 +430,7 @@ impl Inner {
         let txn = txn::read_txn(ranges);
         let after = self.config.request_timeout();
         let deadline = tokio::time::Instant::now() + after;
-        let mut pauses =
-            palisade_core::retry_pauses(Duration::from_millis(2), Duration::from_millis(100));
+        let mut pauses = resend_pauses();
         let response = loop {
             let mut kv = self.kv.clone();
             let error = match tokio::time::timeout_at(deadline, kv.txn(txn.clone())).await {
@@ -454,7 +439,7 @@ impl Inner {
                 Err(_elapsed) => return Err(errors::timed_out(operation, after)),
             };
             let again = errors::is_unsent(&error) || errors::is_transient(&error);
-            let pause = pauses.next().unwrap_or(Duration::from_millis(100));
+            let pause = pauses.next().unwrap_or(RESEND_PAUSE_CAP);
             if !again || tokio::time::Instant::now() + pause >= deadline {
                 return Err(errors::unavailable(operation, &error));
             }
@@ -494,6 +479,7 @@ impl Inner {
         let txn = txn::commit_txn(commit);
         let after = self.config.request_timeout();
         let deadline = tokio::time::Instant::now() + after;
+        let mut pauses = resend_pauses();
         loop {
             let mut kv = self.kv.clone();
             let error = match tokio::time::timeout_at(deadline, kv.txn(txn.clone())).await {
@@ -520,10 +506,11 @@ impl Inner {
             if !errors::is_unsent(&error) {
                 return Err(errors::in_doubt(operation, &format!("{error}")));
             }
-            if tokio::time::Instant::now() + Duration::from_millis(2) >= deadline {
+            let pause = pauses.next().unwrap_or(RESEND_PAUSE_CAP);
+            if tokio::time::Instant::now() + pause >= deadline {
                 return Err(errors::unavailable(operation, &error));
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::sleep(pause).await;
         }
     }
 
@@ -558,4 +545,26 @@ impl Inner {
             None => Err(errors::corrupt("the layout version key")),
         }
     }
+}
+
+/// The longest pause before a request that applied nothing is sent again.
+const RESEND_PAUSE_CAP: Duration = Duration::from_millis(100);
+
+/// Pauses before a request that applied nothing (it never left, or etcd
+/// refused it for a passing reason) is sent again, within its timeout.
+fn resend_pauses() -> impl Iterator<Item = Duration> {
+    palisade_core::retry_pauses(Duration::from_millis(2), RESEND_PAUSE_CAP)
+}
+
+/// Pauses before the next attempt after another process committed on the
+/// lock between a request's read and its commit: random and growing
+/// (`retry_pauses`), so two replicas do not collide again in step.
+fn contention_pauses() -> impl Iterator<Item = Duration> {
+    palisade_core::retry_pauses(Duration::from_millis(1), Duration::from_millis(64))
+}
+
+async fn contended(lock: &LockName, attempt: u32, pauses: &mut impl Iterator<Item = Duration>) {
+    let pause = pauses.next().unwrap_or(Duration::from_millis(64));
+    tracing::debug!(%lock, attempt, ?pause, "etcd engine: the lock changed before commit; reading again");
+    tokio::time::sleep(pause).await;
 }

@@ -3,7 +3,8 @@
 //! Under the configured prefix `P`:
 //!
 //! - `P/format` → the layout version ([`FORMAT_VERSION`]);
-//! - `P/l/<lock segment>/m` → the lock's [`LockState`] (marks and the count
+//! - `P/l/<lock segment>/m` → the lock's
+//!   [`LockState`](palisade_store::stored::LockState) (marks and the count
 //!   of idempotency ids recorded);
 //! - `P/l/<lock segment>/d/<user key>` → a value;
 //! - `P/l/<lock segment>/r/<request id>` → an idempotency [`Record`];
@@ -21,7 +22,9 @@
 //! what makes read, decide and commit one isolated step.
 
 use palisade_core::LockName;
-use palisade_store::{Marks, OpResult};
+use palisade_store::plan::{Fingerprint, Remembered};
+use palisade_store::stored::{decode_results, encode_results};
+use palisade_store::{Applied, Marks, OpResult};
 
 /// The layout this version writes and reads.
 pub(crate) const FORMAT_VERSION: &[u8] = b"palisade-store-etcd/1";
@@ -103,38 +106,6 @@ impl LockKeys {
     }
 }
 
-/// What the engine keeps per lock: `[H_excl][H_shared][ids recorded]`,
-/// three u64 big-endian. Absent = all zero.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct LockState {
-    pub(crate) marks: Marks,
-    /// How many idempotency ids this lock has ever recorded: the next one
-    /// goes to slot `recorded`.
-    pub(crate) recorded: u64,
-}
-
-impl LockState {
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(24);
-        out.extend_from_slice(&self.marks.exclusive.to_be_bytes());
-        out.extend_from_slice(&self.marks.shared.to_be_bytes());
-        out.extend_from_slice(&self.recorded.to_be_bytes());
-        out
-    }
-
-    pub(crate) fn decode(bytes: &[u8]) -> Option<LockState> {
-        let bytes: &[u8; 24] = bytes.try_into().ok()?;
-        let word = |i: usize| u64::from_be_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
-        Some(LockState {
-            marks: Marks {
-                exclusive: word(0),
-                shared: word(1),
-            },
-            recorded: word(2),
-        })
-    }
-}
-
 /// A remembered outcome:
 /// `[fingerprint length: u16 BE][fingerprint][H_excl: u64 BE][H_shared: u64 BE][one byte per op result]`.
 ///
@@ -156,7 +127,7 @@ impl Record {
         out.extend_from_slice(&self.fingerprint[..usize::from(length)]);
         out.extend_from_slice(&self.marks.exclusive.to_be_bytes());
         out.extend_from_slice(&self.marks.shared.to_be_bytes());
-        out.extend(self.results.iter().map(|result| result_byte(*result)));
+        out.extend(encode_results(&self.results));
         out
     }
 
@@ -165,40 +136,39 @@ impl Record {
         let length = usize::from(u16::from_be_bytes(length.try_into().ok()?));
         let (fingerprint, rest) = rest.split_at_checked(length)?;
         let (marks, results) = rest.split_at_checked(16)?;
-        let word = |i: usize| u64::from_be_bytes(marks[i * 8..i * 8 + 8].try_into().unwrap());
+        let word = |i: usize| -> Option<u64> {
+            Some(u64::from_be_bytes(
+                marks.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+            ))
+        };
         Some(Record {
             fingerprint: fingerprint.to_vec(),
             marks: Marks {
-                exclusive: word(0),
-                shared: word(1),
+                exclusive: word(0)?,
+                shared: word(1)?,
             },
-            results: results
-                .iter()
-                .map(|byte| result_from_byte(*byte))
-                .collect::<Option<_>>()?,
+            results: decode_results(results)?,
         })
     }
-}
 
-fn result_byte(result: OpResult) -> u8 {
-    match result {
-        OpResult::Created => 1,
-        OpResult::Replaced => 2,
-        OpResult::Deleted => 3,
-        OpResult::Absent => 4,
-        OpResult::Swapped => 5,
+    /// The record as the planner compares it: the outcome of the write
+    /// that stored it at `mod_revision`, its commit sequence number.
+    pub(crate) fn remembered(self, mod_revision: i64) -> Remembered {
+        Remembered {
+            fingerprint: Fingerprint::Digest(self.fingerprint),
+            applied: Applied {
+                results: self.results,
+                marks: self.marks,
+                commit_seq: revision_seq(mod_revision),
+                replayed: true,
+            },
+        }
     }
 }
 
-fn result_from_byte(byte: u8) -> Option<OpResult> {
-    Some(match byte {
-        1 => OpResult::Created,
-        2 => OpResult::Replaced,
-        3 => OpResult::Deleted,
-        4 => OpResult::Absent,
-        5 => OpResult::Swapped,
-        _ => return None,
-    })
+/// An etcd revision as a commit sequence number (revisions start at 1).
+pub(crate) fn revision_seq(revision: i64) -> u64 {
+    u64::try_from(revision).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -230,16 +200,7 @@ mod tests {
     }
 
     #[test]
-    fn state_and_records_round_trip_and_refuse_garbage() {
-        let state = LockState {
-            marks: Marks {
-                exclusive: 3,
-                shared: u64::MAX,
-            },
-            recorded: 17,
-        };
-        assert_eq!(LockState::decode(&state.encode()), Some(state));
-        assert_eq!(LockState::decode(&[1, 2, 3]), None);
+    fn records_round_trip_and_refuse_garbage() {
         let record = Record {
             fingerprint: vec![9; 32],
             marks: Marks {
@@ -253,5 +214,12 @@ mod tests {
         bad.push(0);
         assert_eq!(Record::decode(&bad), None);
         assert_eq!(Record::decode(&[0, 40, 1]), None);
+        let remembered = record.clone().remembered(77);
+        assert_eq!(remembered.applied.commit_seq, 77);
+        assert!(remembered.applied.replayed);
+        assert_eq!(
+            remembered.fingerprint,
+            Fingerprint::Digest(record.fingerprint)
+        );
     }
 }

@@ -1,18 +1,26 @@
-//! The decision of a request, as a pure function of what was read.
+//! From a request to etcd Txns: what to read, and the commit of what the
+//! shared planner decided.
 //!
 //! A request runs in two etcd round trips: a read-only Txn that fetches
 //! everything the decision needs ([`ReadSet`]), then, when the request is
 //! admitted and changes something, one commit Txn ([`Commit`]) whose
-//! compares require every key read to be unchanged since. Deciding here,
-//! with no I/O, keeps the rules testable without a server and keeps the
-//! commit exactly as large as what [`commit_bytes_bound`] promised.
+//! compares require every key read to be unchanged since. The decision
+//! itself is `palisade_store::plan::plan_write`, the planner every engine
+//! written in Rust shares (replay, the raise cap, the rule, the ops over an
+//! overlay); what is etcd's is here: the keys read, the compares that make
+//! read, decide and commit one isolated step, the window's slots, and the
+//! bound on the commit's size ([`commit_bytes_bound`]). No I/O, so all of
+//! it is testable without a server.
 
 use std::collections::HashMap;
 
-use palisade_core::{Mode, Sequencer};
-use palisade_store::{Applied, Marks, Op, OpResult, Read, Refused, WriteRequest};
+use bytes::Bytes;
+use palisade_core::Sequencer;
+use palisade_store::plan::{self as planner, Prior, WritePlan as Decision};
+use palisade_store::stored::LockState;
+use palisade_store::{Applied, Op, OpResult, Read, Refused, WriteRequest};
 
-use crate::keys::{LockKeys, LockState, Record};
+use crate::keys::{LockKeys, Record};
 
 /// A condition of a commit Txn: all must hold for its writes to apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,10 +57,9 @@ pub(crate) struct Found {
 #[derive(Debug, Clone)]
 pub(crate) struct ReadSet {
     pub(crate) ranges: Vec<Range>,
-    /// The data keys, in the order of their ranges, after the first
+    /// The user keys of the data ranges, in their order after the first
     /// `data_from` ranges, and whether each was read with its value.
-    data_keys: Vec<Vec<u8>>,
-    with_value: Vec<bool>,
+    data_keys: Vec<(Bytes, bool)>,
     data_from: usize,
 }
 
@@ -72,39 +79,19 @@ impl ReadSet {
             });
         }
         let data_from = ranges.len();
-        let mut needs_value: HashMap<Vec<u8>, bool> = HashMap::new();
-        let mut data_keys = Vec::new();
-        for op in &request.ops {
-            let key = keys.data(op.key());
-            let cas = matches!(op, Op::Cas { .. });
-            match needs_value.get_mut(&key) {
-                Some(value) => *value |= cas,
-                None => {
-                    needs_value.insert(key.clone(), cas);
-                    data_keys.push(key);
-                }
-            }
-        }
-        let with_value: Vec<bool> = data_keys.iter().map(|key| needs_value[key]).collect();
-        ranges.extend(
-            data_keys
-                .iter()
-                .zip(&with_value)
-                .map(|(key, with_value)| Range::Key {
-                    key: key.clone(),
-                    keys_only: !with_value,
-                }),
-        );
+        let data_keys = planner::keys_to_read(&request.ops);
+        ranges.extend(data_keys.iter().map(|(key, with_value)| Range::Key {
+            key: keys.data(key),
+            keys_only: !with_value,
+        }));
         ReadSet {
             ranges,
             data_keys,
-            with_value,
             data_from,
         }
     }
 
     pub(crate) fn for_read(keys: &LockKeys, user_key: &[u8]) -> ReadSet {
-        let data_key = keys.data(user_key);
         ReadSet {
             ranges: vec![
                 Range::Key {
@@ -112,12 +99,11 @@ impl ReadSet {
                     keys_only: false,
                 },
                 Range::Key {
-                    key: data_key.clone(),
+                    key: keys.data(user_key),
                     keys_only: false,
                 },
             ],
-            data_keys: vec![data_key],
-            with_value: vec![true],
+            data_keys: vec![(Bytes::copy_from_slice(user_key), true)],
             data_from: 1,
         }
     }
@@ -129,9 +115,43 @@ impl ReadSet {
                 keys_only: false,
             }],
             data_keys: Vec::new(),
-            with_value: Vec::new(),
             data_from: 1,
         }
+    }
+
+    /// What `snapshot` (read for `request` by this set) tells the planner.
+    fn view(
+        &self,
+        request: &WriteRequest,
+        snapshot: &Snapshot,
+    ) -> Result<planner::Snapshot, Undecodable> {
+        let (state, _) = snapshot.state()?;
+        let remembered = match (&request.request_id, snapshot.found.get(1)) {
+            (Some(request_id), Some(Some(found))) => Some(
+                Record::decode(&found.value)
+                    .ok_or_else(|| Undecodable(format!("the idempotency record `{request_id}`")))?
+                    .remembered(found.mod_revision),
+            ),
+            _ => None,
+        };
+        let data = self
+            .data_keys
+            .iter()
+            .zip(&snapshot.found[self.data_from..])
+            .map(|((key, with_value), found)| {
+                let prior = match found {
+                    None => Prior::Absent,
+                    Some(found) if *with_value => Prior::Present(found.value.clone().into()),
+                    Some(_) => Prior::Exists,
+                };
+                (key.clone(), prior)
+            })
+            .collect();
+        Ok(planner::Snapshot {
+            state,
+            remembered,
+            data,
+        })
     }
 }
 
@@ -198,24 +218,29 @@ pub(crate) struct Commit {
     pub(crate) else_read: Vec<Range>,
 }
 
-/// The op results of an admitted write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Results {
-    Known(Vec<OpResult>),
-    /// Known once the commit reports which data keys existed before it.
-    FromPrevious,
-}
-
 /// An admitted write: commit this, then answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Admitted {
     pub(crate) commit: Commit,
-    pub(crate) results: Results,
-    pub(crate) marks: Marks,
-    /// The lock's state once committed.
-    pub(crate) after: LockState,
+    /// The planner's decision: the marks, the lock's state once committed,
+    /// and the op results (settled by the commit's answer where the
+    /// decision was made without reading a key).
+    pub(crate) planned: planner::Admitted,
     /// The oldest remembered id once committed.
     pub(crate) oldest_after: OldestAfter,
+}
+
+impl Admitted {
+    /// The op results, given which data keys the commit reports existed
+    /// before it (by storage key).
+    pub(crate) fn results(
+        &self,
+        keys: &LockKeys,
+        existed: &HashMap<Vec<u8>, bool>,
+    ) -> Vec<OpResult> {
+        self.planned
+            .results_given(|key| existed.get(&keys.data(key)).copied().unwrap_or(false))
+    }
 }
 
 /// What the oldest remembered id's slot is once a commit has applied.
@@ -274,68 +299,51 @@ pub(crate) enum ReadPlan {
     },
 }
 
-/// What is known about a data key while the ops are evaluated.
-#[derive(Debug, Clone)]
-enum Current {
-    Absent,
-    /// Present; the value when it was read or written in this request.
-    Present(Option<Vec<u8>>),
-}
-
-fn stale(sequencer: &Sequencer, marks: Marks) -> Refused {
-    Refused::Stale {
-        lock: sequencer.lock().clone(),
-        mode: sequencer.mode(),
-        presented: sequencer.generation(),
-        marks,
-        regression: false,
-    }
-}
-
-/// The results of `ops` given whether each data key existed before them;
-/// every compare-and-swap swapped (the caller knows its comparison held).
-pub(crate) fn replay_results(
-    keys: &LockKeys,
-    ops: &[Op],
-    existed: &HashMap<Vec<u8>, bool>,
-) -> Vec<OpResult> {
-    let mut present = existed.clone();
-    ops.iter()
-        .map(|op| {
-            let key = keys.data(op.key());
-            let was = present.get(&key).copied().unwrap_or(false);
-            let (result, now) = match op {
-                Op::Put { .. } if was => (OpResult::Replaced, true),
-                Op::Put { .. } => (OpResult::Created, true),
-                Op::Delete { .. } if was => (OpResult::Deleted, false),
-                Op::Delete { .. } => (OpResult::Absent, false),
-                Op::Cas { new, .. } => (OpResult::Swapped, new.is_some()),
-            };
-            present.insert(key, now);
-            result
-        })
+/// One put or delete per data key (etcd refuses two writes to one key in a
+/// Txn), its final value.
+fn data_writes(keys: &LockKeys, planned: &planner::Admitted) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    planned
+        .writes
+        .iter()
+        .map(|(key, value)| (keys.data(key), value.as_deref().map(<[u8]>::to_vec)))
         .collect()
 }
 
-/// The idempotency record of an admitted write, its slot, and the eviction
-/// of the oldest id beyond the window, added to `commit`. `oldest_slot` is
-/// the oldest remembered id's slot before it (`Some(None)`: none; `None`:
-/// not known, allowed only while the window cannot be full).
+/// The encoded idempotency record of `planned` with `results`.
+fn record_of(
+    request: &WriteRequest,
+    planned: &planner::Admitted,
+    results: Vec<OpResult>,
+) -> Vec<u8> {
+    Record {
+        fingerprint: request.fingerprint.clone(),
+        marks: planned.marks,
+        results,
+    }
+    .encode()
+}
+
+/// The idempotency record of an admitted write, its slot (`number`, the
+/// number the planner recorded the id under), and the eviction of the
+/// oldest id beyond the window, added to `commit`. `oldest_slot` is the
+/// oldest remembered id's slot before it (`Some(None)`: none; `None`: not
+/// known, allowed only while the window cannot be full).
+#[allow(clippy::too_many_arguments)]
 fn record_idempotency(
     keys: &LockKeys,
     request_id: &str,
     record: Option<Vec<u8>>,
+    number: u64,
+    after: &LockState,
     oldest_slot: Option<Option<&Found>>,
-    after: &mut LockState,
     commit: &mut Commit,
     window: u32,
 ) -> Result<OldestAfter, Undecodable> {
     if let Some(record) = record {
         commit.puts.push((keys.record(request_id), record));
     }
-    let slot = (keys.slot(after.recorded), request_id.as_bytes().to_vec());
+    let slot = (keys.slot(number), request_id.as_bytes().to_vec());
     commit.puts.push(slot.clone());
-    after.recorded += 1;
     let Some(oldest) = oldest_slot else {
         return Ok(OldestAfter::Known(None));
     };
@@ -346,10 +354,10 @@ fn record_idempotency(
     // Keep the last `window` ids: cut one from the oldest end once there
     // are more (one per write, so a window made smaller shrinks the kept
     // set over the next writes).
-    let number = keys
+    let oldest_number = keys
         .slot_number(&found.key)
         .ok_or_else(|| Undecodable("an idempotency slot key".to_owned()))?;
-    if after.recorded.saturating_sub(number) <= u64::from(window) {
+    if oldest_number >= after.first_kept(u64::from(window)) {
         return Ok(OldestAfter::Known(Some(Some(found.clone()))));
     }
     let evicted = std::str::from_utf8(&found.value)
@@ -365,7 +373,7 @@ fn record_idempotency(
     // its limit, deleted ones too until compaction, so that read would
     // cost in proportion to every id the lock ever recorded.
     commit.then_read.push(Range::Key {
-        key: keys.slot(number + 1),
+        key: keys.slot(oldest_number + 1),
         keys_only: false,
     });
     Ok(OldestAfter::ReadBack)
@@ -375,99 +383,52 @@ fn record_idempotency(
 /// read: `None` when the memory cannot decide it (a refusal, which is
 /// always decided on a fresh read; a compare-and-swap that fails within
 /// the request; an eviction from an unknown oldest slot; a request id with
-/// more than one key of unknown prior existence). The commit's conditions
-/// make it apply only if the memory was right. It has no failure branch:
-/// a memory gone stale is rare for a lock written through one engine, and
-/// reads sent in every commit for that case cost etcd more than the extra
-/// round trip when it happens (the caller then reads afresh).
+/// more than one key of unknown prior existence). The planner decides
+/// with every data key unknown; the commit's conditions make it apply only
+/// if the memory and the planner's assumptions were right. It has no
+/// failure branch: a memory gone stale is rare for a lock written through
+/// one engine, and reads sent in every commit for that case cost etcd more
+/// than the extra round trip when it happens (the caller then reads
+/// afresh).
 pub(crate) fn plan_optimistic(
     keys: &LockKeys,
     request: &WriteRequest,
     cached: &Cached,
     window: u32,
 ) -> Option<Admitted> {
-    let sequencer = &request.sequencer;
-    if sequencer.mode() != Mode::Exclusive {
+    let view = planner::Snapshot {
+        state: cached.state,
+        ..planner::Snapshot::default()
+    };
+    let Decision::Apply(planned) = planner::plan_write(request, &view) else {
         return None;
-    }
-    let marks = cached
-        .state
-        .marks
-        .admit(sequencer.mode(), sequencer.generation())?;
+    };
     let mut commit = Commit {
         conditions: vec![Condition::Unchanged {
             key: keys.state(),
             mod_revision: cached.state_revision,
         }],
         data_reports_previous: true,
+        data: data_writes(keys, &planned),
         ..Commit::default()
     };
-    // Each key's value as the ops leave it, and, for keys first touched by
-    // a compare-and-swap, whether it existed before (from its condition).
-    let mut overlay: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
-    let mut existed: HashMap<Vec<u8>, bool> = HashMap::new();
-    let mut order: Vec<Vec<u8>> = Vec::new();
-    let mut unknown: Vec<Vec<u8>> = Vec::new();
-    for op in &request.ops {
-        let key = keys.data(op.key());
-        let first = !overlay.contains_key(&key);
-        if first {
-            order.push(key.clone());
-        }
-        let value = match op {
-            Op::Put { value, .. } => {
-                if first {
-                    unknown.push(key.clone());
-                }
-                Some(value[..].to_vec())
+    commit
+        .conditions
+        .extend(planned.assumed.iter().map(|(key, expected)| {
+            let key = keys.data(key);
+            match expected {
+                Some(value) => Condition::Holds {
+                    key,
+                    value: value.to_vec(),
+                },
+                None => Condition::Absent { key },
             }
-            Op::Delete { .. } => {
-                if first {
-                    unknown.push(key.clone());
-                }
-                None
-            }
-            Op::Cas { expected, new, .. } => {
-                if first {
-                    existed.insert(key.clone(), expected.is_some());
-                    commit.conditions.push(match expected {
-                        Some(value) => Condition::Holds {
-                            key: key.clone(),
-                            value: value[..].to_vec(),
-                        },
-                        None => Condition::Absent { key: key.clone() },
-                    });
-                } else if overlay[&key].as_deref() != expected.as_deref() {
-                    return None;
-                }
-                new.as_ref().map(|new| new[..].to_vec())
-            }
-        };
-        overlay.insert(key, value);
-    }
-    commit.data = order
-        .into_iter()
-        .map(|key| {
-            let value = overlay.remove(&key).flatten();
-            (key, value)
-        })
-        .collect();
-
-    let mut after = LockState {
-        marks,
-        recorded: cached.state.recorded,
-    };
-    let results = match (&request.request_id, unknown.as_slice()) {
-        (None, []) | (Some(_), []) => Results::Known(replay_results(keys, &request.ops, &existed)),
-        (None, _) => Results::FromPrevious,
-        (Some(_), [_]) => Results::FromPrevious,
-        (Some(_), _) => return None,
-    };
+        }));
     let mut oldest_after = OldestAfter::Known(cached.oldest_slot.clone());
-    if let Some(request_id) = &request.request_id {
+    if let (Some(request_id), Some(number)) = (&request.request_id, planned.recorded_as) {
         // More than `window` ids once this one is added: one is evicted,
         // which needs the oldest slot.
-        let full = after.recorded >= u64::from(window);
+        let full = number >= u64::from(window);
         let oldest_slot = match &cached.oldest_slot {
             Some(Some(found)) => Some(Some(found)),
             Some(None) if !full => Some(None),
@@ -485,38 +446,36 @@ pub(crate) fn plan_optimistic(
         commit.conditions.push(Condition::Absent {
             key: keys.record(request_id.as_str()),
         });
-        let encode = |results: Vec<OpResult>| {
-            Record {
-                fingerprint: request.fingerprint.clone(),
-                marks,
-                results,
-            }
-            .encode()
-        };
-        let record = match (&results, unknown.as_slice()) {
-            (Results::Known(results), _) => Some(encode(results.clone())),
-            (Results::FromPrevious, [key]) => {
-                let with = |present: bool| {
-                    let mut existed = existed.clone();
-                    existed.insert(key.clone(), present);
-                    encode(replay_results(keys, &request.ops, &existed))
+        let undecided: Vec<&Bytes> = planned.undecided().collect();
+        let record = match undecided[..] {
+            [] => Some(record_of(request, &planned, planned.known_results()?)),
+            // The record's results depend on whether this key existed:
+            // etcd picks the record in a nested Txn before the writes.
+            [key] => {
+                let with = |existed: bool| {
+                    record_of(
+                        request,
+                        &planned,
+                        planned.results_given(|other| existed && other == &key[..]),
+                    )
                 };
                 commit.record_choice = Some(RecordChoice {
-                    data_key: key.clone(),
+                    data_key: keys.data(key),
                     record_key: keys.record(request_id.as_str()),
                     if_present: with(true),
                     if_absent: with(false),
                 });
                 None
             }
-            (Results::FromPrevious, _) => return None,
+            _ => return None,
         };
         oldest_after = record_idempotency(
             keys,
             request_id.as_str(),
             record,
+            number,
+            &planned.after,
             oldest_slot,
-            &mut after,
             &mut commit,
             window,
         )
@@ -525,18 +484,19 @@ pub(crate) fn plan_optimistic(
     // Always rewritten, even unchanged: the new revision is this write's
     // commit sequence number, and the state key's mod_revision is what
     // concurrent requests on the lock compare.
-    commit.puts.push((keys.state(), after.encode()));
+    commit
+        .puts
+        .push((keys.state(), planned.after.encode().to_vec()));
     Some(Admitted {
         commit,
-        results,
-        marks,
-        after,
+        planned,
         oldest_after,
     })
 }
 
-/// Decides a write on a fresh snapshot: idempotency, fencing, then every op
-/// against an overlay; builds the commit only when every op passed.
+/// Decides a write on a fresh snapshot (the planner), and builds its commit:
+/// compares on everything read, one write per data key, the record, the
+/// window's slots and the state.
 pub(crate) fn plan_write(
     keys: &LockKeys,
     request: &WriteRequest,
@@ -544,141 +504,51 @@ pub(crate) fn plan_write(
     snapshot: &Snapshot,
     window: u32,
 ) -> Result<WritePlan, Undecodable> {
-    let (before, state_revision) = snapshot.state()?;
-    let sequencer = &request.sequencer;
+    let (_, state_revision) = snapshot.state()?;
+    let planned = match planner::plan_write(request, &reads.view(request, snapshot)?) {
+        Decision::Replay(applied) => return Ok(WritePlan::Replay(applied)),
+        Decision::Refuse(refused) => return Ok(WritePlan::Refuse(refused)),
+        Decision::Apply(planned) => planned,
+    };
     let mut commit = Commit {
         conditions: vec![Condition::Unchanged {
             key: keys.state(),
             mod_revision: state_revision,
         }],
+        data: data_writes(keys, &planned),
         else_read: reads.ranges.clone(),
         ..Commit::default()
     };
-
-    let mut oldest_slot = None;
-    if let Some(request_id) = &request.request_id {
-        let record_key = keys.record(request_id.as_str());
-        match &snapshot.found[1] {
-            Some(found) => {
-                let record = Record::decode(&found.value)
-                    .ok_or_else(|| Undecodable(format!("the idempotency record `{request_id}`")))?;
-                if record.fingerprint != request.fingerprint {
-                    return Ok(WritePlan::Refuse(Refused::IdempotencyKeyReused {
-                        request_id: request_id.clone(),
-                    }));
-                }
-                return Ok(WritePlan::Replay(Applied {
-                    results: record.results,
-                    marks: record.marks,
-                    commit_seq: revision_seq(found.mod_revision),
-                    replayed: true,
-                }));
-            }
-            None => commit
-                .conditions
-                .push(Condition::Absent { key: record_key }),
-        }
-        oldest_slot = Some(snapshot.found[2].clone());
-        if let Some(found) = &snapshot.found[2] {
-            commit.conditions.push(Condition::Unchanged {
-                key: found.key.clone(),
-                mod_revision: found.mod_revision,
-            });
-        }
-    }
-
-    if sequencer.mode() == Mode::Shared {
-        return Ok(WritePlan::Refuse(Refused::SharedOnWrite {
-            lock: sequencer.lock().clone(),
-            presented: sequencer.generation(),
-        }));
-    }
-    let Some(marks) = before.marks.admit(sequencer.mode(), sequencer.generation()) else {
-        return Ok(WritePlan::Refuse(stale(sequencer, before.marks)));
-    };
-
-    let mut overlay: HashMap<Vec<u8>, Current> = HashMap::new();
-    let data = reads.data_keys.iter().zip(&reads.with_value);
-    for ((key, with_value), found) in data.zip(&snapshot.found[reads.data_from..]) {
-        let current = match found {
-            None => Current::Absent,
-            Some(found) => Current::Present(with_value.then(|| found.value.clone())),
-        };
+    let oldest_slot = request.request_id.as_ref().map(|request_id| {
+        commit.conditions.push(Condition::Absent {
+            key: keys.record(request_id.as_str()),
+        });
+        snapshot.found[2].as_ref()
+    });
+    if let Some(Some(found)) = oldest_slot {
         commit.conditions.push(Condition::Unchanged {
-            key: key.clone(),
+            key: found.key.clone(),
+            mod_revision: found.mod_revision,
+        });
+    }
+    let data_found = &snapshot.found[reads.data_from..];
+    for ((key, _), found) in reads.data_keys.iter().zip(data_found) {
+        commit.conditions.push(Condition::Unchanged {
+            key: keys.data(key),
             mod_revision: found.as_ref().map_or(0, |found| found.mod_revision),
         });
-        overlay.insert(key.clone(), current);
     }
-
-    let mut results = Vec::with_capacity(request.ops.len());
-    for (op_index, op) in request.ops.iter().enumerate() {
-        let key = keys.data(op.key());
-        let current = overlay.get(&key).cloned().unwrap_or(Current::Absent);
-        let present = matches!(current, Current::Present(_));
-        let (result, new_value) = match op {
-            Op::Put { value, .. } => (
-                if present {
-                    OpResult::Replaced
-                } else {
-                    OpResult::Created
-                },
-                Some(value[..].to_vec()),
-            ),
-            Op::Delete { .. } => (
-                if present {
-                    OpResult::Deleted
-                } else {
-                    OpResult::Absent
-                },
-                None,
-            ),
-            Op::Cas { expected, new, .. } => {
-                let current_value = match current {
-                    Current::Absent => None,
-                    // A compare-and-swap key is always read with its value.
-                    Current::Present(value) => Some(value.unwrap_or_default()),
-                };
-                if current_value.as_deref() != expected.as_deref() {
-                    return Ok(WritePlan::Refuse(Refused::CasMismatch {
-                        op_index,
-                        current: current_value.map(Into::into),
-                    }));
-                }
-                (OpResult::Swapped, new.as_ref().map(|new| new[..].to_vec()))
-            }
-        };
-        results.push(result);
-        let after = match &new_value {
-            Some(value) => Current::Present(Some(value.clone())),
-            None => Current::Absent,
-        };
-        overlay.insert(key.clone(), after);
-        // etcd refuses two writes to one key in a Txn: one per key, its
-        // final value.
-        match commit.data.iter_mut().find(|(k, _)| *k == key) {
-            Some(entry) => entry.1 = new_value,
-            None => commit.data.push((key, new_value)),
-        }
-    }
-
-    let mut after = LockState {
-        marks,
-        recorded: before.recorded,
-    };
-    let mut oldest_after = OldestAfter::Known(oldest_slot.clone());
-    if let Some(request_id) = &request.request_id {
-        let record = Record {
-            fingerprint: request.fingerprint.clone(),
-            marks,
-            results: results.clone(),
-        };
+    let mut oldest_after = OldestAfter::Known(oldest_slot.map(|found| found.cloned()));
+    if let (Some(request_id), Some(number)) = (&request.request_id, planned.recorded_as) {
+        // Every data key was read: the results are known.
+        let results = planned.results_given(|_| false);
         oldest_after = record_idempotency(
             keys,
             request_id.as_str(),
-            Some(record.encode()),
-            oldest_slot.as_ref().map(Option::as_ref),
-            &mut after,
+            Some(record_of(request, &planned, results)),
+            number,
+            &planned.after,
+            oldest_slot,
             &mut commit,
             window,
         )?;
@@ -686,12 +556,12 @@ pub(crate) fn plan_write(
     // Always rewritten, even unchanged: the new revision is this write's
     // commit sequence number, and the state key's mod_revision is what
     // concurrent requests on the lock compare.
-    commit.puts.push((keys.state(), after.encode()));
+    commit
+        .puts
+        .push((keys.state(), planned.after.encode().to_vec()));
     Ok(WritePlan::Commit(Box::new(Admitted {
         commit,
-        results: Results::Known(results),
-        marks,
-        after,
+        planned,
         oldest_after,
     })))
 }
@@ -712,8 +582,9 @@ pub(crate) fn plan_read(
             marks: before.marks,
         }));
     };
-    let Some(marks) = before.marks.admit(sequencer.mode(), sequencer.generation()) else {
-        return Ok(ReadPlan::Refuse(stale(sequencer, before.marks)));
+    let marks = match planner::fence(before.marks, sequencer) {
+        Ok(marks) => marks,
+        Err(refused) => return Ok(ReadPlan::Refuse(refused)),
     };
     let read = Read { value, marks };
     if marks == before.marks {
@@ -725,7 +596,7 @@ pub(crate) fn plan_read(
             key: keys.state(),
             mod_revision: state_revision,
         }],
-        puts: vec![(keys.state(), after.encode())],
+        puts: vec![(keys.state(), after.encode().to_vec())],
         else_read: reads.ranges.clone(),
         ..Commit::default()
     };
@@ -740,11 +611,6 @@ pub(crate) fn plan_read(
         read,
         after,
     })
-}
-
-/// An etcd revision as a commit sequence number (revisions start at 1).
-pub(crate) fn revision_seq(revision: i64) -> u64 {
-    u64::try_from(revision).unwrap_or(0)
 }
 
 /// Per-entry framing in a protobuf Txn request, generously rounded up:
@@ -795,8 +661,8 @@ pub(crate) fn commit_bytes_bound(keys: &LockKeys, request: &WriteRequest) -> usi
 
 #[cfg(test)]
 mod tests {
-    use palisade_core::{Generation, LockName};
-    use palisade_store::RequestId;
+    use palisade_core::{Generation, LockName, Mode};
+    use palisade_store::{Marks, RequestId};
 
     use super::*;
     use crate::keys::PrefixKeys;
@@ -827,21 +693,18 @@ mod tests {
                 },
                 recorded,
             }
-            .encode(),
+            .encode()
+            .to_vec(),
             mod_revision: 7,
         })
     }
 
     fn commit(plan: WritePlan) -> (Commit, Vec<OpResult>) {
         match plan {
-            WritePlan::Commit(admitted) => match *admitted {
-                Admitted {
-                    commit,
-                    results: Results::Known(results),
-                    ..
-                } => (commit, results),
-                other => panic!("expected known results, got {other:?}"),
-            },
+            WritePlan::Commit(admitted) => {
+                let results = admitted.planned.known_results().expect("known results");
+                (admitted.commit, results)
+            }
             other => panic!("expected a commit, got {other:?}"),
         }
     }
@@ -860,6 +723,14 @@ mod tests {
         );
         let reads = ReadSet::for_write(&keys(), &request);
         assert_eq!(reads.ranges.len(), 3, "state + two distinct data keys");
+        assert_eq!(
+            reads.ranges[1],
+            Range::Key {
+                key: keys().data(b"k"),
+                keys_only: false
+            },
+            "a compare-and-swap key is read with its value"
+        );
         let snapshot = Snapshot {
             found: vec![state(1, 0), None, None],
         };
@@ -925,12 +796,12 @@ mod tests {
             marks: Marks::ZERO,
             results: vec![],
         };
-        let snapshot = Snapshot {
+        let recorded = |record: Record| Snapshot {
             found: vec![
                 state(2, 1),
                 Some(Found {
                     key: keys().record("r1"),
-                    value: other.encode(),
+                    value: record.encode(),
                     mod_revision: 9,
                 }),
                 None,
@@ -938,9 +809,27 @@ mod tests {
             ],
         };
         assert!(matches!(
-            plan_write(&keys(), &with_id, &reads, &snapshot, 4).unwrap(),
+            plan_write(&keys(), &with_id, &reads, &recorded(other), 4).unwrap(),
             WritePlan::Refuse(Refused::IdempotencyKeyReused { .. })
         ));
+        // The same request: its original outcome, numbered by the record's
+        // revision.
+        let same = Record {
+            fingerprint: with_id.fingerprint.clone(),
+            marks: Marks {
+                exclusive: 2,
+                shared: 0,
+            },
+            results: vec![OpResult::Created],
+        };
+        match plan_write(&keys(), &with_id, &reads, &recorded(same), 4).unwrap() {
+            WritePlan::Replay(applied) => {
+                assert_eq!(applied.commit_seq, 9);
+                assert!(applied.replayed);
+                assert_eq!(applied.results, [OpResult::Created]);
+            }
+            other => panic!("expected a replay, got {other:?}"),
+        }
     }
 
     #[test]
@@ -1102,11 +991,15 @@ mod tests {
                 (keys().data(b"k"), None)
             ]
         );
-        assert_eq!(admitted.results, Results::FromPrevious);
+        assert_eq!(
+            admitted.planned.known_results(),
+            None,
+            "settled by the commit"
+        );
         assert!(admitted.commit.else_read.is_empty(), "no failure branch");
         let existed = HashMap::from([(keys().data(b"c"), true), (keys().data(b"k"), true)]);
         assert_eq!(
-            replay_results(&keys(), &request.ops, &existed),
+            admitted.results(&keys(), &existed),
             [OpResult::Swapped, OpResult::Replaced, OpResult::Deleted]
         );
     }
@@ -1141,9 +1034,39 @@ mod tests {
         let admitted = plan_optimistic(&keys(), &one, &cached(2, 1, None), 4).unwrap();
         let choice = admitted.commit.record_choice.expect("a record choice");
         assert_eq!(choice.data_key, keys().data(b"a"));
-        assert_ne!(choice.if_present, choice.if_absent);
+        assert_eq!(
+            Record::decode(&choice.if_present).unwrap().results,
+            [OpResult::Replaced]
+        );
+        assert_eq!(
+            Record::decode(&choice.if_absent).unwrap().results,
+            [OpResult::Created]
+        );
         assert!(admitted.commit.conditions.contains(&Condition::Absent {
             key: keys().record("r")
         }));
+    }
+
+    #[test]
+    fn a_capped_write_is_refused_on_a_fresh_read_only() {
+        use palisade_core::RaiseCap;
+        use palisade_store::RaiseLimit;
+        let limit = RaiseLimit::now(RaiseCap::new(10));
+        let over = request(13, vec![Op::put("k", "v")], None).with_raise_limit(limit);
+        // Over the cap on the remembered marks: left to a fresh read.
+        assert!(plan_optimistic(&keys(), &over, &cached(2, 0, None), 4).is_none());
+        let reads = ReadSet::for_write(&keys(), &over);
+        let snapshot = Snapshot {
+            found: vec![state(2, 0), None],
+        };
+        assert!(matches!(
+            plan_write(&keys(), &over, &reads, &snapshot, 4).unwrap(),
+            WritePlan::Refuse(Refused::RaiseTooLarge {
+                allowed_up_to: 12,
+                ..
+            })
+        ));
+        // Within it, on memory: one round trip.
+        assert!(plan_optimistic(&keys(), &over, &cached(3, 0, None), 4).is_some());
     }
 }

@@ -1,8 +1,10 @@
 //! The engine: one PostgreSQL transaction per fenced step.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use palisade_core::{LockName, Sequencer};
+use palisade_core::{LockName, RaiseCap, Sequencer};
+use palisade_store::plan::{fence, stale};
 use palisade_store::{
     Applied, Engine, EngineFuture, EngineInfo, Marks, Op, OpResult, Read, Refused, RequestId,
     StoreError, StoredRecord, WriteRequest,
@@ -222,18 +224,23 @@ impl Engine for PostgresEngine {
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or has been tried
-/// [`ATTEMPTS`] times.
+/// [`ATTEMPTS`] times, pausing between tries (`retry_pauses`: two
+/// transactions that deadlocked do not meet again in step).
 async fn retrying<T, Fut>(mut attempt: impl FnMut() -> Fut) -> Result<T, StoreError>
 where
     Fut: Future<Output = Result<T, Failure>>,
 {
+    let mut pauses =
+        palisade_core::retry_pauses(Duration::from_millis(1), Duration::from_millis(20));
     let mut tries = 0;
     loop {
         tries += 1;
         match attempt().await {
             Ok(outcome) => return Ok(outcome),
             Err(failure) if failure.is_retryable() && tries < ATTEMPTS => {
-                tracing::debug!(error = %failure, "PostgreSQL asked for a retry");
+                let pause = pauses.next().unwrap_or(Duration::from_millis(20));
+                tracing::debug!(error = %failure, ?pause, "PostgreSQL asked for a retry");
+                tokio::time::sleep(pause).await;
             }
             Err(failure) => return Err(failure.into_store_error()),
         }
@@ -292,22 +299,20 @@ fn refusal(error: sqlx::Error, request: &WriteRequest) -> Result<Refused, Failur
         .unwrap_or_default();
     let corrupt = || Failure::Corrupt(format!("the write function's refusal detail `{detail}`"));
     match database.code().as_deref() {
-        Some(STALE) => {
-            let (exclusive, shared) = detail
-                .split_once(' ')
-                .and_then(|(e, s)| Some((e.parse().ok()?, s.parse().ok()?)))
-                .ok_or_else(corrupt)?;
-            Ok(stale(
-                &request.sequencer,
-                record::marks_from_db((exclusive, shared)),
-            ))
+        Some(STALE) => Ok(stale(
+            &request.sequencer,
+            marks_in(detail).ok_or_else(corrupt)?,
+        )),
+        Some(RAISE_TOO_LARGE) => {
+            let limit = request.raise_limit.as_ref().ok_or_else(corrupt)?;
+            Ok(limit.refusal(&request.sequencer, marks_in(detail).ok_or_else(corrupt)?))
         }
         Some(CAS_MISMATCH) => {
             let (index, current) = detail.split_once(' ').ok_or_else(corrupt)?;
             let op_index = index.parse().map_err(|_| corrupt())?;
             let current = match current {
                 "-" => None,
-                hex => Some(decode_hex(hex).ok_or_else(corrupt)?.into()),
+                hex => Some(hex::decode(hex).map_err(|_| corrupt())?.into()),
             };
             Ok(Refused::CasMismatch { op_index, current })
         }
@@ -344,26 +349,15 @@ fn applied(
 const STALE: &str = "PS001";
 const CAS_MISMATCH: &str = "PS002";
 const KEY_REUSED: &str = "PS003";
+const RAISE_TOO_LARGE: &str = "PS004";
 
-/// Lower-case hex (PostgreSQL's `encode(.., 'hex')`) to bytes.
-fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-fn stale(sequencer: &Sequencer, marks: Marks) -> Refused {
-    Refused::Stale {
-        lock: sequencer.lock().clone(),
-        mode: sequencer.mode(),
-        presented: sequencer.generation(),
-        marks,
-        regression: false,
-    }
+/// The marks in a refusal's detail, `h_excl h_shared`.
+fn marks_in(detail: &str) -> Option<Marks> {
+    let (exclusive, shared) = detail.split_once(' ')?;
+    Some(record::marks_from_db((
+        exclusive.parse().ok()?,
+        shared.parse().ok()?,
+    )))
 }
 
 impl Inner {
@@ -396,7 +390,20 @@ impl Inner {
         });
         // Failing to get a connection: nothing was sent.
         let mut connection = self.pool.acquire().await?;
-        if let (None, [Op::Put { key, value }]) = (&request.request_id, &request.ops[..]) {
+        // The fast path moves no mark: under it the higher mark is the
+        // generation itself, so the cap is a function of the generation
+        // alone. A generation the cap refuses even there goes to the
+        // function, which refuses it.
+        let fast_within_cap = request.raise_limit.is_none_or(|limit| {
+            let at_mark = Marks {
+                exclusive: sequencer.generation().get(),
+                shared: 0,
+            };
+            limit.check(sequencer, at_mark).is_ok()
+        });
+        if let (None, [Op::Put { key, value }], true) =
+            (&request.request_id, &request.ops[..], fast_within_cap)
+        {
             let fast = sqlx::query_as::<_, (i64, i64, Option<bool>, Option<i64>)>(schema::FAST_PUT)
                 .bind(lock.as_str())
                 .bind(generation)
@@ -424,6 +431,15 @@ impl Inner {
                 Err(error) => return refusal(error, request).map(Err),
             }
         }
+        // As the function takes it: the u64 bit patterns of the count, the
+        // clock floor and the request's clock limit.
+        let cap = request.raise_limit.map(|limit| {
+            (
+                limit.cap().max_raise() as i64,
+                RaiseCap::CLOCK_GENERATION_FLOOR as i64,
+                limit.clock_limit() as i64,
+            )
+        });
         let answer = sqlx::query_as::<_, (Vec<u8>, i64, i64, i64, bool)>(schema::WRITE)
             .bind(lock.as_str())
             .bind(generation)
@@ -434,13 +450,16 @@ impl Inner {
             .bind(request.request_id.as_ref().map(RequestId::as_str))
             .bind(&request.fingerprint)
             .bind(self.window)
+            .bind(cap.map(|(max_raise, _, _)| max_raise))
+            .bind(cap.map(|(_, clock_floor, _)| clock_floor))
+            .bind(cap.map(|(_, _, clock_limit)| clock_limit))
             .fetch_one(&mut *connection)
             .await;
         let (results, exclusive, shared, commit_seq, replayed) = match answer {
             Ok(row) => row,
             Err(error) => return refusal(error, request).map(Err),
         };
-        let results = record::decode_results(&results)
+        let results = palisade_store::stored::decode_results(&results)
             .filter(|results| results.len() == request.ops.len() || replayed)
             .ok_or_else(|| Failure::Corrupt(format!("op results {results:?} of lock `{lock}`")))?;
         Ok(Ok(applied(
@@ -519,8 +538,9 @@ impl Inner {
     ) -> Result<Result<Marks, Refused>, Failure> {
         let lock = sequencer.lock();
         let before = lock_marks(tx, lock).await?;
-        let Some(after) = before.admit(sequencer.mode(), sequencer.generation()) else {
-            return Ok(Err(stale(sequencer, before)));
+        let after = match fence(before, sequencer) {
+            Ok(after) => after,
+            Err(refused) => return Ok(Err(refused)),
         };
         if after != before {
             let (exclusive, shared) = record::marks_to_db(after);

@@ -10,7 +10,7 @@ pub const SCHEMA_VERSION: i64 = 1;
 
 /// Calls the write function.
 pub(crate) const WRITE: &str = "SELECT o_results, o_h_excl, o_h_shared, o_commit_seq, o_replayed \
-    FROM palisade_store_write($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+    FROM palisade_store_write($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
 /// The fast path of the commonest write: one put, no idempotency key, by
 /// a holder whose generation is already the lock's exclusive mark (every
@@ -113,23 +113,35 @@ const U64_FUNCTION: &str = "CREATE OR REPLACE FUNCTION palisade_store_u64(v BIGI
 ///
 /// Refusals are errors with the engine's own SQLSTATEs (`PS001` stale,
 /// detail `h_excl h_shared`; `PS002` CAS mismatch, detail `index hex|-`;
-/// `PS003` id reused): the error aborts the statement's transaction, so
-/// nothing of a refused request, not even a new mark row, is kept. A
-/// replay returns the record and writes nothing.
+/// `PS003` id reused; `PS004` over the raise cap, detail `h_excl
+/// h_shared`): the error aborts the statement's transaction, so nothing of
+/// a refused request, not even a new mark row, is kept. A replay returns
+/// the record and writes nothing.
 ///
 /// `p_kinds`: 1 put, 2 delete, 3 compare-and-swap (`p_values[i]` NULL:
-/// delete; `p_expected[i]` NULL: must be absent).
+/// delete; `p_expected[i]` NULL: must be absent). Op results are recorded
+/// as `palisade_store::stored::result_byte`s (1 created ... 5 swapped).
+///
+/// The raise cap (`palisade_core::RaiseCap`, as a
+/// `palisade_store::RaiseLimit`): `p_max_raise` NULL is no cap; otherwise
+/// a lock whose higher mark is 0 or at least `p_clock_floor` may be raised
+/// to `p_clock_limit` (the request's clock plus the lead), any other to
+/// its higher mark plus `p_max_raise`; checked after the replay and before
+/// the rule, on the marks the row lock holds. The engine suite's
+/// `raise_cap` case runs it against `RaiseLimit::check`. (An engine of an
+/// earlier version left the nine-argument function beside this one; it
+/// stays for replicas of that version until they are upgraded.)
 const WRITE_FUNCTION: &str = r#"CREATE OR REPLACE FUNCTION palisade_store_write(
     p_lock TEXT, p_generation BIGINT, p_kinds SMALLINT[], p_keys BYTEA[],
     p_values BYTEA[], p_expected BYTEA[], p_request_id TEXT, p_fingerprint BYTEA,
-    p_window BIGINT,
+    p_window BIGINT, p_max_raise BIGINT, p_clock_floor BIGINT, p_clock_limit BIGINT,
     OUT o_results BYTEA, OUT o_h_excl BIGINT, OUT o_h_shared BIGINT,
     OUT o_commit_seq BIGINT, OUT o_replayed BOOLEAN)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     m_excl BIGINT; m_shared BIGINT; m_count BIGINT;
     r_fingerprint BYTEA;
-    cur BYTEA; present BOOLEAN; created BOOLEAN; code INTEGER;
+    cur BYTEA; present BOOLEAN; created BOOLEAN; code INTEGER; highest NUMERIC; allowed NUMERIC;
     n INTEGER := coalesce(array_length(p_keys, 1), 0);
     res BYTEA := ''::bytea;
 BEGIN
@@ -152,6 +164,18 @@ BEGIN
             END IF;
             o_replayed := true;
             RETURN;
+        END IF;
+    END IF;
+    IF p_max_raise IS NOT NULL THEN
+        highest := greatest(palisade_store_u64(m_excl), palisade_store_u64(m_shared));
+        IF highest = 0 OR highest >= palisade_store_u64(p_clock_floor) THEN
+            allowed := palisade_store_u64(p_clock_limit);
+        ELSE
+            allowed := least(highest + palisade_store_u64(p_max_raise), 18446744073709551615);
+        END IF;
+        IF palisade_store_u64(p_generation) > allowed THEN
+            RAISE EXCEPTION 'palisade_store: raise too large'
+                USING ERRCODE = 'PS004', DETAIL = m_excl || ' ' || m_shared;
         END IF;
     END IF;
     IF palisade_store_u64(p_generation)

@@ -74,7 +74,9 @@
 //! # How a write flows
 //!
 //! [`Store::submit`] checks limits and the sequencer's mode, then hands the
-//! request to the engine ([`Engine::write`]) and returns a [`Pending`].
+//! request to the engine ([`Engine::write`]) and returns a [`Pending`]
+//! ([`Store::submit_capped`] adds a raise cap, which the engine checks in
+//! the same step as the fencing rule).
 //! sled's engine queues it to its committer thread. The committer takes every
 //! queued request, applies them in order in one sled transaction (each
 //! request all or nothing on its own: see `committer.rs`), flushes once in
@@ -89,7 +91,12 @@
 //!   [`Store::get`] for reads, [`Store::marks`].
 //! - [`Engine`]: the trait an engine implements, and its obligations;
 //!   [`open_sled_engine`] for the sled engine alone.
-//! - [`Marks::admit`]: the fencing rule, as a pure function.
+//! - [`plan`]: the write planner every engine written in Rust decides
+//!   with (idempotent replay, the raise cap, the rule, the ops over an
+//!   overlay); [`stored`]: the bytes engines store alike (a lock's state,
+//!   op results).
+//! - [`Marks::admit`]: the fencing rule, as a pure function; [`RaiseLimit`]:
+//!   the raise cap a write carries into its engine's atomic step.
 //! - [`Op`], [`Applied`], [`Read`], [`Refused`]: requests and outcomes.
 //! - [`Durability`], [`StoreConfig`], [`Limits`]: configuration (durability
 //!   and cache size are sled's).
@@ -103,7 +110,7 @@
 //! `palisade_store::fence` and fields `lock`, `mode`, `generation`,
 //! `h_excl`, `h_shared`: accepted requests at `DEBUG`, refusals at `INFO`
 //! with a `reason` (`stale`, `shared_on_write`, `cas_mismatch`,
-//! `idempotency_key_reused`, `lock_mismatch`). Flush failures are logged at
+//! `idempotency_key_reused`, `lock_mismatch`, `raise_too_large`). Flush failures are logged at
 //! `ERROR`.
 
 mod config;
@@ -113,7 +120,10 @@ mod error;
 mod idempotency;
 mod op;
 mod pending;
+pub mod plan;
+mod raise_limit;
 mod store;
+pub mod stored;
 
 pub use config::{Durability, DurabilityParseError, LimitKind, Limits, StoreConfig};
 pub use durable_sled::DurableSled;
@@ -126,4 +136,5 @@ pub use palisade_core::OpResult;
 /// The marks and the fencing rule live in core, shared with every fence.
 pub use palisade_core::marks::Marks;
 pub use pending::Pending;
+pub use raise_limit::RaiseLimit;
 pub use store::Store;

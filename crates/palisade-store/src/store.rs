@@ -5,12 +5,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use palisade_core::{LockName, Mode, Sequencer};
+use palisade_core::{LockName, Mode, RaiseCap, Sequencer};
 
 use crate::engine::sled::SledEngine;
 use crate::{
     Applied, Durability, Engine, EngineFuture, EngineInfo, FlushStats, LimitKind, Limits, Marks,
-    Op, Pending, Read, Refused, RequestId, StoreConfig, StoreError, StoredRecord, WriteRequest,
+    Op, Pending, RaiseLimit, Read, Refused, RequestId, StoreConfig, StoreError, StoredRecord,
+    WriteRequest,
 };
 
 /// The fenced store. Cheap to clone (an `Arc` inside); every clone is the
@@ -94,7 +95,10 @@ impl Store {
     /// A store over any engine. The limits enforced are the tighter of
     /// `config.limits` and [`Engine::limits`]; `config.durability` and
     /// `config.cache_capacity_bytes` are the sled engine's settings and
-    /// mean nothing to another engine.
+    /// mean nothing to another engine, which acknowledges only what it has
+    /// made durable (obligation 4 of [`Engine`]): [`Store::durability`] is
+    /// the engine's ([`Engine::durability`]). (The resource server refuses
+    /// sled's settings with another engine.)
     pub fn with_engine(engine: Arc<dyn Engine>, config: StoreConfig) -> Store {
         Store::build(engine, None, config)
     }
@@ -109,6 +113,7 @@ impl Store {
         let config = StoreConfig {
             limits,
             idempotency_window: config.idempotency_window.max(1),
+            durability: engine.durability(),
             ..config
         };
         Store {
@@ -126,7 +131,8 @@ impl Store {
         &self.inner.config
     }
 
-    /// The durability mode (the sled engine's setting).
+    /// What an acknowledgement means ([`Engine::durability`]): the sled
+    /// engine's setting, [`Durability::Flushed`] for every other engine.
     pub fn durability(&self) -> Durability {
         self.inner.config.durability
     }
@@ -284,6 +290,21 @@ impl Store {
         ops: &[Op],
         request_id: Option<&RequestId>,
     ) -> Result<Pending<Result<Applied, Refused>>, StoreError> {
+        self.submit_capped(sequencer, ops, request_id, None)
+    }
+
+    /// Like [`Store::submit`], refusing ([`Refused::RaiseTooLarge`]) a
+    /// generation further above the lock's marks than `cap` allows, judged
+    /// against this machine's clock now. The engine checks the cap against
+    /// the marks of the write's own atomic step, so a capped write costs
+    /// no read of the marks first.
+    pub fn submit_capped(
+        &self,
+        sequencer: &Sequencer,
+        ops: &[Op],
+        request_id: Option<&RequestId>,
+        cap: Option<RaiseCap>,
+    ) -> Result<Pending<Result<Applied, Refused>>, StoreError> {
         self.check_ops(ops)?;
         if sequencer.mode() != Mode::Exclusive {
             let refused = Refused::SharedOnWrite {
@@ -294,11 +315,9 @@ impl Store {
             return Ok(Pending::new(Box::pin(std::future::ready(Ok(Err(refused))))));
         }
         let n_ops = ops.len();
-        let outcome = self.inner.engine.write(WriteRequest::new(
-            sequencer.clone(),
-            ops.to_vec(),
-            request_id.cloned(),
-        ));
+        let mut request = WriteRequest::new(sequencer.clone(), ops.to_vec(), request_id.cloned());
+        request.raise_limit = cap.map(RaiseLimit::now);
+        let outcome = self.inner.engine.write(request);
         Ok(traced(sequencer, outcome, move |sequencer, applied| {
             tracing::debug!(
                 target: "palisade_store::fence",
@@ -431,10 +450,7 @@ fn traced<T: Send + 'static>(
 }
 
 fn trace_refusal(sequencer: &Sequencer, refused: &Refused) {
-    let marks = match refused {
-        Refused::Stale { marks, .. } => Some(*marks),
-        _ => None,
-    };
+    let marks = refused.marks();
     tracing::info!(
         target: "palisade_store::fence",
         lock = %sequencer.lock(),

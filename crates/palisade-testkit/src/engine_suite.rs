@@ -45,6 +45,7 @@
 //! | [`commit_seq_increases`] | strictly increasing across locks for writes acknowledged one after another; unique (8) |
 //! | [`concurrent_writers`] | tasks with random generations on one lock (and readers): accepted writes in `commit_seq` order never go down in generation, the last one holds the value, every accepted write is visible and no refused one is (1, 2, 3, 8) |
 //! | [`over_limit_is_refused_whole`] | a batch beyond the engine's own [`Engine::limits`] is `TooLarge` and writes nothing (9) |
+//! | [`raise_cap`] | a capped write at its cap is accepted, one above it refused with `RaiseTooLarge` and the marks of the step, by the count on a counter mark (the higher mark decides) and by the clock on a clock mark or none; the refusal changes nothing; a retry of a recorded write is answered before the cap (3, 5, 10) |
 //! | [`durable_across_reopen`] | everything acknowledged (data, both marks, idempotency records) is there after [`EngineFactory::reopen`]; stale holders stay refused; `commit_seq` keeps increasing (4, 5, 8) |
 //!
 //! # Time
@@ -66,10 +67,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_core::marks::RULE_CASES;
-use palisade_core::{Generation, LockName, Mode, Sequencer};
+use palisade_core::{Generation, LockName, Mode, RaiseCap, Sequencer};
 use palisade_store::{
-    Applied, Engine, Marks, Op, OpResult, Read, Refused, RequestId, StoreError, StoredRecord,
-    WriteRequest,
+    Applied, Engine, Marks, Op, OpResult, RaiseLimit, Read, Refused, RequestId, StoreError,
+    StoredRecord, WriteRequest,
 };
 use tokio::time::Instant;
 
@@ -156,6 +157,7 @@ pub async fn test_all<F: EngineFactory>(factory: F) {
         commit_seq_increases,
         concurrent_writers,
         over_limit_is_refused_whole,
+        raise_cap,
         durable_across_reopen,
     );
     println!(
@@ -1347,6 +1349,83 @@ pub async fn over_limit_is_refused_whole<F: EngineFactory>(factory: &F) {
     }
 }
 
+/// The raise cap, checked by the engine in the step that checks the
+/// fencing rule (obligation 10). The cap's clock is the request's
+/// ([`RaiseLimit`]), so the clock cases are exact.
+pub async fn raise_cap<F: EngineFactory>(factory: &F) {
+    const NOW_US: u64 = 1_800_000_000_000_000;
+    const LEAD_US: u64 = 3_600_000_000;
+    let case = Case::open(factory, "raise_cap").await;
+    let cap = RaiseCap::new(10).with_clock_lead(Duration::from_micros(LEAD_US));
+    let now = UNIX_EPOCH + Duration::from_micros(NOW_US);
+    let limit = RaiseLimit::new(cap, now);
+
+    // A counter lock: the higher of its marks, 105, allows up to 115. A
+    // lock never seen is held to the clock: up to now + lead.
+    let counter = case.lock("counter");
+    case.raise_to(&counter, marks(100, 105)).await;
+    let clock = case.lock("clock");
+    let ceiling = NOW_US + LEAD_US;
+    for (lock, generation, refusal, what) in [
+        (
+            &counter,
+            116,
+            Some((marks(100, 105), 115, false)),
+            "one above the count",
+        ),
+        (&counter, 115, None, "at the count"),
+        (
+            &clock,
+            ceiling + 1,
+            Some((Marks::ZERO, ceiling, true)),
+            "a first generation one above the clock's limit",
+        ),
+    ] {
+        case.expect_capped(lock, generation, None, limit, refusal, what)
+            .await;
+    }
+    case.expect_marks(&counter, marks(115, 105), "after a write at the cap")
+        .await;
+    let id = request_id("at-the-clock");
+    let what = "a first generation at the clock's limit";
+    let original = case
+        .expect_capped(&clock, ceiling, Some(&id), limit, None, what)
+        .await;
+    // Its retry, judged by a clock an hour earlier whose limit it exceeds:
+    // a recorded request gets its original outcome before any cap.
+    let earlier = RaiseLimit::new(cap, now - Duration::from_micros(LEAD_US));
+    let what = "the retry under an earlier clock";
+    let ops = cap_ops(ceiling);
+    let retry = case
+        .write_capped(&excl(&clock, ceiling), ops, Some(&id), earlier, what)
+        .await;
+    match (&retry, original) {
+        (Ok(replay), Some(original))
+            if replay.replayed && replay.commit_seq == original.commit_seq => {}
+        (other, original) => case.fail(format_args!(
+            "{what}: a retry of a recorded write under a cap it now exceeds answered {other:?}; expected the replay of {original:?}"
+        )),
+    }
+    // Now a clock mark: its holder writes again at it, and one above the
+    // limit is refused with the marks of the step.
+    for (generation, refusal, what) in [
+        (ceiling, None, "the holder again, at its mark"),
+        (
+            ceiling + 1,
+            Some((marks(ceiling, 0), ceiling, true)),
+            "one above the clock's limit on a clock mark",
+        ),
+    ] {
+        case.expect_capped(&clock, generation, None, limit, refusal, what)
+            .await;
+    }
+}
+
+/// The ops of a [`raise_cap`] write at `generation`.
+fn cap_ops(generation: u64) -> Vec<Op> {
+    vec![put("k", &format!("v{generation}"))]
+}
+
 /// Everything acknowledged before a crash is there after it: data, both
 /// marks, idempotency records; stale holders stay refused and new commit
 /// numbers are above the old ones.
@@ -1583,6 +1662,75 @@ impl<'f, F: EngineFactory> Case<'f, F> {
     ) -> Result<Applied, Refused> {
         let request = WriteRequest::new(sequencer.clone(), ops, id.cloned());
         self.call(self.engine.write(request), what).await
+    }
+
+    async fn write_capped(
+        &self,
+        sequencer: &Sequencer,
+        ops: Vec<Op>,
+        id: Option<&RequestId>,
+        limit: RaiseLimit,
+        what: &str,
+    ) -> Result<Applied, Refused> {
+        let request =
+            WriteRequest::new(sequencer.clone(), ops, id.cloned()).with_raise_limit(limit);
+        self.call(self.engine.write(request), what).await
+    }
+
+    /// A capped write at `generation` ([`cap_ops`]), expected accepted
+    /// (`refusal` `None`: returns the outcome) or refused with
+    /// `raise_too_large` on `(marks, allowed_up_to, by_clock)`, changing
+    /// nothing.
+    async fn expect_capped(
+        &self,
+        lock: &LockName,
+        generation: u64,
+        id: Option<&RequestId>,
+        limit: RaiseLimit,
+        refusal: Option<(Marks, u64, bool)>,
+        what: &str,
+    ) -> Option<Applied> {
+        let snapshot = self.snapshot().await;
+        let value = self.value(lock, "k").await;
+        let outcome = self
+            .write_capped(
+                &excl(lock, generation),
+                cap_ops(generation),
+                id,
+                limit,
+                what,
+            )
+            .await;
+        let Some((marks, allowed, clock)) = refusal else {
+            return match outcome {
+                Ok(applied) => Some(applied),
+                Err(refused) => self.fail(format_args!(
+                    "{what}: generation {generation} within the cap was refused: {refused:?}"
+                )),
+            };
+        };
+        match &outcome {
+            Err(Refused::RaiseTooLarge {
+                marks: refused_marks,
+                allowed_up_to,
+                by_clock,
+                max_raise,
+                ..
+            }) if *refused_marks == marks
+                && *allowed_up_to == allowed
+                && *by_clock == clock
+                && *max_raise == limit.cap().max_raise() => {}
+            other => self.fail(format_args!(
+                "{what}: generation {generation} on marks {marks}: expected raise_too_large allowing up to {allowed} (by the {}), got {other:?}",
+                if clock { "clock" } else { "count" }
+            )),
+        }
+        self.expect_unchanged(&snapshot, what).await;
+        self.expect_marks(lock, marks, what).await;
+        if self.value(lock, "k").await != value {
+            self.fail(format_args!("{what}: the refused write changed key `k`"));
+        }
+        None
     }
 
     async fn write_ok(

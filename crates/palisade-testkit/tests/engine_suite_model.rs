@@ -29,6 +29,8 @@ enum Flaw {
     /// Creates a lock's state even for a refused request (a trace only a
     /// full dump shows).
     RefusalTrace,
+    /// Ignores a write's raise cap.
+    NoRaiseCap,
 }
 
 #[derive(Debug, Default)]
@@ -95,15 +97,15 @@ impl ModelEngine {
     fn write_inner(&self, request: WriteRequest) -> Result<Applied, Refused> {
         let mut state = self.state.lock().unwrap();
         let state = &mut *state;
-        let lock = state
-            .locks
-            .entry(request.sequencer.lock().clone())
-            .or_default();
-        if let Some(id) = request
-            .request_id
-            .as_ref()
-            .filter(|_| self.flaw != Flaw::NoReplay)
-        {
+        // Looked up, not created: a refusal leaves no trace of the lock.
+        let seen = state.locks.get(request.sequencer.lock());
+        if let (Some(id), Some(lock)) = (
+            request
+                .request_id
+                .as_ref()
+                .filter(|_| self.flaw != Flaw::NoReplay),
+            seen,
+        ) {
             if let Some((_, fingerprint, outcome)) = lock.ids.iter().find(|(known, ..)| known == id)
             {
                 if *fingerprint != request.fingerprint {
@@ -117,6 +119,19 @@ impl ModelEngine {
                 });
             }
         }
+        if let Some(limit) = request
+            .raise_limit
+            .filter(|_| self.flaw != Flaw::NoRaiseCap)
+        {
+            limit.check(
+                &request.sequencer,
+                seen.map(|lock| lock.marks).unwrap_or_default(),
+            )?;
+        }
+        let lock = state
+            .locks
+            .entry(request.sequencer.lock().clone())
+            .or_default();
         let marks = self.admit_in(lock, &request.sequencer)?;
         let mut data = lock.data.clone();
         let mut results = Vec::new();
@@ -342,4 +357,6 @@ async fn flawed_models_are_caught() {
     caught(engine_suite::durable_across_reopen, Flaw::Amnesia).await;
     caught(engine_suite::commit_seq_increases, Flaw::PerLockSeq).await;
     caught(engine_suite::refusal_changes_nothing, Flaw::RefusalTrace).await;
+    caught(engine_suite::raise_cap, Flaw::NoRaiseCap).await;
+    caught(engine_suite::raise_cap, Flaw::NoReplay).await;
 }

@@ -15,6 +15,7 @@ mod events;
 mod hostile;
 mod openapi;
 mod postgres_store;
+mod round_trips;
 mod security;
 mod serve;
 mod tcp;

@@ -312,7 +312,32 @@ fn store_flags_are_checked_and_engines_not_built_in_are_named() {
     let error = config.open_store().expect_err("no runtime").to_string();
     assert!(error.contains("multi-threaded tokio runtime"), "{error}");
 
-    // PostgreSQL is built in: `postgres_store.rs`.
+    // PostgreSQL is built in here (the tests turn on every engine's
+    // feature): `postgres_store.rs`. A build without it: `engines.rs`.
+}
+
+/// sled's settings mean nothing to an engine that acknowledges only what
+/// its database committed: given with one, they are refused, naming the
+/// setting, before anything is opened.
+#[test]
+fn sled_only_settings_are_refused_with_postgres_and_etcd() {
+    for store in ["postgres://app:s3cret@db/p", "etcd://127.0.0.1:1/p"] {
+        for flags in [
+            &["--durability", "buffered"][..],
+            &["--cache-capacity-bytes", "1048576"][..],
+        ] {
+            let mut args = vec!["--store", store];
+            args.extend_from_slice(flags);
+            let config = parse_store_flags(&args).unwrap();
+            let error = config.open_state(None).expect_err("refused").to_string();
+            assert!(error.contains(flags[0]), "{error}");
+            assert!(error.contains("sled engine only"), "{error}");
+            assert!(!error.contains("s3cret"), "{error}");
+        }
+        // What the engine honours is accepted: `flushed` is what it does.
+        let config = parse_store_flags(&["--store", store, "--durability", "flushed"]).unwrap();
+        assert!(config.store_spec().is_ok());
+    }
 }
 
 /// `--store etcd://host:port/prefix` against a real etcd: two servers over
@@ -357,6 +382,8 @@ pub(crate) async fn two_servers_share_the_fence(spec: &str, engine: &str, durabi
             .await
             .unwrap();
         assert_eq!(health["engine"]["name"], engine);
+        // The engine acknowledges only what it committed durably.
+        assert_eq!(health["durability"], "flushed", "{health}");
         assert!(
             health["engine"]["durability"]
                 .as_str()

@@ -16,7 +16,9 @@ use std::pin::Pin;
 
 use palisade_core::{LockName, Sequencer};
 
-use crate::{Applied, Limits, Marks, Op, Read, Refused, RequestId, StoreError};
+use crate::{
+    Applied, Durability, Limits, Marks, Op, RaiseLimit, Read, Refused, RequestId, StoreError,
+};
 
 /// What every [`Engine`] call returns: a boxed future, so the trait can be
 /// used as `dyn Engine`. The outer `Result` is a failure of the engine (the
@@ -41,6 +43,11 @@ pub struct WriteRequest {
     /// as opaque bytes. Empty when there is no `request_id` (nothing to
     /// compare it with, and hashing large values costs time).
     pub fingerprint: Vec<u8>,
+    /// The raise cap, when the resource server enforces one: the engine
+    /// refuses a generation above [`RaiseLimit::allowed_up_to`] of the
+    /// marks it reads in its atomic step (obligation 10). Not part of the
+    /// fingerprint: a retry under another cap is the same request.
+    pub raise_limit: Option<RaiseLimit>,
 }
 
 impl WriteRequest {
@@ -55,7 +62,14 @@ impl WriteRequest {
             ops,
             request_id,
             fingerprint,
+            raise_limit: None,
         }
+    }
+
+    /// The request, capped by `limit`.
+    pub fn with_raise_limit(mut self, limit: RaiseLimit) -> WriteRequest {
+        self.raise_limit = Some(limit);
+        self
     }
 }
 
@@ -139,6 +153,18 @@ pub struct StoredRecord {
 /// 9. **Never split a request.** A request the engine cannot apply in one
 ///    step (etcd's request size or `--max-txn-ops`) is refused whole with
 ///    [`StoreError::TooLarge`] before anything is written.
+/// 10. **The raise cap in the same step.** A write carrying a
+///     [`WriteRequest::raise_limit`] whose generation is above
+///     [`RaiseLimit::allowed_up_to`] of the marks the step reads is refused
+///     with [`Refused::RaiseTooLarge`] carrying those marks
+///     ([`RaiseLimit::check`]), after the idempotency lookup (a retry of a
+///     recorded request gets its original outcome) and before the fencing
+///     rule. So a capped write costs the engine no read of its own.
+///
+/// Engines written in Rust decide a write with the shared planner
+/// ([`plan::plan_write`](crate::plan::plan_write)), which applies 1's
+/// order, 3, 5, 6 and 10 as pure functions of what the engine read; the
+/// engine keeps its layout, its atomicity and its commit numbers.
 pub trait Engine: Send + Sync + fmt::Debug + 'static {
     /// Name, durability and location, for logs and health.
     fn info(&self) -> EngineInfo;
@@ -154,7 +180,15 @@ pub trait Engine: Send + Sync + fmt::Debug + 'static {
         }
     }
 
-    /// Applies a write: obligations 1–6, 8, 9.
+    /// What an acknowledgement means, as [`Durability`]: `Flushed` (the
+    /// default) for an engine that acknowledges only what it has made
+    /// durable (obligation 4); the sled engine in `Buffered` mode says so.
+    /// [`EngineInfo::durability`] says the same in the engine's words.
+    fn durability(&self) -> Durability {
+        Durability::Flushed
+    }
+
+    /// Applies a write: obligations 1–6, 8–10.
     fn write(&self, request: WriteRequest) -> EngineFuture<Result<Applied, Refused>>;
 
     /// Reads `key` in `lock`'s keyspace, fenced when a sequencer (for that

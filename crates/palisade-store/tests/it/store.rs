@@ -601,6 +601,23 @@ fn buffered_mode_acknowledges_from_memory_and_persists_on_close() {
     assert_eq!(store.marks(&lock("L")).unwrap(), marks(3, 0));
 }
 
+/// A store reports the durability its engine acknowledges with, not the
+/// configuration's: sled's setting is the sled engine's alone.
+#[test]
+fn the_store_reports_its_engines_durability() {
+    let buffered = StoreConfig::default().with_durability(Durability::buffered());
+    let dir = tempfile::tempdir().unwrap();
+    let engine = palisade_store::open_sled_engine(dir.path(), &buffered).unwrap();
+    let store = Store::with_engine(engine, StoreConfig::default());
+    assert_eq!(store.durability().name(), "buffered");
+    assert_eq!(store.config().durability.name(), "buffered");
+    drop(store);
+    let dir = tempfile::tempdir().unwrap();
+    let engine = palisade_store::open_sled_engine(dir.path(), &StoreConfig::default()).unwrap();
+    let store = Store::with_engine(engine, buffered);
+    assert_eq!(store.durability().name(), "flushed");
+}
+
 /// A request of the model test.
 #[derive(Debug, Clone)]
 enum Request {

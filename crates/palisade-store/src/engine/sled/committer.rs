@@ -40,9 +40,11 @@
 //! next group large anyway.
 //!
 //! Each job keeps its own all-or-nothing semantics inside the shared
-//! transaction: its ops are first evaluated against an overlay (its own
-//! earlier writes over the transaction's view), and written only if every
-//! check passes. A refused job writes nothing, not even its mark.
+//! transaction: it reads what it needs (the lock's state, its request id's
+//! record, the keys its ops touch) through the transaction, which sees the
+//! earlier jobs of the group, and the shared planner
+//! ([`plan::plan_write`]) decides on that snapshot; only an admitted job
+//! writes, and a refused one writes nothing, not even its mark.
 //!
 //! # Why sled's flush is not enough
 //!
@@ -77,11 +79,12 @@ use sled::transaction::{
 };
 
 use super::group_commit::{Epochs, Slot};
-use super::keys::{LockKeys, LockState};
-use super::record::{Fingerprint, Record};
+use super::keys::{LockKeys, decode_state};
+use super::record;
 use super::sled_error;
-use crate::idempotency::{FINGERPRINT_LEN, legacy_fingerprint};
-use crate::{Applied, Durability, Op, OpResult, Read, Refused, RequestId, StoreError};
+use crate::plan::{self, Fingerprint, Prior, Remembered, Snapshot, WritePlan};
+use crate::stored::LockState;
+use crate::{Applied, Durability, Read, Refused, StoreError, WriteRequest};
 
 /// The most jobs applied in one transaction.
 const MAX_GROUP_JOBS: usize = 512;
@@ -91,12 +94,8 @@ const MAX_GROUP_OPS: usize = 8192;
 
 /// A write request, as queued.
 pub(crate) struct WriteJob {
-    pub(crate) sequencer: Sequencer,
+    pub(crate) request: WriteRequest,
     pub(crate) keys: LockKeys,
-    pub(crate) ops: Vec<Op>,
-    pub(crate) request_id: Option<RequestId>,
-    /// The request's SHA-256 fingerprint, when it carries a request id.
-    pub(crate) fingerprint: Option<[u8; FINGERPRINT_LEN]>,
     pub(crate) slot: Arc<Slot<Result<Applied, Refused>>>,
 }
 
@@ -116,7 +115,7 @@ pub(crate) enum Job {
 impl Job {
     fn n_ops(&self) -> usize {
         match self {
-            Job::Write(job) => job.ops.len().max(1),
+            Job::Write(job) => job.request.ops.len().max(1),
             Job::Read(_) => 1,
         }
     }
@@ -476,133 +475,85 @@ impl Committer {
         meta: &TransactionalTree,
         job: &WriteJob,
     ) -> Result<Result<Result<Applied, Refused>, StoreError>, UnabortableTransactionError> {
-        let keys = &job.keys;
-        let Some(before) = read_state(meta, keys)? else {
-            return Ok(Err(corrupt_state(job.sequencer.lock())));
+        let (request, keys) = (&job.request, &job.keys);
+        let lock = request.sequencer.lock();
+        let Some(state) = read_state(meta, keys)? else {
+            return Ok(Err(corrupt_state(lock)));
         };
-
-        // A retry of a remembered request gets the original outcome.
-        if let (Some(request_id), Some(fingerprint)) = (&job.request_id, job.fingerprint) {
+        let mut snapshot = Snapshot {
+            state,
+            ..Snapshot::default()
+        };
+        if let Some(request_id) = &request.request_id {
             if let Some(raw) = meta.get(keys.request(request_id.as_str()))? {
-                let Some(record) = Record::decode(&raw) else {
+                let Some(remembered) = record::decode(&raw) else {
                     return Ok(Err(StoreError::Corrupt {
                         what: format!(
-                            "the idempotency record `{request_id}` of lock `{}` does not decode",
-                            job.sequencer.lock()
+                            "the idempotency record `{request_id}` of lock `{lock}` does not decode"
                         ),
                     }));
                 };
-                let same_request = match record.fingerprint {
-                    Fingerprint::Sha256(digest) => digest == fingerprint,
-                    // Recorded by an earlier version: compare its way.
-                    Fingerprint::Fnv(fnv) => fnv == legacy_fingerprint(&job.sequencer, &job.ops),
-                };
-                if !same_request {
-                    return Ok(Ok(Err(Refused::IdempotencyKeyReused {
-                        request_id: request_id.clone(),
-                    })));
-                }
-                return Ok(Ok(Ok(record.applied)));
+                snapshot.remembered = Some(remembered);
             }
         }
-
-        let Some(marks) = before
-            .marks
-            .admit(job.sequencer.mode(), job.sequencer.generation())
-        else {
-            return Ok(Ok(Err(Refused::Stale {
-                lock: job.sequencer.lock().clone(),
-                mode: job.sequencer.mode(),
-                presented: job.sequencer.generation(),
-                marks: before.marks,
-                regression: false,
-            })));
-        };
-
-        // Evaluate every op against an overlay first: nothing is written
-        // unless all of them pass.
-        let mut overlay: HashMap<Vec<u8>, Option<Bytes>> = HashMap::new();
-        let mut writes: Vec<(Vec<u8>, Option<Bytes>)> = Vec::with_capacity(job.ops.len());
-        let mut results = Vec::with_capacity(job.ops.len());
-        for (op_index, op) in job.ops.iter().enumerate() {
-            let data_key = keys.data(op.key());
-            let current = match overlay.get(&data_key) {
-                Some(value) => value.clone(),
+        // A replay needs no data.
+        if snapshot.remembered.is_none() {
+            for (key, _) in plan::keys_to_read(&request.ops) {
                 // sled's value, shared rather than copied.
-                None => data.get(&data_key)?.map(Bytes::from_owner),
-            };
-            let (result, new_value) = match op {
-                Op::Put { value, .. } => (
-                    if current.is_some() {
-                        OpResult::Replaced
-                    } else {
-                        OpResult::Created
-                    },
-                    Some(value.clone()),
-                ),
-                Op::Delete { .. } => (
-                    if current.is_some() {
-                        OpResult::Deleted
-                    } else {
-                        OpResult::Absent
-                    },
-                    None,
-                ),
-                Op::Cas { expected, new, .. } => {
-                    if current.as_deref() != expected.as_deref() {
-                        return Ok(Ok(Err(Refused::CasMismatch { op_index, current })));
-                    }
-                    (OpResult::Swapped, new.clone())
-                }
-            };
-            results.push(result);
-            if job.ops.len() > 1 {
-                overlay.insert(data_key.clone(), new_value.clone());
+                let prior = match data.get(keys.data(&key))? {
+                    Some(value) => Prior::Present(Bytes::from_owner(value)),
+                    None => Prior::Absent,
+                };
+                snapshot.data.insert(key, prior);
             }
-            writes.push((data_key, new_value));
         }
-        for (data_key, value) in writes {
+        let admitted = match plan::plan_write(request, &snapshot) {
+            WritePlan::Replay(applied) => return Ok(Ok(Ok(applied))),
+            WritePlan::Refuse(refused) => return Ok(Ok(Err(refused))),
+            WritePlan::Apply(admitted) => admitted,
+        };
+        for (key, value) in &admitted.writes {
             match value {
                 Some(value) => {
-                    data.insert(data_key, &value[..])?;
+                    data.insert(keys.data(key), &value[..])?;
                 }
                 None => {
-                    data.remove(data_key)?;
+                    data.remove(keys.data(key))?;
                 }
             }
         }
-
-        let mut after = LockState {
-            marks,
-            recorded: before.recorded,
-        };
         let applied = Applied {
-            results,
-            marks,
+            results: admitted
+                .known_results()
+                .expect("the sled engine reads every key a write touches"),
+            marks: admitted.marks,
             // sled's ids start at 0; 0 stays free to mean "none".
             commit_seq: meta.generate_id()? + 1,
             replayed: false,
         };
-        if let (Some(request_id), Some(fingerprint)) = (&job.request_id, job.fingerprint) {
-            let sequence = after.recorded;
-            after.recorded += 1;
-            let slot_key = keys.slot(sequence % self.idempotency_window);
+        if let (Some(request_id), Some(number)) = (&request.request_id, admitted.recorded_as) {
+            // A ring of `window` slots: the id recorded `window` ids ago
+            // leaves with its slot.
+            let slot_key = keys.slot(number % self.idempotency_window);
             if let Some(evicted) = meta.insert(slot_key, request_id.as_str().as_bytes())? {
                 if let Ok(evicted) = std::str::from_utf8(&evicted) {
                     meta.remove(keys.request(evicted))?;
                 }
             }
-            let record = Record {
-                fingerprint: Fingerprint::Sha256(fingerprint),
+            let remembered = Remembered {
+                fingerprint: Fingerprint::Digest(request.fingerprint.clone()),
                 applied: Applied {
                     replayed: true,
                     ..applied.clone()
                 },
             };
-            meta.insert(keys.request(request_id.as_str()), record.encode(sequence))?;
+            meta.insert(
+                keys.request(request_id.as_str()),
+                record::encode(&remembered, number),
+            )?;
         }
-        if after != before {
-            meta.insert(keys.state(), &after.encode())?;
+        if admitted.after != state {
+            meta.insert(keys.state(), &admitted.after.encode())?;
         }
         Ok(Ok(Ok(applied)))
     }
@@ -702,18 +653,9 @@ fn apply_read(
     let Some(before) = read_state(meta, &job.keys)? else {
         return Ok((Err(corrupt_state(job.sequencer.lock())), false));
     };
-    let Some(marks) = before
-        .marks
-        .admit(job.sequencer.mode(), job.sequencer.generation())
-    else {
-        let refused = Refused::Stale {
-            lock: job.sequencer.lock().clone(),
-            mode: job.sequencer.mode(),
-            presented: job.sequencer.generation(),
-            marks: before.marks,
-            regression: false,
-        };
-        return Ok((Ok(Err(refused)), false));
+    let marks = match plan::fence(before.marks, &job.sequencer) {
+        Ok(marks) => marks,
+        Err(refused) => return Ok((Ok(Err(refused)), false)),
     };
     let value = data.get(job.keys.data(&job.key))?.map(Bytes::from_owner);
     let raised_mark = marks != before.marks;
@@ -730,7 +672,7 @@ fn read_state(
     keys: &LockKeys,
 ) -> Result<Option<LockState>, UnabortableTransactionError> {
     let raw = meta.get(keys.state())?;
-    Ok(LockState::decode(raw.as_deref()))
+    Ok(decode_state(raw.as_deref()))
 }
 
 pub(crate) fn corrupt_state(lock: &LockName) -> StoreError {

@@ -3,7 +3,7 @@
 //! Two trees, touched together in every write transaction:
 //!
 //! - `data`: `<lock segment> "/" <user key>` → value.
-//! - `meta`: per lock, `<lock segment>` → [`LockState`]; the idempotency
+//! - `meta`: per lock, `<lock segment>` → its [`LockState`]; the idempotency
 //!   records `<lock segment> "/r/" <request id>`; and the ring of recent
 //!   ids `<lock segment> "/s/" <slot: u64 BE>` → request id.
 //!
@@ -19,7 +19,7 @@
 
 use palisade_core::LockName;
 
-use crate::Marks;
+use crate::stored::LockState;
 
 /// The key of sled's `meta` tree that records the on-disk format. It starts
 /// with a NUL byte, which no lock segment contains.
@@ -70,42 +70,10 @@ impl LockKeys {
     }
 }
 
-/// What the store keeps per lock: `[H_excl][H_shared][ids recorded]`, three
-/// u64 big-endian. Absent = all zero.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct LockState {
-    /// The high-water marks. They sit in the same `meta` record that every
-    /// write of this lock rewrites in its transaction, which is what makes
-    /// "check, mark update and write" one atomic step.
-    pub(super) marks: Marks,
-    /// How many idempotency ids this lock has ever recorded: the next id
-    /// goes to ring slot `recorded mod window`.
-    pub(super) recorded: u64,
-}
-
-impl LockState {
-    pub(super) fn encode(&self) -> [u8; 24] {
-        let mut out = [0; 24];
-        out[..8].copy_from_slice(&self.marks.exclusive.to_be_bytes());
-        out[8..16].copy_from_slice(&self.marks.shared.to_be_bytes());
-        out[16..].copy_from_slice(&self.recorded.to_be_bytes());
-        out
-    }
-
-    pub(super) fn decode(bytes: Option<&[u8]>) -> Option<LockState> {
-        let Some(bytes) = bytes else {
-            return Some(LockState::default());
-        };
-        let bytes: &[u8; 24] = bytes.try_into().ok()?;
-        let word = |i: usize| u64::from_be_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
-        Some(LockState {
-            marks: Marks {
-                exclusive: word(0),
-                shared: word(1),
-            },
-            recorded: word(2),
-        })
-    }
+/// The lock's state as stored under [`LockKeys::state`]: absent is the
+/// state of a lock never seen; `None` if the stored bytes do not decode.
+pub(super) fn decode_state(raw: Option<&[u8]>) -> Option<LockState> {
+    raw.map_or(Some(LockState::default()), LockState::decode)
 }
 
 #[cfg(test)]
@@ -127,16 +95,8 @@ mod tests {
     }
 
     #[test]
-    fn state_round_trips_and_absent_is_zero() {
-        assert_eq!(LockState::decode(None), Some(LockState::default()));
-        let state = LockState {
-            marks: Marks {
-                exclusive: 3,
-                shared: u64::MAX,
-            },
-            recorded: 17,
-        };
-        assert_eq!(LockState::decode(Some(&state.encode())), Some(state));
-        assert_eq!(LockState::decode(Some(&[1, 2, 3])), None);
+    fn an_absent_state_is_zero_and_a_damaged_one_is_not_read() {
+        assert_eq!(decode_state(None), Some(LockState::default()));
+        assert_eq!(decode_state(Some(&[1, 2, 3])), None);
     }
 }

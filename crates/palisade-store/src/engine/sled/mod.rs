@@ -27,7 +27,7 @@ use self::committer::{Committer, Job, ReadJob, WriteJob};
 pub(crate) use self::committer::{DurableFiles, flush_durably};
 pub use self::group_commit::FlushStats;
 use self::group_commit::{Acknowledged, Epochs, Slot};
-use self::keys::{FORMAT_KEY, FORMAT_VERSION, LockKeys, LockState};
+use self::keys::{FORMAT_KEY, FORMAT_VERSION, LockKeys, decode_state};
 use crate::idempotency::FINGERPRINT_LEN;
 use crate::{
     Applied, Durability, Engine, EngineFuture, EngineInfo, Marks, Read, Refused, StoreConfig,
@@ -234,7 +234,7 @@ impl SledEngine {
 
     fn read_marks(&self, lock: &LockName, keys: &LockKeys) -> Result<Marks, StoreError> {
         let raw = self.meta.get(keys.state()).map_err(sled_error)?;
-        LockState::decode(raw.as_deref())
+        decode_state(raw.as_deref())
             .map(|state| state.marks)
             .ok_or_else(|| committer::corrupt_state(lock))
     }
@@ -259,22 +259,20 @@ impl SledEngine {
         &self,
         request: WriteRequest,
     ) -> Result<Acknowledged<Result<Applied, Refused>>, StoreError> {
-        let fingerprint = match (&request.request_id, request.fingerprint.as_slice()) {
-            (None, _) => None,
-            (Some(_), bytes) => Some(bytes.try_into().map_err(|_| StoreError::Corrupt {
+        // The record's layout holds a SHA-256 digest: refuse anything else
+        // before it is queued, rather than record what cannot be read back.
+        if request.request_id.is_some() && request.fingerprint.len() != FINGERPRINT_LEN {
+            return Err(StoreError::Corrupt {
                 what: format!(
                     "a request fingerprint of {} bytes; the sled engine records {FINGERPRINT_LEN}",
-                    bytes.len()
+                    request.fingerprint.len()
                 ),
-            })?),
-        };
+            });
+        }
         let slot = Slot::new();
         self.enqueue(Job::Write(WriteJob {
             keys: LockKeys::new(request.sequencer.lock()),
-            sequencer: request.sequencer,
-            ops: request.ops,
-            request_id: request.request_id,
-            fingerprint,
+            request,
             slot: Arc::clone(&slot),
         }))?;
         Ok(Acknowledged::from_slot(slot))
@@ -293,6 +291,10 @@ impl Engine for SledEngine {
             durability: self.durability.to_string(),
             location: self.path.display().to_string(),
         }
+    }
+
+    fn durability(&self) -> Durability {
+        self.durability
     }
 
     fn write(&self, request: WriteRequest) -> EngineFuture<Result<Applied, Refused>> {
@@ -414,6 +416,8 @@ impl Engine for SledEngine {
 /// releases the lock when its IO threads drop their last file handle.
 pub(crate) fn open_with_retry(config: &sled::Config) -> Result<sled::Db, StoreError> {
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    let mut pauses =
+        palisade_core::retry_pauses(Duration::from_millis(5), Duration::from_millis(50));
     loop {
         match config.open() {
             Ok(db) => return Ok(db),
@@ -421,7 +425,7 @@ pub(crate) fn open_with_retry(config: &sled::Config) -> Result<sled::Db, StoreEr
                 if error.to_string().contains("could not acquire lock")
                     && std::time::Instant::now() < deadline =>
             {
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(pauses.next().unwrap_or(Duration::from_millis(50)));
             }
             Err(error) => return Err(sled_error(error)),
         }

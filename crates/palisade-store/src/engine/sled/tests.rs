@@ -284,9 +284,10 @@ fn a_failed_interval_sync_fail_stops_a_buffered_store() {
 #[test]
 fn a_retry_of_a_write_recorded_with_an_fnv_fingerprint_still_replays() {
     use super::keys::LockKeys;
-    use super::record::{Fingerprint, Record};
+    use super::record;
     use crate::RequestId;
     use crate::idempotency::legacy_fingerprint;
+    use crate::plan::{Fingerprint, Remembered};
 
     let dir = tempfile::tempdir().unwrap();
     let lock = LockName::new("L").unwrap();
@@ -300,13 +301,17 @@ fn a_retry_of_a_write_recorded_with_an_fnv_fingerprint_still_replays() {
     // 64 bits), as a data directory they wrote holds it.
     let key = LockKeys::new(&lock).request(id.as_str());
     let raw = store.sled().meta.get(&key).unwrap().unwrap();
-    let record = Record::decode(&raw).unwrap();
-    assert!(matches!(record.fingerprint, Fingerprint::Sha256(_)));
-    let earlier = Record {
-        fingerprint: Fingerprint::Fnv(legacy_fingerprint(&sequencer, &ops)),
-        ..record
+    let recorded = record::decode(&raw).unwrap();
+    assert!(matches!(recorded.fingerprint, Fingerprint::Digest(_)));
+    let earlier = Remembered {
+        fingerprint: Fingerprint::LegacyFnv(legacy_fingerprint(&sequencer, &ops)),
+        ..recorded
     };
-    store.sled().meta.insert(&key, earlier.encode(0)).unwrap();
+    store
+        .sled()
+        .meta
+        .insert(&key, record::encode(&earlier, 0))
+        .unwrap();
     store.flush().unwrap();
     drop(store);
 
