@@ -1,7 +1,7 @@
 //! The two high-water marks of a lock, and the fencing rule.
 //!
 //! The rule lives here, in core, so every place that fences (the fenced
-//! store, the SQL fence of `palisade-sql`) applies the same function, and
+//! store, the SQL fence of `palisade-fence-sql`) applies the same function, and
 //! [`RULE_CASES`] is the one table of cases all of them are tested against.
 
 use std::fmt;

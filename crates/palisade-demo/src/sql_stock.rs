@@ -2,13 +2,13 @@
 //!
 //! Without fencing the buyers read and write the row with plain
 //! statements, as a service that trusts its lock would. With fencing every
-//! read and every write is a `palisade_sql` fenced transaction: the fence
+//! read and every write is a `palisade_fence_sql` fenced transaction: the fence
 //! is its first statement, so a buyer whose lease ran out while it paused
 //! is refused (`Refused::Stale`) and its transaction rolls back before
 //! it can write anything.
 
 use palisade::{LockName, Sequencer};
-use palisade_sql::{FenceError, Refused};
+use palisade_fence_sql::{FenceError, Refused};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::DemoError;
@@ -48,9 +48,9 @@ impl SqlStock {
         Ok(SqlStock { pool, fenced })
     }
 
-    /// Creates the stock table and `palisade_sql`'s marks table if missing.
+    /// Creates the stock table and `palisade_fence_sql`'s marks table if missing.
     pub(crate) async fn prepare(&self) -> Result<(), DemoError> {
-        palisade_sql::migrate(&self.pool).await?;
+        palisade_fence_sql::migrate(&self.pool).await?;
         sqlx::query(CREATE).execute(&self.pool).await?;
         Ok(())
     }
@@ -129,8 +129,8 @@ impl SqlStock {
     async fn begin_fenced(
         &self,
         sequencer: &Sequencer,
-    ) -> Result<Result<palisade_sql::Fenced<'static, sqlx::Postgres>, Stale>, DemoError> {
-        match palisade_sql::begin_fenced(&self.pool, sequencer).await {
+    ) -> Result<Result<palisade_fence_sql::Fenced<'static, sqlx::Postgres>, Stale>, DemoError> {
+        match palisade_fence_sql::begin_fenced(&self.pool, sequencer).await {
             Ok(tx) => Ok(Ok(tx)),
             Err(FenceError::Refused(Refused::Stale {
                 presented, marks, ..

@@ -52,7 +52,7 @@ pub(crate) const DUMP: &str = "SELECT place, key, value FROM ( \
     ) AS rows";
 
 /// Serialises first-time migrations of several replicas starting at once
-/// (`pg_advisory_xact_lock` key; palisade-sql's fence uses another).
+/// (`pg_advisory_xact_lock` key; palisade-fence-sql's fence uses another).
 const MIGRATION_LOCK: i64 = 0x7061_6c69_7364_6501;
 
 /// Creates the tables, in order. Every statement is idempotent.
