@@ -153,6 +153,8 @@ pub const RULE_CASES: &[RuleCase] = {
         case((5, 0), X, 6, Some((6, 0))),
         case((5, 0), X, 4, None),
         case((5, 9), X, 8, None),
+        // At H_excl but below H_shared: granted before a reader that read.
+        case((5, 9), X, 5, None),
         case((5, 9), X, 9, Some((9, 9))),
         case((5, 9), X, 10, Some((10, 9))),
         // Shared: g >= H_excl, then H_shared = max(H_shared, g).
