@@ -1,7 +1,12 @@
 //! The PostgreSQL storage engine's integration tests in one binary (one link
 //! of the dependency tree), against a real PostgreSQL started on loopback
-//! by the testkit: the engine suite, opening, and the single-put fast path.
+//! by the testkit: the engine suite, opening, the single-put fast path,
+//! the SQL functions against core's rule table, a replica cut off
+//! mid-request, and answers when PostgreSQL is gone.
 
 mod conformance;
 mod fast_path;
 mod open;
+mod paused_replica;
+mod rule;
+mod unreachable;
