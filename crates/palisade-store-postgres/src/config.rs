@@ -37,12 +37,15 @@ pub struct PostgresConfig {
     /// How many idempotency ids each lock remembers. Default 1024 (the
     /// store's default).
     pub idempotency_window: u32,
-    /// PostgreSQL's `lock_timeout` for the engine's sessions: the longest a
-    /// request waits for its lock's mark row, which another request on
-    /// the same lock holds. Past it the request fails with
-    /// `StoreError::Unavailable`, nothing applied. Every request holds the
-    /// row for one statement only, so honest waits are a queue of short
-    /// statements. Default 2 s; URL parameter `lock_timeout`.
+    /// PostgreSQL's `lock_timeout` for the engine's sessions: the longest
+    /// one wait for a lock, such as the lock's mark row that another
+    /// request on the same lock holds. Past it the request fails with
+    /// `StoreError::Unavailable`, nothing applied. PostgreSQL applies it to
+    /// each lock a statement waits for (a row behind a queue of waiters
+    /// can take two), so a request's waits in all are bounded by
+    /// `statement_timeout`. Every request holds the row for one statement
+    /// only, so honest waits are a queue of short statements. Default
+    /// 2 s; URL parameter `lock_timeout`.
     pub lock_timeout: Duration,
     /// PostgreSQL's `statement_timeout`: the longest one request's
     /// statement runs, lock wait included. A write cut off by it is
