@@ -161,7 +161,9 @@ pub(crate) async fn concurrent_holders_never_commit_out_of_order<D: TestDb>() {
                 let mut accepted = Vec::new();
                 for _ in 0..ROUNDS {
                     let generation = rand::random_range(2..=400u64);
-                    match palisade_fence_sql::begin_fenced(&env.pool, &excl("race", generation)).await {
+                    match palisade_fence_sql::begin_fenced(&env.pool, &excl("race", generation))
+                        .await
+                    {
                         Ok(mut tx) => {
                             D::exec(
                                 &mut tx,
@@ -238,6 +240,77 @@ pub(crate) async fn shared_sequencers_cannot_fence_writes_and_signatures_are_che
         matches!(refused, FenceError::GenerationOutOfRange { .. }),
         "{refused:?}"
     );
+}
+
+/// Per-row fencing restates the exclusive rule in SQL (`fence_generation
+/// <= g`, the row's generation a one-mark `H_excl`): every exclusive case
+/// of core's table whose shared mark is 0 runs through `update_row`, which
+/// must admit exactly what `Marks::admit` admits and leave the row's
+/// generation where the table says, the row written exactly when admitted.
+/// (Checked by hand: with `<` for `<=` in `ValidRowUpdate::update_sql`
+/// this fails on both databases, on the equal-generation cases.)
+pub(crate) async fn per_row_fencing_follows_cores_exclusive_rule_table<D: TestDb>() {
+    let env = Env::<D>::start(2).await;
+    env.exec(
+        "CREATE TABLE fenced_rows (id VARCHAR(40) PRIMARY KEY, v VARCHAR(20), \
+         fence_generation BIGINT NOT NULL)",
+    )
+    .await;
+    let cases = RULE_CASES
+        .iter()
+        .enumerate()
+        .filter(|(_, case)| case.mode == Mode::Exclusive && case.before.1 == 0);
+    let mut ran = 0;
+    for (index, case) in cases {
+        let id = format!("case-{index}");
+        env.exec(format!(
+            "INSERT INTO fenced_rows VALUES ('{id}', '', {})",
+            case.before.0
+        ))
+        .await;
+        // A lock of its own, so the lock-wide fence always passes.
+        let mut tx = palisade_fence_sql::begin_fenced(
+            &env.pool,
+            &excl(&format!("row-case/{index}"), case.generation),
+        )
+        .await
+        .unwrap();
+        let outcome = tx
+            .update_row(RowUpdate {
+                table: "fenced_rows",
+                key_column: "id",
+                key: &id,
+                set: &[("v", "written")],
+            })
+            .await;
+        tx.commit().await.unwrap();
+        let stored = env
+            .ints(format!(
+                "SELECT fence_generation FROM fenced_rows WHERE id = '{id}'"
+            ))
+            .await;
+        let written = env
+            .ints(format!(
+                "SELECT count(*) FROM fenced_rows WHERE id = '{id}' AND v = 'written'"
+            ))
+            .await;
+        assert_eq!(written, [i64::from(case.expected.is_some())], "{case:?}");
+        match case.expected {
+            Some((after, _)) => {
+                assert!(outcome.is_ok(), "{case:?}: {outcome:?}");
+                assert_eq!(stored, [after as i64], "{case:?}");
+            }
+            None => {
+                assert!(
+                    matches!(outcome, Err(FenceError::StaleRow { stored, .. }) if stored as u64 == case.before.0),
+                    "{case:?}: {outcome:?}"
+                );
+                assert_eq!(stored, [case.before.0 as i64], "{case:?}");
+            }
+        }
+        ran += 1;
+    }
+    assert!(ran >= 4, "only {ran} cases ran");
 }
 
 /// Per-row fencing: the update matches only a row whose generation is not
@@ -317,7 +390,8 @@ pub(crate) async fn first_fences_of_many_new_locks_all_pass<D: TestDb>() {
             tokio::spawn(async move {
                 start.wait().await;
                 let tx =
-                    palisade_fence_sql::begin_fenced(&env.pool, &excl(&format!("new/{task}"), 1)).await?;
+                    palisade_fence_sql::begin_fenced(&env.pool, &excl(&format!("new/{task}"), 1))
+                        .await?;
                 tx.commit().await.map_err(FenceError::from)
             })
         })
