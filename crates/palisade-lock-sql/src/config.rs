@@ -4,10 +4,18 @@ use std::fmt;
 use std::time::Duration;
 
 use palisade_core::Signer;
+use palisade_core::redact::{Redacted, redact_url};
 
 use crate::{Dialect, SqlLockError};
 
 /// Settings of a [`crate::SqlLockClient`].
+///
+/// TLS is set in the URL, as the databases' own clients do:
+/// `postgres://...?sslmode=verify-full&sslrootcert=/etc/palisade/ca.pem`
+/// (or `require`: encrypted, not verified) and
+/// `mysql://...?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/palisade/ca.pem` (or
+/// `REQUIRED`). The driver runs rustls on `ring` and trusts the system's
+/// roots besides the CA file.
 ///
 /// ```
 /// use std::time::Duration;
@@ -30,7 +38,7 @@ pub struct SqlConfig {
 impl fmt::Debug for SqlConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqlConfig")
-            .field("url", &redact(&self.url))
+            .field("url", &Redacted(&self.url))
             .field("max_connections", &self.max_connections)
             .field("operation_timeout", &self.operation_timeout)
             .field("signer", &self.signer.as_ref().map(Signer::issuer))
@@ -81,7 +89,7 @@ impl SqlConfig {
     /// Checks that the configuration can work.
     pub fn validate(&self) -> Result<Dialect, SqlLockError> {
         let dialect = self.dialect().ok_or_else(|| SqlLockError::UnsupportedUrl {
-            url: redact(&self.url),
+            url: redact_url(&self.url),
         })?;
         if self.max_connections < 2 {
             return Err(SqlLockError::InvalidConfig {
@@ -100,35 +108,29 @@ impl SqlConfig {
     }
 }
 
-/// `url` with any password replaced by `***`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let Some((credentials, host)) = rest.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    match credentials.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn passwords_never_reach_messages() {
-        assert_eq!(
-            redact("postgres://u:secret@h:5/db"),
-            "postgres://u:***@h:5/db"
-        );
-        assert_eq!(redact("mysql://root@h/test"), "mysql://root@h/test");
-        let error = SqlConfig::new("oracle://u:secret@h")
-            .validate()
-            .unwrap_err();
-        assert!(!error.to_string().contains("secret"), "{error}");
+        for url in [
+            "oracle://u:MARKER@h",
+            "oracle://u@h/db?password=MARKER",
+            "sqlite://h/db?sslpassword=MARKER",
+        ] {
+            let config = SqlConfig::new(url);
+            let error = config.validate().unwrap_err();
+            for shown in [
+                error.to_string(),
+                format!("{error:?}"),
+                format!("{config:?}"),
+            ] {
+                assert!(!shown.contains("MARKER"), "{shown}");
+            }
+        }
+        let config = SqlConfig::new("mysql://root@h/test?ssl-mode=REQUIRED&password=MARKER");
+        assert!(!format!("{config:?}").contains("MARKER"));
     }
 
     #[test]

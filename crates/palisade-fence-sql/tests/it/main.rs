@@ -7,3 +7,4 @@ mod common;
 mod mariadb;
 mod postgres;
 mod suite;
+mod tls;

@@ -2,11 +2,12 @@
 //! of the dependency tree), against a real PostgreSQL started on loopback
 //! by the testkit: the engine suite, opening, the single-put fast path,
 //! the SQL functions against core's rule table, a replica cut off
-//! mid-request, and answers when PostgreSQL is gone.
+//! mid-request, answers when PostgreSQL is gone, and TLS.
 
 mod conformance;
 mod fast_path;
 mod open;
 mod paused_replica;
 mod rule;
+mod tls;
 mod unreachable;
