@@ -133,20 +133,10 @@ fn parse_endpoint(endpoint: &str) -> Result<String, String> {
     }
 }
 
-/// `text` with the password of a `scheme://user:password@host` URL
-/// replaced by `***`.
+/// `text` with every secret it carries masked: core's one redaction (a
+/// password in the userinfo or in a query parameter).
 fn redact(text: &str) -> String {
-    let Some((scheme, rest)) = text.split_once("://") else {
-        return text.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return text.to_owned();
-    };
-    match rest[..at].split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***{}", &rest[at..]),
-        None => text.to_owned(),
-    }
+    palisade_core::redact::redact_url(text)
 }
 
 impl fmt::Display for StoreSpec {
@@ -236,6 +226,13 @@ mod tests {
         assert_eq!(spec.to_string(), "postgres://app:***@db:5432/p");
         assert!(!format!("{spec:?}").contains("s3cret"));
         let error = "mysql://app:s3cret@db/x".parse::<StoreSpec>().unwrap_err();
+        assert!(!error.to_string().contains("s3cret"), "{error}");
+        // A password given as a query parameter, which the driver honours.
+        let spec = parse("postgres://app@db/p?sslmode=require&password=s3cret").unwrap();
+        assert!(!spec.to_string().contains("s3cret"), "{spec}");
+        let error = "mysql://app@db/x?password=s3cret"
+            .parse::<StoreSpec>()
+            .unwrap_err();
         assert!(!error.to_string().contains("s3cret"), "{error}");
         // No password, nothing to hide; a `@` in the path is not a user.
         assert_eq!(redact("postgres://db/p@x"), "postgres://db/p@x");
