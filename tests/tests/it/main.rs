@@ -13,6 +13,7 @@
 //! - `demos`: the GC-pause story and the flash sale as checks.
 //! - `hostile`: the hostile corpus; nothing is written.
 //! - `deploy`: the deploy files, checked against the code.
+//! - `store_secrets`: no password in any output of `--store`'s errors.
 
 mod demos;
 mod deploy;
@@ -23,6 +24,7 @@ mod hostile;
 mod redis_fencing;
 mod redlock_fencing;
 mod sql_fencing;
+mod store_secrets;
 
 use palisade::Generation;
 use palisade::client::Refused;

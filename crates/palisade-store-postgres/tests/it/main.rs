@@ -2,12 +2,13 @@
 //! of the dependency tree), against a real PostgreSQL started on loopback
 //! by the testkit: the engine suite, opening, the single-put fast path,
 //! the SQL functions against core's rule table, a replica cut off
-//! mid-request, answers when PostgreSQL is gone, and TLS.
+//! mid-request, answers when PostgreSQL is gone, TLS, and no password in any output.
 
 mod conformance;
 mod fast_path;
 mod open;
 mod paused_replica;
 mod rule;
+mod secrets;
 mod tls;
 mod unreachable;
