@@ -121,8 +121,8 @@ async fn failover_to_an_empty_database_is_caught_by_the_checker() -> anyhow::Res
 }
 
 /// Scenario 20 with the stopped replica's fenced reads held in
-/// transactions across round trips: the writes through the others wait
-/// for its row until PostgreSQL ends its idle transaction, then fail at
+/// transactions across round trips, and PostgreSQL's idle timeout at its
+/// old 30 s: the writes through the others wait for its row and fail at
 /// `lock_timeout`, so their p99 exceeds the bound. Safety still holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_held_in_transactions_fail_the_paused_replica_bound() -> anyhow::Result<()> {
@@ -133,7 +133,13 @@ async fn reads_held_in_transactions_fail_the_paused_replica_bound() -> anyhow::R
             "sql (PostgreSQL), PostgreSQL engine",
         )
         .note("mutation check: p99 must exceed the bound"),
-        ResourceServerOptions::default().held_transactions(),
+        // PostgreSQL's idle timeout as it was (30 s): the stopped
+        // replica's row stays held for the whole pause.
+        |url| {
+            ResourceServerOptions::default()
+                .held_transactions()
+                .store(format!("{url}?idle_in_transaction_session_timeout=30s"))
+        },
     )
     .await?;
     report.assert_safe();

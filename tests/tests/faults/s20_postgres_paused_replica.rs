@@ -13,11 +13,11 @@
 //! one wait for a lock: docs/engines.md), at least one was applied during
 //! the pause; and I-MONO, I-STALE, I-DUR, I-ONCE, I-TOKEN, I-LIVE.
 //!
-//! The readers present a shared sequencer at the lock's current exclusive
-//! mark, as a reader granted after the last writer would: admitted, and
-//! never above a writer's generation, so they fence no writer out. They
-//! are tasks of this test, not recorded in the history (the checker
-//! judges writes).
+//! The readers present a shared sequencer at the lock's exclusive mark
+//! (learnt from a refusal when a newer writer moved it), as a reader
+//! granted after the last writer would: admitted, and never above a
+//! writer's generation, so they fence no writer out. They are tasks of
+//! this test, not recorded in the history (the checker judges writes).
 //!
 //! The mutation check (`mutation.rs`) runs the same story with replica 0's
 //! fenced reads held in transactions across round trips (today's main
@@ -148,14 +148,20 @@ impl Readers {
             let client = Client::with_timeout(server, STEP)?;
             let (stop, reads, lock) = (Arc::clone(&stop), Arc::clone(&reads), lock.clone());
             tasks.push(tokio::spawn(async move {
+                // At the exclusive mark, learnt from the refusal when a
+                // newer writer moved it: every request is a fenced read.
+                let mut mark = 1;
                 while !stop.load(Ordering::Relaxed) {
-                    let Ok(marks) = client.marks(&lock).await else {
-                        continue;
-                    };
-                    let generation = Generation::new(marks.exclusive.max(1)).expect("non-zero");
+                    let generation = Generation::new(mark).expect("non-zero");
                     let sequencer = Sequencer::new(lock.clone(), Mode::Shared, generation);
-                    if let Ok(Ok(_)) = client.get(&lock, b"k", Some(&sequencer)).await {
-                        reads.fetch_add(1, Ordering::Relaxed);
+                    match client.get(&lock, b"k", Some(&sequencer)).await {
+                        Ok(Ok(_)) => {
+                            reads.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(Err(refused)) => {
+                            mark = refused.marks().map_or(mark, |marks| marks.exclusive.max(1));
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                     }
                 }
             }));
@@ -177,29 +183,33 @@ impl Readers {
 
 /// The story: returns the checker's report (already in the table, with
 /// the pause's write figures in its notes) and those figures.
-/// `replica_0` configures the replica that is stopped.
+/// `replica_0` configures the replica that is stopped, given the
+/// database's URL (its `--store` is that URL unless it names its own).
 pub(crate) async fn paused_replica(
     tag: &str,
     scenario: Scenario,
-    replica_0: ResourceServerOptions,
+    replica_0: impl FnOnce(&str) -> ResourceServerOptions,
 ) -> anyhow::Result<(Report, PauseWrites)> {
     let postgres = SqlServer::postgres();
     let binaries = palisade_tests::fault_binaries!();
     let mut run = FaultRun::new(tag)?;
     let store = postgres.url();
     let mut replicas = Vec::new();
+    let mut replica_0 = Some(replica_0(&store));
     for index in 0..3 {
         let dir = run.dir().join(format!("replica-{index}"));
         std::fs::create_dir_all(&dir)?;
-        let options = if index == 0 {
-            replica_0.clone()
-        } else {
-            ResourceServerOptions::default()
+        let mut options = match replica_0.take() {
+            Some(options) => options,
+            None => ResourceServerOptions::default(),
         };
+        if options.store.is_none() {
+            options.store = Some(store.clone());
+        }
         replicas.push(ResourceServerProcess::start_at(
             &binaries.resource_server,
             &dir,
-            options.store(store.clone()),
+            options,
         )?);
     }
     let urls: Vec<String> = replicas.iter().map(|r| r.base_url()).collect();
@@ -263,7 +273,7 @@ async fn a_paused_replica_stalls_no_other_replica() -> anyhow::Result<()> {
             "20 three replicas over one PostgreSQL: one SIGSTOPped mid fenced reads",
             "sql (PostgreSQL), PostgreSQL engine",
         ),
-        ResourceServerOptions::default(),
+        |_| ResourceServerOptions::default(),
     )
     .await?;
     report.assert_safe();
