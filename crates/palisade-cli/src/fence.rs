@@ -162,21 +162,26 @@ mod tests {
         assert_eq!(args(Some("http://a:1,http://b:2")).single_server(), None);
     }
 
-    #[test]
-    fn a_stale_fence_names_the_recovery_command() {
+    /// The message and exit code of generation 3's fence refused as stale
+    /// by a server whose exclusive mark is `mark`.
+    fn stale_fence(mark: u64) -> (u8, String) {
         let sequencer: Sequencer = "v1;lock=orders/42;mode=exclusive;gen=3".parse().unwrap();
         let refused = Refused::Stale {
             lock: sequencer.lock().clone(),
             mode: sequencer.mode(),
             presented: sequencer.generation(),
             marks: palisade_client::Marks {
-                exclusive: 9,
+                exclusive: mark,
                 shared: 0,
             },
             regression: false,
         };
-        let error = refusal(&refused, &sequencer, "http://127.0.0.1:7411");
-        let (code, line) = exit::describe(&error);
+        exit::describe(&refusal(&refused, &sequencer, "http://127.0.0.1:7411"))
+    }
+
+    #[test]
+    fn a_stale_fence_names_the_recovery_command() {
+        let (code, line) = stale_fence(9);
         assert_eq!(code, exit::STALE);
         assert!(line.contains("generation 3"), "{line}");
         assert!(line.contains("went backwards"), "{line}");
@@ -189,19 +194,7 @@ mod tests {
 
     #[test]
     fn a_stale_fence_under_a_forged_maximum_does_not_blame_the_counter() {
-        let sequencer: Sequencer = "v1;lock=orders/42;mode=exclusive;gen=3".parse().unwrap();
-        let refused = Refused::Stale {
-            lock: sequencer.lock().clone(),
-            mode: sequencer.mode(),
-            presented: sequencer.generation(),
-            marks: palisade_client::Marks {
-                exclusive: u64::MAX,
-                shared: 0,
-            },
-            regression: false,
-        };
-        let error = refusal(&refused, &sequencer, "http://127.0.0.1:7411");
-        let (code, line) = exit::describe(&error);
+        let (code, line) = stale_fence(u64::MAX);
         assert_eq!(code, exit::STALE);
         assert!(line.contains("forged or runaway"), "{line}");
         assert!(!line.contains("counter was lost"), "{line}");

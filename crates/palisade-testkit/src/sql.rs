@@ -285,6 +285,18 @@ impl SqlServer {
         }
     }
 
+    /// [`SqlServer::url`] with the strictest TLS verification the
+    /// database's driver offers against the CA certificate in `ca_file`:
+    /// `sslmode=verify-full&sslrootcert=...` (PostgreSQL),
+    /// `ssl-mode=VERIFY_IDENTITY&ssl-ca=...` (MariaDB).
+    pub fn verified_url(&self, ca_file: &Path) -> String {
+        let ca = ca_file.display();
+        match self.dialect {
+            Dialect::Postgres => format!("{}?sslmode=verify-full&sslrootcert={ca}", self.url()),
+            Dialect::MariaDb => format!("{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}", self.url()),
+        }
+    }
+
     /// Which database this is.
     pub fn dialect(&self) -> Dialect {
         self.dialect

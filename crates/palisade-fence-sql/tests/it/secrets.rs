@@ -6,11 +6,10 @@
 //! written meanwhile (every level, the driver's own included) may hold a
 //! marker.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use palisade_fence_sql::FenceDatabase;
+use palisade_testkit::logs::Logs;
 use palisade_testkit::sql::SqlServer;
 use sqlx::pool::PoolOptions;
 use sqlx::{MySql, Postgres};
@@ -19,21 +18,9 @@ use crate::common::excl;
 
 const MARKER: &str = "MARKER";
 
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Sink {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Runs the fence on a lazy pool for each URL, expecting a failure whose
 /// every rendering, and every log line meanwhile, is clean.
-async fn fence_fails_cleanly<D: FenceDatabase>(urls: &[String], lines: &Mutex<Vec<u8>>) {
+async fn fence_fails_cleanly<D: FenceDatabase>(urls: &[String], logs: &Logs) {
     for url in urls {
         let pool = PoolOptions::<D>::new()
             .acquire_timeout(Duration::from_secs(2))
@@ -54,7 +41,7 @@ async fn fence_fails_cleanly<D: FenceDatabase>(urls: &[String], lines: &Mutex<Ve
             );
         }
     }
-    let logs = String::from_utf8_lossy(&lines.lock().unwrap()).into_owned();
+    let logs = logs.text();
     assert!(
         !logs.contains(MARKER),
         "a log line shows a password:\n{logs}"
@@ -63,15 +50,7 @@ async fn fence_fails_cleanly<D: FenceDatabase>(urls: &[String], lines: &Mutex<Ve
 
 #[tokio::test]
 async fn no_password_in_any_error_or_log_line_of_the_fence() {
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&lines);
-    let _logs = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Sink(Arc::clone(&sink)))
-            .finish(),
-    );
+    let logs = Logs::capture();
     let closed = palisade_testkit::process::free_port();
 
     let postgres = SqlServer::postgres();
@@ -82,7 +61,7 @@ async fn no_password_in_any_error_or_log_line_of_the_fence() {
             postgres.port()
         ),
     ];
-    fence_fails_cleanly::<Postgres>(&urls, &lines).await;
+    fence_fails_cleanly::<Postgres>(&urls, &logs).await;
 
     let mariadb = SqlServer::mariadb();
     let urls = [
@@ -92,9 +71,9 @@ async fn no_password_in_any_error_or_log_line_of_the_fence() {
             mariadb.port()
         ),
     ];
-    fence_fails_cleanly::<MySql>(&urls, &lines).await;
+    fence_fails_cleanly::<MySql>(&urls, &logs).await;
     assert!(
-        !lines.lock().unwrap().is_empty(),
+        !logs.text().is_empty(),
         "nothing was logged: the capture is broken"
     );
 }

@@ -5,81 +5,43 @@
 //! accepts TLS connections only, and a fenced transaction commits; a
 //! server whose certificate another CA signed is refused.
 
-use palisade_testkit::sql::{Dialect, SqlServer};
+use palisade_fence_sql::FenceDatabase;
+use palisade_testkit::sql::SqlServer;
 use palisade_testkit::tls::Authority;
 use sqlx::{MySql, Pool, Postgres};
 
 use crate::common::excl;
 
-/// The server's URL with TLS verified against the CA in `ca`.
-fn verified(server: &SqlServer, ca: &std::path::Path) -> String {
-    match server.dialect() {
-        Dialect::Postgres => format!(
-            "{}?sslmode=verify-full&sslrootcert={}",
-            server.url(),
-            ca.display()
-        ),
-        Dialect::MariaDb => format!(
-            "{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
-            server.url(),
-            ca.display()
-        ),
-    }
-}
-
-/// The test's CA, with its certificate and another CA's in files.
-struct Cas {
-    authority: Authority,
-    right: std::path::PathBuf,
-    wrong: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-fn cas() -> Cas {
+async fn fences_over_tls_and_refuses_a_wrong_ca<D: FenceDatabase>(
+    start: fn(&palisade_testkit::tls::Issued) -> SqlServer,
+) {
     let authority = Authority::new("palisade test CA");
+    let server = start(&authority.server());
     let dir = tempfile::tempdir().unwrap();
-    let right = dir.path().join("ca.pem");
+    let (right, wrong) = (dir.path().join("ca.pem"), dir.path().join("other.pem"));
     std::fs::write(&right, &authority.cert_pem).unwrap();
-    let wrong = dir.path().join("other.pem");
     std::fs::write(&wrong, &Authority::new("another CA").cert_pem).unwrap();
-    Cas {
-        authority,
-        right,
-        wrong,
-        _dir: dir,
-    }
+
+    let pool = Pool::<D>::connect(&server.verified_url(&right))
+        .await
+        .expect("the strictest verification, with the server's CA");
+    palisade_fence_sql::migrate(&pool).await.unwrap();
+    let tx = palisade_fence_sql::begin_fenced(&pool, &excl("tls", 1))
+        .await
+        .unwrap();
+    assert_eq!(tx.commit().await.unwrap().exclusive, 1);
+
+    let refused = Pool::<D>::connect(&server.verified_url(&wrong)).await;
+    let error = refused.expect_err("a server signed by another CA was accepted");
+    assert!(error.to_string().contains("ertificate"), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_pool_over_tls_with_verify_full_fences_and_a_wrong_ca_is_refused() {
-    let cas = cas();
-    let server = SqlServer::postgres_with_tls(&cas.authority.server());
-    let pool = Pool::<Postgres>::connect(&verified(&server, &cas.right))
-        .await
-        .expect("verify-full with the server's CA");
-    palisade_fence_sql::migrate(&pool).await.unwrap();
-    let tx = palisade_fence_sql::begin_fenced(&pool, &excl("tls", 1))
-        .await
-        .unwrap();
-    assert_eq!(tx.commit().await.unwrap().exclusive, 1);
-    let refused = Pool::<Postgres>::connect(&verified(&server, &cas.wrong)).await;
-    let error = refused.expect_err("a server signed by another CA was accepted");
-    assert!(error.to_string().contains("ertificate"), "{error}");
+    fences_over_tls_and_refuses_a_wrong_ca::<Postgres>(SqlServer::postgres_with_tls).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_pool_over_tls_with_verify_identity_fences_and_a_wrong_ca_is_refused() {
-    let cas = cas();
-    let server = SqlServer::mariadb_with_tls(&cas.authority.server());
-    let pool = Pool::<MySql>::connect(&verified(&server, &cas.right))
-        .await
-        .expect("VERIFY_IDENTITY with the server's CA");
-    palisade_fence_sql::migrate(&pool).await.unwrap();
-    let tx = palisade_fence_sql::begin_fenced(&pool, &excl("tls", 1))
-        .await
-        .unwrap();
-    assert_eq!(tx.commit().await.unwrap().exclusive, 1);
-    let refused = Pool::<MySql>::connect(&verified(&server, &cas.wrong)).await;
-    let error = refused.expect_err("a server signed by another CA was accepted");
-    assert!(error.to_string().contains("ertificate"), "{error}");
+    fences_over_tls_and_refuses_a_wrong_ca::<MySql>(SqlServer::mariadb_with_tls).await;
 }

@@ -24,20 +24,7 @@ async fn connects_over_tls_and_refuses_a_wrong_ca(dialect: Dialect) {
     std::fs::write(&ca, &authority.cert_pem).unwrap();
     let other = dir.path().join("other.pem");
     std::fs::write(&other, &Authority::new("another CA").cert_pem).unwrap();
-    let url = |ca: &std::path::Path| match dialect {
-        Dialect::Postgres => format!(
-            "{}?sslmode=verify-full&sslrootcert={}",
-            server.url(),
-            ca.display()
-        ),
-        Dialect::MariaDb => format!(
-            "{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
-            server.url(),
-            ca.display()
-        ),
-    };
-
-    let client = SqlLockClient::connect(SqlConfig::new(url(&ca)))
+    let client = SqlLockClient::connect(SqlConfig::new(server.verified_url(&ca)))
         .await
         .expect("verify-full with the server's CA");
     let session = client
@@ -51,7 +38,7 @@ async fn connects_over_tls_and_refuses_a_wrong_ca(dialect: Dialect) {
     assert!(guard.sequencer().unwrap().generation().get() >= 1);
     guard.release().await.unwrap();
 
-    let refused = SqlLockClient::connect(SqlConfig::new(url(&other))).await;
+    let refused = SqlLockClient::connect(SqlConfig::new(server.verified_url(&other))).await;
     let error = refused.expect_err("a server signed by another CA was accepted");
     assert!(
         format!("{error} {error:?}").contains("ertificate"),

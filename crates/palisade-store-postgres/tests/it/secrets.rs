@@ -5,54 +5,13 @@
 //! `Debug`, nor any log line written meanwhile (every level, the
 //! driver's own included) may hold a marker.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use palisade_core::{Generation, LockName, Mode, Sequencer};
 use palisade_store::{Engine, Op, WriteRequest};
 use palisade_store_postgres::{PostgresConfig, PostgresEngine};
+use palisade_testkit::logs::Logs;
 use palisade_testkit::sql::SqlServer;
 
 const MARKER: &str = "MARKER";
-
-/// Every log line written while it lives, at every level.
-struct Logs {
-    lines: Arc<Mutex<Vec<u8>>>,
-    _guard: tracing::subscriber::DefaultGuard,
-}
-
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Sink {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    /// Captures this thread's logs: the test runs on one thread.
-    fn capture() -> Logs {
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&lines);
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Sink(Arc::clone(&sink)))
-            .finish();
-        Logs {
-            lines,
-            _guard: tracing::subscriber::set_default(subscriber),
-        }
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.lines.lock().unwrap()).into_owned()
-    }
-}
 
 /// Asserts that nothing shown of `error` holds the marker.
 fn assert_clean(what: &str, error: &(impl std::fmt::Display + std::fmt::Debug)) {

@@ -10,10 +10,10 @@ use palisade_testkit::sql::SqlServer;
 use palisade_testkit::tls::Authority;
 
 /// A CA's certificate in a file, as `sslrootcert` wants it.
-fn ca_file(dir: &tempfile::TempDir, authority: &Authority, name: &str) -> String {
+fn ca_file(dir: &tempfile::TempDir, authority: &Authority, name: &str) -> std::path::PathBuf {
     let path = dir.path().join(name);
     std::fs::write(&path, &authority.cert_pem).unwrap();
-    path.display().to_string()
+    path
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,11 +24,9 @@ async fn the_engine_connects_with_verify_full_and_refuses_a_wrong_ca() {
     let ca = ca_file(&dir, &authority, "ca.pem");
     let base = format!("postgres://postgres@127.0.0.1:{}/postgres", postgres.port());
 
-    let engine = PostgresEngine::open(PostgresConfig::new(format!(
-        "{base}?sslmode=verify-full&sslrootcert={ca}"
-    )))
-    .await
-    .expect("verify-full with the server's CA");
+    let engine = PostgresEngine::open(PostgresConfig::new(postgres.verified_url(&ca)))
+        .await
+        .expect("verify-full with the server's CA");
     let sequencer = Sequencer::new(
         LockName::new("tls").unwrap(),
         Mode::Exclusive,
@@ -51,11 +49,7 @@ async fn the_engine_connects_with_verify_full_and_refuses_a_wrong_ca() {
 
     // Another CA: refused, and said so.
     let other = ca_file(&dir, &Authority::new("another CA"), "other.pem");
-    match PostgresEngine::open(PostgresConfig::new(format!(
-        "{base}?sslmode=verify-full&sslrootcert={other}"
-    )))
-    .await
-    {
+    match PostgresEngine::open(PostgresConfig::new(postgres.verified_url(&other))).await {
         Err(error @ OpenError::Database { .. }) => {
             assert!(error.to_string().contains("certificate"), "{error}");
         }
