@@ -199,10 +199,7 @@ pub(crate) async fn paused_replica(
     for index in 0..3 {
         let dir = run.dir().join(format!("replica-{index}"));
         std::fs::create_dir_all(&dir)?;
-        let mut options = match replica_0.take() {
-            Some(options) => options,
-            None => ResourceServerOptions::default(),
-        };
+        let mut options = replica_0.take().unwrap_or_default();
         if options.store.is_none() {
             options.store = Some(store.clone());
         }
