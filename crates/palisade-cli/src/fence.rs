@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::Args;
 use palisade_client::{Client, Refused};
-use palisade_core::{LockName, Sequencer};
+use palisade_core::{LockName, RegressionCause, Sequencer};
 
 use crate::data::{ServerAuth, marks_text, server_error};
 use crate::exit::{self, Failure};
@@ -97,20 +97,33 @@ impl FenceArgs {
 }
 
 /// A refused fence. `Stale` right after a grant means the lock service's
-/// generations are behind the server's marks: the lock service lost its
-/// counter (a Redis restart without persistence, a restored etcd backup).
+/// generations are behind the server's marks: it lost its counter (a Redis
+/// restart without persistence, a restored etcd backup), or the mark is
+/// one it never issued (a forged or runaway generation): core's
+/// `RegressionCause` tells which it can.
 fn refusal(refused: &Refused, sequencer: &Sequencer, url: &str) -> anyhow::Error {
     let (lock, generation) = (sequencer.lock(), sequencer.generation());
     match refused {
-        Refused::Stale { marks, .. } => Failure::new(
-            exit::STALE,
-            format!(
-                "fencing lock `{lock}` at {url} was refused as stale: the lock service granted generation {generation} just now, but the server has honoured newer ones ({}); the lock service's generations went backwards (its counter was lost); the command did not run; recover with `{}` and this command's backend flags",
-                marks_text(*marks),
-                raise_floor_command(lock, url)
-            ),
-        )
-        .into(),
+        Refused::Stale { marks, .. } => {
+            let cause = RegressionCause::of(generation.get(), marks.required(sequencer.mode()));
+            let recovery = if cause.floor_recovers() {
+                format!(
+                    "; recover with `{}` and this command's backend flags",
+                    raise_floor_command(lock, url)
+                )
+            } else {
+                String::new()
+            };
+            Failure::new(
+                exit::STALE,
+                format!(
+                    "fencing lock `{lock}` at {url} was refused as stale: the lock service granted generation {generation} just now, but the server has honoured newer ones ({}); {}; the command did not run{recovery}",
+                    marks_text(*marks),
+                    cause.meaning(),
+                ),
+            )
+            .into()
+        }
         other => Failure::new(
             exit::REFUSED,
             format!(
@@ -149,21 +162,26 @@ mod tests {
         assert_eq!(args(Some("http://a:1,http://b:2")).single_server(), None);
     }
 
-    #[test]
-    fn a_stale_fence_names_the_recovery_command() {
+    /// The message and exit code of generation 3's fence refused as stale
+    /// by a server whose exclusive mark is `mark`.
+    fn stale_fence(mark: u64) -> (u8, String) {
         let sequencer: Sequencer = "v1;lock=orders/42;mode=exclusive;gen=3".parse().unwrap();
         let refused = Refused::Stale {
             lock: sequencer.lock().clone(),
             mode: sequencer.mode(),
             presented: sequencer.generation(),
             marks: palisade_client::Marks {
-                exclusive: 9,
+                exclusive: mark,
                 shared: 0,
             },
             regression: false,
         };
-        let error = refusal(&refused, &sequencer, "http://127.0.0.1:7411");
-        let (code, line) = exit::describe(&error);
+        exit::describe(&refusal(&refused, &sequencer, "http://127.0.0.1:7411"))
+    }
+
+    #[test]
+    fn a_stale_fence_names_the_recovery_command() {
+        let (code, line) = stale_fence(9);
         assert_eq!(code, exit::STALE);
         assert!(line.contains("generation 3"), "{line}");
         assert!(line.contains("went backwards"), "{line}");
@@ -171,5 +189,15 @@ mod tests {
             line.contains("`palisade raise-floor orders/42 --server http://127.0.0.1:7411`"),
             "{line}"
         );
+        assert!(line.contains("its counter was lost"), "{line}");
+    }
+
+    #[test]
+    fn a_stale_fence_under_a_forged_maximum_does_not_blame_the_counter() {
+        let (code, line) = stale_fence(u64::MAX);
+        assert_eq!(code, exit::STALE);
+        assert!(line.contains("forged or runaway"), "{line}");
+        assert!(!line.contains("counter was lost"), "{line}");
+        assert!(!line.contains("raise-floor"), "{line}");
     }
 }

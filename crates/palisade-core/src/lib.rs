@@ -73,7 +73,7 @@ pub use mode::{Mode, ModeParseError};
 pub use name::{LockName, LockNameError};
 pub use op_result::{OpResult, OpResultParseError};
 pub use raise_cap::RaiseCap;
-pub use refusal::{Refused, RequestId, RequestIdError};
+pub use refusal::{Refused, RegressionCause, RequestId, RequestIdError};
 pub use retry::retry_pauses;
 pub use sequencer::{Sequencer, SequencerError, Signature};
 pub use signing::{KeyError, KeyRing, SignatureError, Signer, SigningKey, Verifier};

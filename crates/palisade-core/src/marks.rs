@@ -1,7 +1,7 @@
 //! The two high-water marks of a lock, and the fencing rule.
 //!
 //! The rule lives here, in core, so every place that fences (the fenced
-//! store, the SQL fence of `palisade-sql`) applies the same function, and
+//! store, the SQL fence of `palisade-fence-sql`) applies the same function, and
 //! [`RULE_CASES`] is the one table of cases all of them are tested against.
 
 use std::fmt;
@@ -153,6 +153,8 @@ pub const RULE_CASES: &[RuleCase] = {
         case((5, 0), X, 6, Some((6, 0))),
         case((5, 0), X, 4, None),
         case((5, 9), X, 8, None),
+        // At H_excl but below H_shared: granted before a reader that read.
+        case((5, 9), X, 5, None),
         case((5, 9), X, 9, Some((9, 9))),
         case((5, 9), X, 10, Some((10, 9))),
         // Shared: g >= H_excl, then H_shared = max(H_shared, g).

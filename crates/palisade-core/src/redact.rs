@@ -140,17 +140,50 @@ fn redact_key_values(text: &str) -> String {
         .join(" ")
 }
 
-/// Masks the whole userinfo of something URL-shaped that did not parse.
+/// Masks the whole userinfo, and every secret-named query parameter, of
+/// something URL-shaped that did not parse (a bad port, say): the driver
+/// may still be shown it, or a user may fix the port and keep the rest.
 fn redact_malformed(text: &str) -> String {
     let Some(scheme_end) = text.find("://") else {
         return text.to_owned();
     };
     let rest = &text[scheme_end + 3..];
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    let shown = match rest[..authority_end].rfind('@') {
         Some(at) => format!("{}://{MASK}{}", &text[..scheme_end], &rest[at..]),
         None => text.to_owned(),
+    };
+    match shown.split_once('?') {
+        Some((before, query)) => {
+            let pairs = raw_query_pairs(query)
+                .map(|(pair, name, _)| match name {
+                    Some(name) if is_secret_name(&name) => {
+                        format!("{}={MASK}", &pair[..pair.find('=').unwrap_or(pair.len())])
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("&");
+            format!("{before}?{pairs}")
+        }
+        None => shown,
     }
+}
+
+fn decode(text: &str) -> String {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// The `&`-separated pairs of a query no URL parser read (up to a `#`):
+/// each pair as written, and its name and value percent-decoded.
+fn raw_query_pairs(query: &str) -> impl Iterator<Item = (&str, Option<String>, String)> {
+    let query = query.split('#').next().unwrap_or_default();
+    query.split('&').map(|pair| match pair.split_once('=') {
+        Some((name, value)) => (pair, Some(decode(name)), decode(value)),
+        None => (pair, None, String::new()),
+    })
 }
 
 /// The secret values `text` carries (a URL's password, its secret-named
@@ -169,6 +202,24 @@ pub fn secrets_in(text: &str) -> Vec<String> {
             for (name, value) in url.query_pairs() {
                 if is_secret_name(&name) {
                     secrets.push(value.into_owned());
+                }
+            }
+        } else if let Some(scheme_end) = item.find("://") {
+            // URL-shaped but malformed: what a driver might still read.
+            let rest = &item[scheme_end + 3..];
+            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            if let Some((_, password)) = rest[..authority_end]
+                .rsplit_once('@')
+                .and_then(|(userinfo, _)| userinfo.split_once(':'))
+            {
+                secrets.push(password.to_owned());
+                secrets.push(decode(password));
+            }
+            if let Some((_, query)) = rest.split_once('?') {
+                for (_, name, value) in raw_query_pairs(query) {
+                    if name.is_some_and(|name| is_secret_name(&name)) {
+                        secrets.push(value);
+                    }
                 }
             }
         } else {
@@ -271,6 +322,10 @@ mod tests {
         ),
         ("http://u:p%40ss@h/", "http://u:***@h/"),
         ("postgres://u:hunter2@[bad/db", "postgres://***@[bad/db"),
+        (
+            "postgres://u:hunter2@h:port/db?sslmode=require&password=hunter3#x",
+            "postgres://***@h:port/db?sslmode=require&password=***",
+        ),
         ("127.0.0.1:2379", "127.0.0.1:2379"),
         ("/var/lib/palisade", "/var/lib/palisade"),
     ];
@@ -291,6 +346,9 @@ mod tests {
         let scrubbed = scrub(&message, url);
         assert!(!scrubbed.contains("hunter2"), "{scrubbed}");
         assert!(scrubbed.contains("password authentication failed"));
+        let malformed = "postgres://app:hunter2@db:port/p?password=hunter3";
+        let scrubbed = scrub("hunter2 and hunter3 in a driver's words", malformed);
+        assert!(!scrubbed.contains("hunter"), "{scrubbed}");
         let encoded = "postgres://app:p%40ss-word@db/p";
         let scrubbed = scrub("auth failed for p@ss-word", encoded);
         assert!(!scrubbed.contains("p@ss-word"), "{scrubbed}");

@@ -164,8 +164,85 @@ impl Refused {
     }
 }
 
-/// The text of [`Refused::Stale`]: a regression says so and names the way
-/// out; otherwise both generations and the marks.
+/// What a generation regression says about its cause, from the only two
+/// numbers known where it is found: the generation the lock service has
+/// just granted (so its newest) and the mark that generation fell below.
+///
+/// Generations are counters (etcd revisions, the Redis `Counter` scheme,
+/// the SQL backend) or clock generations (microseconds, the Redis
+/// `ServerClock` scheme), and a mark says which it is (see
+/// [`RaiseCap`](crate::RaiseCap)). A mark no lock service of the granted
+/// kind issues was not lost by it: someone sent it.
+///
+/// ```
+/// use palisade_core::RegressionCause;
+///
+/// assert_eq!(RegressionCause::of(3, 40), RegressionCause::CounterLost);
+/// assert_eq!(RegressionCause::of(3, u64::MAX), RegressionCause::BeyondAnyCounter);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegressionCause {
+    /// The mark is a generation the lock service could have issued: its
+    /// generations went backwards (its counter lost with its data, or its
+    /// data wiped or restored from a backup). Raising its floor above the
+    /// mark recovers.
+    CounterLost,
+    /// The service grants counters, and the mark is at or above
+    /// [`RaiseCap::CLOCK_GENERATION_FLOOR`](crate::RaiseCap::CLOCK_GENERATION_FLOOR),
+    /// where no counter gets (`u64::MAX`, say): a forged or runaway
+    /// generation was honoured.
+    BeyondAnyCounter,
+    /// The service grants clock generations, and the mark is more than
+    /// [`RaiseCap::DEFAULT_CLOCK_LEAD`](crate::RaiseCap::DEFAULT_CLOCK_LEAD)
+    /// ahead of the one it just granted, its clock: a forged or runaway
+    /// generation was honoured.
+    AheadOfItsClock,
+}
+
+impl RegressionCause {
+    /// The cause of `granted` (the lock service's newest generation)
+    /// falling below `mark`.
+    pub fn of(granted: u64, mark: u64) -> RegressionCause {
+        let lead =
+            u64::try_from(crate::RaiseCap::DEFAULT_CLOCK_LEAD.as_micros()).unwrap_or(u64::MAX);
+        if crate::RaiseCap::by_clock(granted) {
+            if mark > granted.saturating_add(lead) {
+                return RegressionCause::AheadOfItsClock;
+            }
+        } else if mark >= crate::RaiseCap::CLOCK_GENERATION_FLOOR {
+            return RegressionCause::BeyondAnyCounter;
+        }
+        RegressionCause::CounterLost
+    }
+
+    /// What it means, as a clause of a regression's message (without the
+    /// recovery command, which each caller spells for its own flags).
+    pub fn meaning(self) -> String {
+        let forged = "a forged or runaway generation was honoured, not a lost counter; a mark cannot be lowered, so find who sent it (signed sequencers and the raise cap refuse such generations) and move the lock's data to a new lock name";
+        match self {
+            RegressionCause::CounterLost => "the lock service's generations went backwards (its counter was lost, or its data wiped or restored from a backup)".to_owned(),
+            RegressionCause::BeyondAnyCounter => format!(
+                "that mark is far above any generation the lock service issues (no counter reaches {}): {forged}",
+                crate::RaiseCap::CLOCK_GENERATION_FLOOR
+            ),
+            RegressionCause::AheadOfItsClock => format!(
+                "that mark is far above any generation the lock service issues (more than {:?} ahead of its clock): {forged}",
+                crate::RaiseCap::DEFAULT_CLOCK_LEAD
+            ),
+        }
+    }
+
+    /// Whether raising the lock service's generation floor above the mark
+    /// recovers (`palisade raise-floor`): only when its counter went back.
+    pub fn floor_recovers(self) -> bool {
+        self == RegressionCause::CounterLost
+    }
+}
+
+/// The text of [`Refused::Stale`]: a regression says so, what it can know
+/// of the cause ([`RegressionCause`]) and the way out; otherwise both
+/// generations and the marks.
 fn stale_text(
     lock: &LockName,
     mode: Mode,
@@ -175,10 +252,15 @@ fn stale_text(
 ) -> String {
     let required = marks.required(mode);
     if regression {
-        format!(
-            "generation regression on lock `{lock}`: the lock service still grants generation {presented}, yet generation {required} has already been honoured here, so its generations went backwards (lost counter, wiped or restored data); recover with `{}`",
-            lock.raise_floor_command()
-        )
+        let cause = RegressionCause::of(presented.get(), required);
+        let mut text = format!(
+            "generation regression on lock `{lock}`: the lock service still grants generation {presented}, yet generation {required} has already been honoured here: {}",
+            cause.meaning()
+        );
+        if cause.floor_recovers() {
+            text.push_str(&format!("; recover with `{}`", lock.raise_floor_command()));
+        }
+        text
     } else {
         format!(
             "stale sequencer for lock `{lock}`: {mode} generation {presented} is below the required {required} ({marks})"
@@ -307,6 +389,38 @@ mod tests {
         );
         assert_eq!(stale(true).reason(), "stale");
         assert_eq!(stale(true).http_status(), 409);
+    }
+
+    #[test]
+    fn a_regression_names_what_can_be_known_of_its_cause() {
+        let regression = |presented: u64, mark: u64| {
+            Refused::Stale {
+                lock: LockName::new("orders/42").unwrap(),
+                mode: Mode::Exclusive,
+                presented: Generation::new(presented).unwrap(),
+                marks: Marks {
+                    exclusive: mark,
+                    shared: 0,
+                },
+                regression: true,
+            }
+            .to_string()
+        };
+        // A counter that restarted below the mark.
+        let lost = regression(3, 40);
+        assert!(lost.contains("its counter was lost"), "{lost}");
+        assert!(!lost.contains("forged"), "{lost}");
+        // A forged maximum under a counter service.
+        let forged = regression(3, u64::MAX);
+        assert!(forged.contains("forged or runaway"), "{forged}");
+        assert!(!forged.contains("counter was lost"), "{forged}");
+        // Clock generations: a mark two hours ahead of the service's clock
+        // was not issued by it; one a minute ahead could have been.
+        let now_us = 1_800_000_000_000_000;
+        let ahead = regression(now_us, now_us + 7_200_000_000);
+        assert!(ahead.contains("ahead of its clock"), "{ahead}");
+        let recent = regression(now_us, now_us + 60_000_000);
+        assert!(recent.contains("its counter was lost"), "{recent}");
     }
 
     #[test]

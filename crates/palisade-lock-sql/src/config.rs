@@ -10,6 +10,13 @@ use crate::{Dialect, SqlLockError};
 
 /// Settings of a [`crate::SqlLockClient`].
 ///
+/// TLS is set in the URL, as the databases' own clients do:
+/// `postgres://...?sslmode=verify-full&sslrootcert=/etc/palisade/ca.pem`
+/// (or `require`: encrypted, not verified) and
+/// `mysql://...?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/palisade/ca.pem` (or
+/// `REQUIRED`). The driver runs rustls on `ring` and trusts the system's
+/// roots besides the CA file.
+///
 /// ```
 /// use std::time::Duration;
 /// use palisade_lock_sql::SqlConfig;
@@ -107,10 +114,23 @@ mod tests {
 
     #[test]
     fn passwords_never_reach_messages() {
-        let error = SqlConfig::new("oracle://u:secret@h?password=secret")
-            .validate()
-            .unwrap_err();
-        assert!(!error.to_string().contains("secret"), "{error}");
+        for url in [
+            "oracle://u:MARKER@h",
+            "oracle://u@h/db?password=MARKER",
+            "sqlite://h/db?sslpassword=MARKER",
+        ] {
+            let config = SqlConfig::new(url);
+            let error = config.validate().unwrap_err();
+            for shown in [
+                error.to_string(),
+                format!("{error:?}"),
+                format!("{config:?}"),
+            ] {
+                assert!(!shown.contains("MARKER"), "{shown}");
+            }
+        }
+        let config = SqlConfig::new("mysql://root@h/test?ssl-mode=REQUIRED&password=MARKER");
+        assert!(!format!("{config:?}").contains("MARKER"));
     }
 
     #[test]

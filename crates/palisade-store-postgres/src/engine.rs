@@ -1,54 +1,82 @@
-//! The engine: one PostgreSQL transaction per fenced step.
+//! The engine: every request is one statement (a call of one of the
+//! engine's SQL functions, or a plain statement), auto-committed, so no
+//! transaction ever waits on a round trip to this process.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use palisade_core::{LockName, RaiseCap, Sequencer};
-use palisade_store::plan::{fence, stale};
+use palisade_core::{LockName, Mode, RaiseCap, Sequencer};
+use palisade_store::plan::stale;
 use palisade_store::{
     Applied, Engine, EngineFuture, EngineInfo, Marks, Op, OpResult, Read, Refused, RequestId,
     StoreError, StoredRecord, WriteRequest,
 };
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgDatabaseError, PgPoolOptions};
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{Connection as _, PgConnection, PgPool, Postgres};
 
-use crate::error::Failure;
+use crate::error::{Failure, Origin, Unreachable};
 use crate::record;
-use crate::schema::{self, LOCK_MARKS};
+use crate::schema;
 use crate::{ENGINE, OpenError, PostgresConfig};
 
 /// How many times a request is tried when PostgreSQL reports a
-/// serialization failure or deadlock before COMMIT.
+/// serialization failure or deadlock.
 const ATTEMPTS: u32 = 3;
+
+/// How long the engine's one extra connection attempt may take, after a
+/// request got no connection within the acquire timeout, to tell "refused"
+/// from "no answer" from "busy" (the pool only says it timed out).
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The PostgreSQL engine. Cheap to clone; clones share one pool.
 ///
 /// Any number of engines, in any number of processes, may serve one
 /// database: every step locks its lock's mark row, so steps on one lock are
-/// serialised by PostgreSQL whichever process they come through.
-#[derive(Debug, Clone)]
+/// serialised by PostgreSQL whichever process they come through. No step
+/// holds the row across a round trip to the process: a replica that stops
+/// (paused, partitioned) delays no other.
+#[derive(Clone)]
 pub struct PostgresEngine {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+impl std::fmt::Debug for PostgresEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the connect options: they hold the password.
+        f.debug_struct("PostgresEngine")
+            .field("location", &self.inner.origin.location)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     pool: PgPool,
+    /// For the probe after a failed acquire; holds the password.
+    options: PgConnectOptions,
     window: i64,
-    location: String,
+    origin: Origin,
+    max_connections: u32,
+    acquire_timeout: Duration,
+    /// The mutation check's switch
+    /// ([`PostgresConfig::hold_transactions_unsafe_for_mutation_tests`]).
+    held_transactions: bool,
 }
 
 impl PostgresEngine {
-    /// Connects, forces the session settings durability rests on, checks
-    /// the server's `fsync`, and creates or checks the tables.
+    /// Connects, forces the session settings durability and liveness rest
+    /// on, checks the server's `fsync`, and creates or checks the tables.
     pub async fn open(config: PostgresConfig) -> Result<PostgresEngine, OpenError> {
+        let config = config.resolved().map_err(|bad| OpenError::InvalidSetting {
+            name: bad.name,
+            reason: bad.reason,
+        })?;
         let options: PgConnectOptions =
             config
                 .url
                 .parse()
                 .map_err(|error: sqlx::Error| OpenError::InvalidUrl {
-                    // sqlx's message does not repeat the URL.
-                    reason: error.to_string(),
+                    reason: palisade_core::redact::scrub(&error.to_string(), &config.url),
                 })?;
         let location = format!(
             "{}:{}/{}",
@@ -56,27 +84,44 @@ impl PostgresEngine {
             options.get_port(),
             options.get_database().unwrap_or(options.get_username())
         );
-        let idle_ms = config.idle_in_transaction_timeout.as_millis().max(1);
+        let origin = Origin::new(&config.url, location);
         // Startup options: every session of the pool has them from its
         // first statement, whatever the server's or role's defaults say.
-        let options = options.options([
-            ("synchronous_commit", "on".to_owned()),
-            ("default_transaction_isolation", "read committed".to_owned()),
-            ("idle_in_transaction_session_timeout", idle_ms.to_string()),
-        ]);
+        let options = options
+            .options(session_settings(&config))
+            .options(KEEPALIVES);
         let pool = PgPoolOptions::new()
-            .max_connections(config.max_connections.max(1))
+            .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
-            .connect_with(options)
-            .await?;
-        check_session(&pool, config.require_fsync).await?;
-        schema::migrate(&pool).await?;
+            .connect_lazy_with(options.clone());
+        let inner = Inner {
+            pool,
+            options,
+            window: i64::from(config.idempotency_window.max(1)),
+            origin,
+            max_connections: config.max_connections,
+            acquire_timeout: config.acquire_timeout,
+            held_transactions: config.held_transactions,
+        };
+        let mut connection = inner.connection().await.map_err(|failure| match failure {
+            Failure::Unreachable(why) => OpenError::Unavailable(why),
+            Failure::Database { error, .. } => inner.origin.open_error(error),
+            Failure::Corrupt(what) => OpenError::Database { message: what },
+        })?;
+        check_session(&mut connection, &config)
+            .await
+            .map_err(|error| error.into_open_error(&inner.origin))?;
+        schema::migrate(&mut connection)
+            .await
+            .map_err(|error| error.into_open_error(&inner.origin))?;
+        drop(connection);
+        if config.held_transactions {
+            tracing::warn!(
+                "fenced reads hold their lock's row across round trips (mutation test only)"
+            );
+        }
         Ok(PostgresEngine {
-            inner: Arc::new(Inner {
-                pool,
-                window: i64::from(config.idempotency_window.max(1)),
-                location,
-            }),
+            inner: Arc::new(inner),
         })
     }
 
@@ -86,14 +131,75 @@ impl PostgresEngine {
     }
 }
 
-/// Checks what durability rests on, on a session of the pool.
-async fn check_session(pool: &PgPool, require_fsync: bool) -> Result<(), OpenError> {
-    let mut connection = pool.acquire().await?;
-    for (name, expected) in [
-        ("synchronous_commit", "on"),
-        ("transaction_isolation", "read committed"),
-    ] {
-        let found: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {name}")))
+/// TCP keepalives on PostgreSQL's side of each connection (10 s idle, then
+/// 3 probes 5 s apart): a replica whose network died in the middle of
+/// sending a statement (PostgreSQL got the statement but not the `Sync`
+/// that ends it, so its transaction stays open and no idle timeout runs)
+/// is found dead, and its row released, about 25 s later. A stopped
+/// process needs none of this: its kernel delivers what it wrote.
+/// Not checked on open: over a Unix socket they do not apply.
+const KEEPALIVES: [(&str, &str); 3] = [
+    ("tcp_keepalives_idle", "10"),
+    ("tcp_keepalives_interval", "5"),
+    ("tcp_keepalives_count", "3"),
+];
+
+/// The settings every session starts with (startup options, stronger than
+/// any server or role default), as PostgreSQL reports them in
+/// `pg_settings` (durations in milliseconds).
+fn session_settings(config: &PostgresConfig) -> [(&'static str, String); 5] {
+    let ms = |duration: Duration| duration.as_millis().max(1).to_string();
+    [
+        ("synchronous_commit", "on".to_owned()),
+        ("default_transaction_isolation", "read committed".to_owned()),
+        ("lock_timeout", ms(config.lock_timeout)),
+        ("statement_timeout", ms(config.statement_timeout)),
+        (
+            "idle_in_transaction_session_timeout",
+            ms(config.idle_in_transaction_timeout),
+        ),
+    ]
+}
+
+/// Why opening failed on a connection that works.
+pub(crate) enum OpenFailure {
+    /// The engine's own refusal.
+    Open(OpenError),
+    /// The database's.
+    Database(sqlx::Error),
+}
+
+impl OpenFailure {
+    fn into_open_error(self, origin: &Origin) -> OpenError {
+        match self {
+            OpenFailure::Open(error) => error,
+            OpenFailure::Database(error) => origin.open_error(error),
+        }
+    }
+}
+
+impl From<sqlx::Error> for OpenFailure {
+    fn from(error: sqlx::Error) -> OpenFailure {
+        OpenFailure::Database(error)
+    }
+}
+
+impl From<OpenError> for OpenFailure {
+    fn from(error: OpenError) -> OpenFailure {
+        OpenFailure::Open(error)
+    }
+}
+
+/// Checks, on a session of the pool, the settings durability and the
+/// bounds rest on (a pooler in between could drop startup options), and
+/// the server's `fsync`.
+async fn check_session(
+    connection: &mut PgConnection,
+    config: &PostgresConfig,
+) -> Result<(), OpenFailure> {
+    for (name, expected) in session_settings(config) {
+        let found: String = sqlx::query_scalar("SELECT setting FROM pg_settings WHERE name = $1")
+            .bind(name)
             .fetch_one(&mut *connection)
             .await?;
         if found != expected {
@@ -101,14 +207,15 @@ async fn check_session(pool: &PgPool, require_fsync: bool) -> Result<(), OpenErr
                 name,
                 found,
                 expected,
-            });
+            }
+            .into());
         }
     }
     let fsync: String = sqlx::query_scalar("SHOW fsync")
         .fetch_one(&mut *connection)
         .await?;
-    if require_fsync && fsync != "on" {
-        return Err(OpenError::FsyncOff);
+    if config.require_fsync && fsync != "on" {
+        return Err(OpenError::FsyncOff.into());
     }
     Ok(())
 }
@@ -118,19 +225,20 @@ impl Engine for PostgresEngine {
         EngineInfo {
             name: ENGINE,
             durability: "committed by PostgreSQL with synchronous_commit on".to_owned(),
-            location: self.inner.location.clone(),
+            location: self.inner.origin.location.clone(),
         }
     }
 
     fn write(&self, request: WriteRequest) -> EngineFuture<Result<Applied, Refused>> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
-            retrying(|| {
-                let inner = &inner;
-                let request = &request;
-                async move { inner.write(request).await }
-            })
-            .await
+            inner
+                .retrying(|| {
+                    let inner = &inner;
+                    let request = &request;
+                    async move { inner.write(request).await }
+                })
+                .await
         })
     }
 
@@ -148,13 +256,20 @@ impl Engine for PostgresEngine {
                     .plain_read(&lock, &key)
                     .await
                     .map(Ok)
-                    .map_err(Failure::into_store_error),
+                    .map_err(|failure| failure.into_store_error(&inner.origin)),
                 Some(sequencer) => {
-                    retrying(|| {
-                        let (inner, lock, key, sequencer) = (&inner, &lock, &key, &sequencer);
-                        async move { inner.fenced_read(lock, key, sequencer).await }
-                    })
-                    .await
+                    inner
+                        .retrying(|| {
+                            let (inner, key, sequencer) = (&inner, &key, &sequencer);
+                            async move {
+                                let fenced = inner.fence(sequencer, Some(key)).await?;
+                                Ok(fenced.map(|(marks, value)| Read {
+                                    value: value.map(Into::into),
+                                    marks,
+                                }))
+                            }
+                        })
+                        .await
                 }
             }
         })
@@ -164,11 +279,15 @@ impl Engine for PostgresEngine {
         let inner = Arc::clone(&self.inner);
         let sequencer = sequencer.clone();
         Box::pin(async move {
-            retrying(|| {
-                let (inner, sequencer) = (&inner, &sequencer);
-                async move { inner.admit(sequencer).await }
-            })
-            .await
+            inner
+                .retrying(|| {
+                    let (inner, sequencer) = (&inner, &sequencer);
+                    async move {
+                        let fenced = inner.fence(sequencer, None).await?;
+                        Ok(fenced.map(|(marks, _)| marks))
+                    }
+                })
+                .await
         })
     }
 
@@ -176,33 +295,47 @@ impl Engine for PostgresEngine {
         let inner = Arc::clone(&self.inner);
         let lock = lock.clone();
         Box::pin(async move {
-            let row: Option<(i64, i64)> = sqlx::query_as(schema::SELECT_MARKS)
-                .bind(lock.as_str())
-                .fetch_optional(&inner.pool)
+            let marks = async {
+                let mut connection = inner.connection().await?;
+                let row: Option<(i64, i64)> = sqlx::query_as(schema::SELECT_MARKS)
+                    .bind(lock.as_str())
+                    .fetch_optional(&mut *connection)
+                    .await?;
+                Ok::<_, Failure>(row.map(record::marks_from_db).unwrap_or(Marks::ZERO))
+            };
+            marks
                 .await
-                .map_err(|error| Failure::before(error).into_store_error())?;
-            Ok(row.map(record::marks_from_db).unwrap_or(Marks::ZERO))
+                .map_err(|failure| failure.into_store_error(&inner.origin))
         })
     }
 
     fn health(&self) -> EngineFuture<()> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
-            sqlx::query("SELECT 1")
-                .execute(&inner.pool)
+            let health = async {
+                let mut connection = inner.connection().await?;
+                sqlx::query("SELECT 1").execute(&mut *connection).await?;
+                Ok::<_, Failure>(())
+            };
+            health
                 .await
-                .map(drop)
-                .map_err(|error| Failure::before(error).into_store_error())
+                .map_err(|failure| failure.into_store_error(&inner.origin))
         })
     }
 
     fn dump(&self) -> EngineFuture<Vec<StoredRecord>> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
-            let rows: Vec<(String, Vec<u8>, Vec<u8>)> = sqlx::query_as(schema::DUMP)
-                .fetch_all(&inner.pool)
+            let rows = async {
+                let mut connection = inner.connection().await?;
+                let rows: Vec<(String, Vec<u8>, Vec<u8>)> = sqlx::query_as(schema::DUMP)
+                    .fetch_all(&mut *connection)
+                    .await?;
+                Ok::<_, Failure>(rows)
+            };
+            let rows = rows
                 .await
-                .map_err(|error| Failure::before(error).into_store_error())?;
+                .map_err(|failure| failure.into_store_error(&inner.origin))?;
             let mut records: Vec<StoredRecord> = rows
                 .into_iter()
                 .map(|(place, key, value)| StoredRecord { place, key, value })
@@ -223,61 +356,6 @@ impl Engine for PostgresEngine {
     }
 }
 
-/// Runs `attempt` until it succeeds, fails for good, or has been tried
-/// [`ATTEMPTS`] times, pausing between tries (`retry_pauses`: two
-/// transactions that deadlocked do not meet again in step).
-async fn retrying<T, Fut>(mut attempt: impl FnMut() -> Fut) -> Result<T, StoreError>
-where
-    Fut: Future<Output = Result<T, Failure>>,
-{
-    let mut pauses =
-        palisade_core::retry_pauses(Duration::from_millis(1), Duration::from_millis(20));
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match attempt().await {
-            Ok(outcome) => return Ok(outcome),
-            Err(failure) if failure.is_retryable() && tries < ATTEMPTS => {
-                let pause = pauses.next().unwrap_or(Duration::from_millis(20));
-                tracing::debug!(error = %failure, ?pause, "PostgreSQL asked for a retry");
-                tokio::time::sleep(pause).await;
-            }
-            Err(failure) => return Err(failure.into_store_error()),
-        }
-    }
-}
-
-/// Locks `lock`'s mark row for the rest of `tx`, creating it (marks 0) if
-/// the lock was never seen. Returns the committed marks.
-async fn lock_marks(tx: &mut PgConnection, lock: &LockName) -> Result<Marks, Failure> {
-    let select = || sqlx::query_as::<_, (i64, i64)>(LOCK_MARKS).bind(lock.as_str());
-    let mut row = select().fetch_optional(&mut *tx).await?;
-    if row.is_none() {
-        sqlx::query(schema::INSERT_MARKS)
-            .bind(lock.as_str())
-            .execute(&mut *tx)
-            .await?;
-        row = select().fetch_optional(&mut *tx).await?;
-    }
-    // READ COMMITTED: the insert either created the row or waited for the
-    // transaction that did, so the second select sees it.
-    Ok(record::marks_from_db(row.ok_or(sqlx::Error::RowNotFound)?))
-}
-
-/// Ends a transaction that changed nothing. A failed rollback changes no
-/// answer: nothing was committed, and the server rolls the transaction
-/// back when the connection goes.
-async fn roll_back(tx: Transaction<'_, Postgres>) {
-    if let Err(error) = tx.rollback().await {
-        tracing::debug!(%error, "rollback of an unchanged transaction failed");
-    }
-}
-
-/// Commits, marking a failure as in doubt.
-async fn commit(tx: Transaction<'_, Postgres>) -> Result<(), Failure> {
-    tx.commit().await.map_err(Failure::during_commit)
-}
-
 /// `p_kinds` of `palisade_store_write`.
 const KIND_PUT: i16 = 1;
 const KIND_DELETE: i16 = 2;
@@ -286,9 +364,9 @@ const KIND_CAS: i16 = 3;
 /// What an error of the write call means. The function's own SQLSTATEs are
 /// refusals (its transaction rolled back). Anything else came after the
 /// call was sent, so the write may or may not have committed (an error
-/// reported after the commit, a connection lost): in doubt, except for a
-/// serialization failure or deadlock, which PostgreSQL reports only for
-/// a statement it rolled back, and which is retried.
+/// reported after the commit, a connection lost): in doubt, except for
+/// what PostgreSQL reports only for a statement it rolled back or never
+/// ran ([`Failure::of_call`]).
 fn refusal(error: sqlx::Error, request: &WriteRequest) -> Result<Refused, Failure> {
     let Some(database) = error.as_database_error() else {
         return Err(Failure::during_commit(error));
@@ -322,8 +400,7 @@ fn refusal(error: sqlx::Error, request: &WriteRequest) -> Result<Refused, Failur
             }),
             None => Err(corrupt()),
         },
-        Some("40001" | "40P01") => Err(Failure::before(error)),
-        _ => Err(Failure::during_commit(error)),
+        _ => Err(Failure::of_call(error)),
     }
 }
 
@@ -361,6 +438,75 @@ fn marks_in(detail: &str) -> Option<Marks> {
 }
 
 impl Inner {
+    /// A connection from the pool, or why there is none in words an
+    /// operator can act on. The pool only says it timed out (it retries a
+    /// refused connection until its deadline), so one more attempt, of at
+    /// most [`PROBE_TIMEOUT`], finds out what it met.
+    async fn connection(&self) -> Result<PoolConnection<Postgres>, Failure> {
+        match self.pool.acquire().await {
+            Ok(connection) => Ok(connection),
+            Err(sqlx::Error::PoolTimedOut) => Err(self.diagnose().await.into()),
+            Err(error) => Err(Failure::before(error)),
+        }
+    }
+
+    /// Why the pool gave no connection within its acquire timeout.
+    async fn diagnose(&self) -> Unreachable {
+        let location = self.origin.location.clone();
+        match tokio::time::timeout(PROBE_TIMEOUT, PgConnection::connect_with(&self.options)).await {
+            Err(_elapsed) => Unreachable::NoAnswer {
+                location,
+                waited: PROBE_TIMEOUT,
+            },
+            Ok(Err(sqlx::Error::Io(error)))
+                if error.kind() == std::io::ErrorKind::ConnectionRefused =>
+            {
+                Unreachable::Refused { location }
+            }
+            Ok(Err(error)) => Unreachable::Failed {
+                location,
+                message: self.origin.scrub(&error),
+            },
+            Ok(Ok(connection)) => {
+                // It answers: the pool's connections were all in use.
+                let _ = connection.close().await;
+                Unreachable::Busy {
+                    location,
+                    connections: self.max_connections,
+                    waited: self.acquire_timeout,
+                }
+            }
+        }
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or has been tried
+    /// [`ATTEMPTS`] times, pausing between tries (`retry_pauses`: two
+    /// statements that deadlocked do not meet again in step).
+    async fn retrying<T, Fut>(&self, mut attempt: impl FnMut() -> Fut) -> Result<T, StoreError>
+    where
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let mut pauses =
+            palisade_core::retry_pauses(Duration::from_millis(1), Duration::from_millis(20));
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match attempt().await {
+                Ok(outcome) => return Ok(outcome),
+                Err(failure) if failure.is_retryable() && tries < ATTEMPTS => {
+                    let pause = pauses.next().unwrap_or(Duration::from_millis(20));
+                    tracing::debug!(
+                        error = %self.origin.scrub(&failure),
+                        ?pause,
+                        "PostgreSQL asked for a retry"
+                    );
+                    tokio::time::sleep(pause).await;
+                }
+                Err(failure) => return Err(failure.into_store_error(&self.origin)),
+            }
+        }
+    }
+
     /// One call of `palisade_store_write`, auto-committed: the function
     /// locks the mark row, answers a recorded id, applies the rule, the ops,
     /// the raise and the record; the statement's transaction commits when
@@ -384,12 +530,9 @@ impl Inner {
             values.push(value);
             expected.push(expect);
         }
-        let (generation, _) = record::marks_to_db(Marks {
-            exclusive: sequencer.generation().get(),
-            shared: 0,
-        });
+        let generation = generation_to_db(sequencer);
         // Failing to get a connection: nothing was sent.
-        let mut connection = self.pool.acquire().await?;
+        let mut connection = self.connection().await?;
         // The fast path moves no mark: under it the higher mark is the
         // generation itself, so the cap is a function of the generation
         // alone. A generation the cap refuses even there goes to the
@@ -475,11 +618,12 @@ impl Inner {
     /// locked. What it sees is committed, and so (synchronous_commit on)
     /// durable.
     async fn plain_read(&self, lock: &LockName, key: &[u8]) -> Result<Read, Failure> {
+        let mut connection = self.connection().await?;
         let (exclusive, shared, value): (Option<i64>, Option<i64>, Option<Vec<u8>>) =
             sqlx::query_as(schema::PLAIN_READ)
                 .bind(lock.as_str())
                 .bind(key)
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *connection)
                 .await?;
         let marks = match (exclusive, shared) {
             (Some(exclusive), Some(shared)) => record::marks_from_db((exclusive, shared)),
@@ -491,66 +635,55 @@ impl Inner {
         })
     }
 
-    async fn fenced_read(
-        &self,
-        lock: &LockName,
-        key: &[u8],
-        sequencer: &Sequencer,
-    ) -> Result<Result<Read, Refused>, Failure> {
-        let mut tx = self.pool.begin().await?;
-        let marks = match self.fence(&mut tx, sequencer).await? {
-            Ok(marks) => marks,
-            Err(refused) => {
-                roll_back(tx).await;
-                return Ok(Err(refused));
-            }
-        };
-        let value: Option<Vec<u8>> = sqlx::query_scalar(schema::SELECT_VALUE)
-            .bind(lock.as_str())
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
-        // The raised mark must be durable before the read is answered: a
-        // reader told "H_shared is 7" relies on older writers being fenced.
-        commit(tx).await?;
-        Ok(Ok(Read {
-            value: value.map(Into::into),
-            marks,
-        }))
-    }
-
-    async fn admit(&self, sequencer: &Sequencer) -> Result<Result<Marks, Refused>, Failure> {
-        let mut tx = self.pool.begin().await?;
-        let outcome = self.fence(&mut tx, sequencer).await?;
-        match outcome {
-            Ok(_) => commit(tx).await?,
-            Err(_) => roll_back(tx).await,
-        }
-        Ok(outcome)
-    }
-
-    /// The fencing step inside `tx`: lock the mark row, apply the rule,
-    /// raise the marks if they move.
+    /// A fenced read of `key` (`None`: an admit, no read): one call of
+    /// `palisade_store_fence`, auto-committed, so the mark row is locked
+    /// only while PostgreSQL runs it and a raised mark is durable before
+    /// the answer comes back (a reader told "H_shared is 7" relies on older
+    /// writers being fenced).
     async fn fence(
         &self,
-        tx: &mut PgConnection,
         sequencer: &Sequencer,
-    ) -> Result<Result<Marks, Refused>, Failure> {
+        key: Option<&[u8]>,
+    ) -> Result<Result<(Marks, Option<Vec<u8>>), Refused>, Failure> {
         let lock = sequencer.lock();
-        let before = lock_marks(tx, lock).await?;
-        let after = match fence(before, sequencer) {
-            Ok(after) => after,
-            Err(refused) => return Ok(Err(refused)),
+        let mut connection = self.connection().await?;
+        let call = sqlx::query_as::<_, (bool, i64, i64, Option<Vec<u8>>)>(schema::FENCE)
+            .bind(lock.as_str())
+            .bind(sequencer.mode() == Mode::Shared)
+            .bind(generation_to_db(sequencer))
+            .bind(key);
+        let answer = if self.held_transactions {
+            // The mutation check: the row locked by a statement of its own
+            // and kept across the round trips to this process until COMMIT.
+            async {
+                let mut tx = connection.begin().await?;
+                sqlx::query(schema::LOCK_MARKS)
+                    .bind(lock.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                let answer = call.fetch_one(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(answer)
+            }
+            .await
+        } else {
+            call.fetch_one(&mut *connection).await
         };
-        if after != before {
-            let (exclusive, shared) = record::marks_to_db(after);
-            sqlx::query(schema::STORE_MARKS)
-                .bind(lock.as_str())
-                .bind(exclusive)
-                .bind(shared)
-                .execute(&mut *tx)
-                .await?;
-        }
-        Ok(Ok(after))
+        let (admitted, exclusive, shared, value) = answer.map_err(Failure::of_call)?;
+        let marks = record::marks_from_db((exclusive, shared));
+        Ok(if admitted {
+            Ok((marks, value))
+        } else {
+            Err(stale(sequencer, marks))
+        })
     }
+}
+
+/// The presented generation as the `BIGINT` bit pattern the tables keep.
+fn generation_to_db(sequencer: &Sequencer) -> i64 {
+    record::marks_to_db(Marks {
+        exclusive: sequencer.generation().get(),
+        shared: 0,
+    })
+    .0
 }

@@ -20,9 +20,22 @@
 //! mismatch, `PS003` id reused), so PostgreSQL rolls the whole step back
 //! and the engine turns it into a [`Refused`](palisade_store::Refused).
 //!
-//! Fenced reads and admits are short transactions driven from Rust: lock
-//! the row, [`Marks::admit`](palisade_store::Marks::admit), raise, read,
-//! commit.
+//! A fenced read or an admit is one call of `palisade_store_fence`, the
+//! same way: lock the row, the rule, the raise, the read, committed when
+//! the call returns.
+//!
+//! # No request waits on another process
+//!
+//! Every request is one statement, so no transaction is ever held open
+//! across a round trip to a `palisade serve` process: a replica that stops
+//! (SIGSTOP, a GC pause, a partition) in the middle of a request holds no
+//! lock's row, and the other replicas go on. Each session also carries
+//! `lock_timeout` (2 s by default: the longest a request waits for its
+//! lock's row), `statement_timeout` (5 s) and
+//! `idle_in_transaction_session_timeout` (5 s), and a request that gets no
+//! connection within 1 s fails within another [`PROBE_TIMEOUT`], saying
+//! whether PostgreSQL refused the connection or gave no answer
+//! ([`Unreachable`]). See [`PostgresConfig`].
 //!
 //! # Durability
 //!
@@ -52,8 +65,8 @@ mod record;
 mod schema;
 
 pub use config::PostgresConfig;
-pub use engine::PostgresEngine;
-pub use error::OpenError;
+pub use engine::{PROBE_TIMEOUT, PostgresEngine};
+pub use error::{OpenError, Unreachable};
 pub use schema::SCHEMA_VERSION;
 
 /// The engine's name in [`EngineInfo`](palisade_store::EngineInfo) and

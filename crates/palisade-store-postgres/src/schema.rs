@@ -1,9 +1,10 @@
 //! The tables, every statement the engine runs, and the versioned
 //! migration. `docs/engines.md` quotes the tables; keep the two in step.
 
-use sqlx::PgPool;
+use sqlx::{Connection as _, PgConnection};
 
 use crate::OpenError;
+use crate::engine::OpenFailure;
 
 /// The schema version this engine creates and understands.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -52,7 +53,7 @@ pub(crate) const DUMP: &str = "SELECT place, key, value FROM ( \
     ) AS rows";
 
 /// Serialises first-time migrations of several replicas starting at once
-/// (`pg_advisory_xact_lock` key; palisade-sql's fence uses another).
+/// (`pg_advisory_xact_lock` key; palisade-fence-sql's fence uses another).
 const MIGRATION_LOCK: i64 = 0x7061_6c69_7364_6501;
 
 /// Creates the tables, in order. Every statement is idempotent.
@@ -91,6 +92,7 @@ const CREATE: &[&str] = &[
     "CREATE SEQUENCE IF NOT EXISTS palisade_store_commit_seq",
     U64_FUNCTION,
     WRITE_FUNCTION,
+    FENCE_FUNCTION,
 ];
 
 /// A `BIGINT` holding a `u64` bit pattern, as the number it stands for.
@@ -244,24 +246,83 @@ BEGIN
 END
 $fn$"#;
 
+/// Calls the fence function: a fenced read (`$4` a key) or an admit (`$4`
+/// NULL).
+pub(crate) const FENCE: &str = "SELECT o_admitted, o_h_excl, o_h_shared, o_value \
+    FROM palisade_store_fence($1, $2, $3, $4)";
+
+/// A fenced read or an admit, one call in its own (auto-committed)
+/// transaction, as a write is: the mark row is locked, the rule applied,
+/// the marks raised and the value read inside PostgreSQL, and the row is
+/// released by the commit that ends the call, whether or not the caller is
+/// still there to read the answer. A replica paused or cut off mid-request
+/// therefore holds no lock's row: done from Rust, between two round trips
+/// it held the row until PostgreSQL ended its idle transaction, and every
+/// other replica's writes to that lock waited (#25).
+///
+/// The rule is [`palisade_core::marks::Marks::admit`], restated; the test
+/// `rule::the_sql_functions_follow_cores_rule_table` runs core's table of
+/// cases against this function and [`WRITE_FUNCTION`]. A refusal is
+/// `o_admitted = false` with the marks as they are: nothing was written
+/// (the lock of the row ends with the call), so no error and rollback is
+/// needed.
+///
+/// `p_shared`: the sequencer's mode; `p_key` NULL: an admit, no read.
+const FENCE_FUNCTION: &str = r#"CREATE OR REPLACE FUNCTION palisade_store_fence(
+    p_lock TEXT, p_shared BOOLEAN, p_generation BIGINT, p_key BYTEA,
+    OUT o_admitted BOOLEAN, OUT o_h_excl BIGINT, OUT o_h_shared BIGINT, OUT o_value BYTEA)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    g NUMERIC := palisade_store_u64(p_generation);
+    m_excl BIGINT; m_shared BIGINT;
+BEGIN
+    SELECT h_excl, h_shared INTO m_excl, m_shared
+        FROM palisade_store_marks WHERE lock_name = p_lock FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO palisade_store_marks (lock_name, h_excl, h_shared, id_count)
+            VALUES (p_lock, 0, 0, 0) ON CONFLICT (lock_name) DO NOTHING;
+        SELECT h_excl, h_shared INTO STRICT m_excl, m_shared
+            FROM palisade_store_marks WHERE lock_name = p_lock FOR UPDATE;
+    END IF;
+    o_h_excl := m_excl;
+    o_h_shared := m_shared;
+    IF p_shared THEN
+        -- Shared: g >= H_excl, then H_shared = max(H_shared, g).
+        o_admitted := g >= palisade_store_u64(m_excl);
+        IF o_admitted AND g > palisade_store_u64(m_shared) THEN
+            o_h_shared := p_generation;
+        END IF;
+    ELSE
+        -- Exclusive: g >= max(H_excl, H_shared), then H_excl = g.
+        o_admitted := g >= greatest(palisade_store_u64(m_excl), palisade_store_u64(m_shared));
+        IF o_admitted THEN
+            o_h_excl := p_generation;
+        END IF;
+    END IF;
+    IF NOT o_admitted THEN
+        RETURN;
+    END IF;
+    IF o_h_excl <> m_excl OR o_h_shared <> m_shared THEN
+        UPDATE palisade_store_marks SET h_excl = o_h_excl, h_shared = o_h_shared
+            WHERE lock_name = p_lock;
+    END IF;
+    IF p_key IS NOT NULL THEN
+        SELECT value INTO o_value FROM palisade_store_data
+            WHERE lock_name = p_lock AND key = p_key;
+    END IF;
+END
+$fn$"#;
+
 const CREATE_VERSION: &str =
     "CREATE TABLE IF NOT EXISTS palisade_store_schema (version BIGINT NOT NULL)";
 const SELECT_VERSION: &str = "SELECT MAX(version) FROM palisade_store_schema";
 const INSERT_VERSION: &str = "INSERT INTO palisade_store_schema (version) VALUES ($1)";
 
-/// Locks and reads a lock's mark row (the first statement of a fenced read
-/// or admit). Under READ COMMITTED a row another transaction holds is read
-/// again once it commits, so the decision is always on the newest marks.
+/// Locks a lock's mark row in a transaction of its own: only the mutation
+/// check's fenced reads do this
+/// ([`PostgresConfig::hold_transactions_unsafe_for_mutation_tests`](crate::PostgresConfig::hold_transactions_unsafe_for_mutation_tests)).
 pub(crate) const LOCK_MARKS: &str = "SELECT h_excl, h_shared \
     FROM palisade_store_marks WHERE lock_name = $1 FOR UPDATE";
-/// Creates the mark row of a lock never seen; a concurrent creator wins and
-/// this one waits for it, then does nothing.
-pub(crate) const INSERT_MARKS: &str = "INSERT INTO palisade_store_marks \
-    (lock_name, h_excl, h_shared, id_count) VALUES ($1, 0, 0, 0) \
-    ON CONFLICT (lock_name) DO NOTHING";
-/// Raises the marks (the row is locked by this transaction).
-pub(crate) const STORE_MARKS: &str = "UPDATE palisade_store_marks \
-    SET h_excl = $2, h_shared = $3 WHERE lock_name = $1";
 /// A lock's committed marks, without locking.
 pub(crate) const SELECT_MARKS: &str =
     "SELECT h_excl, h_shared FROM palisade_store_marks WHERE lock_name = $1";
@@ -270,15 +331,19 @@ pub(crate) const PLAIN_READ: &str = "SELECT m.h_excl, m.h_shared, d.value \
     FROM (SELECT 1) AS one \
     LEFT JOIN palisade_store_marks m ON m.lock_name = $1 \
     LEFT JOIN palisade_store_data d ON d.lock_name = $1 AND d.key = $2";
-/// The value of one key (inside a fenced read, after the mark row lock).
-pub(crate) const SELECT_VALUE: &str =
-    "SELECT value FROM palisade_store_data WHERE lock_name = $1 AND key = $2";
-
-/// Creates or checks the tables. Refuses a database whose schema is newer
-/// than this engine ([`OpenError::SchemaTooNew`]). Safe to run from several
-/// replicas at once.
-pub(crate) async fn migrate(pool: &PgPool) -> Result<(), OpenError> {
-    let mut tx = pool.begin().await?;
+/// Creates or checks the tables, on `connection`. Refuses a database whose
+/// schema is newer than this engine ([`OpenError::SchemaTooNew`]). Safe to
+/// run from several replicas at once: they take turns on an advisory lock,
+/// with the session's `lock_timeout` and `statement_timeout` lifted for
+/// this one transaction (a replica may wait for another's migration).
+pub(crate) async fn migrate(connection: &mut PgConnection) -> Result<(), OpenFailure> {
+    let mut tx = connection.begin().await?;
+    sqlx::query("SET LOCAL lock_timeout = '60s'")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("SET LOCAL statement_timeout = '60s'")
+        .execute(&mut *tx)
+        .await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK)
         .execute(&mut *tx)
@@ -293,7 +358,8 @@ pub(crate) async fn migrate(pool: &PgPool) -> Result<(), OpenError> {
         return Err(OpenError::SchemaTooNew {
             found,
             known: SCHEMA_VERSION,
-        });
+        }
+        .into());
     }
     for statement in CREATE {
         sqlx::query(*statement).execute(&mut *tx).await?;

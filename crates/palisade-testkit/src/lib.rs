@@ -24,6 +24,8 @@
 //! - [`process`]: the shared plumbing: free ports, child processes killed on
 //!   drop, SIGSTOP/SIGCONT, waiting for a port, and failing a test with an
 //!   install hint when a binary it needs is missing.
+//! - [`tls`]: a certificate authority made at test time; [`logs`]: every
+//!   log line a test writes, to show a secret never reaches one.
 //!
 //! **Architecture Invariant:** the testkit depends on `palisade-core`, and on
 //! `palisade-store` for the engine trait the engine suite drives. Backends
@@ -35,6 +37,7 @@ pub mod etcd;
 pub mod grafana;
 pub mod history;
 pub mod lock_suite;
+pub mod logs;
 pub mod process;
 pub mod proxy;
 pub mod redis;

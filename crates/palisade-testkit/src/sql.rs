@@ -21,6 +21,7 @@
 
 use std::fs::File;
 use std::io;
+use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -29,6 +30,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::process::{self, ChildProcess};
+use crate::tls::Issued;
 
 pub mod pair;
 
@@ -39,6 +41,13 @@ pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// PostgreSQL's refusal to start while backends of a killed postmaster
 /// still hold its shared memory.
 const SHARED_MEMORY_IN_USE: &str = "pre-existing shared memory block";
+
+/// The certificate and key a TLS-only server presents.
+#[derive(Debug)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+}
 
 /// Which database a [`SqlServer`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +89,9 @@ pub struct SqlServer {
     /// Extra `-c name=value` settings on PostgreSQL's command line (not in
     /// its data directory, so a base backup of it does not copy them).
     settings: Vec<String>,
+    /// TLS only: the certificate and key files the server presents, and
+    /// no plain connection accepted.
+    tls: Option<TlsFiles>,
     process: Option<ChildProcess>,
     /// Declared last so the process is killed before the data is removed.
     dir: TempDir,
@@ -133,22 +145,37 @@ impl SqlServer {
     ///
     /// When MariaDB is not installed (with an install hint) or cannot start.
     pub fn mariadb() -> SqlServer {
-        let daemon = ["/usr/sbin/mariadbd", "/usr/sbin/mysqld"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|path| path.is_file())
-            .or_else(|| process::find_binary("mariadbd"))
-            .unwrap_or_else(|| {
-                panic!(
-                    "{}",
-                    process::install_hint("MariaDB (mariadbd)", "mariadb-server")
-                )
-            });
-        let bin = daemon
-            .parent()
-            .expect("a binary's path has a parent")
-            .to_path_buf();
-        SqlServer::create(Dialect::MariaDb, bin, Vec::new())
+        SqlServer::create(Dialect::MariaDb, mariadb_bin(), Vec::new())
+    }
+
+    /// A fresh PostgreSQL, as [`SqlServer::postgres`], that accepts only
+    /// TLS connections (`hostssl` in `pg_hba.conf`, every plain connection
+    /// rejected) and presents `certificate` (e.g.
+    /// [`Authority::server`](crate::tls::Authority::server): made for
+    /// `127.0.0.1` and `localhost`). A client that connects has used TLS.
+    ///
+    /// # Panics
+    ///
+    /// As [`SqlServer::postgres`].
+    pub fn postgres_with_tls(certificate: &Issued) -> SqlServer {
+        let bin = postgres_bin().unwrap_or_else(|| {
+            panic!(
+                "{}",
+                process::install_hint("PostgreSQL (initdb, postgres)", "postgresql")
+            )
+        });
+        SqlServer::create_with_tls(Dialect::Postgres, bin, certificate)
+    }
+
+    /// A fresh MariaDB, as [`SqlServer::mariadb`], that accepts only TLS
+    /// connections (`require_secure_transport`) and presents
+    /// `certificate`.
+    ///
+    /// # Panics
+    ///
+    /// As [`SqlServer::mariadb`].
+    pub fn mariadb_with_tls(certificate: &Issued) -> SqlServer {
+        SqlServer::create_with_tls(Dialect::MariaDb, mariadb_bin(), certificate)
     }
 
     fn create(dialect: Dialect, bin: PathBuf, settings: Vec<String>) -> SqlServer {
@@ -156,6 +183,51 @@ impl SqlServer {
         server.init_data_dir();
         server.start_on_a_free_port();
         server
+    }
+
+    fn create_with_tls(dialect: Dialect, bin: PathBuf, certificate: &Issued) -> SqlServer {
+        let mut server = SqlServer::unstarted(dialect, bin, Vec::new());
+        server.init_data_dir();
+        server.tls = Some(server.write_tls_files(certificate));
+        if dialect == Dialect::Postgres {
+            // Loopback over TCP with TLS only; the Unix socket stays open
+            // to the server's own tools.
+            std::fs::write(
+                server.data_dir().join("pg_hba.conf"),
+                "local all all trust\n\
+                 hostssl all all 127.0.0.1/32 trust\n\
+                 hostssl all all ::1/128 trust\n\
+                 hostnossl all all all reject\n",
+            )
+            .expect("writing pg_hba.conf in the test's own data directory");
+        }
+        server.start_on_a_free_port();
+        server
+    }
+
+    /// Writes the certificate and its key where the server (running as
+    /// the service user) can read them, the key readable by it alone, as
+    /// both servers demand.
+    fn write_tls_files(&self, certificate: &Issued) -> TlsFiles {
+        let files = TlsFiles {
+            cert: self.dir.path().join("server.crt"),
+            key: self.dir.path().join("server.key"),
+        };
+        std::fs::write(&files.cert, &certificate.cert_pem).expect("writing the certificate");
+        std::fs::write(&files.key, &certificate.key_pem).expect("writing the key");
+        std::fs::set_permissions(&files.key, std::fs::Permissions::from_mode(0o600))
+            .expect("chmod of the key");
+        if let Some((uid, gid)) = self.run_as {
+            for path in [&files.cert, &files.key] {
+                nix::unistd::chown(
+                    path,
+                    Some(nix::unistd::Uid::from_raw(uid)),
+                    Some(nix::unistd::Gid::from_raw(gid)),
+                )
+                .expect("chown of the test's own file");
+            }
+        }
+        files
     }
 
     /// A handle with its own temporary directory, no data directory yet and
@@ -197,6 +269,7 @@ impl SqlServer {
             bin,
             run_as,
             settings,
+            tls: None,
             process: None,
             dir,
         }
@@ -230,6 +303,18 @@ impl SqlServer {
         match self.dialect {
             Dialect::Postgres => format!("postgres://postgres@127.0.0.1:{}/postgres", self.port),
             Dialect::MariaDb => format!("mysql://root@127.0.0.1:{}/test", self.port),
+        }
+    }
+
+    /// [`SqlServer::url`] with the strictest TLS verification the
+    /// database's driver offers against the CA certificate in `ca_file`:
+    /// `sslmode=verify-full&sslrootcert=...` (PostgreSQL),
+    /// `ssl-mode=VERIFY_IDENTITY&ssl-ca=...` (MariaDB).
+    pub fn verified_url(&self, ca_file: &Path) -> String {
+        let ca = ca_file.display();
+        match self.dialect {
+            Dialect::Postgres => format!("{}?sslmode=verify-full&sslrootcert={ca}", self.url()),
+            Dialect::MariaDb => format!("{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}", self.url()),
         }
     }
 
@@ -276,9 +361,12 @@ impl SqlServer {
                         "-N",
                         "-B",
                     ])
-                    .arg(format!("--port={}", self.port))
-                    .args(["-D", "test", "-e"])
-                    .arg(sql);
+                    .arg(format!("--port={}", self.port));
+                if self.tls.is_some() {
+                    // Encrypted, not verified: the test's own server.
+                    command.arg("--ssl");
+                }
+                command.args(["-D", "test", "-e"]).arg(sql);
                 command
             }
         };
@@ -401,6 +489,14 @@ impl SqlServer {
                 for setting in &self.settings {
                     command.arg("-c").arg(setting);
                 }
+                if let Some(tls) = &self.tls {
+                    command
+                        .args(["-c", "ssl=on"])
+                        .arg("-c")
+                        .arg(format!("ssl_cert_file={}", tls.cert.display()))
+                        .arg("-c")
+                        .arg(format!("ssl_key_file={}", tls.key.display()));
+                }
                 command
             }
             Dialect::MariaDb => {
@@ -424,6 +520,12 @@ impl SqlServer {
                     ))
                     .args(["--bind-address=127.0.0.1", "--skip-grant-tables"])
                     .args(["--skip-name-resolve", "--innodb-flush-log-at-trx-commit=1"]);
+                if let Some(tls) = &self.tls {
+                    command
+                        .arg(format!("--ssl-cert={}", tls.cert.display()))
+                        .arg(format!("--ssl-key={}", tls.key.display()))
+                        .arg("--require-secure-transport=ON");
+                }
                 command
             }
         };
@@ -471,6 +573,29 @@ impl SqlServer {
             .unwrap_or(text.len());
         text[start..].to_owned()
     }
+}
+
+/// The directory of MariaDB's server binary.
+///
+/// # Panics
+///
+/// When MariaDB is not installed, with an install hint.
+fn mariadb_bin() -> PathBuf {
+    let daemon = ["/usr/sbin/mariadbd", "/usr/sbin/mysqld"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|path| path.is_file())
+        .or_else(|| process::find_binary("mariadbd"))
+        .unwrap_or_else(|| {
+            panic!(
+                "{}",
+                process::install_hint("MariaDB (mariadbd)", "mariadb-server")
+            )
+        });
+    daemon
+        .parent()
+        .expect("a binary's path has a parent")
+        .to_path_buf()
 }
 
 /// The newest `/usr/lib/postgresql/<version>/bin` with `postgres` in it.
@@ -565,6 +690,34 @@ mod tests {
         assert_eq!(server.query("SELECT 1").unwrap(), "1");
         let _ = busy.kill();
         let _ = busy.wait();
+    }
+
+    #[test]
+    fn tls_only_servers_answer_over_tls_and_refuse_plain_connections() {
+        let authority = crate::tls::Authority::new("palisade test CA");
+        let postgres = SqlServer::postgres_with_tls(&authority.server());
+        assert_eq!(
+            postgres
+                .query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+                .unwrap(),
+            "t"
+        );
+        let plain = Command::new(postgres.client_binary("psql"))
+            .arg(format!(
+                "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable",
+                postgres.port()
+            ))
+            .args(["-X", "-c", "SELECT 1"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!plain.status.success(), "a plain connection was accepted");
+
+        let mariadb = SqlServer::mariadb_with_tls(&authority.server());
+        let cipher = mariadb
+            .query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+            .unwrap();
+        assert!(cipher.len() > "Ssl_cipher".len() + 1, "{cipher:?}");
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! | `store-engines` | `store_postgres`, `store_etcd` | the store's PostgreSQL and etcd engines |
 //! | `server` | `server` (and `store`) | the HTTP resource server, for embedding |
 //! | `guard` | `guard` (and `store`) | fencing for any axum/tower service |
-//! | `sql-fence` | `sql_fence` | fencing inside the application's own SQL transaction |
+//! | `fence-sql` | `fence_sql` | fencing inside the application's own SQL transaction |
 //! | `metrics` | `metrics` | lock-side Prometheus metrics around any backend |
 //! | `testing` | (the backends' modules) | the backends' test hooks: pause or crash a session on purpose |
 //!
@@ -118,9 +118,9 @@ pub mod guard {
 }
 
 /// Fencing for the application's own PostgreSQL or MariaDB transaction.
-#[cfg(feature = "sql-fence")]
-pub mod sql_fence {
-    pub use palisade_sql::*;
+#[cfg(feature = "fence-sql")]
+pub mod fence_sql {
+    pub use palisade_fence_sql::*;
 }
 
 /// Lock-side metrics around any backend.

@@ -24,7 +24,7 @@
 //! ```
 //!
 //! `--store postgres://...` (with `--features sql`) keeps the stock in a table of that PostgreSQL
-//! instead; the fenced run then reads and writes it in `palisade_sql`
+//! instead; the fenced run then reads and writes it in `palisade_fence_sql`
 //! fenced transactions, which refuse the stale buyer in the database.
 //!
 //! `--stripes N` splits the stock into N segments, each its own lock and

@@ -59,15 +59,15 @@ pub enum DemoError {
     #[cfg(feature = "sql")]
     #[error("stock table: {0}")]
     Sql(#[from] sqlx::Error),
-    /// `palisade_sql` failed for a reason other than a stale sequencer
+    /// `palisade_fence_sql` failed for a reason other than a stale sequencer
     /// (those are outcomes).
     #[cfg(feature = "sql")]
     #[error("stock table fence: {0}")]
-    Fence(#[from] palisade_sql::FenceError),
-    /// `palisade_sql`'s tables could not be set up.
+    Fence(#[from] palisade_fence_sql::FenceError),
+    /// `palisade_fence_sql`'s tables could not be set up.
     #[cfg(feature = "sql")]
     #[error("stock table schema: {0}")]
-    Schema(#[from] palisade_sql::SchemaError),
+    Schema(#[from] palisade_fence_sql::SchemaError),
     /// A stored value is not the number the demo wrote.
     #[error("stored value `{value}` under `{key}` is not a number")]
     NotANumber {

@@ -17,10 +17,10 @@
 //!
 //! With `--store postgres://...` the stock is a row of a table in that
 //! PostgreSQL (`palisade_demo_stock`) instead: runs 1 and 2 read and write
-//! it with plain statements, run 3 in `palisade_sql` fenced transactions,
+//! it with plain statements, run 3 in `palisade_fence_sql` fenced transactions,
 //! which refuse the stale buyer inside the database. Each run then uses a
 //! lock name of its own (`flash-sale/sku-42/<run>`), because the marks
-//! `palisade_sql` keeps in the database outlive a run while a fresh lock
+//! `palisade_fence_sql` keeps in the database outlive a run while a fresh lock
 //! service may count generations from 1 again.
 //!
 //! On the embedded backend the buyers are tasks of this process (its lock
@@ -107,7 +107,7 @@ pub struct FlashSaleArgs {
 
     /// Keep the stock in a table of this PostgreSQL (postgres://...)
     /// instead of the demo's own stores: plain statements without fencing,
-    /// `palisade_sql` fenced transactions with it. Works with --stripes
+    /// `palisade_fence_sql` fenced transactions with it. Works with --stripes
     /// (one row and one fence per segment).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
@@ -755,7 +755,7 @@ fn describe_run(sale: SaleKind, sql_store: bool) -> &'static str {
             "a lock around every purchase; Palisade's resource server checks every sequencer"
         }
         (SaleKind::LockWithFencing, true) => {
-            "a lock around every purchase; every read and write is a palisade_sql fenced transaction"
+            "a lock around every purchase; every read and write is a palisade_fence_sql fenced transaction"
         }
     }
 }

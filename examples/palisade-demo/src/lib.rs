@@ -19,7 +19,7 @@
 //!   see [`ResourceServer`]) and `palisade_client`.
 //! - The flash sale with `--store postgres://...` keeps its stock in a
 //!   table of that PostgreSQL instead (`palisade_demo_stock`): plain
-//!   statements without fencing, `palisade_sql` fenced transactions with
+//!   statements without fencing, `palisade_fence_sql` fenced transactions with
 //!   it.
 //!
 //! # Where to start

@@ -2,7 +2,7 @@
 //!
 //! Without fencing the buyers read and write the row with plain
 //! statements, as a service that trusts its lock would. With fencing every
-//! read and every write is a `palisade_sql` fenced transaction: the fence
+//! read and every write is a `palisade_fence_sql` fenced transaction: the fence
 //! is its first statement, so a buyer whose lease ran out while it paused
 //! is refused (`Refused::Stale`) and its transaction rolls back before
 //! it can write anything.

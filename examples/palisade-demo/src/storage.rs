@@ -25,7 +25,7 @@ pub(crate) enum StorageTarget {
     /// A Palisade resource server at `url`.
     Fenced { url: String },
     /// A table in the user's own PostgreSQL at `url` (`--store`); `fenced`:
-    /// every read and write in a `palisade_sql` fenced transaction.
+    /// every read and write in a `palisade_fence_sql` fenced transaction.
     Postgres { url: String, fenced: bool },
 }
 

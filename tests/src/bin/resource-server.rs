@@ -32,21 +32,35 @@
 //! `kill -9` (the page cache keeps them) but not a disk that dies before
 //! its journal commits, and the "disk dies" scenario must report them lost.
 //! It demands `PALISADE_TEST_UNSYNCED=1` in the environment as well.
+//!
+//! # `--held-transactions` (the mutation check of scenario 20)
+//!
+//! With `--store postgres://...`, opens the PostgreSQL engine with
+//! `PostgresConfig::hold_transactions_unsafe_for_mutation_tests`: each
+//! fenced read and admit is again a transaction that holds the lock's row
+//! across round trips to this process, so pausing the process stalls every
+//! other replica's writes to that lock, and scenario 20's bound must fail.
+//! It demands `PALISADE_TEST_HELD_TRANSACTIONS=1` in the environment.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::http::HeaderValue;
 use clap::Parser;
-use palisade::server::{ServerConfig, app, shutdown_signal};
+use palisade::server::{AppState, ServerConfig, StoreSpec, app, shutdown_signal};
+use palisade::store::Store;
 use palisade::{Generation, Sequencer};
+use palisade_store_postgres::{PostgresConfig, PostgresEngine};
 use tracing_subscriber::EnvFilter;
 
 /// The environment variable that must be `1` for `--unfenced` to start.
 const UNFENCED_ENV: &str = "PALISADE_TEST_UNFENCED";
 /// The environment variable that must be `1` for `--unsynced` to start.
 const UNSYNCED_ENV: &str = "PALISADE_TEST_UNSYNCED";
+/// The environment variable that must be `1` for `--held-transactions`.
+const HELD_TRANSACTIONS_ENV: &str = "PALISADE_TEST_HELD_TRANSACTIONS";
 
 /// The Palisade resource server, for the fault suite.
 #[derive(Debug, Parser)]
@@ -64,6 +78,11 @@ struct Cli {
     /// PALISADE_TEST_UNSYNCED=1).
     #[arg(long)]
     unsynced: bool,
+
+    /// Test only: the PostgreSQL engine's fenced reads hold their lock's
+    /// row across round trips (needs PALISADE_TEST_HELD_TRANSACTIONS=1).
+    #[arg(long)]
+    held_transactions: bool,
 }
 
 #[tokio::main]
@@ -84,6 +103,10 @@ async fn main() -> ExitCode {
         eprintln!("resource-server: --unsynced needs {UNSYNCED_ENV}=1");
         return ExitCode::FAILURE;
     }
+    if cli.held_transactions && std::env::var(HELD_TRANSACTIONS_ENV).as_deref() != Ok("1") {
+        eprintln!("resource-server: --held-transactions needs {HELD_TRANSACTIONS_ENV}=1");
+        return ExitCode::FAILURE;
+    }
     match serve(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -95,7 +118,11 @@ async fn main() -> ExitCode {
 }
 
 async fn serve(cli: Cli) -> anyhow::Result<()> {
-    let state = cli.server.open_state(None)?;
+    let state = if cli.held_transactions {
+        held_transactions_state(&cli.server).await?
+    } else {
+        cli.server.open_state(None)?
+    };
     let store = state.store().clone();
     if cli.unsynced {
         tracing::warn!("durability is OFF: writes are acknowledged before any fsync (test only)");
@@ -142,4 +169,24 @@ async fn unfence(mut request: Request) -> Request {
         request.headers_mut().insert(Sequencer::HTTP_HEADER, value);
     }
     request
+}
+
+/// The server's state over a PostgreSQL engine whose fenced reads hold
+/// their lock's row across round trips (the mutation check), with the
+/// default limits: what scenario 20 runs with otherwise.
+async fn held_transactions_state(config: &ServerConfig) -> anyhow::Result<AppState> {
+    let StoreSpec::Postgres { url } = config.store_spec()? else {
+        anyhow::bail!("--held-transactions needs --store postgres://...");
+    };
+    let store_config = config.store_config();
+    let engine = PostgresEngine::open(
+        PostgresConfig::new(url)
+            .with_idempotency_window(store_config.idempotency_window)
+            .hold_transactions_unsafe_for_mutation_tests(),
+    )
+    .await?;
+    Ok(AppState::new(Store::with_engine(
+        Arc::new(engine),
+        store_config,
+    )))
 }

@@ -18,7 +18,7 @@
 //! - [`ResourceServerProcess`] and [`ResourceServerOptions`]: the resource
 //!   server as a child (kill -9, restart on the same data directory and
 //!   port, SIGSTOP, a command prefix such as `fiu-run -x`, and the mutation
-//!   switches `--unfenced` and `--unsynced`).
+//!   switches `--unfenced`, `--unsynced` and `--held-transactions`).
 //! - [`ClientConfig`] and [`ClientProcess`]: a workload client; wait on its
 //!   output lines ([`ClientLine`]), open its gate, pause, kill or stop it.
 //! - [`fault_binaries!`](crate::fault_binaries): the paths of the two

@@ -46,6 +46,9 @@ pub struct ResourceServerOptions {
     pub store: Option<String>,
     /// `RUST_LOG` for the server (default `warn,palisade_store::fence=info`).
     pub log_filter: Option<String>,
+    /// The PostgreSQL engine's fenced reads held in transactions across
+    /// round trips (`--held-transactions`): scenario 20's mutation check.
+    pub held_transactions: bool,
 }
 
 impl ResourceServerOptions {
@@ -59,6 +62,13 @@ impl ResourceServerOptions {
     /// mutation check.
     pub fn unsynced(mut self) -> Self {
         self.unsynced = true;
+        self
+    }
+
+    /// Fenced reads of the PostgreSQL engine held in transactions across
+    /// round trips: scenario 20's mutation check.
+    pub fn held_transactions(mut self) -> Self {
+        self.held_transactions = true;
         self
     }
 
@@ -210,6 +220,11 @@ impl ResourceServerProcess {
         }
         if self.options.unsynced {
             command.arg("--unsynced").env("PALISADE_TEST_UNSYNCED", "1");
+        }
+        if self.options.held_transactions {
+            command
+                .arg("--held-transactions")
+                .env("PALISADE_TEST_HELD_TRANSACTIONS", "1");
         }
         for (key, value) in &self.options.env {
             command.env(key, value);

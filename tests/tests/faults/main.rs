@@ -2,8 +2,9 @@
 //! (scenarios 1, 2, 3, 4, 9, 10, the SQL backend's 13, 14, 15, the
 //! PostgreSQL engine's replicas 16, the etcd engine's replicas 17, the
 //! PostgreSQL store's failover to a synchronous standby 18, PostgreSQL
-//! killed and restarted under the PostgreSQL store 19, Redis killed and
-//! restarted under the flash sale fenced inside Redis 20, and the mutation
+//! killed and restarted under the PostgreSQL store 19, a replica of the
+//! PostgreSQL store stopped mid fenced reads 20, Redis killed and
+//! restarted under the flash sale fenced inside Redis 22, and the mutation
 //! check).
 //!
 //! Every scenario runs real processes on loopback: etcd, Redis, PostgreSQL
@@ -33,7 +34,8 @@ mod s16_postgres_replicas;
 mod s17_etcd_replicas;
 mod s18_postgres_failover;
 mod s19_postgres_restart;
-mod s20_redis_fence_restart;
+mod s20_postgres_paused_replica;
+mod s22_redis_fence_restart;
 mod story;
 
 use std::time::Duration;

@@ -8,6 +8,12 @@
 //! resource server restarted over an empty database instead of the
 //! promoted standby: the checker has to report the late write (I-STALE).
 //!
+//! Scenario 20 (a replica stopped mid fenced reads) runs again with the
+//! stopped replica's fenced reads held in transactions across round trips
+//! (`resource-server --held-transactions`, today's main before #25): the
+//! writes through the other replicas wait for its row, and the scenario's
+//! bound on their p99 has to fail.
+//!
 //! Scenario 7 (a client partitioned from the resource server) belongs to
 //! the network binary (`tests/tests/faults_net`), which runs its own
 //! unfenced variant with the same server option.
@@ -22,6 +28,7 @@ use palisade_tests::fault::{
 
 use crate::TTL;
 use crate::s18_postgres_failover::{FailoverTo, primary_lost};
+use crate::s20_postgres_paused_replica::{BOUND, paused_replica};
 use crate::story::paused_holder;
 
 /// Runs the paused-holder story against an unfenced server and returns the
@@ -110,6 +117,36 @@ async fn failover_to_an_empty_database_is_caught_by_the_checker() -> anyhow::Res
     .await?;
     assert!(late.accepted >= 1, "the late write met no mark: {late:?}");
     assert!(report.count(Invariant::Stale) > 0, "{report}");
+    Ok(())
+}
+
+/// Scenario 20 with the stopped replica's fenced reads held in
+/// transactions across round trips, and PostgreSQL's idle timeout at its
+/// old 30 s: the writes through the others wait for its row and fail at
+/// `lock_timeout`, so their p99 exceeds the bound. Safety still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_held_in_transactions_fail_the_paused_replica_bound() -> anyhow::Result<()> {
+    let (report, writes) = paused_replica(
+        "m20",
+        Scenario::new(
+            "mutation: 20 with fenced reads held in transactions",
+            "sql (PostgreSQL), PostgreSQL engine",
+        )
+        .note("mutation check: p99 must exceed the bound"),
+        // PostgreSQL's idle timeout as it was (30 s): the stopped
+        // replica's row stays held for the whole pause.
+        |url| {
+            ResourceServerOptions::default()
+                .held_transactions()
+                .store(format!("{url}?idle_in_transaction_session_timeout=30s"))
+        },
+    )
+    .await?;
+    report.assert_safe();
+    assert!(
+        writes.p99() > BOUND,
+        "the writes through the other replicas were not stalled: {writes:?}"
+    );
     Ok(())
 }
 

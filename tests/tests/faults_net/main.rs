@@ -8,7 +8,7 @@
 //! | [`s6_isolated_member`] | etcd member cut off from its peers, a client pinned to it | I-STALE, I-MONO, I-TOKEN, I-DUR, I-LIVE; the pinned client neither keeps nor gets the lock |
 //! | [`s7_client_server_partition`] | client ↔ resource server (and lock server) partition past the lease; the late write arrives | I-STALE, I-MONO, I-LIVE; with fencing off the checker must fail |
 //! | [`s8_lossy_links`] | 25 % loss and resets on every client path, concurrent clients retrying | I-MONO, I-STALE, I-DUR, I-ONCE, I-LIVE |
-//! | [`s20_object_store`] | S3 (moto) killed and restarted, lossy links, a write held past its lease; with conditions stripped the checker must fail | I-MONO, I-STALE, I-DUR, I-ONCE, I-TOKEN, I-LIVE |
+//! | [`s21_object_store`] | S3 (moto) killed and restarted, lossy links, a write held past its lease; with conditions stripped the checker must fail | I-MONO, I-STALE, I-DUR, I-ONCE, I-TOKEN, I-LIVE |
 //!
 //! The scenarios run one at a time (see [`serial`]): each one's time
 //! bounds assume it has the machine's two cores to itself. Set
@@ -16,7 +16,7 @@
 //! collect the table rows, `PALISADE_FAULT_KEEP=1` to keep a run's
 //! histories and logs.
 
-mod s20_object_store;
+mod s21_object_store;
 mod s5_leader_kill;
 mod s6_isolated_member;
 mod s7_client_server_partition;

@@ -1,7 +1,7 @@
 //! The demos as checks: the GC-pause story and the flash sale of
 //! `palisade-demo`, on the embedded backend, real etcd, Redis and PostgreSQL, with
 //! both pause variants where they apply; the flash sale with its stock
-//! in a real PostgreSQL table, fenced by `palisade_sql`; and the flash sale
+//! in a real PostgreSQL table, fenced by `palisade_fence_sql`; and the flash sale
 //! with lock striping (`--stripes 4`), where every segment is fenced on its
 //! own.
 //!
@@ -365,7 +365,7 @@ async fn flash_sale_on_redis_with_buyer_processes() -> anyhow::Result<()> {
 
 /// The stock in the user's own PostgreSQL (`--store`): buyers with
 /// `--backend` locks, the stock row read and written with plain statements
-/// in runs 1 and 2, with `palisade_sql` fenced transactions in run 3.
+/// in runs 1 and 2, with `palisade_fence_sql` fenced transactions in run 3.
 /// Besides the verdicts, the database itself shows the fenced run: its
 /// lock's marks row was raised, and its stock row ends at 0.
 async fn flash_sale_with_stock_in_postgres(

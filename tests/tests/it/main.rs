@@ -16,6 +16,7 @@
 //! - `deploy`: the deploy files, checked against the code.
 //! - `tidy`: docs/ARCHITECTURE.md's rules (dependencies, code map, no
 //!   unused dependency, no skipped test), checked against the code.
+//! - `store_secrets`: no password in any output of `--store`'s errors.
 
 mod demos;
 mod deploy;
@@ -26,6 +27,7 @@ mod hostile;
 mod redis_fencing;
 mod redlock_fencing;
 mod sql_fencing;
+mod store_secrets;
 mod tidy;
 
 use palisade::Generation;

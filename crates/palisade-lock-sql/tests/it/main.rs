@@ -1,10 +1,11 @@
 //! The SQL lock backend's integration tests in one binary (one link of the
 //! dependency tree), against real PostgreSQL and MariaDB servers started
-//! on loopback by the testkit: the conformance suite and the backend's own
-//! behaviour.
+//! on loopback by the testkit: the conformance suite, the backend's own
+//! behaviour, and TLS.
 
 mod common;
 mod conformance;
 mod durability;
 mod secrets;
 mod sql_lock;
+mod tls;

@@ -1,7 +1,7 @@
-//! The stock table on PostgreSQL, through sqlx and `palisade_sql`.
+//! The stock table on PostgreSQL, through sqlx and `palisade_fence_sql`.
 
 use palisade_core::Sequencer;
-use palisade_sql::{FenceError, Refused};
+use palisade_fence_sql::{FenceError, Refused};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::DemoError;
@@ -38,9 +38,9 @@ impl SqlStock {
         Ok(SqlStock { pool, fenced })
     }
 
-    /// Creates the stock table and `palisade_sql`'s marks table if missing.
+    /// Creates the stock table and `palisade_fence_sql`'s marks table if missing.
     pub(crate) async fn prepare(&self) -> Result<(), DemoError> {
-        palisade_sql::migrate(&self.pool).await?;
+        palisade_fence_sql::migrate(&self.pool).await?;
         sqlx::query(CREATE).execute(&self.pool).await?;
         Ok(())
     }
@@ -119,8 +119,8 @@ impl SqlStock {
     async fn begin_fenced(
         &self,
         sequencer: &Sequencer,
-    ) -> Result<Result<palisade_sql::Fenced<'static, sqlx::Postgres>, Stale>, DemoError> {
-        match palisade_sql::begin_fenced(&self.pool, sequencer).await {
+    ) -> Result<Result<palisade_fence_sql::Fenced<'static, sqlx::Postgres>, Stale>, DemoError> {
+        match palisade_fence_sql::begin_fenced(&self.pool, sequencer).await {
             Ok(tx) => Ok(Ok(tx)),
             Err(FenceError::Refused(Refused::Stale {
                 presented, marks, ..

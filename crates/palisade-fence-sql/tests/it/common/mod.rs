@@ -3,7 +3,7 @@
 
 use futures::future::BoxFuture;
 use palisade_core::{Generation, LockName, Mode, Sequencer, marks::Marks};
-use palisade_sql::FenceDatabase;
+use palisade_fence_sql::FenceDatabase;
 use palisade_testkit::sql::SqlServer;
 use sqlx::{AssertSqlSafe, MySql, Pool, Postgres};
 
@@ -103,7 +103,7 @@ impl<D: TestDb> Env<D> {
     pub(crate) async fn start(max_connections: u32) -> Env<D> {
         let server = D::server();
         let pool = D::connect(&server.url(), max_connections).await;
-        palisade_sql::migrate(&pool).await.expect("migrate");
+        palisade_fence_sql::migrate(&pool).await.expect("migrate");
         let probe = D::connect(&server.url(), 1).await;
         Env {
             pool,

@@ -30,6 +30,11 @@ async fn shared_sequencers_cannot_fence_writes_and_signatures_are_checked() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_row_fencing_follows_cores_exclusive_rule_table() {
+    suite::per_row_fencing_follows_cores_exclusive_rule_table::<Postgres>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_row_fencing_tells_stale_from_missing() {
     suite::per_row_fencing_tells_stale_from_missing::<Postgres>().await;
 }

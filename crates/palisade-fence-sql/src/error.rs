@@ -97,7 +97,7 @@ impl FenceError {
 pub enum SchemaError {
     /// The database holds a newer schema than this library knows; an older
     /// binary must not write marks it may misread.
-    #[error("palisade_sql schema version {found} is newer than this library's {known}")]
+    #[error("palisade_fence_sql schema version {found} is newer than this library's {known}")]
     TooNew {
         /// The version in the database.
         found: i64,

@@ -1,13 +1,13 @@
 //! A fenced money transfer in the application's own PostgreSQL.
 //!
-//! `cargo run -p palisade-sql --example transfer -- postgres://user@127.0.0.1/db <generation>`
+//! `cargo run -p palisade-fence-sql --example transfer -- postgres://user@127.0.0.1/db <generation>`
 //!
 //! In a real service the sequencer comes from the lock (`guard.sequencer()`);
 //! here the generation is an argument, so running it with a lower
 //! generation than a previous run shows the refusal.
 
 use palisade_core::{Generation, LockName, Mode, Sequencer};
-use palisade_sql::{FenceError, Refused};
+use palisade_fence_sql::{FenceError, Refused};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,7 +19,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let generation = Generation::new(generation).ok_or("generation 0 is never granted")?;
 
     let pool = sqlx::PgPool::connect(&url).await?;
-    palisade_sql::migrate(&pool).await?;
+    palisade_fence_sql::migrate(&pool).await?;
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL)",
     )
@@ -31,7 +31,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let sequencer = Sequencer::new(LockName::new("accounts")?, Mode::Exclusive, generation);
     // Begin and fence in one call: nothing can run before the fence.
-    let mut tx = match palisade_sql::begin_fenced(&pool, &sequencer).await {
+    let mut tx = match palisade_fence_sql::begin_fenced(&pool, &sequencer).await {
         Ok(tx) => tx,
         Err(FenceError::Refused(Refused::Stale { marks, .. })) => {
             eprintln!("refused: a newer holder has written ({marks}); nothing was changed");

@@ -17,12 +17,12 @@ use palisade_tests::fault::{Invariant, Scenario};
 use crate::serial;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s20_object_store_restarted_lossy_and_a_held_write() -> anyhow::Result<()> {
+async fn s21_object_store_restarted_lossy_and_a_held_write() -> anyhow::Result<()> {
     let _serial = serial().await;
     let (report, held) = object_store_under_faults(
-        "s20",
+        "s21",
         Scenario::new(
-            "20 S3 restarted mid-stream, lossy links, a write held past its lease",
+            "21 S3 restarted mid-stream, lossy links, a write held past its lease",
             "object store (moto), embedded lock",
         ),
         false,
@@ -42,12 +42,12 @@ async fn s20_object_store_restarted_lossy_and_a_held_write() -> anyhow::Result<(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s20_without_conditions_the_checker_catches_the_held_write() -> anyhow::Result<()> {
+async fn s21_without_conditions_the_checker_catches_the_held_write() -> anyhow::Result<()> {
     let _serial = serial().await;
     let (report, held) = object_store_under_faults(
         "m20",
         Scenario::new(
-            "mutation: 20 with a store that ignores conditions",
+            "mutation: 21 with a store that ignores conditions",
             "object store (moto), embedded lock",
         )
         .note("mutation check: must be > 0"),

@@ -12,10 +12,10 @@
 //!
 //! ```no_run
 //! # async fn example(pool: sqlx::PgPool, sequencer: palisade_core::Sequencer) -> Result<(), Box<dyn std::error::Error>> {
-//! palisade_sql::migrate(&pool).await?; // once, at startup
+//! palisade_fence_sql::migrate(&pool).await?; // once, at startup
 //!
 //! let tx = pool.begin().await?;
-//! let mut tx = palisade_sql::fence(tx, &sequencer).await?; // first statement
+//! let mut tx = palisade_fence_sql::fence(tx, &sequencer).await?; // first statement
 //! sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 1")
 //!     .execute(&mut *tx)
 //!     .await?;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use palisade_core::marks::{Marks, RULE_CASES};
 use palisade_core::{Mode, Signer, SigningKey, Verifier};
-use palisade_sql::{Fence, FenceError, Refused, RowUpdate};
+use palisade_fence_sql::{Fence, FenceError, Refused, RowUpdate};
 
 use crate::common::{Env, TestDb, excl, seq};
 
@@ -51,7 +51,7 @@ pub(crate) async fn a_paused_holders_transaction_is_refused_and_rolls_back<D: Te
     env.exec("CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(40))")
         .await;
     // The new holder (generation 2) wrote and committed.
-    let mut tx = palisade_sql::begin_fenced(&env.pool, &excl("orders", 2))
+    let mut tx = palisade_fence_sql::begin_fenced(&env.pool, &excl("orders", 2))
         .await
         .unwrap();
     D::exec(
@@ -72,7 +72,7 @@ pub(crate) async fn a_paused_holders_transaction_is_refused_and_rolls_back<D: Te
     )
     .await
     .unwrap();
-    let refused = palisade_sql::fence(tx, &excl("orders", 1))
+    let refused = palisade_fence_sql::fence(tx, &excl("orders", 1))
         .await
         .unwrap_err();
     match refused {
@@ -112,13 +112,13 @@ pub(crate) async fn a_paused_holders_transaction_is_refused_and_rolls_back<D: Te
 pub(crate) async fn a_stale_holder_waits_for_the_row_lock_then_is_refused<D: TestDb>() {
     let env = Arc::new(Env::<D>::start(4).await);
     admit(&env, &excl("ledger", 1)).await.unwrap();
-    let newer = palisade_sql::begin_fenced(&env.pool, &excl("ledger", 5))
+    let newer = palisade_fence_sql::begin_fenced(&env.pool, &excl("ledger", 5))
         .await
         .unwrap();
     let mut older = tokio::spawn({
         let env = Arc::clone(&env);
         async move {
-            palisade_sql::begin_fenced(&env.pool, &excl("ledger", 3))
+            palisade_fence_sql::begin_fenced(&env.pool, &excl("ledger", 3))
                 .await
                 .map(drop)
         }
@@ -161,7 +161,9 @@ pub(crate) async fn concurrent_holders_never_commit_out_of_order<D: TestDb>() {
                 let mut accepted = Vec::new();
                 for _ in 0..ROUNDS {
                     let generation = rand::random_range(2..=400u64);
-                    match palisade_sql::begin_fenced(&env.pool, &excl("race", generation)).await {
+                    match palisade_fence_sql::begin_fenced(&env.pool, &excl("race", generation))
+                        .await
+                    {
                         Ok(mut tx) => {
                             D::exec(
                                 &mut tx,
@@ -199,7 +201,7 @@ pub(crate) async fn concurrent_holders_never_commit_out_of_order<D: TestDb>() {
 pub(crate) async fn shared_sequencers_cannot_fence_writes_and_signatures_are_checked<D: TestDb>() {
     let env = Env::<D>::start(2).await;
     let tx = env.pool.begin().await.unwrap();
-    let refused = palisade_sql::fence(tx, &seq("docs", Mode::Shared, 4))
+    let refused = palisade_fence_sql::fence(tx, &seq("docs", Mode::Shared, 4))
         .await
         .unwrap_err();
     assert!(
@@ -231,13 +233,84 @@ pub(crate) async fn shared_sequencers_cannot_fence_writes_and_signatures_are_che
     assert_eq!(fenced.commit().await.unwrap().exclusive, 4);
 
     let tx = env.pool.begin().await.unwrap();
-    let refused = palisade_sql::fence(tx, &excl("docs", u64::MAX))
+    let refused = palisade_fence_sql::fence(tx, &excl("docs", u64::MAX))
         .await
         .unwrap_err();
     assert!(
         matches!(refused, FenceError::GenerationOutOfRange { .. }),
         "{refused:?}"
     );
+}
+
+/// Per-row fencing restates the exclusive rule in SQL (`fence_generation
+/// <= g`, the row's generation a one-mark `H_excl`): every exclusive case
+/// of core's table whose shared mark is 0 runs through `update_row`, which
+/// must admit exactly what `Marks::admit` admits and leave the row's
+/// generation where the table says, the row written exactly when admitted.
+/// (Checked by hand: with `<` for `<=` in `ValidRowUpdate::update_sql`
+/// this fails on both databases, on the equal-generation cases.)
+pub(crate) async fn per_row_fencing_follows_cores_exclusive_rule_table<D: TestDb>() {
+    let env = Env::<D>::start(2).await;
+    env.exec(
+        "CREATE TABLE fenced_rows (id VARCHAR(40) PRIMARY KEY, v VARCHAR(20), \
+         fence_generation BIGINT NOT NULL)",
+    )
+    .await;
+    let cases = RULE_CASES
+        .iter()
+        .enumerate()
+        .filter(|(_, case)| case.mode == Mode::Exclusive && case.before.1 == 0);
+    let mut ran = 0;
+    for (index, case) in cases {
+        let id = format!("case-{index}");
+        env.exec(format!(
+            "INSERT INTO fenced_rows VALUES ('{id}', '', {})",
+            case.before.0
+        ))
+        .await;
+        // A lock of its own, so the lock-wide fence always passes.
+        let mut tx = palisade_fence_sql::begin_fenced(
+            &env.pool,
+            &excl(&format!("row-case/{index}"), case.generation),
+        )
+        .await
+        .unwrap();
+        let outcome = tx
+            .update_row(RowUpdate {
+                table: "fenced_rows",
+                key_column: "id",
+                key: &id,
+                set: &[("v", "written")],
+            })
+            .await;
+        tx.commit().await.unwrap();
+        let stored = env
+            .ints(format!(
+                "SELECT fence_generation FROM fenced_rows WHERE id = '{id}'"
+            ))
+            .await;
+        let written = env
+            .ints(format!(
+                "SELECT count(*) FROM fenced_rows WHERE id = '{id}' AND v = 'written'"
+            ))
+            .await;
+        assert_eq!(written, [i64::from(case.expected.is_some())], "{case:?}");
+        match case.expected {
+            Some((after, _)) => {
+                assert!(outcome.is_ok(), "{case:?}: {outcome:?}");
+                assert_eq!(stored, [after as i64], "{case:?}");
+            }
+            None => {
+                assert!(
+                    matches!(outcome, Err(FenceError::StaleRow { stored, .. }) if stored as u64 == case.before.0),
+                    "{case:?}: {outcome:?}"
+                );
+                assert_eq!(stored, [case.before.0 as i64], "{case:?}");
+            }
+        }
+        ran += 1;
+    }
+    assert!(ran >= 4, "only {ran} cases ran");
 }
 
 /// Per-row fencing: the update matches only a row whose generation is not
@@ -256,7 +329,7 @@ pub(crate) async fn per_row_fencing_tells_stale_from_missing<D: TestDb>() {
         key: "a",
         set: balance,
     };
-    let mut tx = palisade_sql::begin_fenced(&env.pool, &excl("acct", 7))
+    let mut tx = palisade_fence_sql::begin_fenced(&env.pool, &excl("acct", 7))
         .await
         .unwrap();
     tx.update_row(update(&[("balance", "20")])).await.unwrap();
@@ -266,7 +339,7 @@ pub(crate) async fn per_row_fencing_tells_stale_from_missing<D: TestDb>() {
     assert_eq!(env.ints("SELECT fence_generation FROM accounts").await, [7]);
 
     // An older generation through another lock's fence: the row refuses.
-    let mut tx = palisade_sql::begin_fenced(&env.pool, &excl("other", 3))
+    let mut tx = palisade_fence_sql::begin_fenced(&env.pool, &excl("other", 3))
         .await
         .unwrap();
     let refused = tx
@@ -317,7 +390,8 @@ pub(crate) async fn first_fences_of_many_new_locks_all_pass<D: TestDb>() {
             tokio::spawn(async move {
                 start.wait().await;
                 let tx =
-                    palisade_sql::begin_fenced(&env.pool, &excl(&format!("new/{task}"), 1)).await?;
+                    palisade_fence_sql::begin_fenced(&env.pool, &excl(&format!("new/{task}"), 1))
+                        .await?;
                 tx.commit().await.map_err(FenceError::from)
             })
         })

@@ -30,6 +30,11 @@ async fn shared_sequencers_cannot_fence_writes_and_signatures_are_checked() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_row_fencing_follows_cores_exclusive_rule_table() {
+    suite::per_row_fencing_follows_cores_exclusive_rule_table::<MySql>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_row_fencing_tells_stale_from_missing() {
     suite::per_row_fencing_tells_stale_from_missing::<MySql>().await;
 }
@@ -48,7 +53,7 @@ async fn a_read_before_the_fence_loses_an_update_and_fence_first_does_not() {
         env.exec("INSERT INTO counter VALUES (1, 0)").await;
         let lock = format!("counter-{read_first}");
         // The previous holder has fenced and read; it has not written yet.
-        let mut previous = palisade_sql::begin_fenced(&env.pool, &common::excl(&lock, 1))
+        let mut previous = palisade_fence_sql::begin_fenced(&env.pool, &common::excl(&lock, 1))
             .await
             .unwrap();
         let v = read_counter(&mut previous).await;
@@ -59,7 +64,7 @@ async fn a_read_before_the_fence_loses_an_update_and_fence_first_does_not() {
             read_counter(&mut next).await;
         }
         let next_fence = tokio::spawn(async move {
-            let mut next = palisade_sql::fence(next, &common::excl(&lock, 2))
+            let mut next = palisade_fence_sql::fence(next, &common::excl(&lock, 2))
                 .await
                 .unwrap();
             let v = read_counter(&mut next).await;

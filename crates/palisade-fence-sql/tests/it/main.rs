@@ -6,4 +6,6 @@
 mod common;
 mod mariadb;
 mod postgres;
+mod secrets;
 mod suite;
+mod tls;

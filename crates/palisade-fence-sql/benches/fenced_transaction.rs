@@ -1,7 +1,7 @@
 //! A fenced transaction of one update against the same transaction
 //! unfenced, 32 clients, on a local PostgreSQL and MariaDB, in the same run.
 //!
-//! Run with: `cargo bench -p palisade-sql --bench fenced_transaction`
+//! Run with: `cargo bench -p palisade-fence-sql --bench fenced_transaction`
 //! (starts its own servers on free ports). Each variant runs
 //! `PALISADE_BENCH_ROUNDS` (3) interleaved rounds of `PALISADE_BENCH_SECS`
 //! (3) seconds per database. Each client updates its own row; a fenced
@@ -72,7 +72,7 @@ macro_rules! bench_database {
                 .connect(&server.url())
                 .await
                 .expect("connect");
-            palisade_sql::migrate(&pool).await.expect("migrate");
+            palisade_fence_sql::migrate(&pool).await.expect("migrate");
             sqlx::query("CREATE TABLE items (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)")
                 .execute(&pool)
                 .await
@@ -105,7 +105,7 @@ macro_rules! bench_database {
                 fenced += measure(secs, move |client| {
                     let p = p.clone();
                     async move {
-                        let mut tx = palisade_sql::begin_fenced(&p, &sequencer(client))
+                        let mut tx = palisade_fence_sql::begin_fenced(&p, &sequencer(client))
                             .await
                             .expect("fence");
                         sqlx::query(UPDATE)

@@ -1,4 +1,4 @@
-//! Scenario 20: the flash sale keeps its stock in Redis, fenced inside
+//! Scenario 22: the flash sale keeps its stock in Redis, fenced inside
 //! Redis by `palisade-fence-redis`, and that Redis (which also holds the
 //! locks) is killed (SIGKILL) and restarted on the same data directory
 //! under the sale.
@@ -36,7 +36,7 @@ const TTL: Duration = Duration::from_millis(1000);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_kill_9_with_aof_always_under_the_fenced_flash_sale() -> anyhow::Result<()> {
-    let sale = flash_sale_with_a_restart("s20", Persistence::AofAlways).await?;
+    let sale = flash_sale_with_a_restart("s22", Persistence::AofAlways).await?;
     let report = &sale.report;
     report.assert_safe();
     report.assert_holds(&[Invariant::Live]);
@@ -180,8 +180,8 @@ async fn flash_sale_with_a_restart(tag: &str, persistence: Persistence) -> anyho
         Persistence::None => "redis fence, appendonly no",
     };
     let name = match persistence {
-        Persistence::AofAlways => "20 Redis kill -9 under the fenced flash sale (stock in Redis)",
-        Persistence::None => "regression: 20 without persistence",
+        Persistence::AofAlways => "22 Redis kill -9 under the fenced flash sale (stock in Redis)",
+        Persistence::None => "regression: 22 without persistence",
     };
     let options = match persistence {
         Persistence::AofAlways => live_within(TTL + Duration::from_secs(20)),
