@@ -33,7 +33,7 @@ const UI_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 
 const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// `GET /ui`.
-#[utoipa::path(
+#[cfg_attr(feature = "openapi", utoipa::path(
     get,
     path = "/ui",
     tag = "operations",
@@ -41,7 +41,7 @@ const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
         (status = 200, description = "The live dashboard: a self-contained HTML page that reads `/v1/events` with the token given in the page (or as `#token=...` in its address).", content_type = "text/html", body = String),
         crate::openapi::CommonErrors,
     ),
-)]
+))]
 pub(crate) async fn ui() -> Response {
     (
         [
@@ -57,7 +57,7 @@ pub(crate) async fn ui() -> Response {
 }
 
 /// `GET /v1/events`.
-#[utoipa::path(
+#[cfg_attr(feature = "openapi", utoipa::path(
     get,
     path = "/v1/events",
     tag = "operations",
@@ -66,7 +66,7 @@ pub(crate) async fn ui() -> Response {
         (status = 200, description = "Server-sent events: first one `snapshot` (a `Snapshot`: the recent decisions and each lock's latest marks), then one `decision` (a `Decision`) per request accepted or refused (`reason` = the refusal's code, or `regression`), and `lagged` (a number) when this stream fell behind and skipped some. Only the locks the token may use.", content_type = "text/event-stream", body = String),
         crate::openapi::EventsErrors,
     ),
-)]
+))]
 pub(crate) async fn events(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let grant = match &state.tokens {
         None => None,

@@ -39,8 +39,9 @@
 //! - [`ApiError`]: the one place refusals and failures become answers, as
 //!   `palisade_wire::ErrorBody`s (every body the server writes or reads is
 //!   a `palisade-wire` type).
-//! - [`openapi_document`]: the OpenAPI 3.1 document (`GET /openapi.json`),
-//!   generated from those wire types;
+//! - [`OPENAPI_JSON`]: the OpenAPI 3.1 document (`GET /openapi.json`),
+//!   generated from those wire types (with the `openapi` feature,
+//!   `openapi_document()` generates it; a test keeps the served copy equal);
 //!   [`exported_metric_names`]: what `GET /metrics` exports. `GET /ui` is a
 //!   live dashboard of the latest fencing decisions, fed by `GET
 //!   /v1/events` (server-sent events).
@@ -64,6 +65,7 @@ mod error;
 mod events;
 mod limits;
 mod metrics;
+#[cfg(feature = "openapi")]
 mod openapi;
 mod routes;
 mod sequencer_policy;
@@ -79,7 +81,15 @@ pub use config::{DurabilityMode, ServerConfig};
 pub use error::{ApiError, ServerError};
 pub use limits::ServerLimits;
 pub use metrics::exported_metric_names;
+#[cfg(feature = "openapi")]
 pub use openapi::openapi_document;
+
+/// The OpenAPI 3.1 document of the HTTP API, as `GET /openapi.json` serves
+/// it: the document generated from the handlers and the wire types
+/// (`openapi_document()`, with the `openapi` feature), committed beside the
+/// crate so that a server built without `utoipa` serves the same bytes. A
+/// test fails when the two differ.
+pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 pub use routes::{
     IDEMPOTENCY_KEY_HEADER, MARK_EXCLUSIVE_HEADER, MARK_SHARED_HEADER, REPLAYED_HEADER, app,
 };

@@ -1,8 +1,8 @@
 //! The OpenAPI 3.1 document of the HTTP API, generated with `utoipa` from
 //! the handlers' `#[utoipa::path]` attributes and the wire types the
-//! handlers write (`palisade-wire`), so it cannot drift from them. Served
-//! at `GET /openapi.json` and committed as docs/openapi.json (a test keeps
-//! the two equal).
+//! handlers write (`palisade-wire`), so it cannot drift from them. Committed
+//! as the crate's `openapi.json`, which `GET /openapi.json` serves (a test
+//! keeps the two equal).
 //!
 //! Error answers are listed per operation by code: each status an
 //! operation can answer, with one example body per code (the wire crate's

@@ -565,7 +565,7 @@ async fn refusal(
 }
 
 /// `GET /v1/locks/{lock}/keys/{key}`: a key's value.
-#[utoipa::path(
+#[cfg_attr(feature = "openapi", utoipa::path(
     get,
     path = "/v1/locks/{lock}/keys/{key}",
     tag = "keys",
@@ -579,7 +579,7 @@ async fn refusal(
         (status = 200, description = "The value's bytes; the marks in the palisade-mark-* headers.", content_type = "application/octet-stream", body = crate::openapi::RawBytes),
         crate::openapi::ReadErrors,
     ),
-)]
+))]
 async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     let (state, uri, headers) = (&state, &uri, &headers);
     handle(
@@ -623,7 +623,7 @@ async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) ->
 }
 
 /// `PUT /v1/locks/{lock}/keys/{key}`: store the body as the key's value.
-#[utoipa::path(
+#[cfg_attr(feature = "openapi", utoipa::path(
     put,
     path = "/v1/locks/{lock}/keys/{key}",
     tag = "keys",
@@ -639,7 +639,7 @@ async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) ->
         (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteAnswer),
         crate::openapi::WriteErrors,
     ),
-)]
+))]
 async fn put_key(
     State(state): State<AppState>,
     uri: Uri,
@@ -664,7 +664,7 @@ async fn put_key(
 }
 
 /// `DELETE /v1/locks/{lock}/keys/{key}`.
-#[utoipa::path(
+#[cfg_attr(feature = "openapi", utoipa::path(
     delete,
     path = "/v1/locks/{lock}/keys/{key}",
     tag = "keys",
@@ -679,7 +679,7 @@ async fn put_key(
         (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteAnswer),
         crate::openapi::WriteErrors,
     ),
-)]
+))]
 async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     let (state, uri, headers) = (&state, &uri, &headers);
     handle(
@@ -698,7 +698,7 @@ async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap)
 }
 
 /// `POST /v1/locks/{lock}/cas/{key}`: compare-and-swap.
-#[utoipa::path(
+#[cfg_attr(feature = "openapi", utoipa::path(
     post,
     path = "/v1/locks/{lock}/cas/{key}",
     tag = "keys",
@@ -714,7 +714,7 @@ async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap)
         (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteAnswer),
         crate::openapi::WriteErrors,
     ),
-)]
+))]
 async fn cas_key(
     State(state): State<AppState>,
     uri: Uri,
@@ -739,7 +739,7 @@ async fn cas_key(
 }
 
 /// `POST /v1/locks/{lock}/batch`: several ops, all or none.
-#[utoipa::path(
+#[cfg_attr(feature = "openapi", utoipa::path(
     post,
     path = "/v1/locks/{lock}/batch",
     tag = "keys",
@@ -754,7 +754,7 @@ async fn cas_key(
         (status = 200, description = "Applied; the marks are also in the palisade-mark-* headers.", body = WriteAnswer),
         crate::openapi::WriteErrors,
     ),
-)]
+))]
 async fn batch(
     State(state): State<AppState>,
     uri: Uri,
@@ -787,7 +787,7 @@ async fn batch(
 }
 
 /// `GET /v1/locks/{lock}/marks`.
-#[utoipa::path(
+#[cfg_attr(feature = "openapi", utoipa::path(
     get,
     path = "/v1/locks/{lock}/marks",
     tag = "locks",
@@ -799,7 +799,7 @@ async fn batch(
         (status = 200, description = "The lock's marks (also in the palisade-mark-* headers).", body = MarksAnswer),
         crate::openapi::MarksErrors,
     ),
-)]
+))]
 async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     let state = &state;
     handle(
@@ -823,7 +823,7 @@ async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
 }
 
 /// `GET /healthz`.
-#[utoipa::path(
+#[cfg_attr(feature = "openapi", utoipa::path(
     get,
     path = "/healthz",
     tag = "operations",
@@ -831,7 +831,7 @@ async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
         (status = 200, description = "The store accepts requests.", body = HealthAnswer),
         crate::openapi::HealthErrors,
     ),
-)]
+))]
 async fn health(State(state): State<AppState>) -> Response {
     let health = state
         .deadline()
@@ -857,7 +857,7 @@ async fn health(State(state): State<AppState>) -> Response {
 }
 
 /// `GET /metrics`.
-#[utoipa::path(
+#[cfg_attr(feature = "openapi", utoipa::path(
     get,
     path = "/metrics",
     tag = "operations",
@@ -865,7 +865,7 @@ async fn health(State(state): State<AppState>) -> Response {
         (status = 200, description = "The metrics, as OpenMetrics text.", content_type = "application/openmetrics-text", body = String),
         crate::openapi::CommonErrors,
     ),
-)]
+))]
 async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
@@ -875,7 +875,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 /// `GET /openapi.json`: this API's OpenAPI 3.1 document.
-#[utoipa::path(
+#[cfg_attr(feature = "openapi", utoipa::path(
     get,
     path = "/openapi.json",
     tag = "operations",
@@ -883,11 +883,11 @@ async fn metrics(State(state): State<AppState>) -> Response {
         (status = 200, description = "The OpenAPI document (also committed as docs/openapi.json).", content_type = "application/json", body = Object),
         crate::openapi::CommonErrors,
     ),
-)]
+))]
 async fn openapi_json() -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
-        crate::openapi::openapi_document(),
+        crate::OPENAPI_JSON,
     )
         .into_response()
 }

@@ -4,7 +4,7 @@
 //!
 //! The server writes these types, the guard answers its refusals with
 //! them, the client and the CLI decode with them, and the server's
-//! OpenAPI document (`GET /openapi.json`, docs/openapi.json) is generated
+//! OpenAPI document (`GET /openapi.json`, crates/palisade-server/openapi.json) is generated
 //! from them. `docs/http-api.md` is the prose contract.
 //!
 //! Core's domain types keep no serde: [`ErrorBody::from_refused`] and

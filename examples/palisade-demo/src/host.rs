@@ -4,7 +4,9 @@
 use std::future::Future;
 use std::process::ExitCode;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::{ChildLauncher, DemoError};
 
@@ -19,11 +21,16 @@ where
     F: FnOnce(ChildLauncher) -> Fut,
     Fut: Future<Output = Result<u8, DemoError>>,
 {
+    // `RUST_LOG` as `target=level` directives (`Targets`: no regex engine
+    // to compile for a demo).
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|directives| directives.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::ERROR));
     tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("error")),
-        )
         .with_writer(std::io::stderr)
+        .finish()
+        .with(filter)
         .init();
     if let Some(spec) = child_spec {
         return match crate::run_child(&spec).await {
