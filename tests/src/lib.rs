@@ -17,12 +17,16 @@
 //!   processes).
 //! - `deploy`: the files under `deploy/` parsed and cross-checked against
 //!   the binaries' flags.
-//! - `faults`, `faults_net`, `faults_disk`: the fault suite (issue 6), on
-//!   the harness in [`fault`]: real processes, real faults, histories and
-//!   an offline checker. `scripts/faults.sh` runs all three and prints the
-//!   table.
+//! - `faults`, `faults_net`, `faults_disk`, `faults_zookeeper`: the fault
+//!   suite, on the harness in [`fault`]: real processes, real faults,
+//!   Jepsen-style operation histories recorded by the client processes
+//!   ([`history`]) and the offline checker of the suite's invariants
+//!   (I-MONO, I-STALE, I-TOKEN, I-DUR, I-ONCE, I-LIVE: [`checker`]).
+//!   `scripts/faults.sh` runs all four and prints the table.
 
+pub mod checker;
 pub mod fault;
+pub mod history;
 
 use std::net::SocketAddr;
 use std::process::Stdio;

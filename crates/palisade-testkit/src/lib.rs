@@ -15,27 +15,26 @@
 //!   streaming standby, for failover tests.
 //! - [`zookeeper`]: a standalone ZooKeeper and a 3-member ensemble on
 //!   loopback, killed by PID, restartable and wipeable.
-//! - [`history`], [`checker`]: Jepsen-style operation histories recorded
-//!   by client processes, and the offline checker of the fault suite's
-//!   invariants (I-MONO, I-STALE, I-TOKEN, I-DUR, I-ONCE, I-LIVE).
 //! - [`proxy`]: a fault-injecting TCP proxy on loopback (partition,
-//!   one-way drop, delay, loss, resets), for the network faults of the
-//!   fault suite.
+//!   one-way drop, delay, loss, resets), for a backend's or engine's tests
+//!   of a cut connection and for the fault suite's network faults.
 //! - [`process`]: the shared plumbing: free ports, child processes killed on
 //!   drop, SIGSTOP/SIGCONT, waiting for a port, and failing a test with an
 //!   install hint when a binary it needs is missing.
 //! - [`tls`]: a certificate authority made at test time; [`logs`]: every
 //!   log line a test writes, to show a secret never reaches one.
 //!
+//! Its audience is the author of a backend, an engine or a server feature.
+//! The fault suite's own harness (operation histories and their checker)
+//! lives with the suite, in the `tests/` crate.
+//!
 //! **Architecture Invariant:** the testkit depends on `palisade-core`, and on
 //! `palisade-store` for the engine trait the engine suite drives. Backends
 //! and engines depend on it as a dev-dependency, never the other way round.
 
-pub mod checker;
 pub mod engine_suite;
 pub mod etcd;
 pub mod grafana;
-pub mod history;
 pub mod lock_suite;
 pub mod logs;
 pub mod process;

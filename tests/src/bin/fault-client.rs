@@ -6,7 +6,7 @@
 //! lock, write a few times with the guard's sequencer and an idempotency
 //! key, release, again. Every acquire, write
 //! and release is recorded in its history file (JSON lines, see
-//! `palisade_testkit::history`) as an `invoke` and exactly one completion:
+//! `palisade_tests::history`) as an `invoke` and exactly one completion:
 //!
 //! - acquire: `ok` with the generation granted; `fail` for a clean refusal
 //!   (timeout, busy, regression); `unknown` when the lock service failed
@@ -52,7 +52,7 @@ use palisade::{
 };
 use palisade_lock_sql::{SqlConfig, SqlLock, SqlLockClient};
 use palisade_lock_zookeeper::{Mutation, ZkConfig, ZkLock, ZkLockClient};
-use palisade_testkit::history::{Event, OpKind, Phase, Recorder};
+use palisade_tests::history::{Event, OpKind, Phase, Recorder};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 

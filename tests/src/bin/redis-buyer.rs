@@ -7,7 +7,7 @@
 //! one: one fenced batch sets the stock to what was read minus one and
 //! records the sale under a key of its own (`{<lock tag>}:sale/<client>-<n>`,
 //! the value `<client>-<n>@<generation>`). The sale is recorded in the
-//! history as a write of that key (`palisade_testkit::history`): `ok` with
+//! history as a write of that key (`palisade_tests::history`): `ok` with
 //! the lock's write sequence as `commit_seq`, `fail` with detail `stale`
 //! when the fence refused it, `unknown` when Redis did not answer. The
 //! buyer stops once it reads a stock of 0 (or none), or when its standard
@@ -29,7 +29,7 @@ use clap::Parser;
 use palisade::redis::{RedisConfig, RedisLockClient};
 use palisade::{Lock, LockGuard, LockName, Mode, Refused, SessionOptions};
 use palisade_fence_redis::{Batch, RedisFence};
-use palisade_testkit::history::{Event, OpKind, Phase, Recorder};
+use palisade_tests::history::{Event, OpKind, Phase, Recorder};
 use tokio::sync::{mpsc, watch};
 
 /// A flash-sale buyer on the Redis fence.

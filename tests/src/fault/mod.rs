@@ -9,7 +9,7 @@
 //! ([`FaultRun::inject`] / [`FaultRun::heal`]), stops the clients, and hands
 //! everything to [`FaultRun::verdict`]: the merged histories and the
 //! resource server's final state go through
-//! `palisade_testkit::checker::check`, the [`TableRow`] is appended to the
+//! `crate::checker::check`, the [`TableRow`] is appended to the
 //! suite's table, and the [`Report`] comes back for the scenario to assert.
 //!
 //! # Where to start
@@ -38,7 +38,7 @@
 //!
 //! ```no_run
 //! # async fn scenario() -> anyhow::Result<()> {
-//! use palisade_testkit::checker::CheckOptions;
+//! use crate::checker::CheckOptions;
 //! use palisade_tests::fault::{
 //!     ClientConfig, FaultBinaries, FaultRun, ResourceServerOptions, ResourceServerProcess, Scenario,
 //! };
@@ -71,8 +71,8 @@ mod table;
 
 use std::path::PathBuf;
 
+pub use crate::checker::{CheckOptions, FinalState, Invariant, Report};
 pub use client::{ClientConfig, ClientLine, ClientProcess, stop_clients};
-pub use palisade_testkit::checker::{CheckOptions, FinalState, Invariant, Report};
 pub use resource::{ResourceServerOptions, ResourceServerProcess};
 pub use run::{FaultRun, KEEP_ENV, Scenario, read_final_state};
 pub use table::{TABLE_ENV, TABLE_HEADER, TableRow, append_row};

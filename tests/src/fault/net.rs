@@ -14,10 +14,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::checker::{CheckOptions, Report};
+use crate::history::{OpKind, Phase};
 use anyhow::Context as _;
 use palisade::LockName;
-use palisade_testkit::checker::{CheckOptions, Report};
-use palisade_testkit::history::{OpKind, Phase};
 use palisade_testkit::proxy::FaultProxy;
 use palisade_testkit::redis::{RedisOptions, RedisServer};
 

@@ -19,13 +19,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::checker::{CheckOptions, FinalState, Report, check};
+use crate::history::{Event, OpKind, Phase, Recorder};
 use anyhow::Context as _;
 use palisade::embedded::EmbeddedLockClient;
 use palisade::{Lock, LockGuard, LockName, Mode, SessionOptions};
 use palisade_fence_object::testing::FaultyStore;
 use palisade_fence_object::{FenceError, FenceStats, ObjectFence, Path, RetryBudget, S3Config};
-use palisade_testkit::checker::{CheckOptions, FinalState, Report, check};
-use palisade_testkit::history::{Event, OpKind, Phase, Recorder};
 use palisade_testkit::proxy::{Fault, FaultProxy, Loss};
 use palisade_testkit::s3::{ConditionStrippingProxy, S3Options, S3Server};
 use tokio::sync::watch;

@@ -5,11 +5,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::checker::{CheckOptions, FinalState, Invariant, Report, check};
+use crate::history::{Event, OpKind, Phase, Recorder, read_histories};
 use anyhow::Context as _;
 use palisade::LockName;
 use palisade::client::Client;
-use palisade_testkit::checker::{CheckOptions, FinalState, Invariant, Report, check};
-use palisade_testkit::history::{Event, OpKind, Phase, Recorder, read_histories};
 use tempfile::TempDir;
 use tokio::sync::mpsc;
 

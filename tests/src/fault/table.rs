@@ -4,7 +4,7 @@
 use std::io::Write as _;
 use std::time::Duration;
 
-use palisade_testkit::checker::{Invariant, Report};
+use crate::checker::{Invariant, Report};
 
 use super::Scenario;
 
@@ -112,7 +112,7 @@ pub fn append_row(row: &TableRow) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use palisade_testkit::checker::Violation;
+    use crate::checker::Violation;
 
     #[test]
     fn a_row_reports_the_figures_of_the_table() {

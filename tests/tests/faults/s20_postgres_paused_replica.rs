@@ -30,12 +30,12 @@ use std::time::Duration;
 
 use palisade::client::Client;
 use palisade::{Generation, LockName, Mode, Sequencer};
-use palisade_testkit::history::{Event, OpKind, Phase, monotonic_us};
 use palisade_testkit::sql::SqlServer;
 use palisade_tests::fault::{
     ClientConfig, ClientLine, FaultRun, Invariant, Report, ResourceServerOptions,
     ResourceServerProcess, Scenario, stop_clients,
 };
+use palisade_tests::history::{Event, OpKind, Phase, monotonic_us};
 
 use crate::{EXIT, STEP, TTL, live_within};
 

@@ -161,7 +161,7 @@ async fn flash_sale_with_a_restart(tag: &str, persistence: Persistence) -> anyho
     let mut acknowledged: u64 = 0;
     for event in &events {
         let Some(key) = &event.key else { continue };
-        if event.phase == palisade_testkit::history::Phase::Ok {
+        if event.phase == palisade_tests::history::Phase::Ok {
             acknowledged += 1;
         }
         let value = redis.command(&["GET", &tag_key(key)])?;

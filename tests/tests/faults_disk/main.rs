@@ -41,7 +41,7 @@ mod s12_disk_faults;
 
 use std::time::Duration;
 
-use palisade_testkit::checker::Invariant;
+use palisade_tests::checker::Invariant;
 use palisade_tests::fault::{ClientConfig, ClientLine, ClientProcess, FaultBinaries, FaultRun};
 
 use crate::probe::{Probe, ProbeWrite, highest_acknowledged, mark_violations};
@@ -96,7 +96,7 @@ async fn wait_acknowledged(run: &mut FaultRun, n_writes: usize) -> anyhow::Resul
 /// generation below the mark is still refused as stale.
 async fn assert_marks_survived(
     probe: &mut Probe,
-    before: &[palisade_testkit::history::Event],
+    before: &[palisade_tests::history::Event],
     locks: &[&str],
 ) -> anyhow::Result<()> {
     for lock in locks {

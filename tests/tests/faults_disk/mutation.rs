@@ -19,8 +19,8 @@
 //! - `--unsynced`: the checker must report at least one acknowledged
 //!   write lost (I-DUR); every one is, in practice.
 
-use palisade_testkit::checker::{CheckOptions, Invariant, Report};
 use palisade_testkit::process::require_binary;
+use palisade_tests::checker::{CheckOptions, Invariant, Report};
 use palisade_tests::fault::{FaultRun, ResourceServerOptions, ResourceServerProcess, Scenario};
 
 use crate::disk::{LoopExt4, require_mount};

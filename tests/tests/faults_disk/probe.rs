@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use palisade::client::{Client, ClientError, Marks, Refused};
 use palisade::{Generation, LockName, Mode, Sequencer};
-use palisade_testkit::history::{Event, OpKind, Phase, Recorder};
 use palisade_tests::fault::FaultRun;
+use palisade_tests::history::{Event, OpKind, Phase, Recorder};
 
 /// How a probe write ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use palisade_testkit::checker::CheckOptions;
 use palisade_testkit::redis::RedisServer;
+use palisade_tests::checker::CheckOptions;
 use palisade_tests::fault::{
     ClientConfig, FaultRun, ResourceServerOptions, ResourceServerProcess, Scenario, scaled,
 };

@@ -20,13 +20,13 @@
 use std::time::Duration;
 
 use palisade::client::ClientError;
-use palisade_testkit::checker::CheckOptions;
-use palisade_testkit::history::monotonic_us;
 use palisade_testkit::process::require_binary;
 use palisade_testkit::redis::RedisServer;
+use palisade_tests::checker::CheckOptions;
 use palisade_tests::fault::{
     ClientConfig, FaultRun, ResourceServerOptions, ResourceServerProcess, Scenario, scaled,
 };
+use palisade_tests::history::monotonic_us;
 
 use crate::disk::{LoopExt4, Tmpfs, require_mount};
 use crate::fiu::Fiu;

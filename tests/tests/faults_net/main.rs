@@ -34,8 +34,8 @@ pub(crate) async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
 use std::collections::HashMap;
 use std::time::Duration;
 
-use palisade_testkit::history::{Event, OpKind, Phase};
 use palisade_tests::fault::{ClientLine, ClientProcess};
+use palisade_tests::history::{Event, OpKind, Phase};
 
 /// Waits until `client` reports an accepted write.
 pub(crate) async fn wait_for_write(

@@ -23,11 +23,11 @@
 use std::time::Duration;
 
 use palisade_testkit::etcd::EtcdCluster;
-use palisade_testkit::history::{OpKind, Phase, monotonic_us};
 use palisade_tests::fault::{
     CheckOptions, ClientConfig, ClientLine, FaultRun, Invariant, ResourceServerOptions,
     ResourceServerProcess, Scenario, scaled,
 };
+use palisade_tests::history::{OpKind, Phase, monotonic_us};
 
 /// Lease TTL (etcd's minimum is 2 s).
 const TTL: Duration = Duration::from_secs(2);
