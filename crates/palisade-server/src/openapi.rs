@@ -22,7 +22,41 @@ use utoipa::openapi::response::{Response, ResponseBuilder};
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr};
-use utoipa::{IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
+use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
+
+// The parameters the routes share. Only their names, types and docs are
+// read (by utoipa), never their values.
+
+/// `{lock}` in a route's path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(crate) struct LockPath {
+    /// The lock's name, percent-encoded.
+    lock: String,
+}
+
+/// `{lock}` and `{key}` in a key's routes.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(crate) struct KeyPath {
+    /// The lock's name, percent-encoded.
+    lock: String,
+    /// The key, percent-encoded (any bytes).
+    key: String,
+}
+
+/// The headers of every write.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header, rename_all = "kebab-case")]
+#[allow(dead_code)]
+pub(crate) struct WriteHeaders {
+    /// The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed).
+    palisade_sequencer: String,
+    /// Makes a retry of this write answer as the first attempt did.
+    idempotency_key: Option<String>,
+}
 
 /// Raw bytes: a key's value, as sent and as answered.
 #[derive(Debug)]

@@ -570,8 +570,7 @@ async fn refusal(
     path = "/v1/locks/{lock}/keys/{key}",
     tag = "keys",
     params(
-        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
-        ("key" = String, Path, description = "The key, percent-encoded (any bytes)."),
+        crate::openapi::KeyPath,
         ("palisade-sequencer" = Option<String>, Header, description = "The caller's sequencer (`v1;lock=NAME;mode=exclusive|shared;gen=N`, optionally signed); a read may carry one, and is then fenced."),
     ),
     security((), ("bearer" = [])),
@@ -628,10 +627,8 @@ async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) ->
     path = "/v1/locks/{lock}/keys/{key}",
     tag = "keys",
     params(
-        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
-        ("key" = String, Path, description = "The key, percent-encoded (any bytes)."),
-        ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
-        ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
+        crate::openapi::KeyPath,
+        crate::openapi::WriteHeaders,
     ),
     request_body(content = crate::openapi::RawBytes, content_type = "application/octet-stream", description = "The value's bytes."),
     security((), ("bearer" = [])),
@@ -669,10 +666,8 @@ async fn put_key(
     path = "/v1/locks/{lock}/keys/{key}",
     tag = "keys",
     params(
-        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
-        ("key" = String, Path, description = "The key, percent-encoded (any bytes)."),
-        ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
-        ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
+        crate::openapi::KeyPath,
+        crate::openapi::WriteHeaders,
     ),
     security((), ("bearer" = [])),
     responses(
@@ -703,10 +698,8 @@ async fn delete_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap)
     path = "/v1/locks/{lock}/cas/{key}",
     tag = "keys",
     params(
-        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
-        ("key" = String, Path, description = "The key, percent-encoded (any bytes)."),
-        ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
-        ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
+        crate::openapi::KeyPath,
+        crate::openapi::WriteHeaders,
     ),
     request_body = CasRequest,
     security((), ("bearer" = [])),
@@ -744,9 +737,8 @@ async fn cas_key(
     path = "/v1/locks/{lock}/batch",
     tag = "keys",
     params(
-        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
-        ("palisade-sequencer" = String, Header, description = "The caller's exclusive sequencer (`v1;lock=NAME;mode=exclusive;gen=N`, optionally signed)."),
-        ("idempotency-key" = Option<String>, Header, description = "Makes a retry of this write answer as the first attempt did."),
+        crate::openapi::LockPath,
+        crate::openapi::WriteHeaders,
     ),
     request_body = BatchRequest,
     security((), ("bearer" = [])),
@@ -792,7 +784,7 @@ async fn batch(
     path = "/v1/locks/{lock}/marks",
     tag = "locks",
     params(
-        ("lock" = String, Path, description = "The lock's name, percent-encoded."),
+        crate::openapi::LockPath,
     ),
     security((), ("bearer" = [])),
     responses(
