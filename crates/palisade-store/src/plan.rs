@@ -11,7 +11,7 @@
 //! 1. a remembered request id: the original outcome (a replay), or
 //!    [`Refused::IdempotencyKeyReused`] for another request under the id;
 //! 2. a shared sequencer: [`Refused::SharedOnWrite`];
-//! 3. the raise cap, when the request carries one ([`RaiseLimit`]);
+//! 3. the raise cap, when the request carries one ([`RaiseLimit`](crate::RaiseLimit));
 //! 4. the fencing rule, [`Marks::admit`] (through [`fence`], which reads
 //!    and admits use too);
 //! 5. every op in order against an overlay of the earlier ops of the
