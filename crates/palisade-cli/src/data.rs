@@ -469,23 +469,13 @@ pub(crate) async fn fence(args: FenceArgs) -> anyhow::Result<()> {
             (marks, args.server.server.clone())
         }
     };
-    let mut stdout = std::io::stdout().lock();
-    if args.server.json {
-        let answer = MarksAnswer {
-            lock: lock.as_str().to_owned(),
-            marks: marks.into(),
-        };
-        writeln!(stdout, "{}", serde_json::to_string(&answer)?)?;
-    } else {
-        writeln!(
-            stdout,
-            "fenced lock `{lock}` at {} generation {} on {place} ({})",
-            sequencer.mode(),
-            sequencer.generation(),
-            marks_text(marks)
-        )?;
-    }
-    Ok(())
+    let line = format!(
+        "fenced lock `{lock}` at {} generation {} on {place} ({})",
+        sequencer.mode(),
+        sequencer.generation(),
+        marks_text(marks)
+    );
+    print_marks(args.server.json, &lock, marks, &line)
 }
 
 /// Runs `palisade marks`.
@@ -505,19 +495,24 @@ pub(crate) async fn marks(args: MarksArgs) -> anyhow::Result<()> {
             .await
             .map_err(|error| server_error(&error, &args.server.server))?,
     };
+    let line = format!(
+        "lock `{lock}`: exclusive {}, shared {}",
+        marks.exclusive, marks.shared
+    );
+    print_marks(args.server.json, &lock, marks, &line)
+}
+
+/// The marks as the API's JSON answer, or `line`.
+fn print_marks(json: bool, lock: &LockName, marks: Marks, line: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    if args.server.json {
+    if json {
         let answer = MarksAnswer {
             lock: lock.as_str().to_owned(),
             marks: marks.into(),
         };
         writeln!(stdout, "{}", serde_json::to_string(&answer)?)?;
     } else {
-        writeln!(
-            stdout,
-            "lock `{lock}`: exclusive {}, shared {}",
-            marks.exclusive, marks.shared
-        )?;
+        writeln!(stdout, "{line}")?;
     }
     Ok(())
 }
