@@ -1,5 +1,6 @@
-//! `palisade put`, `get`, `del` and `marks`: the resource server from the
-//! shell.
+//! `palisade put`, `get`, `del`, `fence` and `marks`: the resource server
+//! from the shell, or with `--redis-fence` data kept in Redis
+//! (`redis_data.rs`).
 //!
 //! Writes carry the sequencer from `--sequencer` or `PALISADE_SEQUENCER`,
 //! which `palisade lock` sets for the command it runs, so
@@ -21,6 +22,7 @@ use serde::Serialize;
 use tokio::io::AsyncReadExt as _;
 
 use crate::exit::{self, Failure};
+use crate::redis_data::{Fenced, RedisFenceArg};
 use palisade_lock_any::{cause_chain, root_cause};
 
 /// The default resource server address (`palisade serve`'s default).
@@ -166,7 +168,7 @@ impl SequencerArg {
     }
 
     /// The sequencer a write to `lock` needs.
-    fn required_for(&self, lock: &LockName) -> anyhow::Result<Sequencer> {
+    pub(crate) fn required_for(&self, lock: &LockName) -> anyhow::Result<Sequencer> {
         if let Some(sequencer) = self.for_lock(lock)? {
             return Ok(sequencer);
         }
@@ -205,9 +207,11 @@ pub(crate) struct PutArgs {
     #[command(flatten)]
     sequencer: SequencerArg,
     /// Idempotency key: a retry with the same key is answered with the
-    /// first outcome instead of being applied twice.
-    #[arg(long, value_name = "KEY")]
+    /// first outcome instead of being applied twice (resource server only).
+    #[arg(long, value_name = "KEY", conflicts_with = "redis_fence")]
     idempotency_key: Option<String>,
+    #[command(flatten)]
+    redis: RedisFenceArg,
     #[command(flatten)]
     server: ServerArgs,
 }
@@ -217,6 +221,7 @@ Examples:
   palisade lock orders/42 -- palisade put orders/42 stock 7
   palisade put --sequencer 'v1;lock=orders/42;mode=exclusive;gen=33' orders/42 stock 7
   tar c data | palisade put orders/42 backup.tar -
+  palisade lock orders/42 -- palisade put orders/42 stock 7 --redis-fence redis://127.0.0.1:6379
 
 Exit codes: 0 written; 4 refused, stale sequencer (a newer holder, or a regression);
 5 refused otherwise (shared sequencer, live check says not held, idempotency
@@ -237,6 +242,8 @@ pub(crate) struct GetArgs {
     #[arg(long, conflicts_with = "sequencer")]
     no_sequencer: bool,
     #[command(flatten)]
+    redis: RedisFenceArg,
+    #[command(flatten)]
     server: ServerArgs,
 }
 
@@ -248,6 +255,7 @@ marks and raises them, as a write would.
 Examples:
   palisade get orders/42 stock
   palisade lock --mode shared orders/42 -- palisade get orders/42 stock
+  palisade get orders/42 stock --redis-fence redis://127.0.0.1:6379
 
 Exit codes: 0 found; 3 no such key; 4 refused, stale sequencer; 5 refused
 otherwise; 1 other errors.";
@@ -263,8 +271,10 @@ pub(crate) struct DelArgs {
     #[command(flatten)]
     sequencer: SequencerArg,
     /// Idempotency key, as for `put`.
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", conflicts_with = "redis_fence")]
     idempotency_key: Option<String>,
+    #[command(flatten)]
+    redis: RedisFenceArg,
     #[command(flatten)]
     server: ServerArgs,
 }
@@ -273,8 +283,9 @@ const DEL_EXAMPLES: &str = "\
 Deleting a key that does not exist succeeds (\"absent\"), so a retried delete
 does not fail.
 
-Example:
+Examples:
   palisade lock orders/42 -- palisade del orders/42 stock
+  palisade lock orders/42 -- palisade del orders/42 stock --redis-fence redis://127.0.0.1:6379
 
 Exit codes: 0 deleted or absent; 4 refused, stale sequencer; 5 refused
 otherwise; 1 other errors.";
@@ -286,6 +297,8 @@ pub(crate) struct MarksArgs {
     /// The lock.
     lock: String,
     #[command(flatten)]
+    redis: RedisFenceArg,
+    #[command(flatten)]
     server: ServerArgs,
 }
 
@@ -296,9 +309,37 @@ shared one at least exclusive. A lock never seen has marks 0 and 0.
 
 Example:
   palisade marks orders/42
-  palisade marks --json orders/42";
+  palisade marks --json orders/42
+  palisade marks orders/42 --redis-fence redis://127.0.0.1:6379";
 
-fn lock_name(text: &str) -> anyhow::Result<LockName> {
+/// Arguments of `palisade fence`.
+#[derive(Debug, Args)]
+#[command(after_help = FENCE_EXAMPLES)]
+pub(crate) struct FenceArgs {
+    /// The lock.
+    lock: String,
+    #[command(flatten)]
+    sequencer: SequencerArg,
+    #[command(flatten)]
+    redis: RedisFenceArg,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+const FENCE_EXAMPLES: &str = "\
+Raises the lock's marks to the sequencer's generation without writing
+anything, so an older holder paused past its lease is refused from now on,
+even before this holder writes. `palisade lock` does this at the resource
+server by itself; data in Redis is fenced with this command.
+
+Examples:
+  palisade lock orders/42 -- sh -c 'palisade fence orders/42 --redis-fence \"$REDIS\" && ./work'
+  palisade fence orders/42 --sequencer 'v1;lock=orders/42;mode=exclusive;gen=33'
+
+Exit codes: 0 fenced; 4 refused, stale sequencer; 5 refused otherwise; 1
+other errors.";
+
+pub(crate) fn lock_name(text: &str) -> anyhow::Result<LockName> {
     LockName::new(text).map_err(|error| anyhow::anyhow!("invalid lock name `{text}`: {error}"))
 }
 
@@ -307,19 +348,12 @@ pub(crate) async fn put(args: PutArgs) -> anyhow::Result<()> {
     let lock = lock_name(&args.lock)?;
     let sequencer = args.sequencer.required_for(&lock)?;
     let key = args.key.as_bytes();
-    let value = match &args.value {
-        Some(value) if value.as_bytes() != b"-" => value.as_bytes().to_vec(),
-        _ => {
-            let mut value = Vec::new();
-            tokio::io::stdin()
-                .read_to_end(&mut value)
-                .await
-                .map_err(|error| {
-                    anyhow::anyhow!("cannot read the value from standard input: {error}")
-                })?;
-            value
-        }
-    };
+    let value = read_value(args.value.as_ref()).await?;
+    if let Some(url) = &args.redis.redis_fence {
+        let redis = Fenced::connect(url, args.server.timeout).await?;
+        let written = redis.put(&sequencer, key, value).await?;
+        return report_written(&args.server, &lock, key, &written);
+    }
     let client = args.server.client()?;
     let outcome = client
         .put(&sequencer, key, value, args.idempotency_key.as_deref())
@@ -329,11 +363,34 @@ pub(crate) async fn put(args: PutArgs) -> anyhow::Result<()> {
     report_written(&args.server, &lock, key, &written)
 }
 
+/// The value argument's bytes, or standard input's for `-` or none
+/// (`--stdin`).
+pub(crate) async fn read_value(value: Option<&OsString>) -> anyhow::Result<Vec<u8>> {
+    match value {
+        Some(value) if value.as_bytes() != b"-" => Ok(value.as_bytes().to_vec()),
+        _ => {
+            let mut value = Vec::new();
+            tokio::io::stdin()
+                .read_to_end(&mut value)
+                .await
+                .map_err(|error| {
+                    anyhow::anyhow!("cannot read the value from standard input: {error}")
+                })?;
+            Ok(value)
+        }
+    }
+}
+
 /// Runs `palisade del`.
 pub(crate) async fn del(args: DelArgs) -> anyhow::Result<()> {
     let lock = lock_name(&args.lock)?;
     let sequencer = args.sequencer.required_for(&lock)?;
     let key = args.key.as_bytes();
+    if let Some(url) = &args.redis.redis_fence {
+        let redis = Fenced::connect(url, args.server.timeout).await?;
+        let written = redis.del(&sequencer, key).await?;
+        return report_written(&args.server, &lock, key, &written);
+    }
     let client = args.server.client()?;
     let outcome = client
         .delete(&sequencer, key, args.idempotency_key.as_deref())
@@ -352,12 +409,19 @@ pub(crate) async fn get(args: GetArgs) -> anyhow::Result<()> {
         args.sequencer.for_lock(&lock)?
     };
     let key = args.key.as_bytes();
-    let client = args.server.client()?;
-    let read = client
-        .get(&lock, key, sequencer.as_ref())
-        .await
-        .map_err(|error| server_error(&error, &args.server.server))?
-        .map_err(|refused| refusal(&refused, &lock))?;
+    let read = match &args.redis.redis_fence {
+        Some(url) => {
+            let redis = Fenced::connect(url, args.server.timeout).await?;
+            redis.get(&lock, key, sequencer.as_ref()).await?
+        }
+        None => args
+            .server
+            .client()?
+            .get(&lock, key, sequencer.as_ref())
+            .await
+            .map_err(|error| server_error(&error, &args.server.server))?
+            .map_err(|refused| refusal(&refused, &lock))?,
+    };
     let Some(value) = read.value else {
         return Err(Failure::new(
             exit::NOT_FOUND,
@@ -385,27 +449,70 @@ pub(crate) async fn get(args: GetArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs `palisade fence`.
+pub(crate) async fn fence(args: FenceArgs) -> anyhow::Result<()> {
+    let lock = lock_name(&args.lock)?;
+    let sequencer = args.sequencer.required_for(&lock)?;
+    let (marks, place) = match &args.redis.redis_fence {
+        Some(url) => {
+            let redis = Fenced::connect(url, args.server.timeout).await?;
+            (redis.admit(&sequencer).await?, redis.shown().to_owned())
+        }
+        None => {
+            let marks = args
+                .server
+                .client()?
+                .fence(&sequencer)
+                .await
+                .map_err(|error| server_error(&error, &args.server.server))?
+                .map_err(|refused| refusal(&refused, &lock))?;
+            (marks, args.server.server.clone())
+        }
+    };
+    let line = format!(
+        "fenced lock `{lock}` at {} generation {} on {place} ({})",
+        sequencer.mode(),
+        sequencer.generation(),
+        marks_text(marks)
+    );
+    print_marks(args.server.json, &lock, marks, &line)
+}
+
 /// Runs `palisade marks`.
 pub(crate) async fn marks(args: MarksArgs) -> anyhow::Result<()> {
     let lock = lock_name(&args.lock)?;
-    let client = args.server.client()?;
-    let marks = client
-        .marks(&lock)
-        .await
-        .map_err(|error| server_error(&error, &args.server.server))?;
+    let marks = match &args.redis.redis_fence {
+        Some(url) => {
+            Fenced::connect(url, args.server.timeout)
+                .await?
+                .marks(&lock)
+                .await?
+        }
+        None => args
+            .server
+            .client()?
+            .marks(&lock)
+            .await
+            .map_err(|error| server_error(&error, &args.server.server))?,
+    };
+    let line = format!(
+        "lock `{lock}`: exclusive {}, shared {}",
+        marks.exclusive, marks.shared
+    );
+    print_marks(args.server.json, &lock, marks, &line)
+}
+
+/// The marks as the API's JSON answer, or `line`.
+fn print_marks(json: bool, lock: &LockName, marks: Marks, line: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    if args.server.json {
+    if json {
         let answer = MarksAnswer {
             lock: lock.as_str().to_owned(),
             marks: marks.into(),
         };
         writeln!(stdout, "{}", serde_json::to_string(&answer)?)?;
     } else {
-        writeln!(
-            stdout,
-            "lock `{lock}`: exclusive {}, shared {}",
-            marks.exclusive, marks.shared
-        )?;
+        writeln!(stdout, "{line}")?;
     }
     Ok(())
 }
@@ -479,7 +586,7 @@ struct WriteOutput<'a> {
 
 /// A refusal: one line with everything needed to understand it, and its
 /// exit code. Nothing was changed on the server.
-fn refusal(refused: &Refused, lock: &LockName) -> anyhow::Error {
+pub(crate) fn refusal(refused: &Refused, lock: &LockName) -> anyhow::Error {
     let (code, message) = match refused {
         Refused::Stale {
             mode,

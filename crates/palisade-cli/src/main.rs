@@ -7,6 +7,10 @@
 //! palisade lock orders/42 -- <command>      take a lock, run a command with its sequencer, release
 //! palisade put|get|del <lock> <key> ...     the resource server, with the sequencer from the environment
 //! palisade marks <lock>                     the lock's high-water marks on the resource server
+//! palisade fence <lock>                     raise the marks to the sequencer without writing
+//! palisade put|get|del|marks|fence ... --redis-fence URL   the same on data kept in Redis
+//! palisade incr <lock> <key> -n -1 --at-least 0 --redis-fence URL   a fenced counter in Redis
+//! palisade object put|get|rm ... --location s3://bucket/prefix    objects in S3, fenced at the store
 //! palisade locks ls [PREFIX] | show <lock>   who holds a lock, who waits (table or --json)
 //! palisade unlock --force <lock> --server U  end a stuck hold and fence it at the servers
 //! palisade raise-floor <lock>               lift the lock service's generations above the marks
@@ -23,7 +27,10 @@
 //!   command, stop it when the lease is lost (SIGTERM, then SIGKILL);
 //!   `fence.rs` raises the lock's marks on the resource servers before the
 //!   command starts; `child.rs` spawns and signals the command.
-//! - `data.rs`: `put`, `get`, `del`, `marks` over `palisade-client`.
+//! - `data.rs`: `put`, `get`, `del`, `fence`, `marks` over `palisade-client`;
+//!   `redis_data.rs`: the same with `--redis-fence` over
+//!   `palisade-fence-redis`, and `incr`; `object.rs`: `object put|get|rm`
+//!   over `palisade-fence-object`.
 //! - `service.rs`: the backend flags of `palisade-lock-any`, refusing the
 //!   in-process backend, and the session and signing flags of the
 //!   commands that take locks.
@@ -54,9 +61,11 @@ mod lock;
 mod locks;
 mod man;
 mod metrics;
+mod object;
 #[cfg(target_os = "linux")]
 mod parent_death;
 mod raise_floor;
+mod redis_data;
 mod serve;
 mod service;
 mod signing;
@@ -93,6 +102,15 @@ enum Command {
     Del(data::DelArgs),
     /// Show a lock's high-water marks on the resource server.
     Marks(data::MarksArgs),
+    /// Raise a lock's marks to the sequencer's generation without writing
+    /// (fence on acquire), so older holders are refused from now on.
+    Fence(data::FenceArgs),
+    /// Add to a counter kept in Redis under a lock's fence
+    /// (`--redis-fence`); `-n -1 --at-least 0` never goes below zero.
+    Incr(redis_data::IncrArgs),
+    /// Write, read and delete objects in S3-compatible storage, fenced at
+    /// the store by the lock's sequencer.
+    Object(object::ObjectArgs),
     /// See the locks on the lock service: `ls [PREFIX]`, `show NAME`.
     Locks(locks::LocksArgs),
     /// End someone else's hold of a lock (`--force`) and fence it at the
@@ -131,6 +149,9 @@ impl Command {
     fn default_log_filter(&self) -> &'static str {
         match self {
             Command::Serve(_) => "info",
+            // The fence logs the probe's refusal at `error`; the command's
+            // one line already says it.
+            Command::Object(_) => "error,palisade_fence_object=off",
             _ => "error",
         }
     }
@@ -175,6 +196,9 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Get(args) => data::get(args).await.map(|()| exit::OK),
         Command::Del(args) => data::del(args).await.map(|()| exit::OK),
         Command::Marks(args) => data::marks(args).await.map(|()| exit::OK),
+        Command::Fence(args) => data::fence(args).await.map(|()| exit::OK),
+        Command::Incr(args) => redis_data::incr(args).await.map(|()| exit::OK),
+        Command::Object(args) => object::run(args).await.map(|()| exit::OK),
         Command::Locks(args) => locks::run(args).await.map(|()| exit::OK),
         Command::Unlock(args) => unlock::run(args).await.map(|()| exit::OK),
         Command::RaiseFloor(args) => raise_floor::run(args).await.map(|()| exit::OK),

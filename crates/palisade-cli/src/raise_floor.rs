@@ -4,13 +4,21 @@
 //! the resource servers' marks and every write is refused; this lifts the
 //! lock service's generation floor above the highest mark, so the next
 //! holder is accepted. Old holders stay refused: the marks do not move.
+//!
+//! With `--redis-fence` it is the other way round, for data kept in Redis
+//! that lost the fence's marks (a restart without persistence, a failover
+//! to a replica that missed a raise): the lock's marks in Redis are raised
+//! to `--to GEN`, the lock side's newest generation, so every holder
+//! granted before it is refused again.
 
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use palisade_core::LockName;
 
-use crate::data::{DEFAULT_SERVER, ServerAuth};
+use crate::data::{DEFAULT_SERVER, ServerAuth, marks_text};
+use crate::exit::{self, Failure};
+use crate::redis_data::{Fenced, RedisFenceArg};
 use palisade_lock_any::{BackendArgs, FloorOptions, FloorStep, cause_chain, raise_floor};
 
 /// The default `--max-gap`: one million revisions (etcd only).
@@ -28,8 +36,16 @@ pub(crate) struct RaiseFloorArgs {
 
     /// Raise the floor above this generation instead of above the marks
     /// read from the resource server(s).
-    #[arg(long, value_name = "GEN")]
+    #[arg(long, value_name = "GEN", conflicts_with = "redis_fence")]
     above: Option<u64>,
+
+    /// With --redis-fence: raise the lock's exclusive mark in Redis to
+    /// this generation (the lock side's newest); a mark never goes down.
+    #[arg(long, value_name = "GEN", requires = "redis_fence")]
+    to: Option<u64>,
+
+    #[command(flatten)]
+    redis: RedisFenceArg,
 
     /// The resource servers whose marks the floor must clear,
     /// comma-separated; every one must answer.
@@ -73,12 +89,34 @@ Examples:
 On etcd the floor is the store revision, raised one put per revision: a gap
 over --max-gap is refused before anything is written. On PostgreSQL and
 MariaDB (a database restored from an old backup) it is the lock row's
-generation, raised in one transaction.";
+generation, raised in one transaction.
+
+Data kept in Redis under `--redis-fence` whose marks Redis lost: raise them
+to the lock side's newest generation instead (every older holder is refused
+again, the newest one still passes):
+  palisade raise-floor flash-sale/sku-42 --redis-fence redis://127.0.0.1:6379 --to 57";
 
 /// Runs `palisade raise-floor`.
 pub(crate) async fn run(args: RaiseFloorArgs) -> anyhow::Result<()> {
     let lock = LockName::new(&args.lock)
         .map_err(|error| anyhow::anyhow!("invalid lock name `{}`: {error}", args.lock))?;
+    if let Some(url) = &args.redis.redis_fence {
+        let Some(to) = args.to else {
+            return Err(Failure::new(
+                exit::USAGE,
+                "--redis-fence raises the lock's marks in Redis: give --to GEN, the lock side's newest generation",
+            )
+            .into());
+        };
+        let redis = Fenced::connect(url, args.timeout).await?;
+        let marks = redis.raise_floor(&lock, to).await?;
+        say!(
+            "palisade: lock `{lock}` on {}: exclusive mark at least {to} ({})",
+            redis.shown(),
+            marks_text(marks)
+        );
+        return Ok(());
+    }
     let above = match args.above {
         Some(above) => above,
         None => highest_mark(&args, &lock).await?,

@@ -26,6 +26,14 @@
 //! `--store postgres://...` (with `--features sql`) keeps the stock in a table of that PostgreSQL
 //! instead; the fenced run then reads and writes it in `palisade_fence_sql`
 //! fenced transactions, which refuse the stale buyer in the database.
+//! `--store redis://...` (with `--features redis`) keeps it as a counter in
+//! that Redis: the unfenced runs sell with a plain `DECRBY` under the lock,
+//! the fenced run with `palisade_fence_redis`'s fenced decrement ("only if
+//! at least 0 stay"), which refuses the stale buyer inside Redis:
+//!
+//! ```text
+//! cargo run -p example-flash-sale --features redis -- --store redis://127.0.0.1:6379
+//! ```
 //!
 //! `--stripes N` splits the stock into N segments, each its own lock and
 //! fenced key (lock striping for a hot item): a buyer takes a random

@@ -359,7 +359,7 @@ async fn gc_holder(
     let mut client = LocalClient::new(
         locks,
         session_options(Duration::from_millis(ttl_ms)),
-        Storage::connect(&storage)?,
+        Storage::connect(&storage).await?,
         palisade_core::LockName::new(lock)?,
         key,
     );
@@ -414,7 +414,7 @@ async fn gc_holder(
 
 async fn buyer(backend: BackendTarget, plan: BuyerPlan) -> Result<(), DemoError> {
     let locks = Locks::connect(&backend).await?;
-    let storage = Storage::connect(&plan.storage)?;
+    let storage = Storage::connect(&plan.storage).await?;
     emit(&ChildMessage::Ready);
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     loop {

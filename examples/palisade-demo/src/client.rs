@@ -106,6 +106,20 @@ impl LocalClient {
             .await
     }
 
+    /// Sells one item of the number, read as `seen`, with the sequencer
+    /// fetched at the grant (see [`Storage::sell`]).
+    pub(crate) async fn sell(&self, seen: i64) -> Result<WriteOutcome, DemoError> {
+        self.storage
+            .sell(&self.lock, &self.key, self.sequencer.as_ref(), seen)
+            .await
+    }
+
+    /// Whether a sale decrements the stored number where it is rather
+    /// than writing back what was read.
+    pub(crate) fn decrements_in_place(&self) -> bool {
+        self.storage.decrements_in_place()
+    }
+
     /// The hold's lease-lost signal.
     pub(crate) fn lease_watch(&self) -> Option<LeaseWatch> {
         self.guard.as_ref().map(LockGuard::lease)

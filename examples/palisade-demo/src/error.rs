@@ -68,6 +68,11 @@ pub enum DemoError {
     #[cfg(feature = "sql")]
     #[error("stock table schema: {0}")]
     Schema(#[from] palisade_fence_sql::SchemaError),
+    /// `palisade_fence_redis` failed for a reason other than a stale
+    /// sequencer (those are outcomes), or its library could not be loaded.
+    #[cfg(feature = "redis")]
+    #[error("stock in Redis: {0}")]
+    RedisFence(#[from] palisade_fence_redis::RedisFenceError),
     /// A stored value is not the number the demo wrote.
     #[error("stored value `{value}` under `{key}` is not a number")]
     NotANumber {

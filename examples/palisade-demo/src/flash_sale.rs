@@ -23,6 +23,14 @@
 //! `palisade_fence_sql` keeps in the database outlive a run while a fresh lock
 //! service may count generations from 1 again.
 //!
+//! With `--store redis://...` the stock is a counter per segment in that
+//! Redis (`{<lock>}:stock`), and a sale decrements it where it is rather
+//! than writing back what was read: a plain `DECRBY` in runs 1 and 2, the
+//! fence's "decrement only if at least 0 stay" in run 3. A late `DECRBY`
+//! only oversells once the stock is gone, so buyer 0's forced pause lasts
+//! until the others have sold its segment out. Run names as with
+//! PostgreSQL: the fence's marks outlive the run in Redis.
+//!
 //! On the embedded backend the buyers are tasks of this process (its lock
 //! service lives in one process); on etcd and Redis each buyer is a
 //! separate process.
@@ -107,8 +115,10 @@ pub struct FlashSaleArgs {
 
     /// Keep the stock in a table of this PostgreSQL (postgres://...)
     /// instead of the demo's own stores: plain statements without fencing,
-    /// `palisade_fence_sql` fenced transactions with it. Works with --stripes
-    /// (one row and one fence per segment).
+    /// `palisade_fence_sql` fenced transactions with it. Or as a counter in
+    /// this Redis (redis://...): plain `DECRBY` without fencing,
+    /// `palisade_fence_redis`'s fenced decrement with it. Works with
+    /// --stripes (one row or counter, and one fence, per segment).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
 
@@ -527,7 +537,7 @@ pub(crate) async fn buy_until_sold_out(
         if plan.hold_micros > 0 {
             tokio::time::sleep(Duration::from_micros(plan.hold_micros)).await;
         }
-        match client.write(stock - 1).await? {
+        match client.sell(stock).await? {
             WriteOutcome::Accepted { mark } => {
                 tally.sold += 1;
                 if let (true, Some(mark), Some(presented)) = (fenced, mark, generation)
@@ -568,15 +578,23 @@ pub(crate) async fn buy_until_sold_out(
 /// The demo's forced pause ends only once another buyer has sold from
 /// the segment (the stock moved from `stock_seen`), so the paused holder's
 /// late write always meets a newer one: on a loaded machine the next
-/// holder may take longer than the pause to be granted and write. Bounded:
-/// after 20 TTLs the buyer writes anyway.
+/// holder may take longer than the pause to be granted and write. A store
+/// that decrements in place (Redis's `DECRBY`) takes a late decrement in
+/// its stride until the stock is gone, so there the pause lasts until the
+/// others have sold the segment out: the late sale is then always one too
+/// many. Bounded: after 20 TTLs the buyer writes anyway.
 async fn wait_until_another_buyer_sold(
     client: &LocalClient,
     stock_seen: i64,
     ttl: Duration,
 ) -> Result<(), DemoError> {
     let deadline = Instant::now() + ttl * 20;
-    while Instant::now() < deadline && client.peek().await? == Some(stock_seen) {
+    let in_place = client.decrements_in_place();
+    let waiting = |now: Option<i64>| match in_place {
+        true => now.is_some_and(|stock| stock > 0),
+        false => now == Some(stock_seen),
+    };
+    while Instant::now() < deadline && waiting(client.peek().await?) {
         tokio::time::sleep(ttl / 10).await;
     }
     Ok(())
@@ -611,12 +629,19 @@ fn validate(args: &FlashSaleArgs) -> Result<Duration, DemoError> {
     if ttl < Duration::from_millis(50) {
         return Err(DemoError::usage("--ttl-ms must be at least 50"));
     }
-    if let Some(store) = &args.store
-        && !(store.starts_with("postgres://") || store.starts_with("postgresql://"))
-    {
-        return Err(DemoError::usage(
-            "--store takes a PostgreSQL URL (postgres://user@host:port/database)",
-        ));
+    if let Some(store) = &args.store {
+        match Store::of(store) {
+            None => {
+                return Err(DemoError::usage(
+                    "--store takes a PostgreSQL URL (postgres://user@host:port/database) or a Redis URL (redis://host:port)",
+                ));
+            }
+            #[cfg(not(feature = "redis"))]
+            Some(Store::Redis) => {
+                return Err(DemoError::usage(crate::storage::REDIS_NOT_BUILT));
+            }
+            Some(_) => {}
+        }
     }
     Ok(ttl)
 }
@@ -659,11 +684,15 @@ pub async fn run(
         "Pauses (seed {}): {}% of purchases; with a lock, half of them outlast the lease, and buyer 0's first purchase always does.",
         args.seed, args.pause_percent
     );
-    if args.store.is_some() {
-        println!(
+    match args.store.as_deref().and_then(Store::of) {
+        Some(Store::Postgres) => println!(
             "The stock is a row of the table {} in your PostgreSQL (--store).",
             sql_stock::TABLE
-        );
+        ),
+        Some(Store::Redis) => {
+            println!("The stock is a counter in your Redis (--store): a buyer sells with DECRBY.")
+        }
+        None => {}
     }
 
     let mut runs = Vec::new();
@@ -671,7 +700,7 @@ pub async fn run(
         println!(
             "\nRun {}: {}",
             index + 1,
-            describe_run(sale, args.store.is_some())
+            describe_run(sale, args.store.as_deref().and_then(Store::of))
         );
         let run_tag = format!("{tag}-{}", index + 1);
         let target = target(&args.backend, &run_tag)?;
@@ -741,23 +770,56 @@ fn quantile(samples: &mut [Duration], quantile: f64) -> Option<Duration> {
     Some(samples[rank.clamp(1, samples.len()) - 1])
 }
 
-fn describe_run(sale: SaleKind, sql_store: bool) -> &'static str {
-    match (sale, sql_store) {
-        (SaleKind::NoLock, false) => "no lock; a plain store that applies whatever it is sent",
-        (SaleKind::NoLock, true) => "no lock; plain statements read and write the stock row",
-        (SaleKind::LockWithoutFencing, false) => {
+fn describe_run(sale: SaleKind, store: Option<Store>) -> &'static str {
+    match (sale, store) {
+        (SaleKind::NoLock, None) => "no lock; a plain store that applies whatever it is sent",
+        (SaleKind::NoLock, Some(Store::Postgres)) => {
+            "no lock; plain statements read and write the stock row"
+        }
+        (SaleKind::NoLock, Some(Store::Redis)) => "no lock; plain GET and DECRBY on the stock",
+        (SaleKind::LockWithoutFencing, None) => {
             "a lock around every purchase; the plain store trusts the lock (no fencing)"
         }
-        (SaleKind::LockWithoutFencing, true) => {
+        (SaleKind::LockWithoutFencing, Some(Store::Postgres)) => {
             "a lock around every purchase; plain statements on the stock row trust the lock (no fencing)"
         }
-        (SaleKind::LockWithFencing, false) => {
+        (SaleKind::LockWithoutFencing, Some(Store::Redis)) => {
+            "a lock around every purchase; plain GET and DECRBY on the stock trust the lock (no fencing)"
+        }
+        (SaleKind::LockWithFencing, None) => {
             "a lock around every purchase; Palisade's resource server checks every sequencer"
         }
-        (SaleKind::LockWithFencing, true) => {
+        (SaleKind::LockWithFencing, Some(Store::Postgres)) => {
             "a lock around every purchase; every read and write is a palisade_fence_sql fenced transaction"
         }
+        (SaleKind::LockWithFencing, Some(Store::Redis)) => {
+            "a lock around every purchase; fenced GET and palisade_fence_redis's fenced decrement (only if at least 0 stay)"
+        }
     }
+}
+
+/// The user's own store of `--store`, by its URL's scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Postgres,
+    Redis,
+}
+
+impl Store {
+    fn of(url: &str) -> Option<Store> {
+        let scheme = url.split_once("://")?.0;
+        match scheme {
+            "postgres" | "postgresql" => Some(Store::Postgres),
+            "redis" | "rediss" => Some(Store::Redis),
+            _ => None,
+        }
+    }
+}
+
+/// The Redis key of `lock`'s stock, as the demo names it: in the lock's
+/// slot, beside the marks `palisade_fence_redis` keeps.
+fn redis_key(lock: &LockName) -> String {
+    format!("{{{}}}:{STOCK_KEY}", lock.key_segment())
 }
 
 /// How a sale is staged.
@@ -789,12 +851,36 @@ async fn run_sale(
         None => LOCK.to_owned(),
     };
     let segments = segment_locks(&base, args.stripes)?;
-    let (storage_target, plain_store, resource_server) = if let Some(url) = &args.store {
+    let (storage_target, plain_store, resource_server) = if let Some(url) = &args.store
+        && Store::of(url) == Some(Store::Redis)
+    {
+        if demo {
+            println!(
+                "  (stock counter{} `{}` in {}{})",
+                if segments.len() > 1 { "s" } else { "" },
+                match segments.len() {
+                    1 => redis_key(&segments[0]),
+                    _ => redis_key(&LockName::new(format!("{base}/segment-*"))?),
+                },
+                palisade_core::redact::redact_url(url),
+                if sale.fenced() {
+                    "; fences in the marks beside it"
+                } else {
+                    ""
+                }
+            );
+        }
+        let target = StorageTarget::Redis {
+            url: url.clone(),
+            fenced: sale.fenced(),
+        };
+        (target, None, None)
+    } else if let Some(url) = &args.store {
         let target = StorageTarget::Postgres {
             url: url.clone(),
             fenced: sale.fenced(),
         };
-        if let Storage::Sql(stock) = Storage::connect(&target)? {
+        if let Storage::Sql(stock) = Storage::connect(&target).await? {
             stock.prepare().await?;
         }
         if demo {
@@ -835,7 +921,7 @@ async fn run_sale(
         }
         (StorageTarget::Plain { url: store.url() }, Some(store), None)
     };
-    let storage = Storage::connect(&storage_target)?;
+    let storage = Storage::connect(&storage_target).await?;
     let locks = Locks::connect(target).await?;
 
     // The opening stock of every segment, written under its lock like
@@ -984,6 +1070,19 @@ async fn run_sale(
                 }
                 println!(
                     "  the stock rows took {stale} writes older than one they had already applied"
+                );
+                Some(stale)
+            }
+            #[cfg(feature = "redis")]
+            Storage::Redis(stock) => {
+                let mut stale = 0;
+                for lock in &segments {
+                    stale += stock
+                        .stale_writes(&crate::redis_stock::RedisStock::keys(lock))
+                        .await?;
+                }
+                println!(
+                    "  the stock took {stale} DECRBYs from a generation older than one that had already sold"
                 );
                 Some(stale)
             }

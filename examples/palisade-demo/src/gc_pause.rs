@@ -511,7 +511,7 @@ async fn tell(setup: &Setup<'_>) -> Result<GcRunReport, DemoError> {
     let lock = LockName::new(LOCK)?;
     let locks = Locks::connect(&setup.target).await?;
     let options = session_options(setup.ttl);
-    let storage = Storage::connect(&setup.storage)?;
+    let storage = Storage::connect(&setup.storage).await?;
     let new_client = || {
         LocalClient::new(
             locks.clone(),

@@ -21,6 +21,10 @@
 //!   table of that PostgreSQL instead (`palisade_demo_stock`): plain
 //!   statements without fencing, `palisade_fence_sql` fenced transactions with
 //!   it.
+//! - With `--store redis://...` (feature `redis`) the stock is a counter
+//!   per segment in that Redis: plain `DECRBY` without fencing,
+//!   `palisade_fence_redis`'s fenced decrement ("only if at least 0
+//!   stay") with it.
 //!
 //! # Where to start
 //!
@@ -50,6 +54,8 @@
 mod backend;
 mod client;
 mod error;
+#[cfg(feature = "redis")]
+mod redis_stock;
 mod rng;
 mod sql_stock;
 mod storage;

@@ -14,6 +14,8 @@ use tokio::task::JoinHandle;
 
 use crate::DemoError;
 use crate::plain_store::PlainClient;
+#[cfg(feature = "redis")]
+use crate::redis_stock::RedisStock;
 use crate::sql_stock::{self, SqlStock};
 
 /// How to reach a storage; sent to client processes.
@@ -27,7 +29,14 @@ pub(crate) enum StorageTarget {
     /// A table in the user's own PostgreSQL at `url` (`--store`); `fenced`:
     /// every read and write in a `palisade_fence_sql` fenced transaction.
     Postgres { url: String, fenced: bool },
+    /// A counter per segment in the user's own Redis at `url` (`--store`);
+    /// `fenced`: every read and sale through `palisade_fence_redis`.
+    Redis { url: String, fenced: bool },
 }
+
+/// `--store redis://...` in a build without the Redis client.
+#[cfg(not(feature = "redis"))]
+pub(crate) const REDIS_NOT_BUILT: &str = "--store redis://... keeps the stock in Redis, which this build leaves out: build with `--features redis` (cargo run -p example-flash-sale --features redis -- --store redis://...)";
 
 /// A refusal of a stale sequencer: a newer holder has been honoured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,16 +68,25 @@ pub(crate) enum Storage {
     Fenced(Client),
     /// The user's own PostgreSQL table, fenced or not.
     Sql(SqlStock),
+    /// Counters in the user's own Redis, fenced or not.
+    #[cfg(feature = "redis")]
+    Redis(RedisStock),
 }
 
 impl Storage {
-    pub(crate) fn connect(target: &StorageTarget) -> Result<Storage, DemoError> {
+    pub(crate) async fn connect(target: &StorageTarget) -> Result<Storage, DemoError> {
         Ok(match target {
             StorageTarget::Plain { url } => Storage::Plain(PlainClient::new(url)?),
             StorageTarget::Fenced { url } => Storage::Fenced(Client::new(url)?),
             StorageTarget::Postgres { url, fenced } => {
                 Storage::Sql(SqlStock::connect(url, *fenced)?)
             }
+            #[cfg(feature = "redis")]
+            StorageTarget::Redis { url, fenced } => {
+                Storage::Redis(RedisStock::connect(url, *fenced).await?)
+            }
+            #[cfg(not(feature = "redis"))]
+            StorageTarget::Redis { .. } => return Err(DemoError::usage(REDIS_NOT_BUILT)),
         })
     }
 
@@ -77,6 +95,8 @@ impl Storage {
             Storage::Plain(_) => false,
             Storage::Fenced(_) => true,
             Storage::Sql(stock) => stock.is_fenced(),
+            #[cfg(feature = "redis")]
+            Storage::Redis(stock) => stock.is_fenced(),
         }
     }
 
@@ -91,6 +111,13 @@ impl Storage {
     ) -> Result<Result<Option<i64>, Stale>, DemoError> {
         let text = match self {
             Storage::Sql(stock) => return stock.read(&sql_stock::item(lock, key), sequencer).await,
+            #[cfg(feature = "redis")]
+            Storage::Redis(stock) => {
+                match stock.read(&RedisStock::keys(lock), key, sequencer).await? {
+                    Ok(text) => text,
+                    Err(stale) => return Ok(Err(stale)),
+                }
+            }
             Storage::Plain(client) => client.get(&plain_key(lock, key)).await?,
             Storage::Fenced(client) => match client.get(lock, key.as_bytes(), sequencer).await? {
                 Ok(read) => read
@@ -139,6 +166,12 @@ impl Storage {
                     .write(&sql_stock::item(lock, key), sequencer, value)
                     .await
             }
+            #[cfg(feature = "redis")]
+            Storage::Redis(stock) => {
+                stock
+                    .write(&RedisStock::keys(lock), key, sequencer, value)
+                    .await
+            }
             Storage::Plain(client) => {
                 client
                     .put(&plain_key(lock, key), value.to_string(), sequencer)
@@ -168,6 +201,36 @@ impl Storage {
                     }),
                 }
             }
+        }
+    }
+}
+
+impl Storage {
+    /// Whether [`Storage::sell`] decrements in place (Redis) rather than
+    /// writing back `seen - 1`.
+    pub(crate) fn decrements_in_place(&self) -> bool {
+        match self {
+            #[cfg(feature = "redis")]
+            Storage::Redis(_) => true,
+            _ => false,
+        }
+    }
+
+    /// Sells one item of the number under `key`, which was `seen` when
+    /// read: Redis decrements it where it is (a plain `DECRBY`, or the
+    /// fence's "only if at least 0 stay"), the other storages write back
+    /// `seen - 1`.
+    pub(crate) async fn sell(
+        &self,
+        lock: &LockName,
+        key: &str,
+        sequencer: Option<&Sequencer>,
+        seen: i64,
+    ) -> Result<WriteOutcome, DemoError> {
+        match self {
+            #[cfg(feature = "redis")]
+            Storage::Redis(stock) => stock.sell(&RedisStock::keys(lock), key, sequencer).await,
+            _ => self.write(lock, key, sequencer, seen - 1).await,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The demos as checks: the GC-pause story and the flash sale of
 //! `palisade-demo`, on the embedded backend, real etcd, Redis and PostgreSQL, with
 //! both pause variants where they apply; the flash sale with its stock
-//! in a real PostgreSQL table, fenced by `palisade_fence_sql`; and the flash sale
+//! in a real PostgreSQL table, fenced by `palisade_fence_sql`, and in a real
+//! Redis, fenced by `palisade_fence_redis`; and the flash sale
 //! with lock striping (`--stripes 4`), where every segment is fenced on its
 //! own.
 //!
@@ -408,8 +409,74 @@ async fn flash_sale_with_stock_in_postgres_and_embedded_locks() -> anyhow::Resul
     flash_sale_with_stock_in_postgres(&postgres, BackendArgs::default()).await
 }
 
-/// `--store` takes PostgreSQL URLs only: anything else is a usage error
-/// before any buyer starts.
+/// The stock in the user's own Redis (`--store redis://`): plain `GET` and
+/// `DECRBY` in runs 1 and 2, where the paused holder's late decrement
+/// lands after the sale and oversells; `palisade_fence_redis`'s fenced
+/// read and decrement in run 3. Besides the verdicts, Redis itself shows
+/// the fenced run: each of its stock counters ends at 0 (not below) and
+/// its lock's marks record was raised. Returns the fenced counters.
+async fn flash_sale_with_stock_in_redis(
+    redis: &RedisServer,
+    args: FlashSaleArgs,
+) -> anyhow::Result<Vec<String>> {
+    let args = FlashSaleArgs {
+        store: Some(redis.url()),
+        ..args
+    };
+    flash_sale_checked(args).await?;
+    // The fenced run's lock name ends in `-3`.
+    let counters = redis.command(&["KEYS", "{flash-sale%2Fsku-42%2F*-3}:stock"])?;
+    let counters: Vec<String> = counters.lines().map(str::to_owned).collect();
+    anyhow::ensure!(!counters.is_empty(), "no stock counter of the fenced run");
+    for counter in &counters {
+        assert_eq!(redis.command(&["GET", counter])?, "0", "{counter}");
+        let marks = format!("palisade:{}", counter.replace(":stock", ":marks"));
+        let raised: u64 = redis.command(&["HGET", &marks, "x"])?.parse()?;
+        assert!(raised > 0, "{marks} was never raised");
+    }
+    Ok(counters)
+}
+
+/// Buyers in processes of their own on the Redis lock backend, the stock
+/// in the same Redis.
+#[tokio::test]
+async fn flash_sale_with_stock_in_redis_and_redis_locks() -> anyhow::Result<()> {
+    let redis = RedisServer::start();
+    let counters =
+        flash_sale_with_stock_in_redis(&redis, flash_sale_args(on_redis(redis.url()))).await?;
+    assert_eq!(counters.len(), 1, "{counters:?}");
+    Ok(())
+}
+
+/// Buyer tasks on the in-process lock backend: the fence in Redis works
+/// with any lock backend's sequencers.
+#[tokio::test]
+async fn flash_sale_with_stock_in_redis_and_embedded_locks() -> anyhow::Result<()> {
+    let redis = RedisServer::start();
+    flash_sale_with_stock_in_redis(&redis, flash_sale_args(BackendArgs::default())).await?;
+    Ok(())
+}
+
+/// Striping with the stock in Redis: one counter and one marks record per
+/// segment, every counter sold out exactly.
+#[tokio::test]
+async fn flash_sale_striped_with_stock_in_redis() -> anyhow::Result<()> {
+    let redis = RedisServer::start();
+    let args = FlashSaleArgs {
+        store: Some(redis.url()),
+        ..FlashSaleArgs::new(BackendArgs::default())
+    };
+    striped_flash_sale_checked(args).await?;
+    let counters = redis.command(&["KEYS", "{flash-sale%2Fsku-42%2F*-3%2Fsegment-*}:stock"])?;
+    assert_eq!(counters.lines().count(), STRIPES as usize, "{counters}");
+    for counter in counters.lines() {
+        assert_eq!(redis.command(&["GET", counter])?, "0", "{counter}");
+    }
+    Ok(())
+}
+
+/// `--store` takes PostgreSQL and Redis URLs only: anything else is a
+/// usage error before any buyer starts.
 #[tokio::test]
 async fn flash_sale_refuses_a_store_that_is_not_postgres() -> anyhow::Result<()> {
     let args = FlashSaleArgs {

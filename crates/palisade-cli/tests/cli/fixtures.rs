@@ -35,7 +35,7 @@ pub(crate) mod code {
 
 /// Every variable the binary reads: removed so the machine's environment
 /// (a CI job's external servers, say) cannot change what a test means.
-const PALISADE_ENV: [&str; 18] = [
+const PALISADE_ENV: [&str; 25] = [
     "PALISADE_BACKEND",
     "PALISADE_REDIS_GENERATIONS",
     "PALISADE_ETCD_ENDPOINTS",
@@ -53,6 +53,13 @@ const PALISADE_ENV: [&str; 18] = [
     "PALISADE_SIGN_KEY_ID",
     "PALISADE_TOKEN",
     "PALISADE_CA_CERT",
+    "PALISADE_REDIS_FENCE",
+    "PALISADE_OBJECT_LOCATION",
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
     "RUST_LOG",
 ];
 

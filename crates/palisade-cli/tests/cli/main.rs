@@ -18,6 +18,12 @@
 //!   raise-floor` recovers, no stale write is ever accepted.
 //! - `signing`: signed sequencers from `--sign-key-file` on both backends,
 //!   bad key files, `keygen`.
+//! - `redis_fence`: `put`/`get`/`del`/`fence`/`marks`/`incr`/`raise-floor`
+//!   with `--redis-fence` against a real Redis: a late write after a newer
+//!   holder's is refused with 4 and writes nothing.
+//! - `object`: `object put|get|rm` against moto: a late put or rm after a
+//!   newer holder's put exits 4 and changes nothing; a store that ignores
+//!   conditional writes is refused by the probe; the secret never shows.
 //! - `live_check`: `palisade serve --live-check etcd|redis|postgres`: a
 //!   holder whose lease ended is refused before a newer one writes.
 
@@ -33,6 +39,8 @@ mod lock_killed;
 mod lock_write;
 mod meta;
 mod metrics_listen;
+mod object;
+mod redis_fence;
 mod redis_tls;
 mod regression;
 mod signing;
