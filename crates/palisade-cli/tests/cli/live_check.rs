@@ -34,6 +34,8 @@ async fn serve(live_check: &[&str]) -> Served {
         .args(["--listen", "127.0.0.1:0"])
         .args(live_check)
         .stdout(Stdio::piped())
+        // Its log is the server's, not this test's: kept out of the output.
+        .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .expect("palisade binary");
