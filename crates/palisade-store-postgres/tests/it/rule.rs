@@ -120,7 +120,7 @@ impl Db {
                 let call = sqlx::query(
                     "SELECT * FROM palisade_store_write($1, $2, ARRAY[1]::smallint[], \
                      ARRAY['\\x6b'::bytea], ARRAY['\\x76'::bytea], ARRAY[NULL::bytea], \
-                     NULL, ''::bytea, 16)",
+                     NULL, ''::bytea, 16, NULL::bigint, NULL::bigint, NULL::bigint)",
                 )
                 .bind(lock)
                 .bind(generation)
