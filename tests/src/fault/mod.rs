@@ -38,7 +38,7 @@
 //!
 //! ```no_run
 //! # async fn scenario() -> anyhow::Result<()> {
-//! use crate::checker::CheckOptions;
+//! use palisade_tests::checker::CheckOptions;
 //! use palisade_tests::fault::{
 //!     ClientConfig, FaultBinaries, FaultRun, ResourceServerOptions, ResourceServerProcess, Scenario,
 //! };
