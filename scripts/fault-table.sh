@@ -11,8 +11,11 @@ echo "|---|---|---:|---:|---:|---:|---:|---|"
 sort -t '|' -b -k2,2V "$1"
 cat <<'LEGEND'
 
-Legend: every row but the `mutation` ones must show 0 stale writes accepted
-and 0 acknowledged writes lost. The `mutation` rows run a scenario with
-fencing turned off on purpose and must show stale writes accepted (and
-lost writes): they prove the checker sees the anomaly it exists to catch.
+Legend: every row but the `mutation` and `regression` ones must show 0
+stale writes accepted and 0 acknowledged writes lost. The `mutation` rows
+run a scenario with a guard removed on purpose (fencing off, a condition
+stripped, a sync skipped) and must show the anomaly: they prove the checker
+sees what it exists to catch. The `regression` rows run a documented
+limit (Redis without persistence forgets the marks with the data) and show
+what it costs.
 LEGEND
