@@ -185,6 +185,8 @@ pub struct GcRunReport {
     pub lease_lost_signalled: bool,
     /// What happened, in order.
     pub events: Vec<Event>,
+    /// The same, as console lines.
+    pub console: String,
 }
 
 impl GcRunReport {
@@ -282,10 +284,12 @@ pub async fn run(args: &GcPauseArgs, launcher: &ChildLauncher) -> Result<GcPause
         pause.as_millis()
     );
 
-    println!("\nRun 1: without fencing (a plain store that applies whatever it is sent)");
+    // The two runs are independent (their own lock names, their own
+    // storage), so they are told side by side and printed one after the
+    // other: the demo takes one pause, not two.
     let plain_store = PlainStore::start().await?;
-    println!("  (plain store on {})", plain_store.url());
-    let unfenced = tell(&Setup {
+    let server = ResourceServer::start().await?;
+    let unfenced_setup = Setup {
         fencing: false,
         target: target(&args.backend, &format!("{tag}-1"))?,
         storage: StorageTarget::Plain {
@@ -295,19 +299,8 @@ pub async fn run(args: &GcPauseArgs, launcher: &ChildLauncher) -> Result<GcPause
         pause,
         variant: args.pause,
         launcher,
-    })
-    .await?;
-    drop(plain_store);
-    println!("  verdict: {}", unfenced.verdict());
-
-    println!("\nRun 2: with fencing (Palisade's resource server checks every sequencer)");
-    let server = ResourceServer::start().await?;
-    println!(
-        "  (resource server on {}, data in {})",
-        server.url(),
-        server.data_dir().display()
-    );
-    let fenced = tell(&Setup {
+    };
+    let fenced_setup = Setup {
         fencing: true,
         target: target(&args.backend, &format!("{tag}-2"))?,
         storage: StorageTarget::Fenced { url: server.url() },
@@ -315,8 +308,22 @@ pub async fn run(args: &GcPauseArgs, launcher: &ChildLauncher) -> Result<GcPause
         pause,
         variant: args.pause,
         launcher,
-    })
-    .await?;
+    };
+    let (unfenced, fenced) = tokio::try_join!(tell(&unfenced_setup), tell(&fenced_setup))?;
+
+    println!("\nRun 1: without fencing (a plain store that applies whatever it is sent)");
+    println!("  (plain store on {})", plain_store.url());
+    print!("{}", unfenced.console);
+    println!("  verdict: {}", unfenced.verdict());
+    drop(plain_store);
+
+    println!("\nRun 2: with fencing (Palisade's resource server checks every sequencer)");
+    println!(
+        "  (resource server on {}, data in {})",
+        server.url(),
+        server.data_dir().display()
+    );
+    print!("{}", fenced.console);
     server.stop().await?;
     println!("  verdict: {}", fenced.verdict());
 
@@ -507,7 +514,7 @@ async fn tell(setup: &Setup<'_>) -> Result<GcRunReport, DemoError> {
     } else {
         "plain store"
     };
-    let timeline = Timeline::new(true).with_storage_label(store_name);
+    let timeline = Timeline::new().with_storage_label(store_name);
     let lock = LockName::new(LOCK)?;
     let locks = Locks::connect(&setup.target).await?;
     let options = session_options(setup.ttl);
@@ -789,6 +796,7 @@ async fn tell(setup: &Setup<'_>) -> Result<GcRunReport, DemoError> {
         stale_write_refused,
         lease_lost_signalled,
         events: timeline.events(),
+        console: timeline.render(),
     })
 }
 

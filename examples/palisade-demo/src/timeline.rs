@@ -1,5 +1,5 @@
-//! A run's timeline: who did what when, printed as it happens and kept for
-//! the SVG picture.
+//! A run's timeline: who did what when, kept for the console and the SVG
+//! picture.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -118,19 +118,22 @@ pub struct Event {
 pub struct Timeline {
     started: Instant,
     events: Arc<Mutex<Vec<Event>>>,
-    /// Print each event as it is recorded.
-    echo: bool,
     /// What the storage lane is called in this run.
     storage_label: &'static str,
 }
 
+impl Default for Timeline {
+    fn default() -> Self {
+        Timeline::new()
+    }
+}
+
 impl Timeline {
-    /// A timeline starting now; `echo` prints each event as it comes.
-    pub fn new(echo: bool) -> Self {
+    /// A timeline starting now.
+    pub fn new() -> Self {
         Timeline {
             started: Instant::now(),
             events: Arc::default(),
-            echo,
             storage_label: Lane::ResourceServer.label(),
         }
     }
@@ -164,18 +167,26 @@ impl Timeline {
             label: label.into(),
             detail: detail.into(),
         };
-        if self.echo {
-            println!(
-                "  {:>6} ms  {:<15}  {}",
-                event.at.as_millis(),
-                self.lane_label(lane),
-                event.detail
-            );
-        }
         self.events
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(event);
+    }
+
+    /// The events so far as console lines, one per event: time, lane,
+    /// detail.
+    pub fn render(&self) -> String {
+        self.events()
+            .iter()
+            .map(|event| {
+                format!(
+                    "  {:>6} ms  {:<15}  {}\n",
+                    event.at.as_millis(),
+                    self.lane_label(event.lane),
+                    event.detail
+                )
+            })
+            .collect()
     }
 
     /// The events so far, in the order they were recorded.
