@@ -39,9 +39,9 @@ async fn malformed_or_missing_sequencers() {
 #[tokio::test]
 async fn backends_that_cannot_be_used() {
     // clap refuses an unknown value: its usage error, code 2.
-    let unknown = run(["lock", "--backend", "zookeeper", "x", "--", "true"]).await;
+    let unknown = run(["lock", "--backend", "consul", "x", "--", "true"]).await;
     unknown.assert_code(code::USAGE);
-    assert!(unknown.stderr.contains("zookeeper"), "{}", unknown.stderr);
+    assert!(unknown.stderr.contains("consul"), "{}", unknown.stderr);
 
     let no_endpoint = run(["lock", "--backend", "etcd", "x", "--", "true"]).await;
     let line = no_endpoint.one_line_error(code::ERROR);
