@@ -24,7 +24,6 @@
 
 use std::sync::Arc;
 
-use palisade_core::holds::{Admission, HoldTable, Patience, Turn};
 use palisade_core::{
     Generation, LeaseState, LeaseTracker, LockError, LockName, LostReason, Mode, Sequencer,
 };
@@ -33,9 +32,10 @@ use zookeeper_client as zk;
 use crate::errors::{BACKEND, ZkLockError};
 use crate::floor::{FloorHistory, parse_floor};
 use crate::guard::ZkGuard;
+use crate::holds::{Hold, Reentry, lock};
 use crate::names::marker_name;
-use crate::queue;
-use crate::session::{Session, ZkHold};
+use crate::queue::{Turn, turn};
+use crate::session::Session;
 use crate::task::AbortOnDrop;
 
 /// What the create step learnt.
@@ -69,23 +69,32 @@ impl Session {
                 }),
             });
         }
-        let patience = if wait {
-            Patience::Forever
+        if let Some(guard) = self.reenter(name, mode)? {
+            return Ok(Some(guard));
+        }
+        let _ticket = if wait {
+            Some(
+                self.client
+                    .inner
+                    .waiters
+                    .enter(name, self.options.max_waiters())?,
+            )
         } else {
-            Patience::Now
+            None
         };
-        let turn = match HoldTable::admit(self, name, mode, patience).await? {
-            Admission::Reentered(guard) => return Ok(Some(ZkGuard(guard))),
-            Admission::InProgress => return Ok(None),
-            Admission::Turn(turn) => turn,
-        };
+        let gate = self.gates.gate(name);
+        let _gate = gate.lock().await;
+        // Another task of this session may have taken it meanwhile.
+        if let Some(guard) = self.reenter(name, mode)? {
+            return Ok(Some(guard));
+        }
         let mut attempt = Attempt::new(self, name, mode);
         let created = attempt.create().await?;
         let mut children = created.children.clone();
         loop {
-            match queue::turn(&children, &created.node, mode) {
-                queue::Turn::Granted => break,
-                queue::Turn::Gone => {
+            match turn(&children, &created.node, mode) {
+                Turn::Granted => break,
+                Turn::Gone => {
                     self.check_open()?;
                     return Err(LockError::Backend {
                         backend: BACKEND,
@@ -96,45 +105,58 @@ impl Session {
                         .into(),
                     });
                 }
-                queue::Turn::Behind(node) | queue::Turn::Delayed(node) if !wait => {
+                Turn::Behind(node) | Turn::Delayed(node) if !wait => {
                     tracing::debug!(lock = %name, behind = %node, "not granted now");
                     attempt.withdraw().await?;
                     return Ok(None);
                 }
-                queue::Turn::Behind(node) | queue::Turn::Delayed(node) => {
+                Turn::Behind(node) | Turn::Delayed(node) => {
                     tracing::debug!(lock = %name, behind = %node, "waiting");
                     self.wait_deleted(&format!("{}/{node}", attempt.dir))
                         .await?;
+                    let listed = self.zk.list_children(&attempt.dir);
                     children = self
-                        .list_children(&attempt.dir)
+                        .client
+                        .inner
+                        .bounded("list contenders", listed)
                         .await
                         .map_err(|error| self.client.inner.error("list contenders", error))?;
                 }
             }
         }
-        self.grant(turn, attempt, created).await.map(Some)
+        self.grant(attempt, created).await.map(Some)
     }
 
-    /// The children of `dir`, within the request timeout.
-    async fn list_children(&self, dir: &str) -> Result<Vec<String>, zk::Error> {
-        let zk = self.zk().map_err(|_| zk::Error::ClientClosed)?;
-        let listed = zk.list_children(dir);
-        self.client.inner.bounded("list contenders", listed).await
+    /// A re-entrant guard if this session holds `name` in `mode`.
+    fn reenter(
+        self: &Arc<Self>,
+        name: &LockName,
+        mode: Mode,
+    ) -> Result<Option<ZkGuard>, LockError> {
+        match lock(&self.state).holds.reenter(name, mode) {
+            Reentry::Again {
+                id,
+                sequencer,
+                lease,
+            } => Ok(Some(ZkGuard::new(self.clone(), *sequencer, id, lease))),
+            Reentry::Conflict(held) => Err(LockError::ModeConflict {
+                name: name.clone(),
+                held,
+                requested: mode,
+            }),
+            Reentry::Vacant => Ok(None),
+        }
     }
 
     /// Waits until the node at `path` is gone (at once if it already is),
     /// or the session's lease is lost.
     async fn wait_deleted(&self, path: &str) -> Result<(), LockError> {
         let inner = &self.client.inner;
-        // No handle of the session's client outlives a request: closing
-        // the session drops the last one.
-        let zk = self.zk()?;
-        let watch = zk.check_and_watch_stat(path);
+        let watch = self.zk.check_and_watch_stat(path);
         let (stat, watcher) = inner
             .bounded("watch", watch)
             .await
             .map_err(|error| inner.error("watch", error))?;
-        drop(zk);
         if stat.is_none() {
             return Ok(());
         }
@@ -153,7 +175,6 @@ impl Session {
     /// Turns a granted attempt into a hold and its first guard.
     async fn grant(
         self: &Arc<Self>,
-        turn: Turn<Session>,
         mut attempt: Attempt,
         created: Created,
     ) -> Result<ZkGuard, LockError> {
@@ -170,9 +191,7 @@ impl Session {
             // floor above what this process saw, give this grant back, and
             // refuse; the next attempt is granted above it.
             tracing::error!(backend = BACKEND, lock = %name, offered = generation.get(), floor = seen, "generation regression: ZooKeeper's zxids went back");
-            if let Ok(zk) = self.zk() {
-                let _ = self.client.raise_floor_on(&zk, seen).await;
-            }
+            let _ = self.client.raise_floor_on(&self.zk, seen).await;
             attempt.withdraw().await?;
             return Err(LockError::GenerationRegression {
                 name,
@@ -192,17 +211,31 @@ impl Session {
         };
         let node_path = format!("{}/{}", attempt.dir, created.node);
         let sequencer = self.sequencer(&name, attempt.mode, generation, &created.node)?;
-        let tracker = Arc::new(LeaseTracker::new(valid_until));
-        let node_watch = self.spawn_node_watch(tracker.clone(), node_path.clone());
-        let data = ZkHold {
-            node: node_path,
-            marker,
-            node_watch: std::sync::Mutex::new(Some(node_watch)),
-        };
-        let guard = turn.grant(sequencer, tracker, data)?;
+        let tracker = LeaseTracker::new(valid_until);
+        let lease = tracker.watch();
+        let mut state = lock(&self.state);
+        if state.closed {
+            return Err(LockError::SessionClosed);
+        }
+        let id = state.holds.next_id();
+        let node_watch = self.spawn_node_watch(name.clone(), id, node_path.clone());
+        state.holds.insert(
+            name.clone(),
+            Hold {
+                id,
+                mode: attempt.mode,
+                sequencer: sequencer.clone(),
+                node: node_path,
+                marker,
+                count: 1,
+                tracker,
+                _node_watch: Some(node_watch),
+            },
+        );
+        drop(state);
         attempt.defuse();
         tracing::info!(backend = BACKEND, lock = %name, generation = generation.get(), mode = %attempt.mode, node = %created.node, czxid = created.czxid, "granted");
-        Ok(ZkGuard(guard))
+        Ok(ZkGuard::new(self.clone(), sequencer, id, lease))
     }
 
     /// `czxid + floor(czxid)`; the fault suite's mutation uses the sequence
@@ -269,33 +302,37 @@ impl Session {
 
     /// Watches a hold's node: deleted by anyone but this session's release
     /// (a forced release), the hold is lost.
-    fn spawn_node_watch(self: &Arc<Self>, tracker: Arc<LeaseTracker>, path: String) -> AbortOnDrop {
+    fn spawn_node_watch(self: &Arc<Self>, name: LockName, id: u64, path: String) -> AbortOnDrop {
         let session = Arc::downgrade(self);
-        let shown = path.clone();
-        let deleted = move || {
-            if tracker.lose(LostReason::KeyDeleted) {
-                tracing::warn!(backend = BACKEND, node = %shown, "the hold's node was deleted by someone else: lease lost");
-            }
-        };
         AbortOnDrop(tokio::spawn(async move {
             loop {
                 let Some(strong) = session.upgrade() else {
                     return;
                 };
-                let Ok(zk) = strong.zk() else {
-                    return;
-                };
-                let watch = zk.check_and_watch_stat(&path);
+                let watch = strong.zk.check_and_watch_stat(&path);
                 let watched = strong.client.inner.bounded("watch hold", watch).await;
-                drop((zk, strong));
                 let watcher = match watched {
                     Ok((Some(_), watcher)) => watcher,
-                    Ok((None, _)) => return deleted(),
+                    Ok((None, _)) => {
+                        lock(&strong.state)
+                            .holds
+                            .lose(&name, id, LostReason::KeyDeleted);
+                        return;
+                    }
                     // The session's own end is followed elsewhere.
                     Err(_) => return,
                 };
-                match watcher.changed().await.event_type {
-                    zk::EventType::NodeDeleted => return deleted(),
+                drop(strong);
+                let event = watcher.changed().await;
+                match event.event_type {
+                    zk::EventType::NodeDeleted => {
+                        if let Some(strong) = session.upgrade() {
+                            lock(&strong.state)
+                                .holds
+                                .lose(&name, id, LostReason::KeyDeleted);
+                        }
+                        return;
+                    }
                     zk::EventType::Session => return,
                     _ => {}
                 }
@@ -351,10 +388,9 @@ impl Attempt {
         let path = format!("{}/{}", self.dir, self.prefix);
         let floor_path = inner.layout.floor();
         loop {
-            let zk = session.zk()?;
-            let create = zk.create(&path, data.as_bytes(), &options);
-            let listed = zk.list_children(&self.dir);
-            let floor = zk.get_data(&floor_path);
+            let create = session.zk.create(&path, data.as_bytes(), &options);
+            let listed = session.zk.list_children(&self.dir);
+            let floor = session.zk.get_data(&floor_path);
             self.sent = true;
             let (stat, sequence) = match inner.bounded("create contender", create).await {
                 Ok(created) => created,
@@ -391,11 +427,10 @@ impl Attempt {
         let inner = &session.client.inner;
         let options = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
         loop {
-            let zk = session.zk()?;
-            let create = zk.create(&self.dir, &[], &options);
+            let create = session.zk.create(&self.dir, &[], &options);
             match inner.bounded("create lock directory", create).await {
                 Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
-                Err(zk::Error::NoNode) => session.client.ensure_root(&zk).await?,
+                Err(zk::Error::NoNode) => session.client.ensure_root(&session.zk).await?,
                 Err(error) => return Err(inner.error("create lock directory", error)),
             }
         }
@@ -441,13 +476,13 @@ impl Drop for Attempt {
                 std::time::Duration::from_millis(20),
                 std::time::Duration::from_secs(1),
             ) {
-                if session.is_over() {
+                if lock(&session.state).closed {
                     // The session's end takes its nodes with it.
                     return;
                 }
                 let node = match &node {
                     Some(node) => Some(node.clone()),
-                    None => match session.list_children(&dir).await {
+                    None => match session.zk.list_children(&dir).await {
                         Ok(children) => children
                             .into_iter()
                             .find(|child| child.starts_with(&prefix)),
@@ -487,7 +522,7 @@ pub(crate) async fn withdraw_paths(
     }
     if let Some(node) = node {
         match inner
-            .bounded("delete contender", session.zk()?.delete(&node, None))
+            .bounded("delete contender", session.zk.delete(&node, None))
             .await
         {
             Ok(()) | Err(zk::Error::NoNode) => {}

@@ -3,7 +3,6 @@
 //! `PALISADE_ZOOKEEPER`). No test here mocks ZooKeeper.
 
 mod conformance;
-mod crash;
 mod fixtures;
 mod floor;
 mod inspect;
