@@ -1,7 +1,7 @@
 //! The quorum-minted generation: read a majority's floors, choose a higher
 //! one, and keep it only if a majority accepted it with a compare-and-set.
 //!
-//! Why it is enough (checked exhaustively in `tests/it/redlock_model.rs`):
+//! Why it is enough (checked exhaustively in `crates/palisade-redlock-model`):
 //!
 //! - **unique**: a master raises its floor to `g` only if the floor is below
 //!   `g`, so it accepts each value at most once; two majorities share a

@@ -10,7 +10,7 @@
 //!   the highest of a majority, and keep it only if a majority accepted it
 //!   with a compare-and-set. Two grants never share a generation, and a
 //!   grant that starts after another finished gets a higher one. The
-//!   protocol is model-checked exhaustively in `tests/it/redlock_model.rs`.
+//!   protocol is model-checked exhaustively in `crates/palisade-redlock-model`.
 //! - **Release** on every master it holds.
 //!
 //! `docs/backends/redis.md`, "Redlock", has the argument and what is

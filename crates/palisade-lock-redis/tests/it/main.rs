@@ -8,7 +8,6 @@ mod common;
 mod conformance;
 mod redis_lock;
 mod redlock_conformance;
-mod redlock_model;
 mod secrets;
 mod signing;
 mod tls;

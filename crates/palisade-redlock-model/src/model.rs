@@ -1,5 +1,5 @@
 //! An exhaustive model check of the Redlock protocol with its quorum-minted
-//! generation (`src/redlock/`, `docs/backends/redis.md`, "Redlock").
+//! generation (`palisade-lock-redis`'s `src/redlock/`, `docs/backends/redis.md`, "Redlock").
 //!
 //! The model is small and explicit: three masters, two or three clients,
 //! discrete time. Every request is a message in flight that the scheduler
