@@ -11,7 +11,8 @@
 # 2. Checks formatting, lints, docs and dependencies (cargo fmt, clippy and
 #    rustdoc with -D warnings on every feature; unused and disallowed
 #    dependencies are checked by the `tidy` test in step 3).
-# 3. Runs every test: unit tests, doctests, and the integration tests, which
+# 3. Runs every test (three test binaries at a time, PALISADE_TEST_JOBS):
+#    unit tests, doctests, and the integration tests, which
 #    start real etcd, Redis, PostgreSQL and MariaDB processes on free loopback ports in temporary
 #    directories and kill them by PID when done, including the fault suite
 #    (scripts/faults.sh runs only that, and --soak its long form); prints the
@@ -124,8 +125,14 @@ tests_status=0
 # Redis's `#insecure` URLs, all compiled and tested together.
 # The output is kept whole in a log, and summed up at the end.
 test_log="$(mktemp -t palisade-test-log.XXXXXX)"
-# (pipefail: the status is cargo's, not tee's.)
-$link cargo test --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$test_log" || tests_status=$?
+# Built first, then run several binaries at once (run-test-binaries.py
+# says why), then the doctests. (pipefail: the status is the runner's,
+# not tee's.)
+built="$(mktemp -t palisade-test-binaries.XXXXXX)"
+$link cargo test --workspace --all-features --locked --no-run --message-format=json-render-diagnostics >"$built"
+scripts/run-test-binaries.py <"$built" 2>&1 | tee "$test_log" || tests_status=$?
+rm -f "$built"
+$link cargo test --workspace --all-features --locked --doc 2>&1 | tee -a "$test_log" || tests_status=$?
 step "fault suite table"
 scripts/fault-table.sh "$fault_table"
 rm -f "$fault_table"
