@@ -28,8 +28,12 @@
 //!
 //! Root, `mount`, `losetup`, `mkfs.ext4`, `xfs_io` (xfsprogs) and
 //! `fiu-run`/`fiu-ctrl` (fiu-utils) are needed; the README's test command
-//! installs them. Without them a scenario fails with a message saying
-//! how to install what it needs: no scenario passes by skipping.
+//! installs them. Without a tool a scenario fails with a message saying
+//! how to install it. The five scenarios that mount a file system are
+//! ignored with the reason "needs root": the test command includes
+//! them when it runs as root (as CI does) and counts them as skipped
+//! otherwise; run by hand without root they fail saying so. No scenario
+//! passes by skipping.
 
 mod buffered_sync;
 mod disk;
