@@ -16,6 +16,7 @@
 # Prints the requests sent and the failures; exits non-zero on any failure.
 #
 # Usage: scripts/api-fuzz.sh [max-examples per operation, default 50]
+#        PALISADE_SERVER_BIN=path scripts/api-fuzz.sh   fuzz that binary
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,9 +42,14 @@ if ! "$venv/bin/st" --version 2>/dev/null | grep -q "$schemathesis_version"; the
 fi
 
 # --- A live server ------------------------------------------------------------
-step "building palisade-server"
-cargo build --locked -q -p palisade-server --features cli --bin palisade-server
-server_bin="${CARGO_TARGET_DIR:-target}/debug/palisade-server"
+# PALISADE_SERVER_BIN: a server binary built already (scripts/test.sh
+# passes the one its test build made, with every feature), else built here.
+server_bin="${PALISADE_SERVER_BIN:-}"
+if [[ -z "$server_bin" ]]; then
+  step "building palisade-server"
+  cargo build --locked -q -p palisade-server --features cli --bin palisade-server
+  server_bin="${CARGO_TARGET_DIR:-target}/debug/palisade-server"
+fi
 
 data_dir="$(mktemp -d -t palisade-api-fuzz.XXXXXX)"
 server_pid=""

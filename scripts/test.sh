@@ -142,7 +142,8 @@ rm -f "$test_log"
 ((tests_status == 0)) || { echo "cargo test failed (exit $tests_status)" >&2; echo "$totals"; exit "$tests_status"; }
 
 step "API fuzz: schemathesis against the OpenAPI document, on a live server"
-scripts/api-fuzz.sh
+# The server the test build made (every feature), not a second build.
+PALISADE_SERVER_BIN="${CARGO_TARGET_DIR:-target}/debug/palisade-server" scripts/api-fuzz.sh
 
 # --- 4. Demos as checks -------------------------------------------------------
 if ((quick == 0)); then
