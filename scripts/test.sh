@@ -9,8 +9,9 @@
 #    (loop-mounted data directories), and Chromium with its WebDriver
 #    (the dashboard's browser test).
 # 2. Checks formatting, lints, docs and dependencies (cargo fmt, clippy and
-#    rustdoc with -D warnings on every feature; unused and disallowed
-#    dependencies are checked by the `tidy` test in step 3).
+#    rustdoc with -D warnings on every feature, the last two beside the
+#    tests at the lowest CPU priority; unused and disallowed dependencies
+#    are checked by the `tidy` test in step 3).
 # 3. Runs every test (three test binaries at a time, PALISADE_TEST_JOBS):
 #    unit tests, doctests, and the integration tests, which
 #    start real etcd, Redis, PostgreSQL and MariaDB processes on free loopback ports in temporary
@@ -106,13 +107,21 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 link="mold -run"
 
 # --- 2. Formatting and lints --------------------------------------------------
+lint_pid=""
 if ((quick == 0)); then
   step "cargo fmt --check"
   cargo fmt --all -- --check
-  step "cargo clippy -D warnings (every feature of every crate)"
-  $link cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
-  step "cargo doc -D warnings"
-  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked
+  # clippy and rustdoc run beside the tests, at the lowest CPU and disk
+  # priority and
+  # in a target directory of their own (so neither waits on the other's
+  # build lock): the tests spend most of their time waiting on real
+  # servers, and the lints take that idle CPU instead of a phase of their
+  # own. Their output and verdict come after the tests.
+  lint_log="$(mktemp -t palisade-lint-log.XXXXXX)"
+  # setsid: a process group of its own, so an early exit stops all of it.
+  CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/lint" setsid nice -n 19 ionice -c 3 scripts/lint.sh >"$lint_log" 2>&1 &
+  lint_pid=$!
+  trap '[[ -n $lint_pid ]] && kill -- -"$lint_pid" 2>/dev/null; true' EXIT
 fi
 
 # --- 3. Tests -----------------------------------------------------------------
@@ -140,6 +149,20 @@ rm -f "$fault_table"
 totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i - 1); if ($(i) ~ /^failed/) f += $(i - 1); if ($(i) ~ /^ignored/) s += $(i - 1) } } END { printf "%d passed, %d failed, %d skipped", p, f, s }' "$test_log")
 rm -f "$test_log"
 ((tests_status == 0)) || { echo "cargo test failed (exit $tests_status)" >&2; echo "$totals"; exit "$tests_status"; }
+
+if [[ -n $lint_pid ]]; then
+  step "cargo clippy and rustdoc -D warnings (every feature of every crate)"
+  lint_status=0
+  wait "$lint_pid" || lint_status=$?
+  lint_pid=""
+  if ((lint_status != 0)); then
+    cat "$lint_log"
+    echo "clippy or rustdoc failed (exit $lint_status)" >&2
+    exit "$lint_status"
+  fi
+  tail -n 1 "$lint_log"
+  rm -f "$lint_log"
+fi
 
 step "API fuzz: schemathesis against the OpenAPI document, on a live server"
 # The server the test build made (every feature), not a second build.
