@@ -112,11 +112,10 @@ if ((quick == 0)); then
   step "cargo fmt --check"
   cargo fmt --all -- --check
   # clippy and rustdoc run beside the tests, at the lowest CPU and disk
-  # priority and
-  # in a target directory of their own (so neither waits on the other's
-  # build lock): the tests spend most of their time waiting on real
-  # servers, and the lints take that idle CPU instead of a phase of their
-  # own. Their output and verdict come after the tests.
+  # priority and in a target directory of their own (so neither waits on
+  # the other's build lock): the tests spend most of their time waiting on
+  # real servers, and the lints take that idle CPU instead of a phase of
+  # their own. Their output and verdict come after the tests.
   lint_log="$(mktemp -t palisade-lint-log.XXXXXX)"
   # setsid: a process group of its own, so an early exit stops all of it.
   CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/lint" setsid nice -n 19 ionice -c 3 scripts/lint.sh >"$lint_log" 2>&1 &
