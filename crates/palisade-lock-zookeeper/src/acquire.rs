@@ -114,11 +114,8 @@ impl Session {
                     tracing::debug!(lock = %name, behind = %node, "waiting");
                     self.wait_deleted(&format!("{}/{node}", attempt.dir))
                         .await?;
-                    let listed = self.zk.list_children(&attempt.dir);
                     children = self
-                        .client
-                        .inner
-                        .bounded("list contenders", listed)
+                        .list_children(&attempt.dir)
                         .await
                         .map_err(|error| self.client.inner.error("list contenders", error))?;
                 }
@@ -148,15 +145,26 @@ impl Session {
         }
     }
 
+    /// The children of `dir`, within the request timeout.
+    async fn list_children(&self, dir: &str) -> Result<Vec<String>, zk::Error> {
+        let zk = self.zk().map_err(|_| zk::Error::ClientClosed)?;
+        let listed = zk.list_children(dir);
+        self.client.inner.bounded("list contenders", listed).await
+    }
+
     /// Waits until the node at `path` is gone (at once if it already is),
     /// or the session's lease is lost.
     async fn wait_deleted(&self, path: &str) -> Result<(), LockError> {
         let inner = &self.client.inner;
-        let watch = self.zk.check_and_watch_stat(path);
+        // No handle of the session's client outlives a request: closing
+        // the session drops the last one.
+        let zk = self.zk()?;
+        let watch = zk.check_and_watch_stat(path);
         let (stat, watcher) = inner
             .bounded("watch", watch)
             .await
             .map_err(|error| inner.error("watch", error))?;
+        drop(zk);
         if stat.is_none() {
             return Ok(());
         }
@@ -191,7 +199,9 @@ impl Session {
             // floor above what this process saw, give this grant back, and
             // refuse; the next attempt is granted above it.
             tracing::error!(backend = BACKEND, lock = %name, offered = generation.get(), floor = seen, "generation regression: ZooKeeper's zxids went back");
-            let _ = self.client.raise_floor_on(&self.zk, seen).await;
+            if let Ok(zk) = self.zk() {
+                let _ = self.client.raise_floor_on(&zk, seen).await;
+            }
             attempt.withdraw().await?;
             return Err(LockError::GenerationRegression {
                 name,
@@ -309,8 +319,12 @@ impl Session {
                 let Some(strong) = session.upgrade() else {
                     return;
                 };
-                let watch = strong.zk.check_and_watch_stat(&path);
+                let Ok(zk) = strong.zk() else {
+                    return;
+                };
+                let watch = zk.check_and_watch_stat(&path);
                 let watched = strong.client.inner.bounded("watch hold", watch).await;
+                drop(zk);
                 let watcher = match watched {
                     Ok((Some(_), watcher)) => watcher,
                     Ok((None, _)) => {
@@ -388,9 +402,10 @@ impl Attempt {
         let path = format!("{}/{}", self.dir, self.prefix);
         let floor_path = inner.layout.floor();
         loop {
-            let create = session.zk.create(&path, data.as_bytes(), &options);
-            let listed = session.zk.list_children(&self.dir);
-            let floor = session.zk.get_data(&floor_path);
+            let zk = session.zk()?;
+            let create = zk.create(&path, data.as_bytes(), &options);
+            let listed = zk.list_children(&self.dir);
+            let floor = zk.get_data(&floor_path);
             self.sent = true;
             let (stat, sequence) = match inner.bounded("create contender", create).await {
                 Ok(created) => created,
@@ -427,10 +442,11 @@ impl Attempt {
         let inner = &session.client.inner;
         let options = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
         loop {
-            let create = session.zk.create(&self.dir, &[], &options);
+            let zk = session.zk()?;
+            let create = zk.create(&self.dir, &[], &options);
             match inner.bounded("create lock directory", create).await {
                 Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
-                Err(zk::Error::NoNode) => session.client.ensure_root(&session.zk).await?,
+                Err(zk::Error::NoNode) => session.client.ensure_root(&zk).await?,
                 Err(error) => return Err(inner.error("create lock directory", error)),
             }
         }
@@ -482,7 +498,7 @@ impl Drop for Attempt {
                 }
                 let node = match &node {
                     Some(node) => Some(node.clone()),
-                    None => match session.zk.list_children(&dir).await {
+                    None => match session.list_children(&dir).await {
                         Ok(children) => children
                             .into_iter()
                             .find(|child| child.starts_with(&prefix)),
@@ -522,7 +538,7 @@ pub(crate) async fn withdraw_paths(
     }
     if let Some(node) = node {
         match inner
-            .bounded("delete contender", session.zk.delete(&node, None))
+            .bounded("delete contender", session.zk()?.delete(&node, None))
             .await
         {
             Ok(()) | Err(zk::Error::NoNode) => {}

@@ -150,7 +150,7 @@ async fn release(
     }
     // Did the node still exist? The delete says; "gone" means the hold was
     // already lost (the session expired, or a forced release).
-    let node_delete = session.zk.delete(&hold.node, None);
+    let node_delete = session.zk()?.delete(&hold.node, None);
     match inner.bounded("release", node_delete).await {
         Ok(()) => {
             hold.tracker.release();

@@ -52,8 +52,11 @@ pub(crate) struct Session {
     pub(crate) client: ZkLockClient,
     pub(crate) options: SessionOptions,
     /// The ZooKeeper session: the lease. Every contender node of this
-    /// session is an ephemeral node of it.
-    pub(crate) zk: zk::Client,
+    /// session is an ephemeral node of it. Taken out to close the session
+    /// (dropping the last handle of a non-detached session closes it), so
+    /// every other handle lives only for a request, never across a wait;
+    /// `None` after that.
+    zk: Mutex<Option<zk::Client>>,
     /// With a non-zero lock-delay, a second, detached ZooKeeper session
     /// whose timeout is the TTL plus the delay, kept alive by the same
     /// process. The lock-delay markers are its ephemeral nodes: if this
@@ -71,7 +74,15 @@ pub(crate) struct Session {
     pub(crate) lease: LeaseWatch,
     pub(crate) gates: Gates,
     /// The keep-alive and the session-state follower.
-    tasks: Mutex<Vec<AbortOnDrop>>,
+    tasks: Mutex<Tasks>,
+}
+
+/// A session's background tasks, stopped with it.
+#[derive(Default)]
+struct Tasks {
+    /// Stopped alone by the test hooks, as a paused process stops it.
+    keepalive: Option<AbortOnDrop>,
+    _follower: Option<AbortOnDrop>,
 }
 
 /// What the keep-alive and the lock operations share.
@@ -121,11 +132,12 @@ impl ZkLockClient {
         };
         // The server created the session after the connect was sent.
         let tracker = LeaseTracker::new(options.valid_until(started));
+        let states = zk.state_watcher();
         let lease = tracker.watch();
         let session = Arc::new(Session {
             client: self.clone(),
             lease_id: lease_hex(zk.session_id().0),
-            zk,
+            zk: Mutex::new(Some(zk)),
             delay_zk: Mutex::new(delay_zk),
             options,
             state: Mutex::new(SessionState {
@@ -135,14 +147,14 @@ impl ZkLockClient {
             }),
             lease,
             gates: Gates::default(),
-            tasks: Mutex::new(Vec::new()),
+            tasks: Mutex::default(),
         });
         let keepalive = tokio::spawn(keep_alive(Arc::downgrade(&session)));
-        let follower = tokio::spawn(follow_state(
-            Arc::downgrade(&session),
-            session.zk.state_watcher(),
-        ));
-        lock(&session.tasks).extend([AbortOnDrop(keepalive), AbortOnDrop(follower)]);
+        let follower = tokio::spawn(follow_state(Arc::downgrade(&session), states));
+        *lock(&session.tasks) = Tasks {
+            keepalive: Some(AbortOnDrop(keepalive)),
+            _follower: Some(AbortOnDrop(follower)),
+        };
         tracing::info!(backend = BACKEND, session = %session.lease_id, ttl = ?session.options.ttl(), "session opened");
         Ok(ZkLock { session })
     }
@@ -207,29 +219,33 @@ impl ZkLock {
     /// the session's nodes at once), with no lock-delay.
     pub async fn close(&self) -> Result<(), LockError> {
         self.session.end(LostReason::SessionClosed, true);
-        let info = self.session.zk.session().clone();
-        close_from_outside(self.session.client.config(), info).await
+        self.session.close_zk().await
     }
 
     /// Test hook: ends the ZooKeeper session on the server, as an expiry
-    /// after a crash would, without releasing anything: the session is
-    /// closed from another connection (its nodes go at once), the
-    /// lock-delay session is abandoned (its markers stay for TTL + delay)
-    /// and this process learns of it as it would of an expiry. Returns once
-    /// the server has ended the session.
+    /// after a crash would, without releasing anything: the keep-alive
+    /// stops, the ZooKeeper session is closed (its nodes go at once), the
+    /// lock-delay session is abandoned (its markers stay for TTL + delay),
+    /// and the holds are lost as soon as the session's state says it is
+    /// over. Returns once the server has ended the session.
+    ///
+    /// The session is closed by its own client, not from another
+    /// connection: the server moves a session to its newest connection,
+    /// so the owning client, still running, would re-attach and cut the
+    /// closing connection off before its close was answered, over and
+    /// over.
     #[cfg(feature = "testing")]
     pub async fn simulate_crash(&self) -> Result<(), LockError> {
-        lock(&self.session.tasks).clear();
+        self.stop_keepalive();
         lock(&self.session.delay_zk).take();
-        let info = self.session.zk.session().clone();
-        close_from_outside(self.session.client.config(), info).await
+        self.session.close_zk().await
     }
 
     /// Test hook: stops the keep-alive, as a starved or paused process
     /// would; the lease then lapses at its deadline.
     #[cfg(feature = "testing")]
     pub fn stop_keepalive(&self) {
-        lock(&self.session.tasks).clear();
+        lock(&self.session.tasks).keepalive.take();
     }
 }
 
@@ -249,6 +265,29 @@ impl Session {
             return Err(LockError::SessionClosed);
         }
         Ok(())
+    }
+
+    /// The ZooKeeper session's client, until it was closed.
+    pub(crate) fn zk(&self) -> Result<zk::Client, LockError> {
+        lock(&self.zk).clone().ok_or(LockError::SessionClosed)
+    }
+
+    /// Closes the ZooKeeper session from its own client: ZooKeeper deletes
+    /// its nodes at once. Returns once the server answered (or the session
+    /// was already over).
+    async fn close_zk(&self) -> Result<(), LockError> {
+        let Some(zk) = lock(&self.zk).take() else {
+            return Ok(());
+        };
+        let mut states = zk.state_watcher();
+        // Dropping the only handle of a non-detached session sends
+        // CloseSession; the state turns terminal once the server answered.
+        drop(zk);
+        let timeout = self.client.config().request_timeout();
+        let closed = async { while !states.changed().await.is_terminated() {} };
+        tokio::time::timeout(timeout, closed)
+            .await
+            .map_err(|_| errors::timed_out("close session", timeout))
     }
 
     /// The lock-delay session, while it lives.
@@ -307,9 +346,12 @@ async fn keep_alive(session: Weak<Session>) {
         if lock(&session.state).closed {
             return;
         }
+        let Ok(zk) = session.zk() else {
+            return;
+        };
         let sent_at = Instant::now();
-        let sync = session.zk.sync("/");
-        let exists = session.zk.check_stat("/");
+        let sync = zk.sync("/");
+        let exists = zk.check_stat("/");
         let inner = &session.client.inner;
         let answered = async {
             inner.bounded("keep-alive", sync).await?;

@@ -3,6 +3,7 @@
 //! `PALISADE_ZOOKEEPER`). No test here mocks ZooKeeper.
 
 mod conformance;
+mod crash;
 mod fixtures;
 mod floor;
 mod inspect;
