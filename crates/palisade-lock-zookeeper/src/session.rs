@@ -86,7 +86,9 @@ pub(crate) struct Session {
 /// A session's background tasks, stopped with it.
 #[derive(Default)]
 struct Tasks {
-    /// Stopped alone by the test hooks, as a paused process stops it.
+    /// Stopped alone by the test hooks, as a paused process stops it;
+    /// otherwise only held.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     keepalive: Option<AbortOnDrop>,
     _follower: Option<AbortOnDrop>,
 }
