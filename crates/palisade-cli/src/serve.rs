@@ -24,6 +24,9 @@ pub(crate) enum LiveCheckKind {
     /// Ask MariaDB (or MySQL), likewise.
     #[value(name = "mariadb", alias = "mysql")]
     MariaDb,
+    /// Ask ZooKeeper whether the sequencer's holder node still exists.
+    #[value(name = "zookeeper")]
+    ZooKeeper,
 }
 
 /// The resource server's flags, plus the live check.
@@ -60,6 +63,11 @@ pub(crate) struct ServeArgs {
         value_name = "URL"
     )]
     database_url: Option<String>,
+
+    /// ZooKeeper servers for `--live-check zookeeper`,
+    /// `host:port[,host:port...][/chroot]` (the lock side's `--zookeeper`).
+    #[arg(long, env = "PALISADE_ZOOKEEPER", value_name = "HOSTS[/CHROOT]")]
+    zookeeper: Option<String>,
 
     /// The key prefix the lock side uses (its `--prefix`), for the live
     /// check to find the holders' keys.
@@ -117,6 +125,10 @@ async fn live_check(args: &ServeArgs) -> anyhow::Result<Option<SharedLiveCheck>>
             BackendKind::MariaDb,
             "--database-url (or PALISADE_DATABASE_URL)",
         ),
+        LiveCheckKind::ZooKeeper => (
+            BackendKind::ZooKeeper,
+            "--zookeeper (or PALISADE_ZOOKEEPER)",
+        ),
     };
     let backend = BackendArgs {
         backend: Some(BackendChoice::Kind(kind)),
@@ -124,6 +136,7 @@ async fn live_check(args: &ServeArgs) -> anyhow::Result<Option<SharedLiveCheck>>
         redis_url: args.redis_url.iter().cloned().collect(),
         redis_ca_cert: args.redis_ca_cert.clone(),
         database_url: args.database_url.clone(),
+        zookeeper: args.zookeeper.clone(),
         prefix: args.prefix.clone(),
         ..BackendArgs::default()
     };

@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use palisade_core::redact::redact_url;
 
 use crate::error::SelectError;
-use crate::spec::{BackendKind, LockSpec, RedisGenerations, Service};
+use crate::spec::{BackendKind, LockSpec, RedisGenerations, Service, ZooKeeperNodeNames};
 
 /// The etcd of [`Defaults::Local`].
 pub const LOCAL_ETCD_ENDPOINTS: &str = "127.0.0.1:2379";
@@ -20,6 +20,8 @@ pub const LOCAL_REDIS_URL: &str = "redis://127.0.0.1:6379";
 pub const LOCAL_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// The MariaDB of [`Defaults::Local`].
 pub const LOCAL_MARIADB_URL: &str = "mysql://root@127.0.0.1:3306/test";
+/// The ZooKeeper of [`Defaults::Local`].
+pub const LOCAL_ZOOKEEPER: &str = "127.0.0.1:2181";
 
 /// `--backend`: a kind, with the endpoint flags, or one URL.
 #[derive(Debug, Clone)]
@@ -41,7 +43,7 @@ fn parse_choice(text: &str) -> Result<BackendChoice, String> {
         .map(BackendChoice::Kind)
         .map_err(|_| {
             format!(
-                "`{text}` is no lock service: use etcd, redis, redlock, postgres, mariadb or embedded, or a URL (etcd://HOST:PORT, redis://HOST:PORT, ...)"
+                "`{text}` is no lock service: use etcd, redis, redlock, postgres, mariadb, zookeeper or embedded, or a URL (etcd://HOST:PORT, redis://HOST:PORT, zookeeper://HOST:PORT, ...)"
             )
         })
 }
@@ -60,11 +62,12 @@ pub enum Defaults {
 /// Where the lock service is.
 #[derive(Debug, Clone, Default, Args)]
 pub struct BackendArgs {
-    /// The lock service: `etcd`, `redis`, `redlock`, `postgres`, `mariadb`
-    /// or `embedded` with the flags below, or one URL
+    /// The lock service: `etcd`, `redis`, `redlock`, `postgres`, `mariadb`,
+    /// `zookeeper` or `embedded` with the flags below, or one URL
     /// (`etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`, `redis://HOST:PORT`,
     /// `rediss://...`, `redlock://HOST:PORT,HOST:PORT,HOST:PORT`,
-    /// `postgres://USER@HOST:PORT/DB`, `mysql://USER@HOST:PORT/DB`).
+    /// `postgres://USER@HOST:PORT/DB`, `mysql://USER@HOST:PORT/DB`,
+    /// `zookeeper://HOST:PORT[,HOST:PORT...][/CHROOT][?node-names=FORM]`).
     /// Without it: the one whose endpoint is set.
     #[arg(long, env = "PALISADE_BACKEND", hide_env_values = true, value_name = "KIND|URL", value_parser = parse_choice)]
     pub backend: Option<BackendChoice>,
@@ -113,8 +116,27 @@ pub struct BackendArgs {
     )]
     pub redis_generations: RedisGenerations,
 
-    /// Key prefix in the lock service (default `/palisade/locks` for etcd,
-    /// `palisade:` for Redis). A live-checking server must use the same.
+    /// ZooKeeper servers, `host:port[,host:port...][/chroot]`, for
+    /// `--backend zookeeper`.
+    #[arg(long, env = "PALISADE_ZOOKEEPER", value_name = "HOSTS[/CHROOT]")]
+    pub zookeeper: Option<String>,
+
+    /// How ZooKeeper contender nodes are named, to share a lock path with
+    /// kazoo (`kazoo`, the default: kazoo's `Lock`, `ReadLock`,
+    /// `WriteLock`) or Curator (`curator-mutex`: `InterProcessMutex`,
+    /// exclusive only; `curator-rw`: `InterProcessReadWriteLock`). Every
+    /// client of one lock path must use the same form.
+    #[arg(
+        long,
+        env = "PALISADE_ZOOKEEPER_NODE_NAMES",
+        value_enum,
+        value_name = "FORM"
+    )]
+    pub zookeeper_node_names: Option<ZooKeeperNodeNames>,
+
+    /// Key prefix in the lock service (default `/palisade/locks` for etcd
+    /// and ZooKeeper, under ZooKeeper's chroot; `palisade:` for Redis). A
+    /// live-checking server must use the same.
     #[arg(long, env = "PALISADE_LOCK_PREFIX", value_name = "PREFIX")]
     pub prefix: Option<String>,
 }
@@ -126,6 +148,8 @@ impl From<LockSpec> for BackendArgs {
         BackendArgs {
             prefix: spec.prefix().map(str::to_owned),
             redis_generations: spec.redis_generations(),
+            zookeeper_node_names: Some(spec.zookeeper_node_names())
+                .filter(|_| spec.kind() == BackendKind::ZooKeeper),
             backend: Some(BackendChoice::Url(LockSpec::new(spec.service().clone()))),
             ..BackendArgs::default()
         }
@@ -151,14 +175,17 @@ impl BackendArgs {
                 if let Some(url) = &self.database_url {
                     configured.push(BackendKind::of_database_url(url)?);
                 }
+                if self.zookeeper.is_some() {
+                    configured.push(BackendKind::ZooKeeper);
+                }
                 match (configured.as_slice(), defaults) {
                     ([only], _) => Ok(*only),
                     ([], Defaults::Local) => Ok(BackendKind::Embedded),
                     ([], Defaults::None) => Err(SelectError::invalid(
-                        "no lock service configured: pass --backend etcd --etcd-endpoints HOST:PORT, --backend redis --redis-url redis://HOST:PORT, --backend postgres|mariadb --database-url URL, or one URL as --backend (or set PALISADE_BACKEND and PALISADE_ETCD_ENDPOINTS / PALISADE_REDIS_URL / PALISADE_DATABASE_URL)",
+                        "no lock service configured: pass --backend etcd --etcd-endpoints HOST:PORT, --backend redis --redis-url redis://HOST:PORT, --backend postgres|mariadb --database-url URL, --backend zookeeper --zookeeper HOST:PORT, or one URL as --backend (or set PALISADE_BACKEND and PALISADE_ETCD_ENDPOINTS / PALISADE_REDIS_URL / PALISADE_DATABASE_URL / PALISADE_ZOOKEEPER)",
                     )),
                     _ => Err(SelectError::invalid(
-                        "more than one lock service is set (etcd endpoints, a Redis URL, a database URL); choose one with --backend etcd|redis|postgres|mariadb (or PALISADE_BACKEND)",
+                        "more than one lock service is set (etcd endpoints, a Redis URL, a database URL, ZooKeeper servers); choose one with --backend etcd|redis|postgres|mariadb|zookeeper (or PALISADE_BACKEND)",
                     )),
                 }
             }
@@ -186,6 +213,26 @@ impl BackendArgs {
             _ => spec,
         };
         let spec = spec.with_redis_generations(self.redis_generations);
+        let spec = match self.zookeeper_node_names {
+            None => spec,
+            Some(_) if kind != BackendKind::ZooKeeper => {
+                return Err(SelectError::invalid(format!(
+                    "--zookeeper-node-names does not apply to --backend {kind}"
+                )));
+            }
+            Some(form) => {
+                if let Some(BackendChoice::Url(url)) = &self.backend
+                    && url.zookeeper_node_names() != ZooKeeperNodeNames::default()
+                    && url.zookeeper_node_names() != form
+                {
+                    return Err(SelectError::invalid(format!(
+                        "the ZooKeeper node names are given twice (--zookeeper-node-names {form} and the URL's node-names={}); give them once",
+                        url.zookeeper_node_names()
+                    )));
+                }
+                spec.with_zookeeper_node_names(form)
+            }
+        };
         match &self.redis_ca_cert {
             Some(path) => {
                 if !matches!(kind, BackendKind::Redis | BackendKind::Redlock) {
@@ -209,6 +256,7 @@ impl BackendArgs {
         if self.etcd_endpoints.is_some()
             || !self.redis_url.is_empty()
             || self.database_url.is_some()
+            || self.zookeeper.is_some()
         {
             return Err(SelectError::invalid(
                 "--backend gives the lock service as a URL, and an endpoint flag (or its environment variable) gives another; give it once",
@@ -260,6 +308,11 @@ impl BackendArgs {
                 }
                 LockSpec::new(Service::Sql { kind, url })
             }
+            BackendKind::ZooKeeper => match (&self.zookeeper, local) {
+                (Some(connect), _) => LockSpec::zookeeper(connect.clone()),
+                (None, true) => LockSpec::zookeeper(LOCAL_ZOOKEEPER),
+                (None, false) => return Err(missing("--zookeeper", "PALISADE_ZOOKEEPER")),
+            },
         })
     }
 }
@@ -294,6 +347,10 @@ mod tests {
             prefix: flags.prefix.filter(|_| given("--prefix")),
             redis_ca_cert: flags.redis_ca_cert.filter(|_| given("--redis-ca-cert")),
             redis_generations: flags.redis_generations,
+            zookeeper: flags.zookeeper.filter(|_| given("--zookeeper")),
+            zookeeper_node_names: flags
+                .zookeeper_node_names
+                .filter(|_| given("--zookeeper-node-names")),
         }
     }
 
@@ -330,6 +387,65 @@ mod tests {
             kind(&["--backend", "etcd://h:1"], Defaults::None),
             Ok(BackendKind::Etcd)
         );
+    }
+
+    #[test]
+    fn zookeeper_comes_from_its_flags_or_its_url() {
+        assert_eq!(
+            kind(&["--zookeeper", "h:2181"], Defaults::None),
+            Ok(BackendKind::ZooKeeper)
+        );
+        let spec = flags(&[
+            "--backend",
+            "zookeeper",
+            "--zookeeper",
+            "a:2181,b:2181/apps",
+            "--zookeeper-node-names",
+            "curator-mutex",
+        ])
+        .spec(Defaults::None)
+        .expect("zookeeper spec");
+        assert_eq!(
+            spec.service(),
+            &Service::ZooKeeper {
+                connect: "a:2181,b:2181/apps".into()
+            }
+        );
+        assert_eq!(
+            spec.zookeeper_node_names(),
+            ZooKeeperNodeNames::CuratorMutex
+        );
+        let local = flags(&["--backend", "zookeeper"])
+            .spec(Defaults::Local)
+            .expect("local zookeeper");
+        assert_eq!(
+            local.service(),
+            &Service::ZooKeeper {
+                connect: LOCAL_ZOOKEEPER.into()
+            }
+        );
+        let error = flags(&["--backend", "zookeeper"])
+            .spec(Defaults::None)
+            .unwrap_err();
+        assert!(error.to_string().contains("--zookeeper"), "{error}");
+        let error = flags(&["--etcd-endpoints", "h:1", "--zookeeper-node-names", "kazoo"])
+            .spec(Defaults::None)
+            .unwrap_err();
+        assert!(error.to_string().contains("does not apply"), "{error}");
+        let error = flags(&[
+            "--backend",
+            "zookeeper://h:2181?node-names=curator-rw",
+            "--zookeeper-node-names",
+            "kazoo",
+        ])
+        .spec(Defaults::None)
+        .unwrap_err();
+        assert!(error.to_string().contains("twice"), "{error}");
+        let back = BackendArgs::from(spec.clone())
+            .spec(Defaults::None)
+            .expect("round trip");
+        assert_eq!(back.service(), spec.service());
+        assert_eq!(back.zookeeper_node_names(), spec.zookeeper_node_names());
     }
 
     #[test]

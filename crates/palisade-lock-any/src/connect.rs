@@ -17,13 +17,21 @@ use palisade_core::{
     feature = "embedded",
     feature = "etcd",
     feature = "redis",
-    feature = "sql"
+    feature = "sql",
+    feature = "zookeeper"
 ))]
 use palisade_core::{Signer, SigningKey};
 
 use crate::error::SelectError;
 #[cfg(any(feature = "etcd", feature = "redis", feature = "sql"))]
-use crate::error::{cause_chain, lock_error_text};
+use crate::error::cause_chain;
+#[cfg(any(
+    feature = "etcd",
+    feature = "redis",
+    feature = "sql",
+    feature = "zookeeper"
+))]
+use crate::error::lock_error_text;
 use crate::spec::{BackendKind, LockSpec, Service};
 
 /// How long [`AnyLock::close`] leaves Redis or SQL to remove an abandoned
@@ -51,6 +59,10 @@ pub enum AnyClient {
     /// A PostgreSQL or MariaDB client, and which of the two.
     #[cfg(feature = "sql")]
     Sql(palisade_lock_sql::SqlLockClient, BackendKind),
+    /// A ZooKeeper client (one reading session; each lock session is a
+    /// ZooKeeper session of its own).
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(palisade_lock_zookeeper::ZkLockClient),
     #[doc(hidden)]
     Never(Infallible),
 }
@@ -74,6 +86,9 @@ pub enum AnyLock {
     /// A PostgreSQL or MariaDB session, and which of the two.
     #[cfg(feature = "sql")]
     Sql(palisade_lock_sql::SqlLock, BackendKind),
+    /// A ZooKeeper session (its timeout is the TTL).
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(palisade_lock_zookeeper::ZkLock),
     #[doc(hidden)]
     Never(Infallible),
 }
@@ -100,6 +115,9 @@ pub enum AnyGuard {
     /// Granted by PostgreSQL or MariaDB.
     #[cfg(feature = "sql")]
     Sql(palisade_lock_sql::SqlGuard),
+    /// Granted by ZooKeeper.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(palisade_lock_zookeeper::ZkGuard),
     #[doc(hidden)]
     Never(Infallible),
 }
@@ -139,6 +157,11 @@ macro_rules! each_lock {
                 use AnyGuard::Sql as $wrap;
                 $body
             }
+            #[cfg(feature = "zookeeper")]
+            AnyLock::ZooKeeper($inner) => {
+                use AnyGuard::ZooKeeper as $wrap;
+                $body
+            }
             AnyLock::Never(never) => match *never {},
         }
     };
@@ -158,6 +181,8 @@ macro_rules! each_guard {
             AnyGuard::Redlock($inner) => $body,
             #[cfg(feature = "sql")]
             AnyGuard::Sql($inner) => $body,
+            #[cfg(feature = "zookeeper")]
+            AnyGuard::ZooKeeper($inner) => $body,
             AnyGuard::Never(never) => absurd(never),
         }
     };
@@ -169,7 +194,8 @@ macro_rules! each_guard {
     feature = "embedded",
     feature = "etcd",
     feature = "redis",
-    feature = "sql"
+    feature = "sql",
+    feature = "zookeeper"
 ))]
 fn signer(issuer: &str, key: SigningKey) -> Result<Signer, SelectError> {
     Signer::new(issuer, key)
@@ -195,6 +221,8 @@ impl AnyClient {
             Service::Redlock { masters } => connect_redlock(spec, masters).await,
             #[cfg(feature = "sql")]
             Service::Sql { kind, url } => connect_sql(spec, *kind, url).await,
+            #[cfg(feature = "zookeeper")]
+            Service::ZooKeeper { connect } => connect_zookeeper(spec, connect).await,
             #[allow(unreachable_patterns)]
             _ => unreachable!("refused above: {} is not compiled in", spec.kind()),
         }
@@ -218,6 +246,8 @@ impl AnyClient {
             AnyClient::Redlock(_) => BackendKind::Redlock,
             #[cfg(feature = "sql")]
             AnyClient::Sql(_, kind) => *kind,
+            #[cfg(feature = "zookeeper")]
+            AnyClient::ZooKeeper(_) => BackendKind::ZooKeeper,
             AnyClient::Never(never) => match *never {},
         }
     }
@@ -228,7 +258,8 @@ impl AnyClient {
             feature = "embedded",
             feature = "etcd",
             feature = "redis",
-            feature = "sql"
+            feature = "sql",
+            feature = "zookeeper"
         ))]
         let refused = |error: &dyn std::fmt::Display| {
             SelectError::Unreachable(format!("cannot open a {} session: {error}", self.kind()))
@@ -260,6 +291,13 @@ impl AnyClient {
                     .await
                     .map_err(|error| refused(&sql_error_text(&error)))?,
                 *kind,
+            ),
+            #[cfg(feature = "zookeeper")]
+            AnyClient::ZooKeeper(client) => AnyLock::ZooKeeper(
+                client
+                    .session(options)
+                    .await
+                    .map_err(|error| refused(&lock_error_text(&error)))?,
             ),
             AnyClient::Never(never) => match *never {},
         })
@@ -465,6 +503,48 @@ async fn connect_sql(
     Ok(AnyClient::Sql(client, kind))
 }
 
+/// The ZooKeeper configuration `spec` names, unsigned.
+#[cfg(feature = "zookeeper")]
+pub(crate) fn zookeeper_config(
+    spec: &LockSpec,
+    connect: &str,
+) -> Result<palisade_lock_zookeeper::ZkConfig, SelectError> {
+    use palisade_lock_zookeeper::{NodeNames, ZkConfig};
+    let invalid = |error: palisade_lock_zookeeper::ConfigError| {
+        SelectError::invalid(format!("--zookeeper: {error}"))
+    };
+    let mut config = ZkConfig::parse(connect).map_err(invalid)?.with_node_names(
+        match spec.zookeeper_node_names() {
+            crate::ZooKeeperNodeNames::Kazoo => NodeNames::Kazoo,
+            crate::ZooKeeperNodeNames::CuratorMutex => NodeNames::CuratorMutex,
+            crate::ZooKeeperNodeNames::CuratorRw => NodeNames::CuratorReadWrite,
+        },
+    );
+    if let Some(prefix) = spec.prefix() {
+        config = config.with_prefix(prefix).map_err(invalid)?;
+    }
+    if let Some(issuer) = spec.issuer() {
+        config = config.with_issuer(issuer).map_err(invalid)?;
+    }
+    Ok(config)
+}
+
+#[cfg(feature = "zookeeper")]
+async fn connect_zookeeper(spec: &LockSpec, connect: &str) -> Result<AnyClient, SelectError> {
+    use palisade_lock_zookeeper::ZkLockClient;
+    let mut config = zookeeper_config(spec, connect)?;
+    if let Some(key) = spec.signing_key() {
+        // Without --issuer, sign as the ensemble itself (`zookeeper-<hash of
+        // the servers and root>`), the id a live check derives too.
+        let issuer = spec.issuer().map_or_else(|| config.issuer(), str::to_owned);
+        config = config.with_signer(signer(&issuer, key.clone())?);
+    }
+    let client = ZkLockClient::connect(config)
+        .await
+        .map_err(|error| SelectError::unreachable(spec, &lock_error_text(&error)))?;
+    Ok(AnyClient::ZooKeeper(client))
+}
+
 impl AnyLock {
     /// The kind of service the session is on.
     pub fn kind(&self) -> BackendKind {
@@ -479,6 +559,8 @@ impl AnyLock {
             AnyLock::Redlock(_) => BackendKind::Redlock,
             #[cfg(feature = "sql")]
             AnyLock::Sql(_, kind) => *kind,
+            #[cfg(feature = "zookeeper")]
+            AnyLock::ZooKeeper(_) => BackendKind::ZooKeeper,
             AnyLock::Never(never) => match *never {},
         }
     }
@@ -487,7 +569,8 @@ impl AnyLock {
     ///
     /// For etcd this revokes the lease, which deletes any key the session
     /// still has (a waiter's place in a queue included) at once instead of
-    /// one TTL later. A Redis session has nothing to end, but an abandoned
+    /// one TTL later; for ZooKeeper it closes the ZooKeeper session, which
+    /// deletes its nodes at once. A Redis session has nothing to end, but an abandoned
     /// acquire (Ctrl-C, a wait run out) removes its queue entry in a
     /// background task, and dropping a SQL session ends its row in one:
     /// with `abandoned_attempt` this gives that task a short grace before
@@ -514,6 +597,8 @@ impl AnyLock {
                 }
                 Ok(())
             }
+            #[cfg(feature = "zookeeper")]
+            AnyLock::ZooKeeper(lock) => lock.close().await,
             AnyLock::Never(never) => absurd(never),
         }
     }

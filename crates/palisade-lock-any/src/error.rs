@@ -61,6 +61,7 @@ pub(crate) fn scrub_spec(spec: &LockSpec, text: &str) -> String {
         Service::Redlock { masters } => masters
             .iter()
             .fold(text.to_owned(), |text, url| scrub(&text, url)),
+        Service::ZooKeeper { connect } => scrub(text, connect),
     }
 }
 

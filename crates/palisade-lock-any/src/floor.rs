@@ -2,10 +2,12 @@
 //! is above a given generation: the recovery after a lock service lost its
 //! counter (`palisade raise-floor`).
 //!
-//! One function, [`raise_floor`], over every backend that can: when core's
-//! `RaiseFloor` trait lands, this is the one place that switches to it.
+//! One function, [`raise_floor`], over every backend that can: one generic
+//! call of core's `RaiseFloor` per backend, except etcd's own method, which
+//! takes `--max-gap` and reports its puts as they go (the trait has no room
+//! for either).
 
-use palisade_core::LockName;
+use palisade_core::{LockName, RaiseFloor, RaiseFloorError};
 
 use crate::connect::AnyClient;
 use crate::error::SelectError;
@@ -74,9 +76,11 @@ pub async fn raise_floor(
         #[cfg(feature = "etcd")]
         AnyClient::Etcd(client) => raise_etcd(spec, client, above, options, progress).await?,
         #[cfg(feature = "redis")]
-        AnyClient::Redis(client) => raise_redis(spec, client, name, above).await?,
+        AnyClient::Redis(client) => raise(spec, client, name, above).await?,
         #[cfg(feature = "sql")]
-        AnyClient::Sql(client, _) => raise_sql(spec, client, name, above).await?,
+        AnyClient::Sql(client, _) => raise(spec, client, name, above).await?,
+        #[cfg(feature = "zookeeper")]
+        AnyClient::ZooKeeper(client) => raise(spec, client, name, above).await?,
         #[allow(unreachable_patterns)]
         _ => unreachable!("redlock and embedded are refused above"),
     };
@@ -85,6 +89,27 @@ pub async fn raise_floor(
         before,
         after,
     })
+}
+
+/// Raises the floor through core's trait; each backend's raise is one
+/// idempotent step, so a failure is simply run again.
+async fn raise(
+    spec: &LockSpec,
+    service: &impl RaiseFloor,
+    name: &LockName,
+    above: u64,
+) -> Result<(u64, u64), SelectError> {
+    let raised = service
+        .raise_floor(name, above)
+        .await
+        .map_err(|error| match error {
+            RaiseFloorError::Lock(error) => SelectError::Failed(format!(
+                "raising the floor of lock `{name}` on {spec} failed (nothing was lowered; run it again): {}",
+                crate::error::scrub_spec(spec, &crate::error::lock_error_text(&error))
+            )),
+            other => SelectError::invalid(other.to_string()),
+        })?;
+    Ok((raised.before, raised.after))
 }
 
 #[cfg(feature = "etcd")]
@@ -119,43 +144,5 @@ async fn raise_etcd(
             }
             other => SelectError::invalid(other.to_string()),
         })?;
-    Ok((raised.before, raised.after))
-}
-
-#[cfg(feature = "redis")]
-async fn raise_redis(
-    spec: &LockSpec,
-    client: &palisade_lock_redis::RedisLockClient,
-    name: &LockName,
-    above: u64,
-) -> Result<(u64, u64), SelectError> {
-    let failed = |error: palisade_core::LockError| {
-        SelectError::Failed(format!(
-            "raising the floor of lock `{name}` on {spec} failed: {}",
-            crate::error::scrub_spec(spec, &crate::error::lock_error_text(&error))
-        ))
-    };
-    let before = client
-        .generation_counter(name)
-        .await
-        .map_err(failed)?
-        .unwrap_or(0);
-    let after = client.raise_floor(name, above).await.map_err(failed)?;
-    Ok((before, after))
-}
-
-#[cfg(feature = "sql")]
-async fn raise_sql(
-    spec: &LockSpec,
-    client: &palisade_lock_sql::SqlLockClient,
-    name: &LockName,
-    above: u64,
-) -> Result<(u64, u64), SelectError> {
-    let raised = client.raise_floor(name, above).await.map_err(|error| {
-        SelectError::Failed(format!(
-            "raising the floor on {spec} failed (nothing was changed; run it again): {}",
-            crate::error::scrub_spec(spec, &crate::connect::sql_error_text(&error))
-        ))
-    })?;
     Ok((raised.before, raised.after))
 }

@@ -23,6 +23,9 @@ pub enum AnyInspector {
     /// The SQL lock tables' client.
     #[cfg(feature = "sql")]
     Sql(palisade_lock_sql::SqlLockClient),
+    /// ZooKeeper's client.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(palisade_lock_zookeeper::ZkLockClient),
     #[doc(hidden)]
     Never(Infallible),
 }
@@ -53,6 +56,8 @@ impl AnyInspector {
             AnyClient::Redis(client) => AnyInspector::Redis(client),
             #[cfg(feature = "sql")]
             AnyClient::Sql(client, _) => AnyInspector::Sql(client),
+            #[cfg(feature = "zookeeper")]
+            AnyClient::ZooKeeper(client) => AnyInspector::ZooKeeper(client),
             #[allow(unreachable_patterns)]
             _ => unreachable!("redlock and embedded are refused above"),
         })
@@ -68,6 +73,8 @@ impl Inspect for AnyInspector {
             AnyInspector::Redis(inner) => inner.inspect(name).await,
             #[cfg(feature = "sql")]
             AnyInspector::Sql(inner) => inner.inspect(name).await,
+            #[cfg(feature = "zookeeper")]
+            AnyInspector::ZooKeeper(inner) => inner.inspect(name).await,
             AnyInspector::Never(never) => match *never {},
         }
     }
@@ -80,6 +87,8 @@ impl Inspect for AnyInspector {
             AnyInspector::Redis(inner) => inner.list(prefix).await,
             #[cfg(feature = "sql")]
             AnyInspector::Sql(inner) => inner.list(prefix).await,
+            #[cfg(feature = "zookeeper")]
+            AnyInspector::ZooKeeper(inner) => inner.list(prefix).await,
             AnyInspector::Never(never) => match *never {},
         }
     }
@@ -98,6 +107,8 @@ impl ForceRelease for AnyInspector {
             AnyInspector::Redis(inner) => inner.force_release(name, generation).await,
             #[cfg(feature = "sql")]
             AnyInspector::Sql(inner) => inner.force_release(name, generation).await,
+            #[cfg(feature = "zookeeper")]
+            AnyInspector::ZooKeeper(inner) => inner.force_release(name, generation).await,
             AnyInspector::Never(never) => match *never {},
         }
     }

@@ -5,7 +5,8 @@
 //! the demos alike. A [`LockSpec`] says which service, where, and how its
 //! sessions sign; it comes from the backend flags ([`BackendArgs`], feature
 //! `clap`) or from one URL (`etcd://h:2379,h2:2379`, `redis://h:6379`,
-//! `redlock://a,b,c`, `postgres://...`, `mysql://...`, `embedded:`).
+//! `redlock://a,b,c`, `postgres://...`, `mysql://...`,
+//! `zookeeper://h:2181,h2:2181/chroot`, `embedded:`).
 //! From a spec:
 //!
 //! - [`AnyClient::connect`] connects, and [`AnyClient::session`] opens
@@ -19,7 +20,7 @@
 //!
 //! Each backend is behind a cargo feature of its own name (`embedded`,
 //! `etcd`, `redis` for Redis and Redlock, `sql` for PostgreSQL and
-//! MariaDB), so a program compiles only the clients it can use; a service
+//! MariaDB, `zookeeper`), so a program compiles only the clients it can use; a service
 //! whose backend is not compiled in is refused with the feature to turn on
 //! ([`SelectError::NotCompiled`]). Every message shows connection strings
 //! redacted.
@@ -48,7 +49,8 @@
         feature = "embedded",
         feature = "etcd",
         feature = "redis",
-        feature = "sql"
+        feature = "sql",
+        feature = "zookeeper"
     )),
     allow(unused_variables, unused_imports, unreachable_code, dead_code)
 )]
@@ -67,11 +69,11 @@ mod testing;
 #[cfg(feature = "clap")]
 pub use args::{
     BackendArgs, BackendChoice, Defaults, LOCAL_ETCD_ENDPOINTS, LOCAL_MARIADB_URL,
-    LOCAL_POSTGRES_URL, LOCAL_REDIS_URL,
+    LOCAL_POSTGRES_URL, LOCAL_REDIS_URL, LOCAL_ZOOKEEPER,
 };
 pub use connect::{AnyClient, AnyGuard, AnyLock, sql_default_issuer};
 pub use error::{SelectError, cause_chain, lock_error_text, root_cause};
 pub use floor::{FloorOptions, FloorRaised, FloorStep, raise_floor};
 pub use inspect::AnyInspector;
 pub use live::live_check;
-pub use spec::{BackendKind, LockSpec, RedisGenerations, Service};
+pub use spec::{BackendKind, LockSpec, RedisGenerations, Service, ZooKeeperNodeNames};

@@ -74,9 +74,23 @@ pub async fn live_check(
                     .map_err(|error| unreachable(crate::connect::sql_error_text(&error)))?,
             )
         }
+        #[cfg(feature = "zookeeper")]
+        Service::ZooKeeper { connect } => {
+            let mut config = crate::connect::zookeeper_config(&spec.unsigned(), connect)?;
+            if let Some(issuer) = issuer {
+                config = config
+                    .with_issuer(issuer)
+                    .map_err(|error| SelectError::invalid(error.to_string()))?;
+            }
+            palisade_lock_zookeeper::ZkLockClient::connect(config)
+                .await
+                .map_err(|error| unreachable(crate::error::lock_error_text(&error)))?
+                .live_check()
+                .into_shared()
+        }
         _ => {
             return Err(SelectError::Unsupported(format!(
-                "the live check does not support {}: use etcd, redis, postgres or mariadb",
+                "the live check does not support {}: use etcd, redis, postgres, mariadb or zookeeper",
                 spec.kind()
             )));
         }

@@ -28,10 +28,15 @@ pub enum BackendKind {
     /// MariaDB (or MySQL): the same lock table.
     #[cfg_attr(feature = "clap", value(name = "mariadb", alias = "mysql"))]
     MariaDb,
+    /// ZooKeeper: ephemeral sequential nodes, generations from the holder
+    /// node's creation zxid, the ZooKeeper session as the lease.
+    #[cfg_attr(feature = "clap", value(name = "zookeeper"))]
+    ZooKeeper,
 }
 
 impl BackendKind {
-    /// `embedded`, `etcd`, `redis`, `redlock`, `postgres` or `mariadb`.
+    /// `embedded`, `etcd`, `redis`, `redlock`, `postgres`, `mariadb` or
+    /// `zookeeper`.
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Embedded => "embedded",
@@ -40,6 +45,7 @@ impl BackendKind {
             BackendKind::Redlock => "redlock",
             BackendKind::Postgres => "postgres",
             BackendKind::MariaDb => "mariadb",
+            BackendKind::ZooKeeper => "zookeeper",
         }
     }
 
@@ -52,6 +58,7 @@ impl BackendKind {
             BackendKind::Etcd => "etcd",
             BackendKind::Redis | BackendKind::Redlock => "redis",
             BackendKind::Postgres | BackendKind::MariaDb => "sql",
+            BackendKind::ZooKeeper => "zookeeper",
         }
     }
 
@@ -62,6 +69,7 @@ impl BackendKind {
             BackendKind::Etcd => cfg!(feature = "etcd"),
             BackendKind::Redis | BackendKind::Redlock => cfg!(feature = "redis"),
             BackendKind::Postgres | BackendKind::MariaDb => cfg!(feature = "sql"),
+            BackendKind::ZooKeeper => cfg!(feature = "zookeeper"),
         }
     }
 
@@ -102,6 +110,52 @@ pub enum RedisGenerations {
     Counter,
 }
 
+/// How ZooKeeper contender nodes are named, so that a kazoo or Curator
+/// client on the same lock path shares the lock (every client of one path
+/// must use one form).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum ZooKeeperNodeNames {
+    /// kazoo's `Lock`, `WriteLock` and `ReadLock` (Python): both modes.
+    /// The default.
+    #[default]
+    Kazoo,
+    /// Curator's `InterProcessMutex` (Java): exclusive only.
+    CuratorMutex,
+    /// Curator's `InterProcessReadWriteLock`: both modes.
+    #[cfg_attr(feature = "clap", value(name = "curator-rw"))]
+    CuratorRw,
+}
+
+impl ZooKeeperNodeNames {
+    /// `kazoo`, `curator-mutex` or `curator-rw`, as the flag and the URL
+    /// parameter write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ZooKeeperNodeNames::Kazoo => "kazoo",
+            ZooKeeperNodeNames::CuratorMutex => "curator-mutex",
+            ZooKeeperNodeNames::CuratorRw => "curator-rw",
+        }
+    }
+
+    /// The form named `text`.
+    pub fn parse(text: &str) -> Option<ZooKeeperNodeNames> {
+        [
+            ZooKeeperNodeNames::Kazoo,
+            ZooKeeperNodeNames::CuratorMutex,
+            ZooKeeperNodeNames::CuratorRw,
+        ]
+        .into_iter()
+        .find(|form| form.name() == text)
+    }
+}
+
+impl fmt::Display for ZooKeeperNodeNames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Where a lock service is.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Service {
@@ -130,6 +184,11 @@ pub enum Service {
         /// The database URL, password and all.
         url: String,
     },
+    /// A ZooKeeper ensemble.
+    ZooKeeper {
+        /// Its connect string, `host:port[,host:port...][/chroot]`.
+        connect: String,
+    },
 }
 
 impl Service {
@@ -141,6 +200,7 @@ impl Service {
             Service::Redis { .. } => BackendKind::Redis,
             Service::Redlock { .. } => BackendKind::Redlock,
             Service::Sql { kind, .. } => *kind,
+            Service::ZooKeeper { .. } => BackendKind::ZooKeeper,
         }
     }
 }
@@ -158,6 +218,7 @@ impl fmt::Display for Service {
                 write!(f, "the Redlock masters {}", masters.join(", "))
             }
             Service::Sql { url, .. } => write!(f, "the database at {}", redact_url(url)),
+            Service::ZooKeeper { connect } => write!(f, "ZooKeeper at {}", redact_url(connect)),
         }
     }
 }
@@ -182,6 +243,7 @@ impl fmt::Debug for Service {
 /// | `redlock://h1:6379,h2:6379,h3:6379` | Redlock, one master per host |
 /// | `postgres://user@h:5432/db`, `postgresql://...` | PostgreSQL's lock table |
 /// | `mysql://user@h:3306/db`, `mariadb://...` | MariaDB's lock table |
+/// | `zookeeper://h:2181,h2:2181[/chroot][?node-names=curator-rw]` | ZooKeeper; a path is the chroot |
 ///
 /// ```
 /// use palisade_lock_any::{BackendKind, LockSpec};
@@ -199,6 +261,7 @@ pub struct LockSpec {
     prefix: Option<String>,
     redis_generations: RedisGenerations,
     redis_ca_pem: Option<Vec<u8>>,
+    zookeeper_node_names: ZooKeeperNodeNames,
     issuer: Option<String>,
     signing_key: Option<SigningKey>,
 }
@@ -212,6 +275,7 @@ impl LockSpec {
             prefix: None,
             redis_generations: RedisGenerations::default(),
             redis_ca_pem: None,
+            zookeeper_node_names: ZooKeeperNodeNames::default(),
             issuer: None,
             signing_key: None,
         }
@@ -249,7 +313,15 @@ impl LockSpec {
         Ok(LockSpec::new(Service::Sql { kind, url }))
     }
 
-    /// Keys under `prefix` in etcd or Redis. The SQL backend keeps every
+    /// A ZooKeeper ensemble at `connect`, `host:port[,host:port...][/chroot]`
+    /// (checked when connecting).
+    pub fn zookeeper(connect: impl Into<String>) -> Self {
+        LockSpec::new(Service::ZooKeeper {
+            connect: connect.into(),
+        })
+    }
+
+    /// Keys under `prefix` in etcd, Redis or ZooKeeper (under its chroot). The SQL backend keeps every
     /// lock in fixed tables and refuses a prefix when connecting, rather
     /// than ignore it: two deployments meant to be apart would share locks.
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -267,6 +339,12 @@ impl LockSpec {
     /// system's trust store.
     pub fn with_redis_ca_pem(mut self, pem: Vec<u8>) -> Self {
         self.redis_ca_pem = Some(pem);
+        self
+    }
+
+    /// How ZooKeeper contender nodes are named (ZooKeeper only).
+    pub fn with_zookeeper_node_names(mut self, node_names: ZooKeeperNodeNames) -> Self {
+        self.zookeeper_node_names = node_names;
         self
     }
 
@@ -318,6 +396,11 @@ impl LockSpec {
         self.redis_ca_pem.as_deref()
     }
 
+    /// How ZooKeeper contender nodes are named.
+    pub fn zookeeper_node_names(&self) -> ZooKeeperNodeNames {
+        self.zookeeper_node_names
+    }
+
     /// The issuer id, if not the service's own.
     pub fn issuer(&self) -> Option<&str> {
         self.issuer.as_deref()
@@ -330,7 +413,8 @@ impl LockSpec {
 
     /// The URL form of the service, secrets included (for a child process
     /// to parse again; never show it, show the spec's `Display`). The key
-    /// prefix of etcd is its path; other settings are not in the URL.
+    /// prefix of etcd is its path, ZooKeeper's chroot its path and its node
+    /// names a parameter; other settings are not in the URL.
     pub fn to_url(&self) -> String {
         match &self.service {
             Service::Embedded => "embedded:".to_owned(),
@@ -348,6 +432,13 @@ impl LockSpec {
                     .map(|url| url.trim_start_matches("redis://").trim_end_matches('/'))
                     .collect();
                 format!("redlock://{}", hosts.join(","))
+            }
+            Service::ZooKeeper { connect } => {
+                let connect: String = connect.split_whitespace().collect();
+                match self.zookeeper_node_names {
+                    ZooKeeperNodeNames::Kazoo => format!("zookeeper://{connect}"),
+                    other => format!("zookeeper://{connect}?node-names={other}"),
+                }
             }
         }
     }
@@ -400,14 +491,41 @@ impl FromStr for LockSpec {
                 Ok(LockSpec::redlock(masters))
             }
             Some("postgres" | "postgresql" | "mysql" | "mariadb") => LockSpec::sql(text),
-            // A ZooKeeper backend will take `zookeeper://h:2181,h2:2181/chroot`
-            // here, like etcd's list and path.
+            Some("zookeeper") => parse_zookeeper(text, after("zookeeper:")),
             _ => Err(SelectError::invalid(format!(
-                "`{}` names no lock service: expected embedded:, etcd://HOST:PORT[,...][/PREFIX], redis://..., rediss://..., redlock://HOST:PORT,..., postgres://... or mysql://...",
+                "`{}` names no lock service: expected embedded:, etcd://HOST:PORT[,...][/PREFIX], redis://..., rediss://..., redlock://HOST:PORT,..., postgres://..., mysql://... or zookeeper://HOST:PORT[,...][/CHROOT]",
                 redact_url(text)
             ))),
         }
     }
+}
+
+/// `zookeeper://HOST:PORT[,HOST:PORT...][/CHROOT][?node-names=FORM]`,
+/// `rest` being what follows the scheme.
+fn parse_zookeeper(text: &str, rest: &str) -> Result<LockSpec, SelectError> {
+    let malformed = |why: &str| {
+        SelectError::invalid(format!(
+            "{}: {why}; expected zookeeper://HOST:PORT[,HOST:PORT...][/CHROOT][?node-names=kazoo|curator-mutex|curator-rw]",
+            redact_url(text)
+        ))
+    };
+    let (connect, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let hosts = connect.split('/').next().unwrap_or_default();
+    if hosts.is_empty() || hosts.split(',').any(|host| host.trim().is_empty()) {
+        return Err(malformed("no server list"));
+    }
+    let mut spec = LockSpec::zookeeper(connect);
+    for parameter in query.split('&').filter(|parameter| !parameter.is_empty()) {
+        match parameter.split_once('=') {
+            Some(("node-names", form)) => {
+                let form = ZooKeeperNodeNames::parse(form)
+                    .ok_or_else(|| malformed(&format!("unknown node-names `{form}`")))?;
+                spec = spec.with_zookeeper_node_names(form);
+            }
+            _ => return Err(malformed(&format!("unknown parameter `{parameter}`"))),
+        }
+    }
+    Ok(spec)
 }
 
 /// The service, with secrets masked.
@@ -425,6 +543,7 @@ impl fmt::Debug for LockSpec {
             .field("prefix", &self.prefix)
             .field("redis_generations", &self.redis_generations)
             .field("redis_ca_pem", &self.redis_ca_pem.as_ref().map(Vec::len))
+            .field("zookeeper_node_names", &self.zookeeper_node_names)
             .field("issuer", &self.issuer)
             .field(
                 "signing_key",
@@ -473,6 +592,21 @@ mod tests {
         assert_eq!(parse("postgresql://u@h/db").kind(), BackendKind::Postgres);
         assert_eq!(parse("mysql://u@h/db").kind(), BackendKind::MariaDb);
         assert_eq!(parse("mariadb://u@h/db").kind(), BackendKind::MariaDb);
+        let zookeeper = parse("zookeeper://a:2181,b:2181/apps?node-names=curator-rw");
+        assert_eq!(
+            zookeeper.service(),
+            &Service::ZooKeeper {
+                connect: "a:2181,b:2181/apps".into()
+            }
+        );
+        assert_eq!(
+            zookeeper.zookeeper_node_names(),
+            ZooKeeperNodeNames::CuratorRw
+        );
+        assert_eq!(
+            parse("zookeeper://a:2181").zookeeper_node_names(),
+            ZooKeeperNodeNames::Kazoo
+        );
     }
 
     #[test]
@@ -484,9 +618,17 @@ mod tests {
             "redlock://a:1,b:2,c:3",
             "postgres://u:secret@h:5432/db",
             "mysql://root@h:3306/test",
+            "zookeeper://a:2181,b:2181/chroot",
+            "zookeeper://a:2181?node-names=curator-mutex",
         ] {
             let spec = parse(text);
-            assert_eq!(parse(&spec.to_url()).service(), spec.service(), "{text}");
+            let back = parse(&spec.to_url());
+            assert_eq!(back.service(), spec.service(), "{text}");
+            assert_eq!(
+                back.zookeeper_node_names(),
+                spec.zookeeper_node_names(),
+                "{text}"
+            );
         }
         let listed = LockSpec::etcd("http://a:2379, b:2379");
         assert_eq!(listed.to_url(), "etcd://a:2379,b:2379");
@@ -495,7 +637,11 @@ mod tests {
     #[test]
     fn unknown_or_malformed_urls_are_refused_without_their_secrets() {
         for text in [
-            "zookeeper://h:2181",
+            "zookeeper://",
+            "zookeeper:///chroot",
+            "zookeeper://a:2181,,b:2181",
+            "zookeeper://a:2181?node-names=zk",
+            "zookeeper://a:2181?chroot=/x",
             "redis+cluster://h:7000",
             "http://h",
             "etcd://",

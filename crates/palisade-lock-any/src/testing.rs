@@ -54,6 +54,21 @@ impl AnyLock {
                 });
                 "its session row stops being renewed and expires one TTL later by the database's clock"
             }
+            #[cfg(feature = "zookeeper")]
+            AnyLock::ZooKeeper(session) => {
+                // The client library's own pings would keep the ZooKeeper
+                // session alive; a stopped process sends none, and the
+                // ensemble expires it one TTL on.
+                session.stop_keepalive();
+                let session = session.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(ttl).await;
+                    if let Err(error) = session.simulate_crash().await {
+                        tracing::warn!(%error, "expiring the paused session failed");
+                    }
+                });
+                "its keep-alive stops, and ZooKeeper expires its session one TTL later"
+            }
             AnyLock::Never(never) => match *never {},
         }
     }

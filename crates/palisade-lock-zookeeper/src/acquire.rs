@@ -24,6 +24,7 @@
 
 use std::sync::Arc;
 
+use palisade_core::holds::{Admission, HoldTable, Patience, Turn};
 use palisade_core::{
     Generation, LeaseState, LeaseTracker, LockError, LockName, LostReason, Mode, Sequencer,
 };
@@ -32,10 +33,9 @@ use zookeeper_client as zk;
 use crate::errors::{BACKEND, ZkLockError};
 use crate::floor::{FloorHistory, parse_floor};
 use crate::guard::ZkGuard;
-use crate::holds::{Hold, Reentry, lock};
 use crate::names::marker_name;
-use crate::queue::{Turn, turn};
-use crate::session::Session;
+use crate::queue;
+use crate::session::{Session, ZkHold};
 use crate::task::AbortOnDrop;
 
 /// What the create step learnt.
@@ -69,32 +69,23 @@ impl Session {
                 }),
             });
         }
-        if let Some(guard) = self.reenter(name, mode)? {
-            return Ok(Some(guard));
-        }
-        let _ticket = if wait {
-            Some(
-                self.client
-                    .inner
-                    .waiters
-                    .enter(name, self.options.max_waiters())?,
-            )
+        let patience = if wait {
+            Patience::Forever
         } else {
-            None
+            Patience::Now
         };
-        let gate = self.gates.gate(name);
-        let _gate = gate.lock().await;
-        // Another task of this session may have taken it meanwhile.
-        if let Some(guard) = self.reenter(name, mode)? {
-            return Ok(Some(guard));
-        }
+        let turn = match HoldTable::admit(self, name, mode, patience).await? {
+            Admission::Reentered(guard) => return Ok(Some(ZkGuard(guard))),
+            Admission::InProgress => return Ok(None),
+            Admission::Turn(turn) => turn,
+        };
         let mut attempt = Attempt::new(self, name, mode);
         let created = attempt.create().await?;
         let mut children = created.children.clone();
         loop {
-            match turn(&children, &created.node, mode) {
-                Turn::Granted => break,
-                Turn::Gone => {
+            match queue::turn(&children, &created.node, mode) {
+                queue::Turn::Granted => break,
+                queue::Turn::Gone => {
                     self.check_open()?;
                     return Err(LockError::Backend {
                         backend: BACKEND,
@@ -105,12 +96,12 @@ impl Session {
                         .into(),
                     });
                 }
-                Turn::Behind(node) | Turn::Delayed(node) if !wait => {
+                queue::Turn::Behind(node) | queue::Turn::Delayed(node) if !wait => {
                     tracing::debug!(lock = %name, behind = %node, "not granted now");
                     attempt.withdraw().await?;
                     return Ok(None);
                 }
-                Turn::Behind(node) | Turn::Delayed(node) => {
+                queue::Turn::Behind(node) | queue::Turn::Delayed(node) => {
                     tracing::debug!(lock = %name, behind = %node, "waiting");
                     self.wait_deleted(&format!("{}/{node}", attempt.dir))
                         .await?;
@@ -121,28 +112,7 @@ impl Session {
                 }
             }
         }
-        self.grant(attempt, created).await.map(Some)
-    }
-
-    /// A re-entrant guard if this session holds `name` in `mode`.
-    fn reenter(
-        self: &Arc<Self>,
-        name: &LockName,
-        mode: Mode,
-    ) -> Result<Option<ZkGuard>, LockError> {
-        match lock(&self.state).holds.reenter(name, mode) {
-            Reentry::Again {
-                id,
-                sequencer,
-                lease,
-            } => Ok(Some(ZkGuard::new(self.clone(), *sequencer, id, lease))),
-            Reentry::Conflict(held) => Err(LockError::ModeConflict {
-                name: name.clone(),
-                held,
-                requested: mode,
-            }),
-            Reentry::Vacant => Ok(None),
-        }
+        self.grant(turn, attempt, created).await.map(Some)
     }
 
     /// The children of `dir`, within the request timeout.
@@ -183,6 +153,7 @@ impl Session {
     /// Turns a granted attempt into a hold and its first guard.
     async fn grant(
         self: &Arc<Self>,
+        turn: Turn<Session>,
         mut attempt: Attempt,
         created: Created,
     ) -> Result<ZkGuard, LockError> {
@@ -221,31 +192,17 @@ impl Session {
         };
         let node_path = format!("{}/{}", attempt.dir, created.node);
         let sequencer = self.sequencer(&name, attempt.mode, generation, &created.node)?;
-        let tracker = LeaseTracker::new(valid_until);
-        let lease = tracker.watch();
-        let mut state = lock(&self.state);
-        if state.closed {
-            return Err(LockError::SessionClosed);
-        }
-        let id = state.holds.next_id();
-        let node_watch = self.spawn_node_watch(name.clone(), id, node_path.clone());
-        state.holds.insert(
-            name.clone(),
-            Hold {
-                id,
-                mode: attempt.mode,
-                sequencer: sequencer.clone(),
-                node: node_path,
-                marker,
-                count: 1,
-                tracker,
-                _node_watch: Some(node_watch),
-            },
-        );
-        drop(state);
+        let tracker = Arc::new(LeaseTracker::new(valid_until));
+        let node_watch = self.spawn_node_watch(tracker.clone(), node_path.clone());
+        let data = ZkHold {
+            node: node_path,
+            marker,
+            node_watch: std::sync::Mutex::new(Some(node_watch)),
+        };
+        let guard = turn.grant(sequencer, tracker, data)?;
         attempt.defuse();
         tracing::info!(backend = BACKEND, lock = %name, generation = generation.get(), mode = %attempt.mode, node = %created.node, czxid = created.czxid, "granted");
-        Ok(ZkGuard::new(self.clone(), sequencer, id, lease))
+        Ok(ZkGuard(guard))
     }
 
     /// `czxid + floor(czxid)`; the fault suite's mutation uses the sequence
@@ -312,8 +269,14 @@ impl Session {
 
     /// Watches a hold's node: deleted by anyone but this session's release
     /// (a forced release), the hold is lost.
-    fn spawn_node_watch(self: &Arc<Self>, name: LockName, id: u64, path: String) -> AbortOnDrop {
+    fn spawn_node_watch(self: &Arc<Self>, tracker: Arc<LeaseTracker>, path: String) -> AbortOnDrop {
         let session = Arc::downgrade(self);
+        let shown = path.clone();
+        let deleted = move || {
+            if tracker.lose(LostReason::KeyDeleted) {
+                tracing::warn!(backend = BACKEND, node = %shown, "the hold's node was deleted by someone else: lease lost");
+            }
+        };
         AbortOnDrop(tokio::spawn(async move {
             loop {
                 let Some(strong) = session.upgrade() else {
@@ -324,29 +287,15 @@ impl Session {
                 };
                 let watch = zk.check_and_watch_stat(&path);
                 let watched = strong.client.inner.bounded("watch hold", watch).await;
-                drop(zk);
+                drop((zk, strong));
                 let watcher = match watched {
                     Ok((Some(_), watcher)) => watcher,
-                    Ok((None, _)) => {
-                        lock(&strong.state)
-                            .holds
-                            .lose(&name, id, LostReason::KeyDeleted);
-                        return;
-                    }
+                    Ok((None, _)) => return deleted(),
                     // The session's own end is followed elsewhere.
                     Err(_) => return,
                 };
-                drop(strong);
-                let event = watcher.changed().await;
-                match event.event_type {
-                    zk::EventType::NodeDeleted => {
-                        if let Some(strong) = session.upgrade() {
-                            lock(&strong.state)
-                                .holds
-                                .lose(&name, id, LostReason::KeyDeleted);
-                        }
-                        return;
-                    }
+                match watcher.changed().await.event_type {
+                    zk::EventType::NodeDeleted => return deleted(),
                     zk::EventType::Session => return,
                     _ => {}
                 }
@@ -492,7 +441,7 @@ impl Drop for Attempt {
                 std::time::Duration::from_millis(20),
                 std::time::Duration::from_secs(1),
             ) {
-                if lock(&session.state).closed {
+                if session.is_over() {
                     // The session's end takes its nodes with it.
                     return;
                 }

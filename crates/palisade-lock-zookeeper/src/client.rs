@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use palisade_core::{LockError, LockName};
@@ -11,9 +11,9 @@ use tokio::runtime::Handle;
 use zookeeper_client as zk;
 
 use crate::errors::{self, BACKEND};
-use crate::holds::{Waiters, lock};
 use crate::names::Layout;
 use crate::{ZkConfig, ZkLiveCheck};
+use palisade_core::holds::Waiters;
 
 /// The session timeout of the client's own reading session. It holds no
 /// lock, so its length matters only for how long a dead client lingers.
@@ -55,7 +55,7 @@ pub(crate) struct ClientInner {
     /// Put in every sequencer.
     pub(crate) issuer: String,
     /// Blocked acquires per lock in this process: the fail-fast bound.
-    pub(crate) waiters: Arc<Waiters>,
+    pub(crate) waiters: Waiters,
     /// The highest generation granted per lock in this process. A grant
     /// at or below it means the ensemble's zxids went back (its data was
     /// wiped): refused as `GenerationRegression`, after raising the floor.
@@ -80,7 +80,7 @@ impl ZkLockClient {
                 config,
                 zk: Mutex::new(zk),
                 issuer,
-                waiters: Arc::default(),
+                waiters: Waiters::default(),
                 seen: Mutex::default(),
                 runtime: Handle::current(),
             }),
@@ -167,6 +167,12 @@ impl ClientInner {
             error => errors::from_zk(operation, error),
         }
     }
+}
+
+/// Locks a std mutex, ignoring poisoning (every critical section leaves
+/// the state consistent before anything can panic).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Opens a ZooKeeper session asking for `timeout`, within the connect

@@ -34,8 +34,10 @@
 //!   from one listing and `names.rs` the layout and node names.
 //! - `floor.rs`: why the generation never goes back, and
 //!   [`RaiseFloor::raise_floor`](palisade_core::RaiseFloor::raise_floor), the recovery after a wiped ensemble.
-//! - `holds.rs`: the session's in-process bookkeeping (re-entry, gates,
-//!   the waiter bound).
+//! - the session's in-process bookkeeping (re-entry, one acquisition per
+//!   name at a time, the waiter bound, releasing) is core's shared hold
+//!   table, `palisade_core::holds`; `session.rs` gives it the ZooKeeper
+//!   side (deleting a hold's marker and node).
 //!
 //! ```no_run
 //! use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
@@ -56,7 +58,6 @@ mod config;
 mod errors;
 mod floor;
 mod guard;
-mod holds;
 mod inspect;
 mod live_check;
 mod names;

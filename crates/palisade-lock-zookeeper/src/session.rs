@@ -19,13 +19,15 @@ use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use palisade_core::holds::{Gate, Hold, HoldBackend, HoldTable, Task};
 use palisade_core::{LeaseState, LeaseTracker, LeaseWatch, LockError, LostReason, SessionOptions};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::acquire::withdraw_paths;
+use crate::client::lock;
 use crate::client::{close_from_outside, connect_session};
 use crate::errors::{self, BACKEND};
-use crate::holds::{Gates, Holds, lock};
 use crate::task::AbortOnDrop;
 use crate::{ConfigError, ZkLockClient};
 
@@ -49,6 +51,8 @@ pub struct ZkLock {
 /// The shared core of a session, owned by the `ZkLock` handles and by
 /// every guard taken under it.
 pub(crate) struct Session {
+    /// Itself, for a release's retry in the background.
+    me: Weak<Session>,
     pub(crate) client: ZkLockClient,
     pub(crate) options: SessionOptions,
     /// The ZooKeeper session: the lease. Every contender node of this
@@ -68,11 +72,13 @@ pub(crate) struct Session {
     /// `<session id>`, the sequencer's `lease` field and the `lease` of
     /// this session's holders in inspection.
     pub(crate) lease_id: String,
-    /// The holds and the session-wide lease; shared with the keep-alive.
-    pub(crate) state: Mutex<SessionState>,
+    /// The session lease's validity, as of the last answered keep-alive.
+    tracker: LeaseTracker,
     /// The session-wide lease-lost signal; waiters give up when it fires.
     pub(crate) lease: LeaseWatch,
-    pub(crate) gates: Gates,
+    /// The session's holds (re-entry, one acquisition per name at a time,
+    /// the waiter bound), on core's shared table; ended with the session.
+    holds: HoldTable<ZkHold>,
     /// The keep-alive and the session-state follower.
     tasks: Mutex<Tasks>,
 }
@@ -80,18 +86,25 @@ pub(crate) struct Session {
 /// A session's background tasks, stopped with it.
 #[derive(Default)]
 struct Tasks {
-    /// Stopped alone by the test hooks, as a paused process stops it.
+    /// Stopped alone by the test hooks, as a paused process stops it;
+    /// otherwise only held.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     keepalive: Option<AbortOnDrop>,
     _follower: Option<AbortOnDrop>,
 }
 
-/// What the keep-alive and the lock operations share.
-pub(crate) struct SessionState {
-    /// The session lease's validity, as of the last answered keep-alive.
-    pub(crate) tracker: LeaseTracker,
-    pub(crate) holds: Holds,
-    /// Set when the session is known to be over; final.
-    pub(crate) closed: bool,
+/// What the session keeps per hold besides its sequencer and lease.
+pub(crate) struct ZkHold {
+    /// The contender node's path: deleting it releases the lock.
+    pub(crate) node: String,
+    /// The lock-delay marker's path, when the session has a lock-delay:
+    /// deleted just before the node on a release, left to expire with the
+    /// lock-delay session otherwise.
+    pub(crate) marker: Option<String>,
+    /// Watches the node: its deletion by anyone else (a forced release)
+    /// loses the hold. Stopped before the session's own release deletes
+    /// it, and with the hold.
+    pub(crate) node_watch: Mutex<Option<AbortOnDrop>>,
 }
 
 /// The session-level sequencer `lease` field: ZooKeeper's session id.
@@ -134,19 +147,17 @@ impl ZkLockClient {
         let tracker = LeaseTracker::new(options.valid_until(started));
         let states = zk.state_watcher();
         let lease = tracker.watch();
-        let session = Arc::new(Session {
+        let holds = HoldTable::new(BACKEND, &options, self.inner.waiters.clone());
+        let session = Arc::new_cyclic(|me| Session {
+            me: me.clone(),
             client: self.clone(),
             lease_id: lease_hex(zk.session_id().0),
             zk: Mutex::new(Some(zk)),
             delay_zk: Mutex::new(delay_zk),
             options,
-            state: Mutex::new(SessionState {
-                tracker,
-                holds: Holds::default(),
-                closed: false,
-            }),
+            tracker,
             lease,
-            gates: Gates::default(),
+            holds,
             tasks: Mutex::default(),
         });
         let keepalive = tokio::spawn(keep_alive(Arc::downgrade(&session)));
@@ -212,7 +223,7 @@ impl ZkLock {
 
     /// Whether the session can still take locks.
     pub fn is_open(&self) -> bool {
-        !lock(&self.session.state).closed && self.session.lease.is_valid()
+        self.session.check_open().is_ok()
     }
 
     /// Ends the session cleanly: every hold is released (ZooKeeper deletes
@@ -261,10 +272,15 @@ impl fmt::Debug for ZkLock {
 impl Session {
     /// Fails unless the session can still take locks.
     pub(crate) fn check_open(&self) -> Result<(), LockError> {
-        if lock(&self.state).closed || !self.lease.is_valid() {
+        if self.is_over() || !self.lease.is_valid() {
             return Err(LockError::SessionClosed);
         }
         Ok(())
+    }
+
+    /// Whether the session is known to be over (final).
+    pub(crate) fn is_over(&self) -> bool {
+        self.holds.ended().is_some()
     }
 
     /// The ZooKeeper session's client, until it was closed.
@@ -299,11 +315,10 @@ impl Session {
     /// the session lease are valid until `sent_at + ttl - margin`.
     fn renewed(&self, sent_at: Instant) -> bool {
         let valid_until = self.options.valid_until(sent_at);
-        let state = lock(&self.state);
-        if state.closed || !state.tracker.extend(valid_until) {
+        if self.is_over() || !self.tracker.extend(valid_until) {
             return false;
         }
-        state.holds.extend(valid_until);
+        self.holds.extend_where(|_| true, valid_until);
         true
     }
 
@@ -311,14 +326,10 @@ impl Session {
     /// (`close`) closes the lock-delay session too; any other abandons it,
     /// so the markers of the lost holds keep their lock-delay.
     pub(crate) fn end(&self, reason: LostReason, clean: bool) {
-        let mut state = lock(&self.state);
-        if !state.closed {
-            state.closed = true;
-            state.tracker.lose(reason);
-            state.holds.lose_all(reason);
+        if self.holds.end(reason) {
+            self.tracker.lose(reason);
             tracing::warn!(backend = BACKEND, session = %self.lease_id, reason = reason.as_str(), "session ended");
         }
-        drop(state);
         let abandoned = lock(&self.delay_zk).take();
         if let (true, Some(delay_zk)) = (clean, abandoned) {
             let config = self.client.config().clone();
@@ -343,7 +354,7 @@ async fn keep_alive(session: Weak<Session>) {
         let Some(session) = session.upgrade() else {
             return;
         };
-        if lock(&session.state).closed {
+        if session.is_over() {
             return;
         }
         let Ok(zk) = session.zk() else {
@@ -402,9 +413,8 @@ async fn follow_state(session: Weak<Session>, mut states: zk::StateWatcher) {
                     // Curator's LOST does (a session timeout after
                     // SUSPENDED).
                     let valid_until = Instant::now() + session.options.ttl();
-                    let state = lock(&session.state);
-                    let _ = state.tracker.extend(valid_until);
-                    state.holds.extend(valid_until);
+                    let _ = session.tracker.extend(valid_until);
+                    session.holds.extend_where(|_| true, valid_until);
                 }
             }
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
@@ -419,5 +429,81 @@ async fn follow_state(session: Weak<Session>, mut states: zk::StateWatcher) {
                 return;
             }
         }
+    }
+}
+
+/// ZooKeeper's side of the session's hold table: a hold is given back by
+/// deleting its lock-delay marker and then its node, which wakes the
+/// contender behind it.
+impl HoldBackend for Session {
+    type Data = ZkHold;
+
+    fn holds(&self) -> &HoldTable<ZkHold> {
+        &self.holds
+    }
+
+    /// Node names are unique per attempt, so a new acquisition cannot
+    /// collide with this release; the gate is kept anyway until the delete
+    /// is answered, so the session's next acquisition of the name does
+    /// not queue behind its own old node.
+    async fn give_back(
+        &self,
+        hold: &Arc<Hold<ZkHold>>,
+        gate: Option<Gate>,
+    ) -> Result<bool, LockError> {
+        let data = hold.data();
+        // Our own delete is no forced release.
+        lock(&data.node_watch).take();
+        let inner = &self.client.inner;
+        if let (Some(marker), Some(delay_zk)) = (&data.marker, self.delay_zk()) {
+            // The marker first: a contender woken by the node's deletion
+            // must not find it orphaned. A failure leaves it to expire with
+            // the lock-delay session (a delay the next holder waits out).
+            let _ = inner
+                .bounded("delete marker", delay_zk.delete(marker, None))
+                .await;
+        }
+        let Ok(zk) = self.zk() else {
+            // Closed: its nodes went with it.
+            return Ok(false);
+        };
+        let deleted = inner.bounded("release", zk.delete(&data.node, None)).await;
+        drop((zk, gate));
+        match deleted {
+            Ok(()) => Ok(true),
+            // Gone already: a forced release, or the session's end.
+            Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => {
+                Ok(false)
+            }
+            Err(error) => {
+                // Keep trying in the background while the session lives:
+                // the delete is safe to repeat, and the session's end
+                // takes the node anyway.
+                let (me, node) = (self.me.clone(), data.node.clone());
+                self.spawn(Box::pin(async move {
+                    for pause in palisade_core::retry_pauses(
+                        Duration::from_millis(50),
+                        Duration::from_secs(2),
+                    ) {
+                        tokio::time::sleep(pause).await;
+                        let Some(session) = me.upgrade() else {
+                            return;
+                        };
+                        if session.is_over()
+                            || withdraw_paths(&session, Some(node.clone()), None)
+                                .await
+                                .is_ok()
+                        {
+                            return;
+                        }
+                    }
+                }));
+                Err(inner.error("release", error))
+            }
+        }
+    }
+
+    fn spawn(&self, task: Task) {
+        self.client.inner.runtime.spawn(task);
     }
 }

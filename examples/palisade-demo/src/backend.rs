@@ -27,15 +27,17 @@ pub(crate) fn default_ttl(kind: BackendKind) -> Duration {
 }
 
 /// Where the locks of one demo run live: `tag` goes into the key prefix
-/// (under `--prefix`, if given), so two runs on the same etcd or Redis
-/// never share a lock. The SQL lock tables have no prefix: a demo's lock
+/// (under `--prefix`, if given), so two runs on the same etcd, Redis or
+/// ZooKeeper never share a lock. The SQL lock tables have no prefix: a demo's lock
 /// name is shared with any other demo on the same database (runs in turn
 /// are fine; generations only grow).
 pub(crate) fn target(args: &BackendArgs, tag: &str) -> Result<BackendTarget, DemoError> {
     let spec = args.spec(Defaults::Local)?;
     let base = spec.prefix().map(str::to_owned);
     let prefix = match spec.kind() {
-        BackendKind::Etcd => Some(format!("{}/palisade-demo/{tag}", base.unwrap_or_default())),
+        BackendKind::Etcd | BackendKind::ZooKeeper => {
+            Some(format!("{}/palisade-demo/{tag}", base.unwrap_or_default()))
+        }
         BackendKind::Redis | BackendKind::Redlock => {
             Some(format!("{}palisade-demo:{tag}:", base.unwrap_or_default()))
         }

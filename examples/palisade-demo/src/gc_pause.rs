@@ -140,7 +140,7 @@ impl GcPauseArgs {
         let kind = self.backend.kind(Defaults::Local)?;
         if self.pause == PauseVariant::Sigstop && kind == BackendKind::Embedded {
             return Err(DemoError::usage(
-                "--pause sigstop runs client A in a process of its own, and the embedded lock service lives inside one process: use --backend etcd, redis, postgres or mariadb (or --pause in-process)",
+                "--pause sigstop runs client A in a process of its own, and the embedded lock service lives inside one process: use --backend etcd, redis, postgres, mariadb or zookeeper (or --pause in-process)",
             ));
         }
         let ttl = self.ttl();

@@ -9,7 +9,8 @@
 //! so nothing of it is even fenced. Invariants: I-MONO, I-STALE, I-DUR,
 //! I-ONCE, I-TOKEN, and I-LIVE after the heal. The mutation row counts the
 //! lease from the disconnect notice instead, with fencing off: the holder
-//! writes on after the new grant and the checker reports it.
+//! writes on after the new grant, until its stretched lease lapses (the
+//! cut lasts that long), and the checker reports it.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -95,9 +96,20 @@ pub(crate) async fn holder_cut_off(
             _ => None,
         })
         .await?;
-    // The new holder writes; then the cut heals.
+    // The cut heals once the new holder has written and the cut-off
+    // holder has said `LOST`. Not sooner: the holder learns of its
+    // session's expiry the moment it reaches ZooKeeper again (its
+    // reconnect, held by the proxy, is answered on the heal), which would
+    // end the mutation's stretched lease within milliseconds of the new
+    // grant and leave the row to chance.
+    let (mut lost, mut wrote) = (lost_before_grant, false);
     run.wait_any(STEP, |client, line| {
-        (client == "b" && matches!(line, ClientLine::Wrote { .. })).then_some(())
+        match (client, line) {
+            ("a", ClientLine::Lost { .. }) => lost = true,
+            ("b", ClientLine::Wrote { .. }) => wrote = true,
+            _ => {}
+        }
+        (lost && wrote).then_some(())
     })
     .await?;
     proxy.pass();

@@ -1,5 +1,5 @@
 //! The demos as checks: the GC-pause story and the flash sale of
-//! `palisade-demo`, on the embedded backend, real etcd, Redis and PostgreSQL, with
+//! `palisade-demo`, on the embedded backend, real etcd, Redis, PostgreSQL and ZooKeeper, with
 //! both pause variants where they apply; the flash sale with its stock
 //! in a real PostgreSQL table, fenced by `palisade_fence_sql`, and in a real
 //! Redis, fenced by `palisade_fence_redis`; and the flash sale
@@ -29,6 +29,7 @@ use palisade_demo::{
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::redis::RedisServer;
 use palisade_testkit::sql::SqlServer;
+use palisade_testkit::zookeeper::ZooKeeperServer;
 
 /// Items on sale in the tests' flash sales: fewer than the demo's default,
 /// to keep the suite short; the injected pauses do not depend on it.
@@ -257,6 +258,10 @@ fn on_redis(url: String) -> BackendArgs {
     LockSpec::redis(url).into()
 }
 
+fn on_zookeeper(connect: String) -> BackendArgs {
+    LockSpec::zookeeper(connect).into()
+}
+
 fn on_sql(url: String) -> BackendArgs {
     LockSpec::sql(url).expect("a PostgreSQL URL").into()
 }
@@ -324,6 +329,32 @@ async fn gc_pause_on_redis_with_sigstop() -> anyhow::Result<()> {
     let redis = RedisServer::start();
     let backend = on_redis(redis.url());
     gc_pause_checked(server_pause(backend, PauseVariant::Sigstop)).await
+}
+
+/// ZooKeeper with client A paused in-process: its keep-alive stops and its
+/// session is ended one TTL into the pause, as the ensemble expires a
+/// stopped process's session.
+#[tokio::test]
+async fn gc_pause_on_zookeeper_in_process() -> anyhow::Result<()> {
+    let zookeeper = ZooKeeperServer::start();
+    let backend = on_zookeeper(zookeeper.connect_string());
+    gc_pause_checked(server_pause(backend, PauseVariant::InProcess)).await
+}
+
+/// ZooKeeper with client A stopped (SIGSTOP): no pings, and the ensemble
+/// expires its session after the 2 s timeout.
+#[tokio::test]
+async fn gc_pause_on_zookeeper_with_sigstop() -> anyhow::Result<()> {
+    let zookeeper = ZooKeeperServer::start();
+    let backend = on_zookeeper(zookeeper.connect_string());
+    gc_pause_checked(server_pause(backend, PauseVariant::Sigstop)).await
+}
+
+#[tokio::test]
+async fn flash_sale_on_zookeeper_with_buyer_processes() -> anyhow::Result<()> {
+    let zookeeper = ZooKeeperServer::start();
+    flash_sale_checked(flash_sale_args(on_zookeeper(zookeeper.connect_string()))).await?;
+    Ok(())
 }
 
 /// PostgreSQL with client A paused in-process: its session row expires

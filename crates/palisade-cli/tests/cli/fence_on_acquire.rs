@@ -87,6 +87,20 @@ async fn postgres_late_write_is_refused_after_a_fenced_grant() {
     late_write_is_refused_after_a_fenced_grant(Backend::postgres()).await;
 }
 
+/// ZooKeeper: A's `palisade lock`, stopped, sends no pings; the ensemble
+/// expires its session after the 2 s timeout and deletes its node; B is
+/// granted with a later creation zxid, fences, and A's late write is
+/// refused (#26's cross-process case, CLI half).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_late_write_is_refused_after_a_fenced_grant() {
+    late_write_is_refused_after_a_fenced_grant(Backend::zookeeper()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_late_write_lands_without_the_fence() {
+    late_write_lands_without_the_fence(Backend::zookeeper()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_late_write_lands_without_the_fence() {
     late_write_lands_without_the_fence(Backend::etcd()).await;

@@ -14,6 +14,7 @@ use palisade_core::{LockName, Sequencer};
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::redis::RedisServer;
 use palisade_testkit::sql::SqlServer;
+use palisade_testkit::zookeeper::ZooKeeperServer;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -222,6 +223,7 @@ pub(crate) enum Backend {
     Redlock(Vec<RedisServer>),
     /// PostgreSQL or MariaDB.
     Sql(SqlServer),
+    ZooKeeper(ZooKeeperServer),
 }
 
 impl Backend {
@@ -263,7 +265,13 @@ impl Backend {
                 palisade_testkit::sql::Dialect::Postgres => "postgres",
                 palisade_testkit::sql::Dialect::MariaDb => "mariadb",
             },
+            Backend::ZooKeeper(_) => "zookeeper",
         }
+    }
+
+    /// A standalone ZooKeeper from the testkit.
+    pub(crate) fn zookeeper() -> Backend {
+        Backend::ZooKeeper(ZooKeeperServer::start())
     }
 
     /// The flags that select this service.
@@ -294,6 +302,12 @@ impl Backend {
                 self.name().into(),
                 "--database-url".into(),
                 sql.url(),
+            ],
+            Backend::ZooKeeper(zookeeper) => vec![
+                "--backend".into(),
+                "zookeeper".into(),
+                "--zookeeper".into(),
+                zookeeper.connect_string(),
             ],
         }
     }
@@ -354,6 +368,9 @@ impl Backend {
                 ))
                 .expect("expire the holder's session");
             }
+            Backend::ZooKeeper(_) => panic!(
+                "the ZooKeeper cases end a lease the way ZooKeeper does, by stopping its holder past the session timeout"
+            ),
         }
     }
 }

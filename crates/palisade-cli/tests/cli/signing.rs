@@ -129,6 +129,7 @@ async fn signs_from_the_environment_as_the_lock_service(backend: &Backend) {
         Backend::Redis(_) => "redis@",
         Backend::Redlock(_) => "redlock@",
         Backend::Sql(_) => "postgres@127.0.0.1:",
+        Backend::ZooKeeper(_) => "zookeeper-",
     };
     let issuer = seen.issuer().expect("an issuer");
     assert!(issuer.starts_with(own_issuer), "{issuer}");
