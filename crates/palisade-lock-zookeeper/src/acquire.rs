@@ -45,6 +45,8 @@ struct Created {
     czxid: i64,
     sequence: i64,
     children: Vec<String>,
+    /// A one-shot watch on the directory's children, set by the listing.
+    children_watch: zk::OneshotWatcher,
     floor: FloorHistory,
 }
 
@@ -80,8 +82,8 @@ impl Session {
             Admission::Turn(turn) => turn,
         };
         let mut attempt = Attempt::new(self, name, mode);
-        let created = attempt.create().await?;
-        let mut children = created.children.clone();
+        let mut created = attempt.create().await?;
+        let mut children = std::mem::take(&mut created.children);
         loop {
             match queue::turn(&children, &created.node, mode) {
                 queue::Turn::Granted => break,
@@ -105,8 +107,8 @@ impl Session {
                     tracing::debug!(lock = %name, behind = %node, "waiting");
                     self.wait_deleted(&format!("{}/{node}", attempt.dir))
                         .await?;
-                    children = self
-                        .list_children(&attempt.dir)
+                    (children, created.children_watch) = self
+                        .list_and_watch_children(&attempt.dir)
                         .await
                         .map_err(|error| self.client.inner.error("list contenders", error))?;
                 }
@@ -119,6 +121,17 @@ impl Session {
     async fn list_children(&self, dir: &str) -> Result<Vec<String>, zk::Error> {
         let zk = self.zk().map_err(|_| zk::Error::ClientClosed)?;
         let listed = zk.list_children(dir);
+        self.client.inner.bounded("list contenders", listed).await
+    }
+
+    /// The children of `dir` and a one-shot watch on them, within the
+    /// request timeout.
+    async fn list_and_watch_children(
+        &self,
+        dir: &str,
+    ) -> Result<(Vec<String>, zk::OneshotWatcher), zk::Error> {
+        let zk = self.zk().map_err(|_| zk::Error::ClientClosed)?;
+        let listed = zk.list_and_watch_children(dir);
         self.client.inner.bounded("list contenders", listed).await
     }
 
@@ -193,7 +206,8 @@ impl Session {
         let node_path = format!("{}/{}", attempt.dir, created.node);
         let sequencer = self.sequencer(&name, attempt.mode, generation, &created.node)?;
         let tracker = Arc::new(LeaseTracker::new(valid_until));
-        let node_watch = self.spawn_node_watch(tracker.clone(), node_path.clone());
+        let node_watch =
+            self.spawn_node_watch(tracker.clone(), node_path.clone(), created.children_watch);
         let data = ZkHold {
             node: node_path,
             marker,
@@ -269,7 +283,19 @@ impl Session {
 
     /// Watches a hold's node: deleted by anyone but this session's release
     /// (a forced release), the hold is lost.
-    fn spawn_node_watch(self: &Arc<Self>, tracker: Arc<LeaseTracker>, path: String) -> AbortOnDrop {
+    ///
+    /// It starts from the one-shot watch the grant's listing set on the
+    /// directory's children, which costs no request of its own: nothing
+    /// but a contender's arrival or a deletion fires it. Only once it
+    /// fires is the node itself watched (one `exists`), so an uncontended
+    /// acquire and release costs ZooKeeper what the create and the delete
+    /// cost, plus the listing and floor read in the create's pipeline.
+    fn spawn_node_watch(
+        self: &Arc<Self>,
+        tracker: Arc<LeaseTracker>,
+        path: String,
+        children_watch: zk::OneshotWatcher,
+    ) -> AbortOnDrop {
         let session = Arc::downgrade(self);
         let shown = path.clone();
         let deleted = move || {
@@ -278,6 +304,10 @@ impl Session {
             }
         };
         AbortOnDrop(tokio::spawn(async move {
+            if children_watch.changed().await.event_type == zk::EventType::Session {
+                // The session's own end is followed elsewhere.
+                return;
+            }
             loop {
                 let Some(strong) = session.upgrade() else {
                     return;
@@ -353,7 +383,7 @@ impl Attempt {
         loop {
             let zk = session.zk()?;
             let create = zk.create(&path, data.as_bytes(), &options);
-            let listed = zk.list_children(&self.dir);
+            let listed = zk.list_and_watch_children(&self.dir);
             let floor = zk.get_data(&floor_path);
             self.sent = true;
             let (stat, sequence) = match inner.bounded("create contender", create).await {
@@ -366,7 +396,7 @@ impl Attempt {
             };
             let node = format!("{}{sequence}", self.prefix);
             self.node = Some(node.clone());
-            let children = inner
+            let (children, children_watch) = inner
                 .bounded("list contenders", listed)
                 .await
                 .map_err(|error| inner.error("list contenders", error))?;
@@ -380,6 +410,7 @@ impl Attempt {
                 czxid: stat.czxid,
                 sequence: sequence.into_i64(),
                 children,
+                children_watch,
                 floor,
             });
         }
