@@ -594,13 +594,7 @@ impl RedisFence {
                 self.after(lock, marks, restored);
                 self.inner.counters.stale.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(target: TRACE_TARGET, lock = %lock, %mode, generation, %marks, "refused: stale sequencer");
-                Ok(Err(Refused::Stale {
-                    lock: lock.clone(),
-                    mode,
-                    presented: sequencer.generation(),
-                    marks,
-                    regression: false,
-                }))
+                Ok(Err(Refused::stale(sequencer, marks)))
             }
             Answer::Short { op_index, current } => Ok(Err(Refused::CasMismatch {
                 op_index,
