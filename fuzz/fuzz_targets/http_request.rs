@@ -48,9 +48,12 @@ fn world() -> &'static World {
         let dir = tempfile::tempdir().expect("a temporary directory");
         // Buffered: an fsync per accepted write would be all the fuzzer
         // measures, and durability is not what is fuzzed here.
-        let config = StoreConfig::default().with_durability(Durability::Buffered {
-            flush_every: Duration::from_secs(1),
-        });
+        let config = StoreConfig {
+            durability: Durability::Buffered {
+                flush_every: Duration::from_secs(1),
+            },
+            ..StoreConfig::default()
+        };
         let store = Store::open(dir.path(), config).expect("a store");
         // Signed sequencers are verified when present (the seeds' key
         // `k1`), unsigned ones pass: both paths are reachable.

@@ -126,6 +126,17 @@ pub enum LockError {
 }
 
 impl LockError {
+    /// What a waiting `acquire` answers if its wait ended with no guard:
+    /// a backend's waiting path returns only a grant or an error, so this
+    /// is a bug, reported as a [`LockError::Backend`] rather than panicked
+    /// on.
+    pub fn ended_without_grant(backend: &'static str) -> LockError {
+        LockError::Backend {
+            backend,
+            source: "a waiting acquire ended without a grant".into(),
+        }
+    }
+
     /// A short stable name for metrics and logs: `timeout`, `busy`,
     /// `lease_lost`, `not_owner`, `mode_conflict`, `session_closed`,
     /// `unavailable`, `backend_timeout`, `permission_denied`,

@@ -153,6 +153,30 @@ pub trait Inspect: Send + Sync + 'static {
     /// Every lock whose name starts with `prefix` that is held, waited for
     /// or in a lock-delay, sorted by name. An empty prefix lists them all.
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<LockInfo>, LockError>> + Send;
+
+    /// [`Inspect::inspect`] for each of `names`, in their order, keeping the
+    /// locks that are held, waited for or in a lock-delay: what
+    /// [`Inspect::list`] answers once a backend has found the candidate
+    /// names (by a key scan, a table read).
+    fn inspect_active<I>(
+        &self,
+        names: I,
+    ) -> impl Future<Output = Result<Vec<LockInfo>, LockError>> + Send
+    where
+        I: IntoIterator<Item = LockName> + Send,
+        I::IntoIter: Send,
+    {
+        async move {
+            let mut locks = Vec::new();
+            for name in names {
+                let info = self.inspect(&name).await?;
+                if !info.is_idle() {
+                    locks.push(info);
+                }
+            }
+            Ok(locks)
+        }
+    }
 }
 
 /// Ending someone else's hold from outside: `palisade unlock --force`.

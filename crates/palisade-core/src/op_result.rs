@@ -20,6 +20,15 @@ pub enum OpResult {
 }
 
 impl OpResult {
+    /// Every result, in declaration order.
+    pub const ALL: [OpResult; 5] = [
+        OpResult::Created,
+        OpResult::Replaced,
+        OpResult::Deleted,
+        OpResult::Absent,
+        OpResult::Swapped,
+    ];
+
     /// A short stable name, as the HTTP API writes it: `created`,
     /// `replaced`, `deleted`, `absent`, `swapped`.
     pub fn as_str(self) -> &'static str {
@@ -72,13 +81,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for result in [
-            OpResult::Created,
-            OpResult::Replaced,
-            OpResult::Deleted,
-            OpResult::Absent,
-            OpResult::Swapped,
-        ] {
+        for result in OpResult::ALL {
             assert_eq!(result.as_str().parse(), Ok(result));
         }
         assert!("done".parse::<OpResult>().is_err());

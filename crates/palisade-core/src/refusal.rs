@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::marks::Marks;
-use crate::{Generation, LockName, Mode};
+use crate::{Generation, LockName, Mode, Sequencer};
 
 /// A request considered and refused; nothing changed.
 ///
@@ -129,6 +129,19 @@ pub enum Refused {
 }
 
 impl Refused {
+    /// [`Refused::Stale`] of `sequencer` against the lock's `marks`, as a
+    /// fence or a store decides it: not a regression, which only a resource
+    /// server with a live check can tell.
+    pub fn stale(sequencer: &Sequencer, marks: Marks) -> Refused {
+        Refused::Stale {
+            lock: sequencer.lock().clone(),
+            mode: sequencer.mode(),
+            presented: sequencer.generation(),
+            marks,
+            regression: false,
+        }
+    }
+
     /// The stable name: `stale`, `not_held`, `shared_on_write`,
     /// `cas_mismatch`, `idempotency_key_reused`, `lock_mismatch`,
     /// `raise_too_large`; the JSON `code` of the HTTP API.

@@ -133,15 +133,15 @@ impl EtcdConnection {
         )
     }
 
-    /// Sets the per-request timeout. Whether zero is refused, and when, is
-    /// the caller's rule.
+    /// Sets the per-request timeout (default 5 s). It must be positive:
+    /// see [`EtcdConnection::zero_timeout`].
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
     }
 
-    /// Sets the connect timeout. Whether zero is refused, and when, is the
-    /// caller's rule.
+    /// Sets the connect timeout (default 3 s). It must be positive: see
+    /// [`EtcdConnection::zero_timeout`].
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -177,6 +177,20 @@ impl EtcdConnection {
     /// The connect timeout.
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
+    }
+
+    /// The name of a timeout set to zero (`"request timeout"` or `"connect
+    /// timeout"`), if one is: such a connection cannot work. Each etcd
+    /// crate refuses it in its own error type, when its configuration is
+    /// checked.
+    pub fn zero_timeout(&self) -> Option<&'static str> {
+        if self.request_timeout.is_zero() {
+            Some("request timeout")
+        } else if self.connect_timeout.is_zero() {
+            Some("connect timeout")
+        } else {
+            None
+        }
     }
 
     /// The user name, if authentication is configured.

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use derive_setters::Setters;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
@@ -31,15 +32,29 @@ use crate::{FenceError, ObjectFence};
 /// assert!(!format!("{config:?}").contains("wJalrXUtnFEMI"));
 /// assert_eq!(config.to_string(), "s3://tables/orders at http://127.0.0.1:9000");
 /// ```
-#[derive(Clone)]
+///
+/// The plain setters are derived from the fields below and carry their
+/// documentation.
+#[derive(Clone, Setters)]
+#[setters(prefix = "with_", generate = false, into, strip_option)]
 pub struct S3Config {
     bucket: String,
     prefix: String,
+    /// The S3 endpoint, e.g. `http://127.0.0.1:9000` for a local
+    /// compatible store (path-style requests).
+    #[setters(generate)]
     endpoint: Option<String>,
+    /// The region.
+    #[setters(generate)]
     region: String,
     access_key_id: Option<String>,
     secret_access_key: Option<String>,
+    /// A session token, with temporary credentials.
+    #[setters(generate)]
     session_token: Option<String>,
+    /// How long one request may take before its outcome is in doubt (and
+    /// read back).
+    #[setters(generate, into = false)]
     timeout: Duration,
 }
 
@@ -78,19 +93,6 @@ impl S3Config {
         })
     }
 
-    /// The S3 endpoint, e.g. `http://127.0.0.1:9000` for a local
-    /// compatible store (path-style requests).
-    pub fn with_endpoint(mut self, endpoint: impl Into<String>) -> Self {
-        self.endpoint = Some(endpoint.into());
-        self
-    }
-
-    /// The region.
-    pub fn with_region(mut self, region: impl Into<String>) -> Self {
-        self.region = region.into();
-        self
-    }
-
     /// Static credentials.
     pub fn with_credentials(
         mut self,
@@ -99,19 +101,6 @@ impl S3Config {
     ) -> Self {
         self.access_key_id = Some(access_key_id.into());
         self.secret_access_key = Some(secret_access_key.into());
-        self
-    }
-
-    /// A session token, with temporary credentials.
-    pub fn with_session_token(mut self, token: impl Into<String>) -> Self {
-        self.session_token = Some(token.into());
-        self
-    }
-
-    /// How long one request may take before its outcome is in doubt (and
-    /// read back).
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
         self
     }
 

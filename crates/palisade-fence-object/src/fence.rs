@@ -601,13 +601,7 @@ impl ObjectFence {
     ) -> Refused {
         FenceStats::count(&self.stats.refused);
         tracing::info!(target: "palisade_fence_object", lock = %sequencer.lock(), mode = %sequencer.mode(), generation = sequencer.generation().get(), %marks, %at, "stale write refused");
-        Refused::Stale {
-            lock: sequencer.lock().clone(),
-            mode: sequencer.mode(),
-            presented: sequencer.generation(),
-            marks,
-            regression: false,
-        }
+        Refused::stale(sequencer, marks)
     }
 
     fn remember(&self, path: &Path, head: &Head, generation: u64) {

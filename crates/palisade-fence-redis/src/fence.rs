@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use derive_setters::Setters;
 use palisade_core::marks::Marks;
 use palisade_core::op::Read;
 use palisade_core::{LockName, Mode, OpResult, Refused, Sequencer, SequencerSource, Verifier};
@@ -44,21 +45,38 @@ pub struct Written<T> {
 }
 
 /// How a [`RedisFence`] behaves.
-#[derive(Debug, Clone)]
+///
+/// The plain setters are derived from the fields below and carry their
+/// documentation.
+#[derive(Debug, Clone, Setters)]
+#[setters(prefix = "with_")]
 pub struct FenceOptions {
-    /// Prepended to every marks record (not to data keys). Must not hold
-    /// `{`, `}` or whitespace.
+    /// Prepended to every marks record (not to data keys; default
+    /// [`FenceOptions::DEFAULT_KEY_PREFIX`]). Must not hold `{`, `}` or
+    /// whitespace.
+    #[setters(into)]
     key_prefix: String,
-    /// When set, sequencers must be signed by one of its keys (and come
-    /// from a trusted issuer): checked before anything is sent.
+    /// Requires signed sequencers, verified by this verifier before
+    /// anything is sent (the function itself does not verify: see
+    /// `docs/redis-data.md`, "Signed sequencers").
+    #[setters(strip_option)]
     verifier: Option<Verifier>,
     /// `WAIT replicas timeout` after every call that may change a mark.
+    #[setters(skip)]
     replicas: Option<(u64, Duration)>,
-    /// The bound on one call, `WAIT` included.
+    /// The bound on one call, `WAIT` included (default 5 s). A call that
+    /// times out may still be applied.
     call_timeout: Duration,
-    /// Replace an older Palisade version of the library.
+    /// Replaces an older Palisade version of the library on connect
+    /// (never a newer one, a modified one or someone else's).
+    #[setters(rename = "with_library_upgrade")]
     upgrade_library: bool,
-    /// Send the highest marks seen for a lock as a floor with every call.
+    /// Whether every call sends, as a floor, the highest marks this fence
+    /// has been answered with for the lock (default on). The function then
+    /// puts back marks Redis lost (a restart without persistence, a
+    /// failover to a replica that missed a raise) before it applies the
+    /// rule. Off, only what Redis holds decides.
+    #[setters(rename = "with_remembered_marks")]
     remember_marks: bool,
 }
 
@@ -80,49 +98,11 @@ impl FenceOptions {
     /// lock's marks record sits beside its lock keys.
     pub const DEFAULT_KEY_PREFIX: &'static str = "palisade:";
 
-    /// Sets the marks records' prefix.
-    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
-        self
-    }
-
-    /// Requires signed sequencers, verified by `verifier` before anything
-    /// is sent (the function itself does not verify: see
-    /// `docs/redis-data.md`, "Signed sequencers").
-    pub fn with_verifier(mut self, verifier: Verifier) -> Self {
-        self.verifier = Some(verifier);
-        self
-    }
-
     /// After every call that may raise a mark, waits until `replicas`
     /// replicas have it (`WAIT`), at most `timeout`; fewer is
     /// [`RedisFenceError::NotReplicated`].
     pub fn with_replicas(mut self, replicas: u64, timeout: Duration) -> Self {
         self.replicas = Some((replicas, timeout));
-        self
-    }
-
-    /// Sets the bound on one call (default 5 s). A call that times out may
-    /// still be applied.
-    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
-        self.call_timeout = timeout;
-        self
-    }
-
-    /// Replaces an older Palisade version of the library on connect
-    /// (never a newer one, a modified one or someone else's).
-    pub fn with_library_upgrade(mut self, upgrade: bool) -> Self {
-        self.upgrade_library = upgrade;
-        self
-    }
-
-    /// Whether every call sends, as a floor, the highest marks this fence
-    /// has been answered with for the lock (default on). The function then
-    /// puts back marks Redis lost (a restart without persistence, a
-    /// failover to a replica that missed a raise) before it applies the
-    /// rule. Off, only what Redis holds decides.
-    pub fn with_remembered_marks(mut self, remember: bool) -> Self {
-        self.remember_marks = remember;
         self
     }
 
@@ -614,13 +594,7 @@ impl RedisFence {
                 self.after(lock, marks, restored);
                 self.inner.counters.stale.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(target: TRACE_TARGET, lock = %lock, %mode, generation, %marks, "refused: stale sequencer");
-                Ok(Err(Refused::Stale {
-                    lock: lock.clone(),
-                    mode,
-                    presented: sequencer.generation(),
-                    marks,
-                    regression: false,
-                }))
+                Ok(Err(Refused::stale(sequencer, marks)))
             }
             Answer::Short { op_index, current } => Ok(Err(Refused::CasMismatch {
                 op_index,

@@ -147,14 +147,7 @@ impl Fence {
         let Some(after) = before.admit(sequencer.mode(), sequencer.generation()) else {
             // Release the row lock now rather than when the pool gets to it.
             let _ = tx.rollback().await;
-            return Err(Refused::Stale {
-                lock: lock.clone(),
-                mode: sequencer.mode(),
-                presented: sequencer.generation(),
-                marks: before,
-                regression: false,
-            }
-            .into());
+            return Err(Refused::stale(sequencer, before).into());
         };
         if after != before {
             // Both fit: each is a committed mark or the checked generation.

@@ -359,14 +359,7 @@ impl Guard {
                     Some(Arc::new(permit)),
                 ))))
             }
-            Admission::Stale { marks } => Err(Refused::Stale {
-                lock: sequencer.lock().clone(),
-                mode: sequencer.mode(),
-                presented: sequencer.generation(),
-                marks,
-                regression: false,
-            }
-            .into()),
+            Admission::Stale { marks } => Err(Refused::stale(&sequencer, marks).into()),
         }
     }
 

@@ -39,6 +39,11 @@ fn session(service: &EmbeddedLockClient, options: SessionOptions) -> EmbeddedLoc
     service.session(options).expect("valid session options")
 }
 
+/// `N` sessions of `service`, each with [`options`].
+fn sessions<const N: usize>(service: &EmbeddedLockClient) -> [EmbeddedLock; N] {
+    std::array::from_fn(|_| session(service, options()))
+}
+
 /// How long a test waits for something that must happen. On the paused
 /// clock a wait this long costs nothing, and turns a hang into a failure.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -179,11 +184,7 @@ async fn mutual_exclusion_under_many_contending_tasks() {
 async fn generations_strictly_increase_in_grant_order() {
     let service = EmbeddedLockClient::new();
     let lock = name("orders/42");
-    let (a, b, c) = (
-        session(&service, options()),
-        session(&service, options()),
-        session(&service, options()),
-    );
+    let [a, b, c] = sessions(&service);
     let mut issued = Vec::new();
 
     let first = must_acquire(&a, &lock, Mode::Exclusive).await;
@@ -386,11 +387,7 @@ async fn try_acquire_timeout_and_cancel_leave_no_stale_waiter() {
 async fn a_grant_racing_with_a_dropped_acquire_is_released() {
     let service = EmbeddedLockClient::new();
     let lock = name("race");
-    let (holder, dropped_session, later) = (
-        session(&service, options()),
-        session(&service, options()),
-        session(&service, options()),
-    );
+    let [holder, dropped_session, later] = sessions(&service);
     let guard = must_acquire(&holder, &lock, Mode::Exclusive).await;
     let dropped = spawn_queued(&service, &dropped_session, &lock, Mode::Exclusive, 1).await;
 

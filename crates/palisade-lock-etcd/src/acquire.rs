@@ -51,16 +51,7 @@ impl Lock for EtcdLock {
         name: &LockName,
         mode: Mode,
     ) -> impl Future<Output = Result<EtcdGuard, LockError>> + Send {
-        let session = self.session.clone();
-        let name = name.clone();
-        async move {
-            let started = Instant::now();
-            session
-                .acquire(&name, mode, Patience::Forever, started)
-                .await?
-                // Waiting without a deadline ends in a grant or an error.
-                .ok_or_else(|| timeout_error(&name, started))
-        }
+        self.wait_for(name, mode, None)
     }
 
     fn try_acquire(
@@ -87,12 +78,30 @@ impl Lock for EtcdLock {
         mode: Mode,
         timeout: Duration,
     ) -> impl Future<Output = Result<EtcdGuard, LockError>> + Send {
+        self.wait_for(name, mode, Some(timeout))
+    }
+}
+
+impl EtcdLock {
+    /// Waits for `name` until granted, or for at most `timeout`: then
+    /// [`LockError::Timeout`] (waiting without a deadline ends in a grant
+    /// or an error).
+    fn wait_for(
+        &self,
+        name: &LockName,
+        mode: Mode,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<EtcdGuard, LockError>> + Send {
         let session = self.session.clone();
         let name = name.clone();
         async move {
             let started = Instant::now();
+            let patience = match timeout {
+                None => Patience::Forever,
+                Some(timeout) => Patience::Until(started + timeout),
+            };
             session
-                .acquire(&name, mode, Patience::Until(started + timeout), started)
+                .acquire(&name, mode, patience, started)
                 .await?
                 .ok_or_else(|| timeout_error(&name, started))
         }

@@ -74,7 +74,8 @@ impl EtcdLockClient {
     /// source is a [`ConfigError`](crate::ConfigError).
     pub async fn connect(config: EtcdConfig) -> Result<EtcdLockClient, LockError> {
         config.validate().map_err(errors::config)?;
-        let connect_within = config.connect_timeout() + config.request_timeout();
+        let request_timeout = config.connection().request_timeout();
+        let connect_within = config.connection().connect_timeout() + request_timeout;
         let client = match tokio::time::timeout(
             connect_within,
             Client::connect(
@@ -90,7 +91,7 @@ impl EtcdLockClient {
         };
         let probe_key = format!("{}/", config.prefix());
         let kv = client.kv_client();
-        let response = within("connect", config.request_timeout(), Resend::Always, || {
+        let response = within("connect", request_timeout, Resend::Always, || {
             let (mut kv, probe_key) = (kv.clone(), probe_key.clone());
             async move {
                 kv.get(
@@ -167,7 +168,7 @@ impl EtcdLockClient {
 
 impl ClientInner {
     pub(crate) fn request_timeout(&self) -> Duration {
-        self.config.request_timeout()
+        self.config.connection().request_timeout()
     }
 
     /// Runs one KV transaction with the request timeout.

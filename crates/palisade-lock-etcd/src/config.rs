@@ -1,8 +1,6 @@
 //! Where etcd is and how to talk to it: [`EtcdConfig`], and [`ConfigError`],
 //! this crate's one error enum (everything else is a core `LockError`).
 
-use std::time::Duration;
-
 use palisade_core::{Generation, LockName, Mode, Sequencer, SequencerError, Signer};
 use palisade_etcd::{EndpointError, EtcdConnection};
 
@@ -69,16 +67,20 @@ pub enum ConfigError {
 /// waiter bound) is not here: it is the core `SessionOptions`, given per
 /// session, so one connection can serve sessions with different TTLs.
 ///
+/// The endpoints, credentials, TLS and timeouts are an [`EtcdConnection`],
+/// the same type the etcd storage engine takes: set them there.
+///
 /// ```
 /// use std::time::Duration;
-/// use palisade_lock_etcd::EtcdConfig;
+/// use palisade_lock_etcd::{EtcdConfig, EtcdConnection};
 ///
-/// let config = EtcdConfig::new(["http://127.0.0.1:2379", "http://127.0.0.1:22379"])?
-///     .with_prefix("/orders/locks")?
+/// let connection = EtcdConnection::new(["http://127.0.0.1:2379", "http://127.0.0.1:22379"])?
 ///     .with_request_timeout(Duration::from_secs(2))
 ///     .with_user("orders", "secret");
+/// let config = EtcdConfig::with_connection(connection).with_prefix("/orders/locks")?;
 /// assert_eq!(config.prefix(), "/orders/locks");
 /// assert_eq!(config.endpoints().len(), 2);
+/// assert_eq!(config.connection().user(), Some("orders"));
 /// # Ok::<(), palisade_lock_etcd::ConfigError>(())
 /// ```
 #[derive(Clone, Debug)]
@@ -175,32 +177,6 @@ impl EtcdConfig {
         Ok(self)
     }
 
-    /// Sets the per-request timeout (must be positive; checked on connect).
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.connection = self.connection.with_request_timeout(timeout);
-        self
-    }
-
-    /// Sets the connect timeout (must be positive; checked on connect).
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connection = self.connection.with_connect_timeout(timeout);
-        self
-    }
-
-    /// Authenticates as `user` (etcd's auth must be enabled on the server).
-    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.connection = self.connection.with_user(user, password);
-        self
-    }
-
-    /// Uses TLS for `https://` endpoints (and for endpoints without a
-    /// scheme), with these settings passed through to the gRPC channel.
-    #[cfg(feature = "tls")]
-    pub fn with_tls(mut self, tls: etcd_client::TlsOptions) -> Self {
-        self.connection = self.connection.with_tls(tls);
-        self
-    }
-
     /// Sets the issuer id written into every sequencer.
     pub fn with_issuer(mut self, issuer: impl Into<String>) -> Result<Self, ConfigError> {
         let issuer = issuer.into();
@@ -259,21 +235,6 @@ impl EtcdConfig {
         &self.prefix
     }
 
-    /// The per-request timeout.
-    pub fn request_timeout(&self) -> Duration {
-        self.connection.request_timeout()
-    }
-
-    /// The connect timeout.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connection.connect_timeout()
-    }
-
-    /// The user name, if authentication is configured.
-    pub fn user(&self) -> Option<&str> {
-        self.connection.user()
-    }
-
     /// The endpoints, credentials, TLS and timeouts.
     pub fn connection(&self) -> &EtcdConnection {
         &self.connection
@@ -310,17 +271,10 @@ impl EtcdConfig {
                 signer: signer.issuer().to_owned(),
             });
         }
-        if self.request_timeout().is_zero() {
-            return Err(ConfigError::ZeroTimeout {
-                field: "request timeout",
-            });
+        match self.connection.zero_timeout() {
+            Some(field) => Err(ConfigError::ZeroTimeout { field }),
+            None => Ok(()),
         }
-        if self.connect_timeout().is_zero() {
-            return Err(ConfigError::ZeroTimeout {
-                field: "connect timeout",
-            });
-        }
-        Ok(())
     }
 }
 
@@ -347,6 +301,8 @@ fn check_id(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn endpoint(input: &str) -> Result<(), ConfigError> {
@@ -417,11 +373,9 @@ mod tests {
                 ..
             })
         ));
+        let connection = config.connection().clone();
         assert_eq!(
-            config
-                .clone()
-                .with_request_timeout(Duration::ZERO)
-                .validate(),
+            EtcdConfig::with_connection(connection.with_request_timeout(Duration::ZERO)).validate(),
             Err(ConfigError::ZeroTimeout {
                 field: "request timeout"
             })
@@ -454,9 +408,10 @@ mod tests {
 
     #[test]
     fn debug_hides_the_password() {
-        let config = EtcdConfig::new(["127.0.0.1:2379"])
+        let connection = EtcdConnection::new(["127.0.0.1:2379"])
             .unwrap()
             .with_user("alice", "hunter2");
+        let config = EtcdConfig::with_connection(connection);
         let printed = format!("{config:?}");
         assert!(printed.contains("alice"));
         assert!(!printed.contains("hunter2"));

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use derive_setters::Setters;
 use palisade_core::Signer;
 use palisade_core::redact::Redacted;
 
@@ -210,33 +211,45 @@ pub enum GenerationScheme {
 ///     .with_response_timeout(Duration::from_secs(2));
 /// assert!(config.validate().is_ok());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// The plain setters (`with_key_prefix`, `with_response_timeout`, ...) are
+/// derived from the fields below and carry their documentation.
+#[derive(Debug, Clone, PartialEq, Eq, Setters)]
+#[setters(prefix = "with_", generate = false)]
 pub struct RedisConfig {
     /// Node URLs (`redis://[user:password@]host:port[/db]`, `rediss://` for
     /// TLS) and the TLS certificates to use with them. One URL means a
     /// single server; several, or [`RedisConfig::with_cluster`], a Redis
     /// Cluster seeded from them.
     pub(crate) endpoints: Endpoints,
-    /// Talk the cluster protocol even with a single seed URL.
+    /// Talks the cluster protocol (`true`, even with a single seed URL) or
+    /// to one server (`false`).
+    #[setters(generate)]
     pub(crate) cluster: bool,
     /// Prepended to every key and channel. Must not contain `{` or `}`,
     /// which would move the hash tag.
+    #[setters(generate, into)]
     pub(crate) key_prefix: String,
     /// The issuer id put in every sequencer; defaults to `redis@<host:port>`
     /// of the first URL. Set it to the deployment's name in production, so a
     /// resource server can refuse sequencers from another deployment.
+    #[setters(generate, into, strip_option)]
     pub(crate) issuer: Option<String>,
     /// How long one request may wait for its reply. A request that times out
     /// has an unknown effect: an acquire that times out is treated as maybe
     /// granted and released by its owner token.
+    #[setters(generate)]
     pub(crate) response_timeout: Duration,
     /// How long connecting may take.
+    #[setters(generate)]
     pub(crate) connect_timeout: Duration,
     /// The longest a waiter sleeps without looking at the lock again, in
     /// case a notification was lost. `None`: a quarter of the session TTL,
     /// between 50 ms and 2 s.
+    #[setters(generate, strip_option)]
     pub(crate) waiter_recheck: Option<Duration>,
     /// How generations are minted.
+    #[setters(generate)]
     pub(crate) generation_scheme: GenerationScheme,
     /// Signs every sequencer handed out, when set: the signer's issuer is
     /// stamped on it and an HMAC covers every field, so a resource server
@@ -309,12 +322,6 @@ impl RedisConfig {
         config
     }
 
-    /// Talks the cluster protocol (`true`) or to one server (`false`).
-    pub fn with_cluster(mut self, cluster: bool) -> Self {
-        self.cluster = cluster;
-        self
-    }
-
     /// Trusts the CA certificates in `pem` (one or more PEM `CERTIFICATE`
     /// blocks) for `rediss://` servers, *instead of* the system's trust
     /// store. The usual setting for a Redis whose certificate comes from a
@@ -347,18 +354,6 @@ impl RedisConfig {
         self
     }
 
-    /// Sets the key prefix.
-    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
-        self
-    }
-
-    /// Sets the issuer id put in sequencers.
-    pub fn with_issuer(mut self, issuer: impl Into<String>) -> Self {
-        self.issuer = Some(issuer.into());
-        self
-    }
-
     /// Signs every sequencer with `signer`. Its issuer becomes this
     /// configuration's issuer (in place of `redis@<host:port>`), so a live
     /// check built from the same configuration recognizes the sequencers;
@@ -379,30 +374,6 @@ impl RedisConfig {
     /// ```
     pub fn with_signer(mut self, signer: Signer) -> Self {
         self.signer = Some(ConfiguredSigner(signer));
-        self
-    }
-
-    /// Sets the per-request response timeout.
-    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// Sets the connect timeout.
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Sets the longest sleep of a waiter between two looks at the lock.
-    pub fn with_waiter_recheck(mut self, interval: Duration) -> Self {
-        self.waiter_recheck = Some(interval);
-        self
-    }
-
-    /// Sets how generations are minted.
-    pub fn with_generation_scheme(mut self, scheme: GenerationScheme) -> Self {
-        self.generation_scheme = scheme;
         self
     }
 

@@ -198,6 +198,26 @@ pub(crate) fn host_port(url: &str) -> Result<String, RedisLockError> {
     })
 }
 
+/// Waits for `connected`, a single server's or a cluster's first
+/// connection, at most twice the connect timeout.
+async fn within_connect_timeout<T>(
+    config: &RedisConfig,
+    connected: impl Future<Output = Result<T, RedisError>>,
+    unavailable: impl FnOnce(RedisError) -> RedisLockError,
+) -> Result<T, RedisLockError> {
+    let within = config.connect_timeout * 2;
+    tokio::time::timeout(within, connected)
+        .await
+        .map_err(|_elapsed| {
+            RedisLockError::Lock(LockError::BackendTimeout {
+                backend: BACKEND,
+                operation: "connect",
+                after: within,
+            })
+        })?
+        .map_err(unavailable)
+}
+
 impl Connection {
     /// Connects as `config` says. Fails if no node answers.
     pub(crate) async fn connect(config: &RedisConfig) -> Result<Self, RedisLockError> {
@@ -214,6 +234,7 @@ impl Connection {
                 error,
             ))
         };
+
         ensure_crypto_provider(&config.endpoints);
         for url in config.endpoints.iter() {
             if crate::config::is_insecure_url(url) {
@@ -245,18 +266,10 @@ impl Connection {
                         .join(","),
                     source,
                 })?;
-            let connection =
-                tokio::time::timeout(config.connect_timeout * 2, client.get_async_connection())
-                    .await
-                    .map_err(|_elapsed| {
-                        RedisLockError::Lock(LockError::BackendTimeout {
-                            backend: BACKEND,
-                            operation: "connect",
-                            after: config.connect_timeout * 2,
-                        })
-                    })?
-                    .map_err(unavailable)?;
-            Ok(Connection::Cluster(connection))
+            let connected = client.get_async_connection();
+            Ok(Connection::Cluster(
+                within_connect_timeout(config, connected, unavailable).await?,
+            ))
         } else {
             let client = open_client(&config.endpoints[0], &config.endpoints.tls)?;
             let manager_config = ConnectionManagerConfig::new()
@@ -264,20 +277,10 @@ impl Connection {
                 .set_response_timeout(Some(config.response_timeout))
                 .set_number_of_retries(3)
                 .set_max_delay(Duration::from_millis(500));
-            let manager = tokio::time::timeout(
-                config.connect_timeout * 2,
-                client.get_connection_manager_with_config(manager_config),
-            )
-            .await
-            .map_err(|_elapsed| {
-                RedisLockError::Lock(LockError::BackendTimeout {
-                    backend: BACKEND,
-                    operation: "connect",
-                    after: config.connect_timeout * 2,
-                })
-            })?
-            .map_err(unavailable)?;
-            Ok(Connection::Single(manager))
+            let connected = client.get_connection_manager_with_config(manager_config);
+            Ok(Connection::Single(
+                within_connect_timeout(config, connected, unavailable).await?,
+            ))
         }
     }
 

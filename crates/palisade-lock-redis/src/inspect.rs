@@ -74,14 +74,7 @@ impl Inspect for RedisLockClient {
             }
             cursor = next;
         }
-        let mut locks = Vec::with_capacity(names.len());
-        for name in names {
-            let info = self.inspect(&name).await?;
-            if !info.is_idle() {
-                locks.push(info);
-            }
-        }
-        Ok(locks)
+        self.inspect_active(names).await
     }
 }
 

@@ -183,14 +183,9 @@ impl Lock for RedisLock {
     type Guard = RedisGuard;
 
     async fn acquire(&self, name: &LockName, mode: Mode) -> Result<RedisGuard, LockError> {
-        // A waiting acquire returns a guard or an error; `None` would be a
-        // bug, reported rather than panicked on.
         self.acquire_inner(name, mode, true)
             .await?
-            .ok_or_else(|| LockError::Backend {
-                backend: BACKEND,
-                source: "a waiting acquire ended without a grant".into(),
-            })
+            .ok_or_else(|| LockError::ended_without_grant(BACKEND))
     }
 
     async fn try_acquire(

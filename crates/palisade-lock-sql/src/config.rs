@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use derive_setters::Setters;
 use palisade_core::Signer;
 use palisade_core::redact::{Redacted, redact_url};
 
@@ -27,11 +28,25 @@ use crate::{Dialect, SqlLockError};
 /// assert!(config.validate().is_ok());
 /// assert!(SqlConfig::new("sqlite://x").validate().is_err());
 /// ```
-#[derive(Clone)]
+///
+/// The setters are derived from the fields below and carry their
+/// documentation.
+#[derive(Clone, Setters)]
+#[setters(prefix = "with_")]
 pub struct SqlConfig {
+    #[setters(skip)]
     pub(crate) url: String,
+    /// The most connections the client opens (default 16). A waiter holds
+    /// one only while its grant transaction runs.
     pub(crate) max_connections: u32,
+    /// How long one database round (a grant transaction, a renewal, a
+    /// release) may take before it fails with `BackendTimeout` (default
+    /// 5 s).
     pub(crate) operation_timeout: Duration,
+    /// Signs every sequencer handed out with this signer (its issuer is set
+    /// on the sequencer, and the live check answers `NotHeld` for other
+    /// issuers).
+    #[setters(strip_option)]
     pub(crate) signer: Option<Signer>,
 }
 
@@ -56,29 +71,6 @@ impl SqlConfig {
             operation_timeout: Duration::from_secs(5),
             signer: None,
         }
-    }
-
-    /// The most connections the client opens (default 16). A waiter holds
-    /// one only while its grant transaction runs.
-    pub fn with_max_connections(mut self, max: u32) -> Self {
-        self.max_connections = max;
-        self
-    }
-
-    /// How long one database round (a grant transaction, a renewal, a
-    /// release) may take before it fails with `BackendTimeout` (default
-    /// 5 s).
-    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
-        self.operation_timeout = timeout;
-        self
-    }
-
-    /// Signs every sequencer handed out with `signer` (its issuer is set on
-    /// the sequencer, and the live check answers `NotHeld` for other
-    /// issuers).
-    pub fn with_signer(mut self, signer: Signer) -> Self {
-        self.signer = Some(signer);
-        self
     }
 
     /// The database the URL names, if it is one this backend supports.

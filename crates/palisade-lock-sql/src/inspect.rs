@@ -48,14 +48,7 @@ impl Inspect for SqlLockClient {
             .collect();
         names.sort();
         names.dedup();
-        let mut locks = Vec::with_capacity(names.len());
-        for name in names {
-            let info = self.inspect(&name).await?;
-            if !info.is_idle() {
-                locks.push(info);
-            }
-        }
-        Ok(locks)
+        self.inspect_active(names).await
     }
 }
 

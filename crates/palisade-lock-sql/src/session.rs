@@ -256,14 +256,9 @@ impl Lock for SqlLock {
     type Guard = SqlGuard;
 
     async fn acquire(&self, name: &LockName, mode: Mode) -> Result<SqlGuard, LockError> {
-        match self.obtain(name, mode, true).await? {
-            Some(guard) => Ok(guard),
-            // `obtain` with waiting on returns only a grant or an error.
-            None => Err(LockError::Backend {
-                backend: self.inner.client.inner.store.dialect.backend(),
-                source: "a waiting acquire returned without a grant".into(),
-            }),
-        }
+        self.obtain(name, mode, true).await?.ok_or_else(|| {
+            LockError::ended_without_grant(self.inner.client.inner.store.dialect.backend())
+        })
     }
 
     async fn try_acquire(

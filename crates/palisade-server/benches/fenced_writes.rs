@@ -226,7 +226,10 @@ fn store_direct(
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(
         dir.path(),
-        StoreConfig::default().with_durability(durability),
+        StoreConfig {
+            durability,
+            ..StoreConfig::default()
+        },
     )
     .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -446,7 +449,10 @@ async fn start_server(
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(
         dir.path(),
-        StoreConfig::default().with_durability(durability),
+        StoreConfig {
+            durability,
+            ..StoreConfig::default()
+        },
     )
     .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -39,7 +39,10 @@ fn lock_name(index: usize) -> String {
 fn fill(dir: &std::path::Path, from: usize, to: usize) {
     let store = Store::open(
         dir,
-        StoreConfig::default().with_durability(Durability::Flushed),
+        StoreConfig {
+            durability: Durability::Flushed,
+            ..StoreConfig::default()
+        },
     )
     .unwrap();
     let value = vec![b'v'; VALUE_BYTES];

@@ -2,8 +2,6 @@
 //! [`EtcdEngineConfig`], and [`ConfigError`] for a configuration that
 //! cannot work.
 
-use std::time::Duration;
-
 use palisade_etcd::{EndpointError, EtcdConnection};
 
 /// The default key prefix of the engine's keys.
@@ -91,19 +89,35 @@ impl EtcdEngineConfig {
 
     /// A configuration over a connection built elsewhere (the same one the
     /// etcd lock backend uses, say), with the other defaults of
-    /// [`EtcdEngineConfig::new`]. Its timeouts must be positive.
+    /// [`EtcdEngineConfig::new`]. The connection holds the endpoints,
+    /// credentials, TLS and timeouts; its timeouts must be positive.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use palisade_store_etcd::{EtcdConnection, EtcdEngineConfig};
+    ///
+    /// let connection = EtcdConnection::from_endpoint_list("127.0.0.1:2379")?
+    ///     .with_request_timeout(Duration::from_secs(2));
+    /// let config = EtcdEngineConfig::with_connection(connection.clone())?;
+    /// assert_eq!(config.connection().request_timeout(), Duration::from_secs(2));
+    /// assert!(EtcdEngineConfig::with_connection(connection.with_connect_timeout(Duration::ZERO)).is_err());
+    /// # Ok::<(), palisade_store_etcd::ConfigError>(())
+    /// ```
     pub fn with_connection(connection: EtcdConnection) -> Result<Self, ConfigError> {
-        let config = EtcdEngineConfig {
-            connection: connection.clone(),
+        if let Some(field) = connection.zero_timeout() {
+            return Err(ConfigError::BadLimit {
+                field,
+                reason: "must be positive",
+            });
+        }
+        Ok(EtcdEngineConfig {
+            connection,
             prefix: DEFAULT_PREFIX.to_owned(),
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_txn_ops: DEFAULT_MAX_TXN_OPS,
             max_attempts: 32,
             idempotency_window: 1024,
-        };
-        config
-            .with_request_timeout(connection.request_timeout())?
-            .with_connect_timeout(connection.connect_timeout())
+        })
     }
 
     /// Sets the key prefix: 2 to 256 bytes, starting with `/`, not ending
@@ -128,45 +142,6 @@ impl EtcdEngineConfig {
         }
         self.prefix = prefix;
         Ok(self)
-    }
-
-    /// Sets the per-request timeout (default 5 s). A write whose commit got
-    /// no answer within it is reported as in doubt.
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
-        if timeout.is_zero() {
-            return Err(ConfigError::BadLimit {
-                field: "request timeout",
-                reason: "must be positive",
-            });
-        }
-        self.connection = self.connection.with_request_timeout(timeout);
-        Ok(self)
-    }
-
-    /// Sets the connect timeout (default 3 s).
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
-        if timeout.is_zero() {
-            return Err(ConfigError::BadLimit {
-                field: "connect timeout",
-                reason: "must be positive",
-            });
-        }
-        self.connection = self.connection.with_connect_timeout(timeout);
-        Ok(self)
-    }
-
-    /// Authenticates as `user` (etcd's auth must be enabled on the server).
-    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.connection = self.connection.with_user(user, password);
-        self
-    }
-
-    /// Uses TLS for `https://` endpoints, with these settings passed
-    /// through to the gRPC channel.
-    #[cfg(feature = "tls")]
-    pub fn with_tls(mut self, tls: etcd_client::TlsOptions) -> Self {
-        self.connection = self.connection.with_tls(tls);
-        self
     }
 
     /// The cluster's `--max-request-bytes` (default 1.5 MiB, etcd's).
@@ -220,19 +195,10 @@ impl EtcdEngineConfig {
         &self.prefix
     }
 
-    /// The per-request timeout.
-    pub fn request_timeout(&self) -> Duration {
-        self.connection.request_timeout()
-    }
-
-    /// The connect timeout.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connection.connect_timeout()
-    }
-
-    /// The user name, if authentication is configured.
-    pub fn user(&self) -> Option<&str> {
-        self.connection.user()
+    /// The endpoints, credentials, TLS and timeouts. A write whose commit
+    /// got no answer within the request timeout is reported as in doubt.
+    pub fn connection(&self) -> &EtcdConnection {
+        &self.connection
     }
 
     /// The cluster's request size limit, as configured here.
@@ -263,6 +229,8 @@ impl EtcdEngineConfig {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -294,15 +262,24 @@ mod tests {
         }
         assert!(config.clone().with_max_txn_ops(5).is_err());
         assert!(config.clone().with_max_request_bytes(100).is_err());
-        assert!(config.with_request_timeout(Duration::ZERO).is_err());
+        let connection = config.connection().clone();
+        assert_eq!(
+            EtcdEngineConfig::with_connection(connection.with_request_timeout(Duration::ZERO))
+                .map(|_| ()),
+            Err(ConfigError::BadLimit {
+                field: "request timeout",
+                reason: "must be positive"
+            })
+        );
     }
 
     #[test]
     fn the_password_is_never_printed() {
-        let config = EtcdEngineConfig::new(["h:1"])
+        let connection = EtcdConnection::new(["h:1"])
             .unwrap()
             .with_user("orders", "hunter2");
+        let config = EtcdEngineConfig::with_connection(connection).unwrap();
         assert!(!format!("{config:?}").contains("hunter2"));
-        assert_eq!(config.user(), Some("orders"));
+        assert_eq!(config.connection().user(), Some("orders"));
     }
 }

@@ -66,7 +66,7 @@ impl EtcdEngine {
     /// password or a prefix holding another version's data is reported
     /// here rather than at the first request.
     pub async fn connect(config: EtcdEngineConfig) -> Result<EtcdEngine, StoreError> {
-        let within = config.connect_timeout() + config.request_timeout();
+        let within = config.connection().connect_timeout() + config.connection().request_timeout();
         let client = match tokio::time::timeout(
             within,
             Client::connect(config.endpoints(), Some(config.connect_options())),
@@ -428,7 +428,7 @@ impl Inner {
         ranges: &[Range],
     ) -> Result<Snapshot, StoreError> {
         let txn = txn::read_txn(ranges);
-        let after = self.config.request_timeout();
+        let after = self.config.connection().request_timeout();
         let deadline = tokio::time::Instant::now() + after;
         let mut pauses = resend_pauses();
         let response = loop {
@@ -477,7 +477,7 @@ impl Inner {
         commit: &Commit,
     ) -> Result<Outcome, StoreError> {
         let txn = txn::commit_txn(commit);
-        let after = self.config.request_timeout();
+        let after = self.config.connection().request_timeout();
         let deadline = tokio::time::Instant::now() + after;
         let mut pauses = resend_pauses();
         loop {
@@ -523,7 +523,7 @@ impl Inner {
             .and_then([TxnOp::put(key.clone(), FORMAT_VERSION, None)])
             .or_else([TxnOp::get(key, None)]);
         let mut kv = self.kv.clone();
-        let after = self.config.request_timeout();
+        let after = self.config.connection().request_timeout();
         let response = match tokio::time::timeout(after, kv.txn(txn)).await {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => return Err(errors::unavailable("check layout version", &error)),

@@ -101,7 +101,9 @@ pub(crate) struct BadSetting {
 }
 
 impl PostgresConfig {
-    /// The defaults, for `url`.
+    /// The defaults, for `url`. Set a field directly to change it
+    /// (`config.lock_timeout = Duration::from_secs(1)`); the two setters
+    /// below exist for the bounds they keep.
     pub fn new(url: impl Into<String>) -> PostgresConfig {
         PostgresConfig {
             url: url.into(),
@@ -125,20 +127,6 @@ impl PostgresConfig {
     /// Sets the connection limit (at least 1).
     pub fn with_max_connections(mut self, max: u32) -> PostgresConfig {
         self.max_connections = max.max(1);
-        self
-    }
-
-    /// Sets how long a statement may run (see
-    /// [`PostgresConfig::statement_timeout`]).
-    pub fn with_statement_timeout(mut self, timeout: Duration) -> PostgresConfig {
-        self.statement_timeout = timeout;
-        self
-    }
-
-    /// Sets how long a request waits for its lock's row (see
-    /// [`PostgresConfig::lock_timeout`]).
-    pub fn with_lock_timeout(mut self, timeout: Duration) -> PostgresConfig {
-        self.lock_timeout = timeout;
         self
     }
 

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use palisade_core::{LockName, Mode, RaiseCap, Sequencer};
-use palisade_store::plan::stale;
 use palisade_store::{
     Applied, Engine, EngineFuture, EngineInfo, Marks, Op, OpResult, Read, Refused, RequestId,
     StoreError, StoredRecord, WriteRequest,
@@ -377,7 +376,7 @@ fn refusal(error: sqlx::Error, request: &WriteRequest) -> Result<Refused, Failur
         .unwrap_or_default();
     let corrupt = || Failure::Corrupt(format!("the write function's refusal detail `{detail}`"));
     match database.code().as_deref() {
-        Some(STALE) => Ok(stale(
+        Some(STALE) => Ok(Refused::stale(
             &request.sequencer,
             marks_in(detail).ok_or_else(corrupt)?,
         )),
@@ -674,7 +673,7 @@ impl Inner {
         Ok(if admitted {
             Ok((marks, value))
         } else {
-            Err(stale(sequencer, marks))
+            Err(Refused::stale(sequencer, marks))
         })
     }
 }

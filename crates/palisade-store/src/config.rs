@@ -165,7 +165,9 @@ impl fmt::Display for LimitKind {
     }
 }
 
-/// Everything [`Store::open`](crate::Store::open) needs besides the path.
+/// Everything [`Store::open`](crate::Store::open) needs besides the path:
+/// set the fields over the defaults,
+/// `StoreConfig { durability: Durability::buffered(), ..StoreConfig::default() }`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConfig {
     /// What an acknowledgement means. Default [`Durability::Flushed`].
@@ -192,18 +194,6 @@ impl Default for StoreConfig {
 }
 
 impl StoreConfig {
-    /// Sets the durability mode.
-    pub fn with_durability(mut self, durability: Durability) -> Self {
-        self.durability = durability;
-        self
-    }
-
-    /// Sets the limits.
-    pub fn with_limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
-        self
-    }
-
     /// Sets the idempotency window (at least 1).
     pub fn with_idempotency_window(mut self, window: u32) -> Self {
         self.idempotency_window = window.max(1);

@@ -46,19 +46,7 @@ use crate::{Applied, Marks, Op, OpResult, Refused, WriteRequest};
 pub fn fence(marks: Marks, sequencer: &Sequencer) -> Result<Marks, Refused> {
     marks
         .admit(sequencer.mode(), sequencer.generation())
-        .ok_or_else(|| stale(sequencer, marks))
-}
-
-/// [`Refused::Stale`] of `sequencer` against `marks`, as a store decides it
-/// (the resource server may mark it a regression).
-pub fn stale(sequencer: &Sequencer, marks: Marks) -> Refused {
-    Refused::Stale {
-        lock: sequencer.lock().clone(),
-        mode: sequencer.mode(),
-        presented: sequencer.generation(),
-        marks,
-        regression: false,
-    }
+        .ok_or_else(|| Refused::stale(sequencer, marks))
 }
 
 /// What an engine knows of one data key before the request.

@@ -130,13 +130,7 @@ mod tests {
 
     #[test]
     fn results_round_trip_with_the_stored_numbers() {
-        let all = [
-            OpResult::Created,
-            OpResult::Replaced,
-            OpResult::Deleted,
-            OpResult::Absent,
-            OpResult::Swapped,
-        ];
+        let all = OpResult::ALL;
         assert_eq!(encode_results(&all), [1, 2, 3, 4, 5]);
         assert_eq!(decode_results(&encode_results(&all)), Some(all.to_vec()));
         assert_eq!(decode_results(&[1, 0]), None);

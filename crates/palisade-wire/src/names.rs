@@ -145,13 +145,7 @@ mod tests {
             assert_eq!(json(ModeName::from(mode)), mode.as_str());
             assert_eq!(Mode::from(ModeName::from(mode)), mode);
         }
-        for result in [
-            OpResult::Created,
-            OpResult::Replaced,
-            OpResult::Deleted,
-            OpResult::Absent,
-            OpResult::Swapped,
-        ] {
+        for result in OpResult::ALL {
             assert_eq!(json(OpResultName::from(result)), result.as_str());
             assert_eq!(OpResult::from(OpResultName::from(result)), result);
         }

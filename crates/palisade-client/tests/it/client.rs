@@ -284,7 +284,14 @@ async fn failures_are_typed() {
         max_key_bytes: 4,
         ..Limits::default()
     };
-    let server = start_with(|s| s, StoreConfig::default().with_limits(limits)).await;
+    let server = start_with(
+        |s| s,
+        StoreConfig {
+            limits,
+            ..StoreConfig::default()
+        },
+    )
+    .await;
     let client = Client::new(&server.base).unwrap();
     match client.put(&excl("L", 1), b"12345", "v", None).await {
         Err(ClientError::TooLarge { limit, max, .. }) => {

@@ -14,9 +14,11 @@ use crate::fixtures::*;
 async fn connection_refused_is_unavailable() {
     // A port nobody listens on.
     let endpoint = format!("http://127.0.0.1:{}", process::free_port());
-    let config = config(&[endpoint], "/palisade-test/refused")
-        .with_connect_timeout(Duration::from_millis(500))
-        .with_request_timeout(Duration::from_secs(2));
+    let config = config_with(&[endpoint], "/palisade-test/refused", |connection| {
+        connection
+            .with_connect_timeout(Duration::from_millis(500))
+            .with_request_timeout(Duration::from_secs(2))
+    });
     match EtcdLockClient::connect(config).await {
         Err(LockError::Unavailable {
             backend: "etcd", ..
@@ -30,8 +32,9 @@ async fn connection_refused_is_unavailable() {
 async fn a_frozen_etcd_gives_backend_timeout() {
     let etcd = EtcdServer::spawn();
     let prefix = unique_prefix("frozen");
-    let config =
-        config(&etcd.endpoints(), &prefix).with_request_timeout(Duration::from_millis(500));
+    let config = config_with(&etcd.endpoints(), &prefix, |connection| {
+        connection.with_request_timeout(Duration::from_millis(500))
+    });
     let connection = EtcdLockClient::connect(config).await.unwrap();
     let locks = session(&connection, options(5)).await;
     etcd.pause().unwrap();
@@ -96,7 +99,12 @@ async fn auth_failures_are_permission_denied() {
     admin.user_grant_role("writer", "writer").await.unwrap();
     admin.auth_enable().await.unwrap();
 
-    let wrong_password = config(&etcd.endpoints(), prefix).with_user("writer", "guess");
+    let as_user = |prefix: &str, user: &str, password: &str| {
+        config_with(&etcd.endpoints(), prefix, |connection| {
+            connection.with_user(user, password)
+        })
+    };
+    let wrong_password = as_user(prefix, "writer", "guess");
     match EtcdLockClient::connect(wrong_password).await {
         Err(LockError::PermissionDenied {
             backend: "etcd",
@@ -106,29 +114,24 @@ async fn auth_failures_are_permission_denied() {
         }
         other => panic!("expected PermissionDenied, got {other:?}"),
     }
-    let elsewhere =
-        config(&etcd.endpoints(), "/somewhere-else").with_user("reader", "reader-password");
+    let elsewhere = as_user("/somewhere-else", "reader", "reader-password");
     assert!(matches!(
         EtcdLockClient::connect(elsewhere).await,
         Err(LockError::PermissionDenied { .. })
     ));
     // Reading is allowed, queueing (a write) is not.
-    let reader = EtcdLockClient::connect(
-        config(&etcd.endpoints(), prefix).with_user("reader", "reader-password"),
-    )
-    .await
-    .unwrap();
+    let reader = EtcdLockClient::connect(as_user(prefix, "reader", "reader-password"))
+        .await
+        .unwrap();
     let reading = session(&reader, options(5)).await;
     assert!(matches!(
         reading.try_acquire(&name("auth"), Mode::Exclusive).await,
         Err(LockError::PermissionDenied { .. })
     ));
     // With the right permission, everything works.
-    let writer = EtcdLockClient::connect(
-        config(&etcd.endpoints(), prefix).with_user("writer", "writer-password"),
-    )
-    .await
-    .unwrap();
+    let writer = EtcdLockClient::connect(as_user(prefix, "writer", "writer-password"))
+        .await
+        .unwrap();
     let writing = session(&writer, options(5)).await;
     let guard = writing
         .acquire(&name("auth"), Mode::Exclusive)

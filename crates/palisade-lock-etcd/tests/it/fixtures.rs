@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, EventType, WatchOptions};
 use palisade_core::{LockName, SessionOptions};
-use palisade_lock_etcd::{EtcdConfig, EtcdLock, EtcdLockClient};
+use palisade_lock_etcd::{EtcdConfig, EtcdConnection, EtcdLock, EtcdLockClient};
 use palisade_testkit::etcd::EtcdServer;
 
 /// Installs a `tracing` subscriber once, honouring `RUST_LOG`: the
@@ -47,12 +47,24 @@ pub(crate) fn unique_prefix(test: &str) -> String {
     )
 }
 
+/// A configuration for `endpoints` under `prefix`, with a 3 s request
+/// timeout.
 pub(crate) fn config(endpoints: &[String], prefix: &str) -> EtcdConfig {
-    EtcdConfig::new(endpoints.iter().cloned())
+    config_with(endpoints, prefix, |connection| connection)
+}
+
+/// [`config`], its connection (timeouts, user) changed by `change`.
+pub(crate) fn config_with(
+    endpoints: &[String],
+    prefix: &str,
+    change: impl FnOnce(EtcdConnection) -> EtcdConnection,
+) -> EtcdConfig {
+    let connection = EtcdConnection::new(endpoints.iter().cloned())
         .expect("valid endpoints")
+        .with_request_timeout(Duration::from_secs(3));
+    EtcdConfig::with_connection(change(connection))
         .with_prefix(prefix)
         .expect("valid prefix")
-        .with_request_timeout(Duration::from_secs(3))
 }
 
 /// Session options with `ttl_secs` and a 500 ms safety margin.

@@ -42,9 +42,11 @@ async fn an_etcd_password_shows_in_no_error_or_log_line() {
         ("unreachable port", vec![closed], "root", MARKER.to_owned()),
     ];
     for (what, endpoints, user, password) in attempts {
-        let config = config(&endpoints, &prefix)
-            .with_connect_timeout(Duration::from_secs(1))
-            .with_user(user, password);
+        let config = config_with(&endpoints, &prefix, |connection| {
+            connection
+                .with_connect_timeout(Duration::from_secs(1))
+                .with_user(user, password)
+        });
         assert_hidden(what, MARKER, &config);
         assert_kept(what, MARKER, EtcdLockClient::connect(config)).await;
     }
@@ -59,10 +61,11 @@ async fn an_etcd_password_shows_in_no_error_or_log_line() {
     .await;
 
     // Connected with the right password, then the server goes away.
-    let client =
-        EtcdLockClient::connect(config(&etcd.endpoints(), &prefix).with_user("root", MARKER))
-            .await
-            .expect("the right password connects");
+    let client = EtcdLockClient::connect(config_with(&etcd.endpoints(), &prefix, |connection| {
+        connection.with_user("root", MARKER)
+    }))
+    .await
+    .expect("the right password connects");
     assert_hidden("a connected client", MARKER, &client);
     let locks = session(&client, options(5)).await;
     etcd.kill().expect("kill the test's own etcd");

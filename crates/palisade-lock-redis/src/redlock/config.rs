@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use derive_setters::Setters;
 use palisade_core::Signer;
 
 use crate::{GenerationScheme, RedisConfig, RedisLockError};
@@ -23,12 +24,26 @@ use crate::{GenerationScheme, RedisConfig, RedisLockError};
 /// assert_eq!(config.majority(), 2);
 /// assert!(config.validate().is_ok());
 /// ```
-#[derive(Debug, Clone)]
+///
+/// The plain setters are derived from the fields below and carry their
+/// documentation; the ones that set every master are written out.
+#[derive(Debug, Clone, Setters)]
+#[setters(prefix = "with_", strip_option)]
 pub struct RedlockConfig {
+    #[setters(skip)]
     pub(crate) masters: Vec<RedisConfig>,
+    /// The clock drift factor (between 0 and 0.5).
     pub(crate) drift_factor: f64,
+    /// The issuer put in every sequencer; by default `redlock@` and the
+    /// masters' `host:port`s joined with `,`.
+    #[setters(into)]
     pub(crate) issuer: Option<String>,
+    /// Signs every sequencer (the signer's issuer is stamped on it).
     pub(crate) signer: Option<Signer>,
+    /// How long a waiter that holds some masters but not a majority keeps
+    /// them before giving them back (so that waiters split across masters
+    /// cannot wait for each other forever). Randomised by up to 50 % each
+    /// time. Default: an eighth of the session TTL, between 50 and 500 ms.
     pub(crate) split_timeout: Option<Duration>,
 }
 
@@ -83,34 +98,6 @@ impl RedlockConfig {
     /// rather than ignore it.
     pub fn with_generation_scheme(self, scheme: GenerationScheme) -> Self {
         self.each_master(|master| master.with_generation_scheme(scheme))
-    }
-
-    /// The issuer put in every sequencer; by default `redlock@` and the
-    /// masters' `host:port`s joined with `,`.
-    pub fn with_issuer(mut self, issuer: impl Into<String>) -> Self {
-        self.issuer = Some(issuer.into());
-        self
-    }
-
-    /// Signs every sequencer (the signer's issuer is stamped on it).
-    pub fn with_signer(mut self, signer: Signer) -> Self {
-        self.signer = Some(signer);
-        self
-    }
-
-    /// Sets the clock drift factor (between 0 and 0.5).
-    pub fn with_drift_factor(mut self, factor: f64) -> Self {
-        self.drift_factor = factor;
-        self
-    }
-
-    /// How long a waiter that holds some masters but not a majority keeps
-    /// them before giving them back (so that waiters split across masters
-    /// cannot wait for each other forever). Randomised by up to 50 % each
-    /// time. Default: an eighth of the session TTL, between 50 and 500 ms.
-    pub fn with_split_timeout(mut self, timeout: Duration) -> Self {
-        self.split_timeout = Some(timeout);
-        self
     }
 
     /// The masters' configurations.

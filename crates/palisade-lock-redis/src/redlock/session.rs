@@ -335,10 +335,7 @@ impl Lock for Redlock {
     async fn acquire(&self, name: &LockName, mode: Mode) -> Result<RedlockGuard, LockError> {
         self.acquire_inner(name, mode, true)
             .await?
-            .ok_or_else(|| LockError::Backend {
-                backend: BACKEND,
-                source: "a waiting acquire ended without a grant".into(),
-            })
+            .ok_or_else(|| LockError::ended_without_grant(BACKEND))
     }
 
     async fn try_acquire(

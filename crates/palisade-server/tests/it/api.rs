@@ -490,9 +490,13 @@ async fn limits_answer_413() {
         max_value_bytes: 16,
         max_batch_ops: 2,
     };
-    let server = server_with(StoreConfig::default().with_limits(limits), |state| {
-        state.with_max_body_bytes(1024)
-    });
+    let server = server_with(
+        StoreConfig {
+            limits,
+            ..StoreConfig::default()
+        },
+        |state| state.with_max_body_bytes(1024),
+    );
     let body = server
         .put("L", "123456789", &excl("L", 1), "v")
         .await
@@ -654,7 +658,10 @@ async fn health_and_metrics() {
 #[tokio::test]
 async fn buffered_mode_is_reported_by_health() {
     let server = server_with(
-        StoreConfig::default().with_durability(Durability::buffered()),
+        StoreConfig {
+            durability: Durability::buffered(),
+            ..StoreConfig::default()
+        },
         |state| state,
     );
     let answer = server
@@ -867,7 +874,7 @@ mod never_panics {
         ) {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             runtime.block_on(async {
-                let server = server_with(StoreConfig::default().with_durability(Durability::buffered()), |s| s);
+                let server = server_with(StoreConfig { durability: Durability::buffered(), ..StoreConfig::default() }, |s| s);
                 let lock_segment: String = lock.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
                 let path = match route {
                     0 => format!("/v1/locks/{lock_segment}/keys/{}", seg(&key)),

@@ -174,10 +174,13 @@ async fn every_documented_operation_answers_as_documented() {
     let document: Value = serde_json::from_str(openapi_document()).unwrap();
     let tokens: TokenTable = format!("{TOKEN} orders/").parse().unwrap();
     let server = server_with(
-        StoreConfig::default().with_limits(palisade_store::Limits {
-            max_value_bytes: 1024,
-            ..palisade_store::Limits::default()
-        }),
+        StoreConfig {
+            limits: palisade_store::Limits {
+                max_value_bytes: 1024,
+                ..palisade_store::Limits::default()
+            },
+            ..StoreConfig::default()
+        },
         |state| state.with_tokens(tokens),
     );
     let cases = cases();

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{connect, lock, write};
 use palisade_store::{Engine, Op, Refused};
-use palisade_store_etcd::EtcdEngine;
+use palisade_store_etcd::{EtcdConnection, EtcdEngine, EtcdEngineConfig};
 use palisade_testkit::etcd::EtcdCluster;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -105,9 +105,13 @@ async fn leader_killed_mid_stream_loses_nothing_acknowledged() {
     let mut cluster = tokio::task::spawn_blocking(EtcdCluster::start)
         .await
         .expect("starting a 3-member etcd cluster");
-    let config = common::config(cluster.endpoints(), "leader-kill")
-        .with_request_timeout(Duration::from_secs(5))
-        .expect("a positive timeout");
+    let connection = EtcdConnection::new(cluster.endpoints())
+        .expect("valid endpoints")
+        .with_request_timeout(Duration::from_secs(5));
+    let config = EtcdEngineConfig::with_connection(connection)
+        .expect("a positive timeout")
+        .with_prefix(common::unique_prefix("leader-kill"))
+        .expect("valid prefix");
     let engine = Arc::new(connect(config).await);
 
     let acknowledged = Arc::new(AtomicUsize::new(0));

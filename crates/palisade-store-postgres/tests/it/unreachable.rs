@@ -141,9 +141,8 @@ async fn opening_on_a_closed_or_silent_port_fails_within_2_s_saying_why() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_pool_and_a_row_held_elsewhere_are_told_apart() {
     let postgres = Arc::new(SqlServer::postgres());
-    let mut config = PostgresConfig::new(postgres.url())
-        .with_max_connections(1)
-        .with_lock_timeout(Duration::from_secs(2));
+    let mut config = PostgresConfig::new(postgres.url()).with_max_connections(1);
+    config.lock_timeout = Duration::from_secs(2);
     config.acquire_timeout = Duration::from_millis(300);
     let engine = PostgresEngine::open(config).await.unwrap();
     let server = Server::over(engine.clone());

@@ -448,7 +448,10 @@ fn limits_are_errors_before_any_transaction() {
         max_value_bytes: 8,
         max_batch_ops: 2,
     };
-    let (_dir, store) = open(StoreConfig::default().with_limits(limits));
+    let (_dir, store) = open(StoreConfig {
+        limits,
+        ..StoreConfig::default()
+    });
     let s = excl("L", 1);
     let check = |ops: &[Op], kind: LimitKind| match store.apply(&s, ops, None) {
         Err(StoreError::TooLarge { kind: found, .. }) => assert_eq!(found, kind),
@@ -589,7 +592,10 @@ async fn pending_outcomes_can_be_awaited() {
 #[test]
 fn buffered_mode_acknowledges_from_memory_and_persists_on_close() {
     let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig::default().with_durability(Durability::buffered());
+    let config = StoreConfig {
+        durability: Durability::buffered(),
+        ..StoreConfig::default()
+    };
     {
         let store = Store::open(dir.path(), config.clone()).unwrap();
         assert_eq!(store.durability().name(), "buffered");
@@ -605,7 +611,10 @@ fn buffered_mode_acknowledges_from_memory_and_persists_on_close() {
 /// configuration's: sled's setting is the sled engine's alone.
 #[test]
 fn the_store_reports_its_engines_durability() {
-    let buffered = StoreConfig::default().with_durability(Durability::buffered());
+    let buffered = StoreConfig {
+        durability: Durability::buffered(),
+        ..StoreConfig::default()
+    };
     let dir = tempfile::tempdir().unwrap();
     let engine = palisade_store::open_sled_engine(dir.path(), &buffered).unwrap();
     let store = Store::with_engine(engine, StoreConfig::default());
@@ -674,7 +683,7 @@ proptest! {
     /// other.
     #[test]
     fn the_store_agrees_with_the_model(requests in proptest::collection::vec(arb_request(), 1..40)) {
-        let (_dir, store) = open(StoreConfig::default().with_durability(Durability::buffered()));
+        let (_dir, store) = open(StoreConfig { durability: Durability::buffered(), ..StoreConfig::default() });
         let names = ["a", "a/b"];
         let mut model_marks: HashMap<usize, Marks> = HashMap::new();
         let mut model_data: HashMap<(usize, u8), u64> = HashMap::new();

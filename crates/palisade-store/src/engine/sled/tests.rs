@@ -211,16 +211,18 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn buffered_every(period: Duration) -> StoreConfig {
-    StoreConfig::default().with_durability(Durability::Buffered {
-        flush_every: period,
-    })
-}
-
-#[test]
-fn a_buffered_store_syncs_sleds_files_every_flush_every() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), buffered_every(Duration::from_millis(20))).unwrap();
+/// A store in `dir` that syncs every 20 ms, holding `k` = `v` under lock
+/// `L`, written with the returned sequencer and on disk: two interval
+/// syncs ran after the write was acknowledged, so at least one began
+/// after it.
+fn buffered_store_with_a_synced_write(dir: &std::path::Path) -> (Store, Sequencer) {
+    let config = StoreConfig {
+        durability: Durability::Buffered {
+            flush_every: Duration::from_millis(20),
+        },
+        ..StoreConfig::default()
+    };
+    let store = Store::open(dir, config).unwrap();
     let sequencer = Sequencer::new(
         LockName::new("L").unwrap(),
         Mode::Exclusive,
@@ -230,12 +232,17 @@ fn a_buffered_store_syncs_sleds_files_every_flush_every() {
         .apply(&sequencer, &[Op::put("k", "v")], None)
         .unwrap()
         .unwrap();
-    // Two more syncs: at least one began after the write was
-    // acknowledged, so the write is on disk.
     let acknowledged_at = store.flush_stats().background_syncs;
     eventually("two interval syncs after the write", || {
         store.flush_stats().background_syncs >= acknowledged_at + 2
     });
+    (store, sequencer)
+}
+
+#[test]
+fn a_buffered_store_syncs_sleds_files_every_flush_every() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = buffered_store_with_a_synced_write(dir.path());
     assert_eq!(store.flush_stats().flushes, 0, "no group-commit flushes");
     store.check_health().unwrap();
 }
@@ -243,17 +250,8 @@ fn a_buffered_store_syncs_sleds_files_every_flush_every() {
 #[test]
 fn a_failed_interval_sync_fail_stops_a_buffered_store() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), buffered_every(Duration::from_millis(20))).unwrap();
-    let lock = LockName::new("L").unwrap();
-    let sequencer = Sequencer::new(lock.clone(), Mode::Exclusive, Generation::MIN);
-    store
-        .apply(&sequencer, &[Op::put("k", "v")], None)
-        .unwrap()
-        .unwrap();
-    let acknowledged_at = store.flush_stats().background_syncs;
-    eventually("two interval syncs after the write", || {
-        store.flush_stats().background_syncs >= acknowledged_at + 2
-    });
+    let (store, sequencer) = buffered_store_with_a_synced_write(dir.path());
+    let lock = sequencer.lock().clone();
 
     // The disk dies: the next interval sync fails.
     store.sled().files.lock().unwrap().fail_next = Some(std::io::ErrorKind::Other);
