@@ -162,14 +162,7 @@ impl Inspect for ZkLockClient {
                 .filter(|name| name_has_prefix(name, &prefix))
                 .collect();
             names.sort();
-            let mut locks = Vec::new();
-            for name in names {
-                let info = client.inspect(&name).await?;
-                if !info.is_idle() {
-                    locks.push(info);
-                }
-            }
-            Ok(locks)
+            client.inspect_active(names).await
         }
     }
 }
