@@ -9,23 +9,63 @@
 //! assert!(!logs.text().contains("hunter2"));
 //! ```
 //!
-//! The capture is the thread's default subscriber: run the test on one
-//! thread (`#[tokio::test]`'s default current-thread runtime), so every
-//! task the code under test spawns logs into it.
+//! The capture is a process-wide subscriber, installed once, that writes
+//! each event into the sink of the thread that logged it, if that thread
+//! is capturing: run the test on one thread (`#[tokio::test]`'s default
+//! current-thread runtime), so every task the code under test spawns logs
+//! into it. Not a thread-scoped default subscriber: with those, tracing
+//! caches a call site's interest process-wide, and a call site first
+//! reached on another test's thread while the scoped one was being set up
+//! could stay disabled for good, leaving the capture empty under load.
 
+use std::cell::RefCell;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+
+type Lines = Arc<Mutex<Vec<u8>>>;
+
+thread_local! {
+    /// Where this thread's events go while it captures.
+    static CAPTURING: RefCell<Option<Lines>> = const { RefCell::new(None) };
+}
 
 /// The log lines written on this thread while it lives, at every level.
 pub struct Logs {
-    lines: Arc<Mutex<Vec<u8>>>,
-    _guard: tracing::subscriber::DefaultGuard,
+    lines: Lines,
+    /// The scoped subscriber, when another global one was set first.
+    _scoped: Option<tracing::subscriber::DefaultGuard>,
+}
+
+/// Installs the process-wide router once; `false` if the process already
+/// had a global subscriber.
+fn router_installed() -> bool {
+    static INSTALLED: OnceLock<bool> = OnceLock::new();
+    *INSTALLED.get_or_init(|| {
+        let capturing = tracing_subscriber::filter::filter_fn(|_| {
+            CAPTURING.with(|sink| sink.borrow().is_some())
+        });
+        let layer = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(|| ThreadSink)
+            .with_filter(capturing);
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).is_ok()
+    })
 }
 
 impl Logs {
     /// Starts capturing this thread's logs, at every level (`TRACE`).
     pub fn capture() -> Logs {
-        let lines = Arc::new(Mutex::new(Vec::new()));
+        let lines: Lines = Arc::new(Mutex::new(Vec::new()));
+        if router_installed() {
+            CAPTURING.with(|sink| *sink.borrow_mut() = Some(Arc::clone(&lines)));
+            return Logs {
+                lines,
+                _scoped: None,
+            };
+        }
         let sink = Arc::clone(&lines);
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::TRACE)
@@ -34,13 +74,48 @@ impl Logs {
             .finish();
         Logs {
             lines,
-            _guard: tracing::subscriber::set_default(subscriber),
+            _scoped: Some(tracing::subscriber::set_default(subscriber)),
         }
     }
 
     /// Everything written so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.lines.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+}
+
+impl Drop for Logs {
+    fn drop(&mut self) {
+        CAPTURING.with(|sink| {
+            let mut sink = sink.borrow_mut();
+            if sink
+                .as_ref()
+                .is_some_and(|lines| Arc::ptr_eq(lines, &self.lines))
+            {
+                *sink = None;
+            }
+        });
+    }
+}
+
+/// Writes into the capturing thread's sink (nothing when it has none).
+struct ThreadSink;
+
+impl Write for ThreadSink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        CAPTURING.with(|sink| {
+            if let Some(lines) = sink.borrow().as_ref() {
+                lines
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend_from_slice(bytes);
+            }
+        });
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
