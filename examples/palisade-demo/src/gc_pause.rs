@@ -94,7 +94,7 @@ pub struct GcPauseArgs {
     pub pause_ms: Option<u64>,
 
     /// Where to write the timeline picture (SVG) [default:
-    /// palisade-gc-pause-BACKEND-PAUSE.svg in the temporary directory].
+    /// palisade-gc-pause-BACKEND-PAUSE-UID.svg in the temporary directory].
     #[arg(long)]
     pub svg: Option<PathBuf>,
 }
@@ -125,11 +125,17 @@ impl GcPauseArgs {
             .unwrap_or_else(|| self.ttl() * 2 + Duration::from_secs(1))
     }
 
-    /// Where the picture goes.
+    /// Where the picture goes: `--svg`, or a file in the temporary
+    /// directory named for the run and the user (another user's picture
+    /// of the same run there is not ours to overwrite).
     pub fn svg_path(&self) -> PathBuf {
         self.svg.clone().unwrap_or_else(|| {
+            use std::os::unix::fs::MetadataExt as _;
+            let owner = std::fs::metadata("/proc/self")
+                .map(|process| process.uid().to_string())
+                .unwrap_or_else(|_| std::process::id().to_string());
             std::env::temp_dir().join(format!(
-                "palisade-gc-pause-{}-{}.svg",
+                "palisade-gc-pause-{}-{}-{owner}.svg",
                 kind_of(&self.backend).name(),
                 self.pause.name()
             ))
