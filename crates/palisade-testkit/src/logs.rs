@@ -49,7 +49,7 @@ fn router_installed() -> bool {
         });
         let layer = tracing_subscriber::fmt::layer()
             .with_ansi(false)
-            .with_writer(|| ThreadSink)
+            .with_writer(Sink::of_this_thread)
             .with_filter(capturing);
         tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).is_ok()
     })
@@ -70,7 +70,7 @@ impl Logs {
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::TRACE)
             .with_ansi(false)
-            .with_writer(move || Sink(Arc::clone(&sink)))
+            .with_writer(move || Sink(Some(Arc::clone(&sink))))
             .finish();
         Logs {
             lines,
@@ -98,35 +98,25 @@ impl Drop for Logs {
     }
 }
 
-/// Writes into the capturing thread's sink (nothing when it has none).
-struct ThreadSink;
+/// Appends to its lines, if it has any (the router's sink for a thread
+/// that is not capturing has none).
+struct Sink(Option<Lines>);
 
-impl Write for ThreadSink {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        CAPTURING.with(|sink| {
-            if let Some(lines) = sink.borrow().as_ref() {
-                lines
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend_from_slice(bytes);
-            }
-        });
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+impl Sink {
+    /// The capturing thread's sink.
+    fn of_this_thread() -> Sink {
+        Sink(CAPTURING.with(|sink| sink.borrow().clone()))
     }
 }
 
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
 impl Write for Sink {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(bytes);
+        if let Some(lines) = &self.0 {
+            lines
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(bytes);
+        }
         Ok(bytes.len())
     }
 
