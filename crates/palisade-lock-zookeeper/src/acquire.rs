@@ -4,7 +4,8 @@
 //! 1. Create `<dir>/<prefix>` as an ephemeral sequential node of the
 //!    session; in the same pipeline (ZooKeeper answers one session's
 //!    requests in order, so they see the create) list the directory and
-//!    read the floor history. A missing directory is created (a container:
+//!    read the floor history, unless the session keeps a copy of it under
+//!    a watch (floor_cache.rs). A missing directory is created (a container:
 //!    ZooKeeper deletes it once it is empty) and the create sent again.
 //! 2. Decide from the listing (`queue::turn`): granted, or behind one node
 //!    (the contender just ahead for a writer, the last writer ahead for a
@@ -32,6 +33,7 @@ use zookeeper_client as zk;
 
 use crate::errors::{BACKEND, ZkLockError};
 use crate::floor::{FloorHistory, parse_floor};
+use crate::floor_cache::FloorPlan;
 use crate::guard::ZkGuard;
 use crate::names::marker_name;
 use crate::queue;
@@ -289,7 +291,7 @@ impl Session {
     /// but a contender's arrival or a deletion fires it. Only once it
     /// fires is the node itself watched (one `exists`), so an uncontended
     /// acquire and release costs ZooKeeper what the create and the delete
-    /// cost, plus the listing and floor read in the create's pipeline.
+    /// cost, plus the listing in the create's pipeline.
     fn spawn_node_watch(
         self: &Arc<Self>,
         tracker: Arc<LeaseTracker>,
@@ -331,6 +333,19 @@ impl Session {
                 }
             }
         }))
+    }
+}
+
+/// The floor history in the answer to a read of the floor node.
+async fn read_floor(
+    inner: &crate::client::ClientInner,
+    read: impl std::future::Future<Output = Result<(Vec<u8>, zk::Stat), zk::Error>>,
+    floor_path: &str,
+) -> Result<FloorHistory, LockError> {
+    match inner.bounded("read floor", read).await {
+        Ok((data, stat)) => parse_floor(floor_path, &data, stat.mzxid),
+        Err(zk::Error::NoNode) => Ok(FloorHistory::default()),
+        Err(error) => Err(inner.error("read floor", error)),
     }
 }
 
@@ -382,9 +397,10 @@ impl Attempt {
         let floor_path = inner.layout.floor();
         loop {
             let zk = session.zk()?;
+            let (plan, register) = session.floor_cache.plan(&zk, &floor_path);
             let create = zk.create(&path, data.as_bytes(), &options);
             let listed = zk.list_and_watch_children(&self.dir);
-            let floor = zk.get_data(&floor_path);
+            let read = matches!(plan, FloorPlan::Read { .. }).then(|| zk.get_data(&floor_path));
             self.sent = true;
             let (stat, sequence) = match inner.bounded("create contender", create).await {
                 Ok(created) => created,
@@ -400,10 +416,28 @@ impl Attempt {
                 .bounded("list contenders", listed)
                 .await
                 .map_err(|error| inner.error("list contenders", error))?;
-            let floor = match inner.bounded("read floor", floor).await {
-                Ok((data, stat)) => parse_floor(&floor_path, &data, stat.mzxid)?,
-                Err(zk::Error::NoNode) => FloorHistory::default(),
-                Err(error) => return Err(inner.error("read floor", error)),
+            let floor = match plan {
+                FloorPlan::Cached { history, events } => {
+                    if session.floor_cache.still_holds(events) {
+                        history
+                    } else {
+                        // Changed since: read it after the create, as the
+                        // pipeline would have.
+                        read_floor(inner, zk.get_data(&floor_path), &floor_path).await?
+                    }
+                }
+                FloorPlan::Read { events, watched } => {
+                    let read = read.expect("a read was sent for this plan");
+                    let history = read_floor(inner, read, &floor_path).await?;
+                    let registered = match register {
+                        Some(register) => Some(inner.bounded("watch floor", register).await),
+                        None => None,
+                    };
+                    session
+                        .floor_cache
+                        .read(events, watched, registered, &history);
+                    history
+                }
             };
             return Ok(Created {
                 node,

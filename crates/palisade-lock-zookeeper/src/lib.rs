@@ -32,6 +32,8 @@
 //!   how the lease is counted.
 //! - `acquire.rs`: the recipe, with `queue.rs` deciding whose turn it is
 //!   from one listing and `names.rs` the layout and node names.
+//! - `floor_cache.rs`: why a session may keep the floor under a watch
+//!   instead of reading it with every grant.
 //! - `floor.rs`: why the generation never goes back, and
 //!   [`RaiseFloor::raise_floor`](palisade_core::RaiseFloor::raise_floor), the recovery after a wiped ensemble.
 //! - the session's in-process bookkeeping (re-entry, one acquisition per
@@ -57,6 +59,7 @@ mod client;
 mod config;
 mod errors;
 mod floor;
+mod floor_cache;
 mod guard;
 mod inspect;
 mod live_check;

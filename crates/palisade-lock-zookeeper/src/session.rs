@@ -28,6 +28,7 @@ use crate::acquire::withdraw_paths;
 use crate::client::lock;
 use crate::client::{close_from_outside, connect_session};
 use crate::errors::{self, BACKEND};
+use crate::floor_cache::FloorCache;
 use crate::task::AbortOnDrop;
 use crate::{ConfigError, ZkLockClient};
 
@@ -79,6 +80,9 @@ pub(crate) struct Session {
     /// The session's holds (re-entry, one acquisition per name at a time,
     /// the waiter bound), on core's shared table; ended with the session.
     holds: HoldTable<ZkHold>,
+    /// The floor history, kept under a watch so that a grant need not
+    /// read it (floor_cache.rs).
+    pub(crate) floor_cache: FloorCache,
     /// The keep-alive and the session-state follower.
     tasks: Mutex<Tasks>,
 }
@@ -158,6 +162,7 @@ impl ZkLockClient {
             tracker,
             lease,
             holds,
+            floor_cache: FloorCache::default(),
             tasks: Mutex::default(),
         });
         let keepalive = tokio::spawn(keep_alive(Arc::downgrade(&session)));

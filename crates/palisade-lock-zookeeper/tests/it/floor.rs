@@ -73,3 +73,35 @@ async fn a_wiped_server_is_named_as_a_regression_and_a_raised_floor_recovers() {
         "still increasing after the raise"
     );
 }
+
+/// A session keeps the floor under a watch instead of reading it with
+/// every grant (floor_cache.rs): a raise by another process, right before
+/// the session's next create, still reaches that grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raise_by_another_process_reaches_a_session_that_keeps_the_floor() {
+    let server = ZooKeeperServer::spawn();
+    let config = config(&server.connect_string(), &unique_prefix("floor-copy"));
+    let name = LockName::new("stock/8").unwrap();
+    let holder = client(config.clone()).await;
+    let locks = session(&holder, options(Duration::from_secs(4))).await;
+    let other = client(config).await;
+    let mut floor = 0;
+    for round in 1..=5u64 {
+        // Two grants: the first reads the floor (and keeps it), the
+        // second uses the copy.
+        for _ in 0..2 {
+            let guard = locks.acquire(&name, Mode::Exclusive).await.unwrap();
+            assert!(guard.generation().get() > floor, "round {round}");
+            guard.release().await.unwrap();
+        }
+        floor = round * 1_000_000_000;
+        other.raise_floor(&name, floor).await.unwrap();
+        let guard = locks.acquire(&name, Mode::Exclusive).await.unwrap();
+        assert!(
+            guard.generation().get() > floor,
+            "round {round}: generation {} not above the floor {floor} raised before the create",
+            guard.generation()
+        );
+        guard.release().await.unwrap();
+    }
+}
