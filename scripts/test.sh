@@ -99,10 +99,10 @@ if ((${#missing[@]})); then
   # ports, so the packaged ones are not needed (and are left alone).
 fi
 step "tools: $(redis-server --version | cut -d' ' -f1-3), $(etcd --version | head -1), $(protoc --version)"
-# A full run takes about 6 GB of disk (the build, its lints, the servers'
+# A full run takes about 5 GB of disk (the build, its lints, the servers'
 # data directories): say what there is, so a disk that fills up mid-run is
 # recognised as such in the failures that follow.
-step "disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free for the build, $(df -h --output=avail "${TMPDIR:-/tmp}" | tail -1 | tr -d ' ') for the servers' data (a full run needs about 6 GB)"
+step "disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free for the build, $(df -h --output=avail "${TMPDIR:-/tmp}" | tail -1 | tr -d ' ') for the servers' data (a full run needs about 5 GB)"
 
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 # mold links in place of ld for everything cargo runs (its `-run` mode
