@@ -426,16 +426,14 @@ impl Attempt {
                         read_floor(inner, zk.get_data(&floor_path), &floor_path).await?
                     }
                 }
-                FloorPlan::Read { events, watched } => {
+                FloorPlan::Read { events } => {
                     let read = read.expect("a read was sent for this plan");
                     let history = read_floor(inner, read, &floor_path).await?;
                     let registered = match register {
                         Some(register) => Some(inner.bounded("watch floor", register).await),
                         None => None,
                     };
-                    session
-                        .floor_cache
-                        .read(events, watched, registered, &history);
+                    session.floor_cache.read(events, registered, &history);
                     history
                 }
             };

@@ -47,10 +47,10 @@ struct State {
 pub(crate) enum FloorPlan {
     /// Use the copy, unless an event arrives before the create's reply.
     Cached { history: FloorHistory, events: u64 },
-    /// Read the floor in the create's pipeline; `watched` if the read is
-    /// sent after the watch's registration, so that it may become the
-    /// copy.
-    Read { events: u64, watched: bool },
+    /// Read the floor in the create's pipeline, after the watch's
+    /// registration (sent with it if there was none), so that the read
+    /// may become the copy.
+    Read { events: u64 },
 }
 
 impl FloorCache {
@@ -80,10 +80,8 @@ impl FloorCache {
             .watcher
             .is_none()
             .then(|| zk.watch(floor_path, zk::AddWatchMode::Persistent));
-        let watched = state.watcher.is_some() || register.is_some();
         let plan = FloorPlan::Read {
             events: state.events,
-            watched,
         };
         (plan, register)
     }
@@ -102,7 +100,6 @@ impl FloorCache {
     pub(crate) fn read(
         &self,
         events: u64,
-        watched: bool,
         registered: Option<Result<zk::PersistentWatcher, zk::Error>>,
         history: &FloorHistory,
     ) {
@@ -122,7 +119,8 @@ impl FloorCache {
             None => {}
         }
         state.drain();
-        if watched && state.watcher.is_some() && state.events == events {
+        // No watcher: the one in place at the plan ended with an event.
+        if state.watcher.is_some() && state.events == events {
             state.history = Some(history.clone());
         }
     }
