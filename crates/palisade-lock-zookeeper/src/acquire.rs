@@ -24,6 +24,7 @@
 //! create happened).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use palisade_core::holds::{Admission, HoldTable, Patience, Turn};
 use palisade_core::{
@@ -208,12 +209,18 @@ impl Session {
         let node_path = format!("{}/{}", attempt.dir, created.node);
         let sequencer = self.sequencer(&name, attempt.mode, generation, &created.node)?;
         let tracker = Arc::new(LeaseTracker::new(valid_until));
-        let node_watch =
-            self.spawn_node_watch(tracker.clone(), node_path.clone(), created.children_watch);
+        let released = Arc::new(AtomicBool::new(false));
+        let node_watch = self.spawn_node_watch(
+            tracker.clone(),
+            released.clone(),
+            node_path.clone(),
+            created.children_watch,
+        );
         let data = ZkHold {
             node: node_path,
             marker,
             node_watch: std::sync::Mutex::new(Some(node_watch)),
+            released,
         };
         let guard = turn.grant(sequencer, tracker, data)?;
         attempt.defuse();
@@ -291,16 +298,24 @@ impl Session {
     /// but a contender's arrival or a deletion fires it. Only once it
     /// fires is the node itself watched (one `exists`), so an uncontended
     /// acquire and release costs ZooKeeper what the create and the delete
-    /// cost, plus the listing in the create's pipeline.
+    /// cost, plus the listing in the create's pipeline. The session's own
+    /// release sets `released` before its delete and stops the task once
+    /// the delete is answered, so the watch ends fired, never removed.
     fn spawn_node_watch(
         self: &Arc<Self>,
         tracker: Arc<LeaseTracker>,
+        released: Arc<AtomicBool>,
         path: String,
         children_watch: zk::OneshotWatcher,
     ) -> AbortOnDrop {
         let session = Arc::downgrade(self);
         let shown = path.clone();
+        let own_release = released.clone();
         let deleted = move || {
+            if own_release.load(Ordering::Acquire) {
+                // The session's own release.
+                return;
+            }
             if tracker.lose(LostReason::KeyDeleted) {
                 tracing::warn!(backend = BACKEND, node = %shown, "the hold's node was deleted by someone else: lease lost");
             }
@@ -308,6 +323,10 @@ impl Session {
         AbortOnDrop(tokio::spawn(async move {
             if children_watch.changed().await.event_type == zk::EventType::Session {
                 // The session's own end is followed elsewhere.
+                return;
+            }
+            if released.load(Ordering::Acquire) {
+                // Fired by the session's own release.
                 return;
             }
             loop {

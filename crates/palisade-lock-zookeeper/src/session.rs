@@ -16,6 +16,7 @@
 //! and at a deadline that does not depend on when SUSPENDED was noticed.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -106,9 +107,12 @@ pub(crate) struct ZkHold {
     /// lock-delay session otherwise.
     pub(crate) marker: Option<String>,
     /// Watches the node: its deletion by anyone else (a forced release)
-    /// loses the hold. Stopped before the session's own release deletes
-    /// it, and with the hold.
+    /// loses the hold. Stopped once the session's own release is
+    /// answered, and with the hold.
     pub(crate) node_watch: Mutex<Option<AbortOnDrop>>,
+    /// Set before the session's own delete is sent: the node watch then
+    /// takes the deletion for what it is.
+    pub(crate) released: Arc<AtomicBool>,
 }
 
 /// The session-level sequencer `lease` field: ZooKeeper's session id.
@@ -457,8 +461,13 @@ impl HoldBackend for Session {
         gate: Option<Gate>,
     ) -> Result<bool, LockError> {
         let data = hold.data();
-        // Our own delete is no forced release.
-        lock(&data.node_watch).take();
+        // Our own delete is no forced release. The watch is stopped only
+        // once the delete is answered: by then the delete has fired its
+        // watcher (ZooKeeper sends a session's watch events before the
+        // reply that follows them), whereas a watcher dropped unfired costs
+        // a request to remove it on the server, before the delete.
+        data.released.store(true, Ordering::Release);
+        let _stop_watch = lock(&data.node_watch).take();
         let inner = &self.client.inner;
         if let (Some(marker), Some(delay_zk)) = (&data.marker, self.delay_zk()) {
             // The marker first: a contender woken by the node's deletion
