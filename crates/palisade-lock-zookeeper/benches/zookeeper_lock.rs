@@ -10,8 +10,9 @@
 //!
 //! 1. uncontended acquire + release: Palisade, against the raw operations a
 //!    lock needs (create an ephemeral sequential node, delete it) on the
-//!    same client library, and against kazoo's `Lock` (Python, Debian's
-//!    `python3-kazoo`, timed inside its own process);
+//!    same client library, one cycle of each in turn, and against kazoo's
+//!    `Lock` (Python, Debian's `python3-kazoo`, timed inside its own
+//!    process); then the requests ZooKeeper received per cycle of each;
 //! 2. 8 sessions contending for one name: the hand-off (one holder's
 //!    release to the next grant) p50/p99, and fairness (grants per session,
 //!    max/min);
@@ -80,24 +81,44 @@ async fn run() -> anyhow::Result<()> {
     // ZooKeeper is a JVM: its request path runs several times faster once
     // compiled, so a round of each, not counted, before the measured ones
     // (the first rounds otherwise favour whichever runs second).
-    raw_cycles(&raw, &raw_dir, span).await?;
-    palisade_cycles(&session, &name, span).await?;
+    paired_cycles(&raw, &raw_dir, &session, &name, span).await?;
     let (mut palisade, mut bare, mut kazoo) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
-        bare.push(raw_cycles(&raw, &raw_dir, span).await?);
-        palisade.push(palisade_cycles(&session, &name, span).await?);
+        let (raw_rate, palisade_rate) =
+            paired_cycles(&raw, &raw_dir, &session, &name, span).await?;
+        bare.push(raw_rate);
+        palisade.push(palisade_rate);
         kazoo.push(kazoo_cycles(&connect, &format!("{path}-kazoo"), span)?);
         println!(
-            "round {round}: raw create+delete {:.0}/s, Palisade {:.0}/s, kazoo Lock {:.0}/s",
-            bare[round], palisade[round], kazoo[round]
+            "round {round}: raw create+delete {:.0}/s, Palisade {:.0}/s ({:.2}x), kazoo Lock {:.0}/s",
+            bare[round],
+            palisade[round],
+            palisade[round] / bare[round],
+            kazoo[round]
         );
     }
+    let ratios: Vec<f64> = palisade.iter().zip(&bare).map(|(p, b)| p / b).collect();
     let (palisade, bare, kazoo) = (median(palisade), median(bare), median(kazoo));
     println!(
-        "uncontended acquire+release (medians): Palisade {palisade:.0}/s = {:.2}x raw create+delete ({bare:.0}/s), {:.2}x kazoo's Lock ({kazoo:.0}/s)\n",
-        palisade / bare,
+        "uncontended acquire+release (medians): Palisade {palisade:.0}/s = {:.2}x raw create+delete ({bare:.0}/s; median of the rounds' ratios), {:.2}x kazoo's Lock ({kazoo:.0}/s)",
+        median(ratios),
         palisade / kazoo
     );
+    if let Some(addr) = server.client_addr() {
+        let cycles = 1000;
+        let before = packets_received(addr)?;
+        palisade_cycle(&session, &name, cycles).await?;
+        let between = packets_received(addr)?;
+        raw_cycle(&raw, &raw_dir, cycles).await?;
+        let after = packets_received(addr)?;
+        // Each `mntr` is a request of its own.
+        let per_cycle = |from: u64, to: u64| (to - from - 1) as f64 / cycles as f64;
+        println!(
+            "requests per cycle (ZooKeeper's zk_packets_received): Palisade {:.2}, raw {:.2}\n",
+            per_cycle(before, between),
+            per_cycle(between, after)
+        );
+    }
 
     // 2. Eight sessions on one name.
     let contended = LockName::new("bench/contended")?;
@@ -131,37 +152,74 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// Create an ephemeral sequential node and delete it, as fast as one
-/// client can: the ZooKeeper work one uncontended lock needs at least.
-async fn raw_cycles(raw: &zk::Client, dir: &str, span: Duration) -> anyhow::Result<f64> {
-    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let prefix = format!("{dir}/raw__lock__");
-    let started = Instant::now();
-    let mut cycles = 0u64;
-    while started.elapsed() < span {
-        let (_, sequence) = raw.create(&prefix, b"", &options).await?;
-        raw.delete(&format!("{prefix}{sequence}"), None).await?;
-        cycles += 1;
-    }
-    Ok(cycles as f64 / started.elapsed().as_secs_f64())
-}
-
-async fn palisade_cycles(
+/// The raw operations a lock needs (create an ephemeral sequential node,
+/// delete it: the least a lock costs ZooKeeper, on the same client
+/// library) and Palisade's acquire + release, one cycle of each in turn
+/// for `span`, each side timed on its own, so that both see the same
+/// moments of a busy machine. Returns both rates (cycles per second of
+/// each side's own time).
+async fn paired_cycles(
+    raw: &zk::Client,
+    dir: &str,
     session: &palisade_lock_zookeeper::ZkLock,
     name: &LockName,
     span: Duration,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, f64)> {
+    let (mut raw_time, mut palisade_time) = (Duration::ZERO, Duration::ZERO);
     let started = Instant::now();
     let mut cycles = 0u64;
     while started.elapsed() < span {
+        let at = Instant::now();
+        raw_cycle(raw, dir, 1).await?;
+        let between = Instant::now();
+        palisade_cycle(session, name, 1).await?;
+        raw_time += between - at;
+        palisade_time += between.elapsed();
+        cycles += 1;
+    }
+    Ok((
+        cycles as f64 / raw_time.as_secs_f64(),
+        cycles as f64 / palisade_time.as_secs_f64(),
+    ))
+}
+
+async fn raw_cycle(raw: &zk::Client, dir: &str, cycles: u64) -> anyhow::Result<()> {
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let prefix = format!("{dir}/raw__lock__");
+    for _ in 0..cycles {
+        let (_, sequence) = raw.create(&prefix, b"", &options).await?;
+        raw.delete(&format!("{prefix}{sequence}"), None).await?;
+    }
+    Ok(())
+}
+
+async fn palisade_cycle(
+    session: &palisade_lock_zookeeper::ZkLock,
+    name: &LockName,
+    cycles: u64,
+) -> anyhow::Result<()> {
+    for _ in 0..cycles {
         session
             .acquire(name, Mode::Exclusive)
             .await?
             .release()
             .await?;
-        cycles += 1;
     }
-    Ok(cycles as f64 / started.elapsed().as_secs_f64())
+    Ok(())
+}
+
+/// ZooKeeper's count of requests received so far (`mntr`, itself one).
+fn packets_received(addr: std::net::SocketAddr) -> anyhow::Result<u64> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.write_all(b"mntr")?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    answer
+        .lines()
+        .find_map(|line| line.strip_prefix("zk_packets_received"))
+        .and_then(|count| count.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no zk_packets_received in mntr's answer"))
 }
 
 /// kazoo's `Lock` acquire + release on one path, timed inside Python
