@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use palisade_core::{LockName, Mode, RaiseCap, Sequencer};
 use palisade_store::{
-    Applied, Engine, EngineFuture, EngineInfo, Marks, Op, OpResult, Read, Refused, RequestId,
-    StoreError, StoredRecord, WriteRequest,
+    Applied, Engine, EngineFuture, EngineInfo, Marks, Op, OpResult, Read, ReadRequest, Refused,
+    RequestId, StoreError, StoredRecord, WriteRequest,
 };
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgDatabaseError, PgPoolOptions};
@@ -241,14 +241,10 @@ impl Engine for PostgresEngine {
         })
     }
 
-    fn read(
-        &self,
-        lock: &LockName,
-        key: &[u8],
-        sequencer: Option<&Sequencer>,
-    ) -> EngineFuture<Result<Read, Refused>> {
+    fn read(&self, request: ReadRequest<'_>) -> EngineFuture<Result<Read, Refused>> {
         let inner = Arc::clone(&self.inner);
-        let (lock, key, sequencer) = (lock.clone(), key.to_vec(), sequencer.cloned());
+        let (lock, key) = (request.lock.clone(), request.key.to_vec());
+        let sequencer = request.sequencer.cloned();
         Box::pin(async move {
             match sequencer {
                 None => inner
