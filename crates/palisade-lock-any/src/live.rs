@@ -2,7 +2,7 @@
 //! [`LockSpec`] names: before applying a request, ask the lock service
 //! whether the sequencer's holder still holds the lock.
 
-use palisade_core::SharedLiveCheck;
+use palisade_core::{LiveCheck, SharedLiveCheck};
 
 use crate::connect::AnyClient;
 use crate::error::SelectError;
@@ -43,13 +43,9 @@ pub async fn live_check(
         #[cfg(feature = "etcd")]
         AnyClient::Etcd(client) => client.live_check().into_shared(),
         #[cfg(feature = "redis")]
-        AnyClient::Redis(client) => {
-            std::sync::Arc::new(palisade_lock_redis::RedisLiveCheck::new(client))
-        }
+        AnyClient::Redis(client) => palisade_lock_redis::RedisLiveCheck::new(client).into_shared(),
         #[cfg(feature = "sql")]
-        AnyClient::Sql(client, _) => {
-            std::sync::Arc::new(palisade_lock_sql::SqlLiveCheck::new(client))
-        }
+        AnyClient::Sql(client, _) => palisade_lock_sql::SqlLiveCheck::new(client).into_shared(),
         #[cfg(feature = "zookeeper")]
         AnyClient::ZooKeeper(client) => client.live_check().into_shared(),
         #[allow(unreachable_patterns)]
