@@ -161,11 +161,14 @@ fn session_settings(config: &PostgresConfig) -> [(&'static str, String); 5] {
 }
 
 /// Why opening failed on a connection that works.
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum OpenFailure {
     /// The engine's own refusal.
-    Open(OpenError),
+    #[error(transparent)]
+    Open(#[from] OpenError),
     /// The database's.
-    Database(sqlx::Error),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
 }
 
 impl OpenFailure {
@@ -174,18 +177,6 @@ impl OpenFailure {
             OpenFailure::Open(error) => error,
             OpenFailure::Database(error) => origin.open_error(error),
         }
-    }
-}
-
-impl From<sqlx::Error> for OpenFailure {
-    fn from(error: sqlx::Error) -> OpenFailure {
-        OpenFailure::Database(error)
-    }
-}
-
-impl From<OpenError> for OpenFailure {
-    fn from(error: OpenError) -> OpenFailure {
-        OpenFailure::Open(error)
     }
 }
 
