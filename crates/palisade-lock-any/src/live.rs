@@ -37,6 +37,11 @@ pub async fn live_check(
         let carrier =
             palisade_core::SigningKey::new("live-check", rand::random::<[u8; 32]>().to_vec())
                 .map_err(|error| SelectError::invalid(error.to_string()))?;
+        if let Some(issuer) = issuer {
+            palisade_core::Signer::new(issuer, carrier.clone()).map_err(|error| {
+                SelectError::invalid(format!("--live-check-issuer {issuer:?}: {error}"))
+            })?;
+        }
         lock_side = lock_side.with_signing_key(carrier);
     }
     let check: SharedLiveCheck = match AnyClient::connect(&lock_side).await? {
