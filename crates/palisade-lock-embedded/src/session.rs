@@ -16,7 +16,7 @@ use crate::state::LeaseEnd;
 use crate::state::{BACKEND, Begin, Grant, Reply, SessionId, WaiterId};
 
 /// A session on an [`EmbeddedLockClient`]: one lease, one holder id, and
-/// the [`Lock`] trait.
+/// the [`Lock`](palisade_core::Lock) trait.
 ///
 /// - **Re-entry** is per session (the session's `palisade_core::holds`
 ///   table): acquiring a name the session already holds in the same mode

@@ -1,4 +1,4 @@
-//! [`RedisLock`]: a lock session, the [`Lock`] implementation.
+//! [`RedisLock`]: a lock session, the [`Lock`](palisade_core::Lock) implementation.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
