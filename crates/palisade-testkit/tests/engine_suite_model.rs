@@ -209,11 +209,7 @@ impl Engine for ModelEngine {
     }
 
     fn read(&self, request: ReadRequest<'_>) -> EngineFuture<Result<Read, Refused>> {
-        let ReadRequest {
-            lock,
-            key,
-            sequencer,
-        } = request;
+        let (lock, key, sequencer) = (request.lock, request.key, request.sequencer);
         let mut state = self.state.lock().unwrap();
         let Some(sequencer) = sequencer else {
             let lock = state.locks.get(lock);
