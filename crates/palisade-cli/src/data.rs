@@ -205,6 +205,14 @@ pub(crate) struct PutArgs {
     #[arg(long)]
     stdin: bool,
     #[command(flatten)]
+    target: WriteTarget,
+}
+
+/// Where `put` and `del` write, and under what: the sequencer, an
+/// idempotency key, and the resource server or a Redis fence.
+#[derive(Debug, Args)]
+pub(crate) struct WriteTarget {
+    #[command(flatten)]
     sequencer: SequencerArg,
     /// Idempotency key: a retry with the same key is answered with the
     /// first outcome instead of being applied twice (resource server only).
@@ -214,6 +222,14 @@ pub(crate) struct PutArgs {
     redis: RedisFenceArg,
     #[command(flatten)]
     server: ServerArgs,
+}
+
+/// What `put` or `del` does to its key.
+pub(crate) enum Change {
+    /// Stores this value.
+    Put(Vec<u8>),
+    /// Deletes the key.
+    Delete,
 }
 
 const PUT_EXAMPLES: &str = "\
@@ -269,14 +285,7 @@ pub(crate) struct DelArgs {
     /// The key (any bytes).
     key: OsString,
     #[command(flatten)]
-    sequencer: SequencerArg,
-    /// Idempotency key, as for `put`.
-    #[arg(long, value_name = "KEY", conflicts_with = "redis_fence")]
-    idempotency_key: Option<String>,
-    #[command(flatten)]
-    redis: RedisFenceArg,
-    #[command(flatten)]
-    server: ServerArgs,
+    target: WriteTarget,
 }
 
 const DEL_EXAMPLES: &str = "\
@@ -346,21 +355,12 @@ pub(crate) fn lock_name(text: &str) -> anyhow::Result<LockName> {
 /// Runs `palisade put`.
 pub(crate) async fn put(args: PutArgs) -> anyhow::Result<()> {
     let lock = lock_name(&args.lock)?;
-    let sequencer = args.sequencer.required_for(&lock)?;
-    let key = args.key.as_bytes();
+    let sequencer = args.target.sequencer.required_for(&lock)?;
     let value = read_value(args.value.as_ref()).await?;
-    if let Some(url) = &args.redis.redis_fence {
-        let redis = Fenced::connect(url, args.server.timeout).await?;
-        let written = redis.put(&sequencer, key, value).await?;
-        return report_written(&args.server, &lock, key, &written);
-    }
-    let client = args.server.client()?;
-    let outcome = client
-        .put(&sequencer, key, value, args.idempotency_key.as_deref())
+    let change = Change::Put(value);
+    args.target
+        .write(&sequencer, args.key.as_bytes(), change)
         .await
-        .map_err(|error| server_error(&error, &args.server.server))?;
-    let written = outcome.map_err(|refused| refusal(&refused, &lock))?;
-    report_written(&args.server, &lock, key, &written)
 }
 
 /// The value argument's bytes, or standard input's for `-` or none
@@ -384,20 +384,33 @@ pub(crate) async fn read_value(value: Option<&OsString>) -> anyhow::Result<Vec<u
 /// Runs `palisade del`.
 pub(crate) async fn del(args: DelArgs) -> anyhow::Result<()> {
     let lock = lock_name(&args.lock)?;
-    let sequencer = args.sequencer.required_for(&lock)?;
-    let key = args.key.as_bytes();
-    if let Some(url) = &args.redis.redis_fence {
-        let redis = Fenced::connect(url, args.server.timeout).await?;
-        let written = redis.del(&sequencer, key).await?;
-        return report_written(&args.server, &lock, key, &written);
-    }
-    let client = args.server.client()?;
-    let outcome = client
-        .delete(&sequencer, key, args.idempotency_key.as_deref())
+    let sequencer = args.target.sequencer.required_for(&lock)?;
+    let change = Change::Delete;
+    args.target
+        .write(&sequencer, args.key.as_bytes(), change)
         .await
-        .map_err(|error| server_error(&error, &args.server.server))?;
-    let written = outcome.map_err(|refused| refusal(&refused, &lock))?;
-    report_written(&args.server, &lock, key, &written)
+}
+
+impl WriteTarget {
+    /// Writes `change` to `key` under `sequencer`, through the Redis fence
+    /// if one is named, else on the resource server, and reports it.
+    async fn write(&self, sequencer: &Sequencer, key: &[u8], change: Change) -> anyhow::Result<()> {
+        let lock = sequencer.lock();
+        if let Some(url) = &self.redis.redis_fence {
+            let redis = Fenced::connect(url, self.server.timeout).await?;
+            let written = redis.write(sequencer, key, change).await?;
+            return report_written(&self.server, lock, key, &written);
+        }
+        let client = self.server.client()?;
+        let idempotency_key = self.idempotency_key.as_deref();
+        let outcome = match change {
+            Change::Put(value) => client.put(sequencer, key, value, idempotency_key).await,
+            Change::Delete => client.delete(sequencer, key, idempotency_key).await,
+        };
+        let outcome = outcome.map_err(|error| server_error(&error, &self.server.server))?;
+        let written = outcome.map_err(|refused| refusal(&refused, lock))?;
+        report_written(&self.server, lock, key, &written)
+    }
 }
 
 /// Runs `palisade get`.
@@ -691,12 +704,17 @@ mod tests {
         );
     }
 
+    /// `--sequencer text`, with nothing in the environment.
+    fn flag(text: &str) -> SequencerArg {
+        SequencerArg {
+            sequencer: Some(text.to_owned()),
+            from_env: None,
+        }
+    }
+
     #[test]
     fn a_sequencer_for_another_lock_is_refused_before_sending() {
-        let arg = SequencerArg {
-            sequencer: Some("v1;lock=a;mode=exclusive;gen=3".to_owned()),
-            from_env: None,
-        };
+        let arg = flag("v1;lock=a;mode=exclusive;gen=3");
         let error = arg.for_lock(&LockName::new("b").unwrap()).unwrap_err();
         assert!(
             error
@@ -723,19 +741,16 @@ mod tests {
             "a write needs a sequencer for lock `b`: PALISADE_SEQUENCER is for lock `a`; \
              pass --sequencer, or run under `palisade lock b -- ...`"
         );
-        let flag = SequencerArg {
+        let with_flag = SequencerArg {
             sequencer: Some("v1;lock=b;mode=exclusive;gen=7".to_owned()),
             ..arg
         };
-        assert_eq!(flag.required_for(&b).unwrap().generation().get(), 7);
+        assert_eq!(with_flag.required_for(&b).unwrap().generation().get(), 7);
     }
 
     #[test]
     fn a_malformed_sequencer_says_why() {
-        let arg = SequencerArg {
-            sequencer: Some("v2;lock=a".to_owned()),
-            from_env: None,
-        };
+        let arg = flag("v2;lock=a");
         let error = arg.for_lock(&LockName::new("a").unwrap()).unwrap_err();
         let text = error.to_string();
         assert!(text.starts_with("malformed sequencer"), "{text}");

@@ -174,15 +174,7 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
     // pause right after it): then the command never starts.
     let sequencer = match guard.sequencer() {
         Ok(sequencer) => sequencer,
-        Err(error) => {
-            say!(
-                "palisade: {}; the command did not run",
-                lock_error_text(&error)
-            );
-            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, guard.release()).await;
-            close(lock, false).await;
-            return Ok(exit::LEASE_LOST);
-        }
+        Err(error) => return Ok(not_started(&error, guard, lock).await),
     };
     let generation = sequencer.generation();
     tracing::info!(lock = %name, %mode, generation = generation.get(), backend = lock.kind().name(), "lock acquired");
@@ -206,13 +198,7 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
     // A slow fence may have outlasted the lease: then the command never
     // starts either.
     if let Err(error) = guard.sequencer() {
-        say!(
-            "palisade: {}; the command did not run",
-            lock_error_text(&error)
-        );
-        let _ = tokio::time::timeout(CLEANUP_TIMEOUT, guard.release()).await;
-        close(lock, false).await;
-        return Ok(exit::LEASE_LOST);
+        return Ok(not_started(&error, guard, lock).await);
     }
 
     let mut env = vec![
@@ -447,6 +433,19 @@ async fn release(guard: AnyGuard, name: &LockName) {
 }
 
 /// Ends the session, quietly: by now everything worth saying was said.
+/// The lease may have lapsed before the command started (`error` says
+/// why): says so, gives the hold back and ends the session; the command
+/// never runs. The exit code is [`exit::LEASE_LOST`].
+async fn not_started(error: &LockError, guard: AnyGuard, lock: AnyLock) -> u8 {
+    say!(
+        "palisade: {}; the command did not run",
+        lock_error_text(error)
+    );
+    let _ = tokio::time::timeout(CLEANUP_TIMEOUT, guard.release()).await;
+    close(lock, false).await;
+    exit::LEASE_LOST
+}
+
 async fn close(lock: AnyLock, abandoned_attempt: bool) {
     match tokio::time::timeout(CLEANUP_TIMEOUT, lock.close(abandoned_attempt)).await {
         Ok(Ok(())) => {}

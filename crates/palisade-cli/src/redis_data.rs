@@ -19,6 +19,7 @@ use palisade_core::{LockName, OpResult, Refused, Sequencer};
 use palisade_fence_redis::redis;
 use palisade_fence_redis::{FenceOptions, RedisFence, RedisFenceError};
 
+use crate::data::Change;
 use crate::exit::{self, Failure};
 
 /// Where the fenced data lives, when it is in Redis.
@@ -95,30 +96,19 @@ impl Fenced {
         anyhow::anyhow!("Redis at {}: {error}{doubt}", self.shown)
     }
 
-    /// `SET` under `sequencer`.
-    pub(crate) async fn put(
+    /// `SET` (a put) or `DEL` (a delete) under `sequencer`.
+    pub(crate) async fn write(
         &self,
         sequencer: &Sequencer,
         key: &[u8],
-        value: Vec<u8>,
+        change: Change,
     ) -> anyhow::Result<Written> {
         let key = self.data_key(sequencer.lock(), key);
-        let written = self
-            .fence
-            .set(sequencer, key, value)
-            .await
-            .map_err(|error| self.error(error))?
-            .map_err(|refused| crate::data::refusal(&refused, sequencer.lock()))?;
-        Ok(applied(written.value, written.marks, written.seq))
-    }
-
-    /// `DEL` under `sequencer`.
-    pub(crate) async fn del(&self, sequencer: &Sequencer, key: &[u8]) -> anyhow::Result<Written> {
-        let key = self.data_key(sequencer.lock(), key);
-        let written = self
-            .fence
-            .del(sequencer, key)
-            .await
+        let outcome = match change {
+            Change::Put(value) => self.fence.set(sequencer, key, value).await,
+            Change::Delete => self.fence.del(sequencer, key).await,
+        };
+        let written = outcome
             .map_err(|error| self.error(error))?
             .map_err(|refused| crate::data::refusal(&refused, sequencer.lock()))?;
         Ok(applied(written.value, written.marks, written.seq))

@@ -532,15 +532,20 @@ impl Client {
         }
     }
 
-    /// A write: decodes the result or the refusal.
-    async fn write(
+    /// A write under `holder`'s sequencer to `path` below its lock's URL:
+    /// decodes the result or the refusal. A holder whose lease may have
+    /// lapsed sends nothing ([`ClientError::Lock`]).
+    async fn write<S: SequencerSource + ?Sized>(
         &self,
         method: Method,
-        url: String,
-        sequencer: &Sequencer,
+        holder: &S,
+        path: &str,
         idempotency_key: Option<&str>,
         body: Option<Bytes>,
     ) -> Result<Result<Written, Refused>, ClientError> {
+        let sequencer = holder.sequencer_now()?;
+        let sequencer = sequencer.as_ref();
+        let url = self.lock_url(sequencer.lock(), path);
         match self
             .send(method, url, Some(sequencer), idempotency_key, body)
             .await?
@@ -618,17 +623,10 @@ impl Client {
         value: impl Into<Bytes>,
         idempotency_key: Option<&str>,
     ) -> Result<Result<Written, Refused>, ClientError> {
-        let sequencer = holder.sequencer_now()?;
-        let sequencer = sequencer.as_ref();
-        let url = self.lock_url(sequencer.lock(), &format!("keys/{}", segment(key)));
-        self.write(
-            Method::PUT,
-            url,
-            sequencer,
-            idempotency_key,
-            Some(value.into()),
-        )
-        .await
+        let path = format!("keys/{}", segment(key));
+        let value = Some(value.into());
+        self.write(Method::PUT, holder, &path, idempotency_key, value)
+            .await
     }
 
     /// Removes `key` under `holder`'s sequencer (exclusive). Deleting a
@@ -639,10 +637,8 @@ impl Client {
         key: &[u8],
         idempotency_key: Option<&str>,
     ) -> Result<Result<Written, Refused>, ClientError> {
-        let sequencer = holder.sequencer_now()?;
-        let sequencer = sequencer.as_ref();
-        let url = self.lock_url(sequencer.lock(), &format!("keys/{}", segment(key)));
-        self.write(Method::DELETE, url, sequencer, idempotency_key, None)
+        let path = format!("keys/{}", segment(key));
+        self.write(Method::DELETE, holder, &path, idempotency_key, None)
             .await
     }
 
@@ -656,11 +652,9 @@ impl Client {
         new: Option<&[u8]>,
         idempotency_key: Option<&str>,
     ) -> Result<Result<Written, Refused>, ClientError> {
-        let sequencer = holder.sequencer_now()?;
-        let sequencer = sequencer.as_ref();
-        let url = self.lock_url(sequencer.lock(), &format!("cas/{}", segment(key)));
+        let path = format!("cas/{}", segment(key));
         let body = json_body(&CasRequest::new(expected, new));
-        self.write(Method::POST, url, sequencer, idempotency_key, Some(body))
+        self.write(Method::POST, holder, &path, idempotency_key, Some(body))
             .await
     }
 
@@ -672,11 +666,8 @@ impl Client {
         ops: &[BatchOp],
         idempotency_key: Option<&str>,
     ) -> Result<Result<Written, Refused>, ClientError> {
-        let sequencer = holder.sequencer_now()?;
-        let sequencer = sequencer.as_ref();
         let body = json_body(&BatchRequest::new(ops));
-        let url = self.lock_url(sequencer.lock(), "batch");
-        self.write(Method::POST, url, sequencer, idempotency_key, Some(body))
+        self.write(Method::POST, holder, "batch", idempotency_key, Some(body))
             .await
     }
 

@@ -379,16 +379,20 @@ mod tests {
         assert!(!watch.is_valid());
     }
 
-    /// A suspend of the machine, for the tests below: each test has its
-    /// own boot clock (the real one plus its own jump), as tests run in
-    /// parallel.
-    macro_rules! boot_clock_with_jump {
-        ($jump:ident, $read:ident) => {
+    /// `$tracker`, a lease tracker valid for `$lease` on a boot clock of
+    /// its own (the real one plus `$jump`, which `suspend_for` moves), for
+    /// the tests below: each test has its own, as tests run in parallel.
+    macro_rules! tracker_with_jump {
+        ($jump:ident, $tracker:ident, $lease:expr) => {
             static $jump: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            fn $read() -> Duration {
+            fn boot_clock() -> Duration {
                 crate::suspend_clock::read_boottime()
                     + Duration::from_millis($jump.load(std::sync::atomic::Ordering::SeqCst))
             }
+            let $tracker = LeaseTracker::with_suspend_clock(
+                Instant::now() + $lease,
+                SuspendClock::start_with(boot_clock),
+            );
         };
     }
 
@@ -399,11 +403,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_suspend_past_the_lease_is_a_loss_although_the_monotonic_clock_stood_still() {
-        boot_clock_with_jump!(JUMP, boot_clock);
-        let tracker = LeaseTracker::with_suspend_clock(
-            Instant::now() + secs(10),
-            SuspendClock::start_with(boot_clock),
-        );
+        tracker_with_jump!(JUMP, tracker, secs(10));
         let watch = tracker.watch();
         let before = Instant::now();
 
@@ -430,11 +430,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_short_suspend_shortens_the_lease_by_its_length() {
-        boot_clock_with_jump!(JUMP, boot_clock);
-        let tracker = LeaseTracker::with_suspend_clock(
-            Instant::now() + secs(10),
-            SuspendClock::start_with(boot_clock),
-        );
+        tracker_with_jump!(JUMP, tracker, secs(10));
         let watch = tracker.watch();
         suspend_for(&JUMP, secs(3));
         assert!(watch.is_valid());
@@ -450,11 +446,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_waiter_learns_of_a_suspend_within_the_recheck_period() {
-        boot_clock_with_jump!(JUMP, boot_clock);
-        let tracker = LeaseTracker::with_suspend_clock(
-            Instant::now() + secs(30),
-            SuspendClock::start_with(boot_clock),
-        );
+        tracker_with_jump!(JUMP, tracker, secs(30));
         let mut watch = tracker.watch();
         let waiter = tokio::spawn(async move { watch.lost().await });
         tokio::task::yield_now().await;

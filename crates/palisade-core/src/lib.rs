@@ -37,6 +37,7 @@
 //!   idempotent retries.
 //! - [`LockError`], [`SequencerError`]: what can go wrong, typed.
 
+mod columns;
 mod duration;
 mod encoding;
 mod error;
@@ -60,6 +61,7 @@ mod sequencer;
 mod signing;
 mod suspend_clock;
 
+pub use columns::two_columns;
 pub use duration::{format_duration, parse_duration};
 pub use encoding::percent_decode;
 pub use error::{BoxError, LockError};
@@ -68,9 +70,9 @@ pub use generation::Generation;
 pub use inspect::{ForceRelease, Holder, Inspect, LockInfo, Waiter, name_has_prefix};
 pub use lease::{LeaseState, LeaseTracker, LeaseWatch, LostReason};
 pub use live_check::{DynLiveCheck, LiveCheck, LiveCheckFuture, Liveness, SharedLiveCheck};
-pub use lock::{Lock, LockGuard, SequencerSource, SessionOptions};
+pub use lock::{Lock, LockGuard, Obtain, SequencerSource, SessionOptions};
 pub use mode::{Mode, ModeParseError};
-pub use name::{LockName, LockNameError};
+pub use name::{LockName, LockNameError, key_prefix_problem};
 pub use op_result::{OpResult, OpResultParseError};
 pub use raise_cap::RaiseCap;
 pub use refusal::{Refused, RegressionCause, RequestId, RequestIdError};

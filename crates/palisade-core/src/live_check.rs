@@ -38,6 +38,14 @@ pub trait LiveCheck: Send + Sync + 'static {
         &self,
         sequencer: &Sequencer,
     ) -> impl Future<Output = Result<Liveness, LockError>> + Send;
+
+    /// As a type-erased [`SharedLiveCheck`], for the resource server.
+    fn into_shared(self) -> SharedLiveCheck
+    where
+        Self: Sized,
+    {
+        Arc::new(self)
+    }
 }
 
 /// The boxed future returned by [`DynLiveCheck::check_dyn`].

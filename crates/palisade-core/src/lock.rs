@@ -129,6 +129,49 @@ pub trait Lock: Send + Sync + 'static {
     }
 }
 
+/// A session whose acquire is one call, waiting or not: the shape of a
+/// backend on core's [`HoldTable`](crate::holds::HoldTable), where a
+/// re-entry, or another task of the session acquiring the same name,
+/// answers at once whether it waits or not. [`Lock`] follows from it:
+/// `acquire` is `obtain(.., true)`, with a grantless end reported as
+/// [`LockError::ended_without_grant`]; `try_acquire` is `obtain(.., false)`;
+/// `acquire_timeout` is the trait's own. The obligations are [`Lock`]'s.
+pub trait Obtain: Send + Sync + 'static {
+    /// The proof of a hold.
+    type Guard: LockGuard;
+
+    /// The backend's name, for errors.
+    fn backend(&self) -> &'static str;
+
+    /// Acquires `name` in `mode`: with `wait`, until it is granted (then
+    /// `Ok(None)` is a bug, see [`LockError::ended_without_grant`]);
+    /// without, only if it can be granted right now (`Ok(None)` if not).
+    fn obtain(
+        &self,
+        name: &LockName,
+        mode: Mode,
+        wait: bool,
+    ) -> impl Future<Output = Result<Option<Self::Guard>, LockError>> + Send;
+}
+
+impl<T: Obtain> Lock for T {
+    type Guard = T::Guard;
+
+    async fn acquire(&self, name: &LockName, mode: Mode) -> Result<T::Guard, LockError> {
+        self.obtain(name, mode, true)
+            .await?
+            .ok_or_else(|| LockError::ended_without_grant(self.backend()))
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        mode: Mode,
+    ) -> Result<Option<T::Guard>, LockError> {
+        self.obtain(name, mode, false).await
+    }
+}
+
 /// Proof that a session holds a lock, and the handle on that hold.
 ///
 /// The guard owns the keep-alive: while it lives, the backend renews the

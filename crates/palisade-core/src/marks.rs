@@ -36,9 +36,15 @@ impl Marks {
     /// accepted: `max(H_excl, H_shared)` for exclusive, `H_excl` for shared.
     pub fn required(self, mode: Mode) -> u64 {
         match mode {
-            Mode::Exclusive => self.exclusive.max(self.shared),
+            Mode::Exclusive => self.highest(),
             Mode::Shared => self.exclusive,
         }
+    }
+
+    /// The higher of the two marks: `max(H_excl, H_shared)`, what a raise
+    /// is measured from.
+    pub fn highest(self) -> u64 {
+        self.exclusive.max(self.shared)
     }
 
     /// The fencing rule of DESIGN.md.

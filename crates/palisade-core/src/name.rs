@@ -146,6 +146,31 @@ fn validate(name: &str) -> Result<(), LockNameError> {
     Ok(())
 }
 
+/// Why `prefix` cannot be the key prefix of a lock or storage service
+/// (etcd keys, ZooKeeper paths): empty, longer than 256 bytes, ending with
+/// `/`, or holding a control character; `None` when it can. A service adds
+/// its own rules (a leading `/`, reserved paths) before or after these.
+///
+/// ```
+/// use palisade_core::key_prefix_problem;
+///
+/// assert_eq!(key_prefix_problem("/palisade/locks"), None);
+/// assert_eq!(key_prefix_problem("locks/"), Some("must not end with `/`"));
+/// ```
+pub fn key_prefix_problem(prefix: &str) -> Option<&'static str> {
+    if prefix.is_empty() {
+        Some("must not be empty")
+    } else if prefix.len() > 256 {
+        Some("must be at most 256 bytes")
+    } else if prefix.ends_with('/') {
+        Some("must not end with `/`")
+    } else if prefix.chars().any(char::is_control) {
+        Some("must not contain control characters")
+    } else {
+        None
+    }
+}
+
 impl fmt::Display for LockName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

@@ -102,10 +102,7 @@ pub enum Refused {
     /// it.
     ///
     /// [`RaiseCap`]: crate::RaiseCap
-    #[error(
-        "{}",
-        raise_text(lock, *presented, *marks, *max_raise, *clock_lead, *by_clock, *allowed_up_to)
-    )]
+    #[error("{}", raise_text(self))]
     RaiseTooLarge {
         /// The lock.
         lock: LockName,
@@ -281,26 +278,34 @@ fn stale_text(
     }
 }
 
-/// The text of [`Refused::RaiseTooLarge`], by the rule that decided.
-fn raise_text(
-    lock: &LockName,
-    presented: Generation,
-    marks: Marks,
-    max_raise: u64,
-    clock_lead: Duration,
-    by_clock: bool,
-    allowed_up_to: u64,
-) -> String {
-    let highest = marks.exclusive.max(marks.shared);
-    if by_clock {
-        format!(
-            "generation {presented} of lock `{lock}` is more than {clock_lead:?} ahead of this server's clock in microseconds, the limit for a lock whose mark is a clock generation or absent (allowed up to {allowed_up_to}; marks at {highest})"
-        )
-    } else {
-        format!(
-            "generation {presented} of lock `{lock}` would raise its mark by {} (from {highest}); this server allows at most {max_raise}",
-            presented.get().saturating_sub(highest)
-        )
+/// The text of [`Refused::RaiseTooLarge`], by the rule that decided: each
+/// rule's text names the fields it used.
+fn raise_text(refused: &Refused) -> String {
+    match refused {
+        Refused::RaiseTooLarge {
+            by_clock: true,
+            lock,
+            presented,
+            marks,
+            clock_lead,
+            allowed_up_to,
+            ..
+        } => format!(
+            "generation {presented} of lock `{lock}` is more than {clock_lead:?} ahead of this server's clock in microseconds, the limit for a lock whose mark is a clock generation or absent (allowed up to {allowed_up_to}; marks at {})",
+            marks.highest()
+        ),
+        Refused::RaiseTooLarge {
+            lock,
+            presented,
+            marks,
+            max_raise,
+            ..
+        } => format!(
+            "generation {presented} of lock `{lock}` would raise its mark by {} (from {}); this server allows at most {max_raise}",
+            presented.get().saturating_sub(marks.highest()),
+            marks.highest()
+        ),
+        other => other.reason().to_owned(),
     }
 }
 
@@ -360,13 +365,15 @@ impl fmt::Display for RequestId {
 mod tests {
     use super::*;
 
-    fn stale(regression: bool) -> Refused {
+    /// An exclusive sequencer of `orders/42` at `presented`, refused
+    /// against an exclusive mark at `mark`.
+    fn stale(presented: u64, mark: u64, regression: bool) -> Refused {
         Refused::Stale {
             lock: LockName::new("orders/42").unwrap(),
             mode: Mode::Exclusive,
-            presented: Generation::new(33).unwrap(),
+            presented: Generation::new(presented).unwrap(),
             marks: Marks {
-                exclusive: 34,
+                exclusive: mark,
                 shared: 0,
             },
             regression,
@@ -388,10 +395,10 @@ mod tests {
     #[test]
     fn a_stale_text_gives_both_generations_and_a_regression_the_way_out() {
         assert_eq!(
-            stale(false).to_string(),
+            stale(33, 34, false).to_string(),
             "stale sequencer for lock `orders/42`: exclusive generation 33 is below the required 34 (H_excl=34 H_shared=0)"
         );
-        let regression = stale(true).to_string();
+        let regression = stale(33, 34, true).to_string();
         assert!(
             regression.starts_with("generation regression on lock `orders/42`"),
             "{regression}"
@@ -400,25 +407,13 @@ mod tests {
             regression.ends_with("recover with `palisade raise-floor orders/42`"),
             "{regression}"
         );
-        assert_eq!(stale(true).reason(), "stale");
-        assert_eq!(stale(true).http_status(), 409);
+        assert_eq!(stale(33, 34, true).reason(), "stale");
+        assert_eq!(stale(33, 34, true).http_status(), 409);
     }
 
     #[test]
     fn a_regression_names_what_can_be_known_of_its_cause() {
-        let regression = |presented: u64, mark: u64| {
-            Refused::Stale {
-                lock: LockName::new("orders/42").unwrap(),
-                mode: Mode::Exclusive,
-                presented: Generation::new(presented).unwrap(),
-                marks: Marks {
-                    exclusive: mark,
-                    shared: 0,
-                },
-                regression: true,
-            }
-            .to_string()
-        };
+        let regression = |presented, mark| stale(presented, mark, true).to_string();
         // A counter that restarted below the mark.
         let lost = regression(3, 40);
         assert!(lost.contains("its counter was lost"), "{lost}");

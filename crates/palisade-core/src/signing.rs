@@ -196,16 +196,8 @@ impl FromStr for KeyRing {
 
     fn from_str(text: &str) -> Result<Self, KeyError> {
         let mut ring = KeyRing::new();
-        for (index, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let mut words = line.split_whitespace();
-            let (Some(key_id), Some(secret), None) = (words.next(), words.next(), words.next())
-            else {
-                return Err(KeyError::BadLine { line: index + 1 });
-            };
+        for entry in crate::two_columns(text) {
+            let (_, key_id, secret) = entry.map_err(|line| KeyError::BadLine { line })?;
             ring.insert(SigningKey::from_hex(key_id, secret)?)?;
         }
         Ok(ring)

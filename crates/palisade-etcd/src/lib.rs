@@ -22,6 +22,7 @@ mod failure;
 use std::fmt;
 use std::time::Duration;
 
+use derive_setters::Setters;
 use palisade_core::redact::redact_url;
 
 pub use failure::{Failure, is_lease_not_found, is_over_cluster_limit};
@@ -75,16 +76,26 @@ impl fmt::Debug for Credentials {
 /// assert!(EtcdConnection::from_endpoint_list(" , ").is_err());
 /// # Ok::<(), palisade_etcd::EndpointError>(())
 /// ```
-#[derive(Clone, Debug)]
+///
+/// The two timeout setters are derived from their fields and carry their
+/// documentation.
+#[derive(Clone, Debug, Setters)]
+#[setters(prefix = "with_", generate = false)]
 pub struct EtcdConnection {
     /// Every member the client may talk to. Requests are balanced over the
     /// reachable ones, so losing one member of three costs nothing but the
     /// requests in flight to it.
     endpoints: Vec<String>,
-    /// Applied to every unary request. A request that takes longer is
-    /// reported as a timeout; its effect is unknown.
+    /// The per-request timeout (default 5 s), applied to every unary
+    /// request: a request that takes longer is reported as a timeout, its
+    /// effect unknown. It must be positive: see
+    /// [`EtcdConnection::zero_timeout`].
+    #[setters(generate)]
     request_timeout: Duration,
-    /// Applied to opening a TCP connection to one member.
+    /// The connect timeout (default 3 s), applied to opening a TCP
+    /// connection to one member. It must be positive: see
+    /// [`EtcdConnection::zero_timeout`].
+    #[setters(generate)]
     connect_timeout: Duration,
     credentials: Option<Credentials>,
     #[cfg(feature = "tls")]
@@ -131,20 +142,6 @@ impl EtcdConnection {
                 .map(str::trim)
                 .filter(|endpoint| !endpoint.is_empty()),
         )
-    }
-
-    /// Sets the per-request timeout (default 5 s). It must be positive:
-    /// see [`EtcdConnection::zero_timeout`].
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Sets the connect timeout (default 3 s). It must be positive: see
-    /// [`EtcdConnection::zero_timeout`].
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
     }
 
     /// Authenticates as `user` (etcd's auth must be enabled on the server).

@@ -64,69 +64,47 @@ async fn run(fence: &ObjectFence, path: &Path, write_id: &str) -> Result<(), Fen
         conditional_put(store, path, PutPayload::from(bytes), mode, attributes())
     };
 
-    // 1. A create lands.
-    let first = match put("palisade probe 1", PutMode::Create).await {
-        Outcome::Landed(result) => result,
-        Outcome::Fatal(error) => {
-            return Err(unsupported(format!(
-                "a create (`If-None-Match: *`) failed: {error}"
-            )));
-        }
-        other => {
-            return Err(unsupported(format!(
-                "a create (`If-None-Match: *`) of a new object did not land: {other:?}"
-            )));
-        }
+    // A write that must land, or the store cannot carry the fence.
+    let landed = |outcome: Outcome, write: &str| match outcome {
+        Outcome::Landed(result) => Ok(result),
+        Outcome::Fatal(error) => Err(unsupported(format!("{write} failed: {error}"))),
+        other => Err(unsupported(format!("{write} did not land: {other:?}"))),
     };
+    // A write that must be refused (412): landing shows `condition` ignored.
+    let refused = |outcome: Outcome, condition, write: &str| match outcome {
+        Outcome::ConditionFailed => Ok(()),
+        Outcome::Landed(_) => Err(ignored(condition)),
+        other => Err(store_error(
+            &fence.name,
+            format!("probe: {write} answered {other:?}"),
+        )),
+    };
+
+    // 1. A create lands.
+    let create = put("palisade probe 1", PutMode::Create).await;
+    let first = landed(create, "a create (`If-None-Match: *`) of a new object")?;
     let Some(e_tag) = first.e_tag else {
         return Err(unsupported(
             "it gives no ETag, which conditional writes need".into(),
         ));
     };
     // 2. A second create is refused.
-    match put("palisade probe 2", PutMode::Create).await {
-        Outcome::ConditionFailed => {}
-        Outcome::Landed(_) => return Err(ignored("If-None-Match: *")),
-        other => {
-            return Err(store_error(
-                &fence.name,
-                format!("probe: a second create answered {other:?}"),
-            ));
-        }
-    }
+    let again = put("palisade probe 2", PutMode::Create).await;
+    refused(again, "If-None-Match: *", "a second create")?;
     // 3. A wrong ETag is refused.
     let wrong = UpdateVersion {
         e_tag: Some("\"palisade-probe-no-such-etag\"".into()),
         version: None,
     };
-    match put("palisade probe 3", PutMode::Update(wrong)).await {
-        Outcome::ConditionFailed => {}
-        Outcome::Landed(_) => return Err(ignored("If-Match")),
-        other => {
-            return Err(store_error(
-                &fence.name,
-                format!("probe: a write on a wrong ETag answered {other:?}"),
-            ));
-        }
-    }
+    let wrong = put("palisade probe 3", PutMode::Update(wrong)).await;
+    refused(wrong, "If-Match", "a write on a wrong ETag")?;
     // 4. The right ETag lands.
     let right = UpdateVersion {
         e_tag: Some(e_tag),
         version: None,
     };
-    match put("palisade probe 4", PutMode::Update(right)).await {
-        Outcome::Landed(_) => {}
-        Outcome::Fatal(error) => {
-            return Err(unsupported(format!(
-                "a write with `If-Match` failed: {error}"
-            )));
-        }
-        other => {
-            return Err(unsupported(format!(
-                "a write with `If-Match` on the object's own ETag did not land: {other:?}"
-            )));
-        }
-    }
+    let right = put("palisade probe 4", PutMode::Update(right)).await;
+    landed(right, "a write with `If-Match` on the object's own ETag")?;
     // 5. The metadata reads back.
     let head = fence.head(path).await?.ok_or_else(|| {
         unsupported("the probe object it acknowledged reads back as absent".into())

@@ -1,12 +1,12 @@
 //! The application's own Redis connection, which the fence sends through:
 //! one server or a Redis Cluster.
 
-use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
 };
-use redis::{Cmd, Pipeline, RedisResult, Value};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 /// The connection a [`RedisFence`](crate::RedisFence) sends through: the
 /// one the application already uses for its data, so its TLS, password,
@@ -66,34 +66,14 @@ impl FenceConnection {
 
     /// Sends `command`, routed by its keys on a cluster.
     pub(crate) async fn query(&self, command: &Cmd) -> RedisResult<Value> {
-        match self {
-            FenceConnection::Manager(connection) => {
-                command.query_async(&mut connection.clone()).await
-            }
-            FenceConnection::Multiplexed(connection) => {
-                command.query_async(&mut connection.clone()).await
-            }
-            FenceConnection::Cluster(connection) => {
-                command.query_async(&mut connection.clone()).await
-            }
-        }
+        command.query_async(&mut self.clone()).await
     }
 
     /// Sends `pipeline` as one batch on one connection: on a cluster to the
     /// node of its first keyed command, so a `WAIT` after an `FCALL` counts
     /// the replicas of the node that ran it.
     pub(crate) async fn pipeline(&self, pipeline: &Pipeline) -> RedisResult<Vec<Value>> {
-        match self {
-            FenceConnection::Manager(connection) => {
-                pipeline.query_async(&mut connection.clone()).await
-            }
-            FenceConnection::Multiplexed(connection) => {
-                pipeline.query_async(&mut connection.clone()).await
-            }
-            FenceConnection::Cluster(connection) => {
-                pipeline.query_async(&mut connection.clone()).await
-            }
-        }
+        pipeline.query_async(&mut self.clone()).await
     }
 
     /// Runs `command` on every primary (the one server, or each cluster
@@ -131,32 +111,65 @@ impl FenceConnection {
 
     /// Runs `command` on `node` (a name from [`Self::on_every_primary`]).
     pub(crate) async fn on_node(&self, node: &str, command: &Cmd) -> RedisResult<Value> {
-        let FenceConnection::Cluster(connection) = self else {
-            return self.query(command).await;
-        };
         let (host, port) = node.rsplit_once(':').unwrap_or((node, ""));
-        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+        let node = SingleNodeRoutingInfo::ByAddress {
             host: host.to_owned(),
             port: port.parse().unwrap_or(6379),
-        });
-        connection
-            .clone()
-            .route_command(command.clone(), routing)
-            .await
+        };
+        self.on_one_node(node, command).await
     }
 
     /// Runs `command` on the primary serving `slot`.
     pub(crate) async fn on_slot(&self, slot: u16, command: &Cmd) -> RedisResult<Value> {
+        let node = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+        self.on_one_node(node, command).await
+    }
+
+    /// Runs `command` on the cluster node `node` names; on a single server,
+    /// on that server.
+    async fn on_one_node(&self, node: SingleNodeRoutingInfo, command: &Cmd) -> RedisResult<Value> {
         let FenceConnection::Cluster(connection) = self else {
             return self.query(command).await;
         };
-        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
-            slot,
-            SlotAddr::Master,
-        )));
         connection
             .clone()
-            .route_command(command.clone(), routing)
+            .route_command(command.clone(), RoutingInfo::SingleNode(node))
             .await
+    }
+}
+
+/// A fence connection is a Redis connection like the one it wraps, so the
+/// fence's commands and pipelines go through one dispatch.
+impl ConnectionLike for FenceConnection {
+    fn req_packed_command<'a>(&'a mut self, command: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.wrapped().req_packed_command(command)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.wrapped().req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            FenceConnection::Manager(connection) => connection.get_db(),
+            FenceConnection::Multiplexed(connection) => connection.get_db(),
+            FenceConnection::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+impl FenceConnection {
+    /// The connection this one wraps.
+    fn wrapped(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            FenceConnection::Manager(connection) => connection,
+            FenceConnection::Multiplexed(connection) => connection,
+            FenceConnection::Cluster(connection) => connection,
+        }
     }
 }

@@ -371,7 +371,7 @@ impl Guard {
         // make this check stricter, never let a larger jump through: no
         // need to make it atomic with the admission.
         let marks = self.inner.marks.marks_dyn(sequencer.lock()).await?;
-        let highest = marks.exclusive.max(marks.shared);
+        let highest = marks.highest();
         let presented = sequencer.generation().get();
         let allowed_up_to = cap.allowed_up_to(highest, SystemTime::now());
         if presented > allowed_up_to {

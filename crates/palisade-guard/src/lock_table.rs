@@ -189,6 +189,19 @@ mod tests {
         LockName::new(text).unwrap()
     }
 
+    /// Returns once a request for `lock` waits in `table` (within 10 s,
+    /// else fails saying `what` did not happen).
+    async fn queued(table: &LockTable, lock: &LockName, what: &str) {
+        let waiting = async {
+            while table.waiting(lock) == 0 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+            .await
+            .expect(what);
+    }
+
     #[tokio::test]
     async fn entries_exist_only_while_requests_are_in_flight() {
         let table = Arc::new(LockTable::default());
@@ -213,13 +226,7 @@ mod tests {
             let lock = lock.clone();
             async move { table.acquire(&lock, Mode::Exclusive, Generation::MIN).await }
         });
-        tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            while table.waiting(&lock) == 0 {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-        .expect("the second request queues");
+        queued(&table, &lock, "the second request queues").await;
         waiter.abort();
         assert!(waiter.await.unwrap_err().is_cancelled());
         assert_eq!(table.waiting(&lock), 0);
@@ -244,13 +251,7 @@ mod tests {
                     .1
             }
         });
-        tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            while table.waiting(&lock) == 0 {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-        .expect("the writer queues behind the readers");
+        queued(&table, &lock, "the writer queues behind the readers").await;
         drop(reader_one);
         assert_eq!(table.waiting(&lock), 1, "one reader still holds it");
         drop(reader_two);

@@ -415,19 +415,6 @@ mod tests {
             spec.zookeeper_node_names(),
             ZooKeeperNodeNames::CuratorMutex
         );
-        let local = flags(&["--backend", "zookeeper"])
-            .spec(Defaults::Local)
-            .expect("local zookeeper");
-        assert_eq!(
-            local.service(),
-            &Service::ZooKeeper {
-                connect: LOCAL_ZOOKEEPER.into()
-            }
-        );
-        let error = flags(&["--backend", "zookeeper"])
-            .spec(Defaults::None)
-            .unwrap_err();
-        assert!(error.to_string().contains("--zookeeper"), "{error}");
         let error = flags(&["--etcd-endpoints", "h:1", "--zookeeper-node-names", "kazoo"])
             .spec(Defaults::None)
             .unwrap_err();
@@ -453,19 +440,42 @@ mod tests {
         let error = kind(&[], Defaults::None).unwrap_err();
         assert!(error.contains("no lock service configured"), "{error}");
         assert_eq!(kind(&[], Defaults::Local), Ok(BackendKind::Embedded));
-        let spec = flags(&["--backend", "redis"])
-            .spec(Defaults::Local)
-            .expect("local redis");
-        assert_eq!(
-            spec.service(),
-            &Service::Redis {
-                url: LOCAL_REDIS_URL.into()
-            }
-        );
-        let error = flags(&["--backend", "redis"])
-            .spec(Defaults::None)
-            .unwrap_err();
-        assert!(error.to_string().contains("--redis-url"), "{error}");
+    }
+
+    /// A backend named without its address is on this machine for the
+    /// demos, and refused, naming the missing flag, for the command.
+    #[test]
+    fn a_backend_without_its_address_is_local_for_the_demos_only() {
+        let cases = [
+            ("redis", LockSpec::redis(LOCAL_REDIS_URL), "--redis-url"),
+            (
+                "etcd",
+                LockSpec::etcd(LOCAL_ETCD_ENDPOINTS),
+                "--etcd-endpoints",
+            ),
+            (
+                "zookeeper",
+                LockSpec::zookeeper(LOCAL_ZOOKEEPER),
+                "--zookeeper",
+            ),
+            (
+                "postgres",
+                LockSpec::sql(LOCAL_POSTGRES_URL).unwrap(),
+                "--database-url",
+            ),
+            (
+                "mariadb",
+                LockSpec::sql(LOCAL_MARIADB_URL).unwrap(),
+                "--database-url",
+            ),
+        ];
+        for (backend, local, flag) in cases {
+            let named = flags(&["--backend", backend]);
+            let spec = named.spec(Defaults::Local).expect(backend);
+            assert_eq!(spec.service(), local.service(), "{backend}");
+            let error = named.spec(Defaults::None).unwrap_err().to_string();
+            assert!(error.contains(flag), "{backend}: {error}");
+        }
     }
 
     #[test]

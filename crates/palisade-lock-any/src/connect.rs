@@ -188,6 +188,28 @@ macro_rules! each_guard {
     };
 }
 
+/// Runs `$body` with `$inner` bound to the client of `$client`, for the
+/// services with an API of their own beside sessions (inspection, force
+/// release): all but Redlock and the embedded backend, which the callers
+/// refuse before they connect.
+macro_rules! each_service {
+    ($client:expr, $inner:ident => $body:expr) => {
+        match $client {
+            #[cfg(feature = "etcd")]
+            AnyClient::Etcd($inner) => $body,
+            #[cfg(feature = "redis")]
+            AnyClient::Redis($inner) => $body,
+            #[cfg(feature = "sql")]
+            AnyClient::Sql($inner, _) => $body,
+            #[cfg(feature = "zookeeper")]
+            AnyClient::ZooKeeper($inner) => $body,
+            #[allow(unreachable_patterns)]
+            other => unreachable!("{} is refused before it connects", other.kind()),
+        }
+    };
+}
+pub(crate) use each_service;
+
 /// A signer for `issuer` with `key`; an issuer a sequencer cannot carry
 /// is reported against its flag.
 #[cfg(any(

@@ -51,6 +51,18 @@ impl SelectError {
     }
 }
 
+/// Refuses an operation on the backends `refused` lists, each with its
+/// reason ([`SelectError::Unsupported`]).
+pub(crate) fn refuse(
+    kind: BackendKind,
+    refused: &[(BackendKind, &str)],
+) -> Result<(), SelectError> {
+    match refused.iter().find(|(refused, _)| *refused == kind) {
+        Some((_, why)) => Err(SelectError::Unsupported((*why).to_owned())),
+        None => Ok(()),
+    }
+}
+
 /// `text` with every secret of `spec`'s connection strings masked.
 pub(crate) fn scrub_spec(spec: &LockSpec, text: &str) -> String {
     use crate::spec::Service;

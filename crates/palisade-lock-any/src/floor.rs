@@ -10,7 +10,7 @@
 use palisade_core::{LockName, RaiseFloor, RaiseFloorError};
 
 use crate::connect::AnyClient;
-use crate::error::SelectError;
+use crate::error::{SelectError, refuse};
 use crate::spec::{BackendKind, LockSpec};
 
 /// Settings of a floor raise.
@@ -58,19 +58,19 @@ pub async fn raise_floor(
     options: FloorOptions,
     progress: &mut (dyn FnMut(FloorStep) + Send),
 ) -> Result<FloorRaised, SelectError> {
-    match spec.kind() {
-        BackendKind::Redlock => {
-            return Err(SelectError::Unsupported(
-                "raise-floor is not available for redlock: each grant takes max(floor + 1, the clock in µs), which passes a mark minted earlier by the clock".into(),
-            ));
-        }
-        BackendKind::Embedded => {
-            return Err(SelectError::Unsupported(
-                "raise-floor does not apply to the embedded backend: its generations live and die with its process".into(),
-            ));
-        }
-        _ => {}
-    }
+    refuse(
+        spec.kind(),
+        &[
+            (
+                BackendKind::Redlock,
+                "raise-floor is not available for redlock: each grant takes max(floor + 1, the clock in µs), which passes a mark minted earlier by the clock",
+            ),
+            (
+                BackendKind::Embedded,
+                "raise-floor does not apply to the embedded backend: its generations live and die with its process",
+            ),
+        ],
+    )?;
     let client = AnyClient::connect(&spec.unsigned()).await?;
     let (before, after) = match &client {
         #[cfg(feature = "etcd")]

@@ -2,10 +2,11 @@
 //! [`LockSpec`] names: before applying a request, ask the lock service
 //! whether the sequencer's holder still holds the lock.
 
-use palisade_core::SharedLiveCheck;
+use palisade_core::{LiveCheck, SharedLiveCheck};
 
+use crate::connect::AnyClient;
 use crate::error::SelectError;
-use crate::spec::{LockSpec, Service};
+use crate::spec::{BackendKind, LockSpec};
 
 /// A live check on `spec`'s service. `issuer` is the one the lock side
 /// stamps (any other is answered `not_held`); without it, the id the lock
@@ -15,85 +16,45 @@ pub async fn live_check(
     spec: &LockSpec,
     issuer: Option<&str>,
 ) -> Result<SharedLiveCheck, SelectError> {
-    if !spec.kind().is_compiled() {
-        return Err(SelectError::NotCompiled(spec.kind()));
-    }
-    let unreachable = |reason: String| {
-        SelectError::Unreachable(format!(
-            "cannot reach {spec} for the live check: {}",
-            crate::error::scrub_spec(spec, &reason)
+    let unsupported = |kind: BackendKind| {
+        SelectError::Unsupported(format!(
+            "the live check does not support {kind}: use etcd, redis, postgres, mariadb or zookeeper"
         ))
     };
-    let check: SharedLiveCheck = match spec.service() {
+    if matches!(spec.kind(), BackendKind::Redlock | BackendKind::Embedded) {
+        return Err(unsupported(spec.kind()));
+    }
+    // The lock side's settings, with the issuer its sequencers carry.
+    let mut lock_side = spec.unsigned();
+    if let Some(issuer) = issuer {
+        lock_side = lock_side.with_issuer(issuer);
+    }
+    #[cfg(feature = "sql")]
+    if matches!(spec.service(), crate::spec::Service::Sql { .. }) {
+        // The SQL live check compares a sequencer's issuer with its
+        // client's signer. It never signs, so the signer carries the
+        // issuer with a key of throwaway random bytes.
+        let carrier =
+            palisade_core::SigningKey::new("live-check", rand::random::<[u8; 32]>().to_vec())
+                .map_err(|error| SelectError::invalid(error.to_string()))?;
+        if let Some(issuer) = issuer {
+            palisade_core::Signer::new(issuer, carrier.clone()).map_err(|error| {
+                SelectError::invalid(format!("--live-check-issuer {issuer:?}: {error}"))
+            })?;
+        }
+        lock_side = lock_side.with_signing_key(carrier);
+    }
+    let check: SharedLiveCheck = match AnyClient::connect(&lock_side).await? {
         #[cfg(feature = "etcd")]
-        Service::Etcd { endpoints } => {
-            let mut config = crate::connect::etcd_config(&spec.unsigned(), endpoints)?;
-            if let Some(issuer) = issuer {
-                config = config
-                    .with_issuer(issuer)
-                    .map_err(|error| SelectError::invalid(error.to_string()))?;
-            }
-            palisade_lock_etcd::EtcdLiveCheck::connect(config)
-                .await
-                .map_err(|error| unreachable(crate::error::lock_error_text(&error)))?
-                .into_shared()
-        }
+        AnyClient::Etcd(client) => client.live_check().into_shared(),
         #[cfg(feature = "redis")]
-        Service::Redis { url } => {
-            let mut config = crate::connect::redis_config(&spec.unsigned(), url);
-            if let Some(issuer) = issuer {
-                config = config.with_issuer(issuer);
-            }
-            std::sync::Arc::new(
-                palisade_lock_redis::RedisLiveCheck::connect(config)
-                    .await
-                    .map_err(|error| unreachable(crate::connect::redis_error_text(&error)))?,
-            )
-        }
+        AnyClient::Redis(client) => palisade_lock_redis::RedisLiveCheck::new(client).into_shared(),
         #[cfg(feature = "sql")]
-        Service::Sql { kind, url } => {
-            use palisade_core::{Signer, SigningKey};
-            use palisade_lock_sql::{SqlConfig, SqlLiveCheck};
-            crate::connect::refuse_sql_prefix(spec, *kind)?;
-            let issuer = issuer.map_or_else(
-                || crate::connect::sql_default_issuer(*kind, url),
-                str::to_owned,
-            );
-            // The SQL live check compares a sequencer's issuer with its
-            // client's signer. It never signs, so the signer carries the
-            // issuer with a key of throwaway random bytes.
-            let carrier = SigningKey::new("live-check", rand::random::<[u8; 32]>().to_vec())
-                .and_then(|key| Signer::new(&issuer, key))
-                .map_err(|error| {
-                    SelectError::invalid(format!("--live-check-issuer {issuer:?}: {error}"))
-                })?;
-            let config = SqlConfig::new(url.clone()).with_signer(carrier);
-            std::sync::Arc::new(
-                SqlLiveCheck::connect(config)
-                    .await
-                    .map_err(|error| unreachable(crate::connect::sql_error_text(&error)))?,
-            )
-        }
+        AnyClient::Sql(client, _) => palisade_lock_sql::SqlLiveCheck::new(client).into_shared(),
         #[cfg(feature = "zookeeper")]
-        Service::ZooKeeper { connect } => {
-            let mut config = crate::connect::zookeeper_config(&spec.unsigned(), connect)?;
-            if let Some(issuer) = issuer {
-                config = config
-                    .with_issuer(issuer)
-                    .map_err(|error| SelectError::invalid(error.to_string()))?;
-            }
-            palisade_lock_zookeeper::ZkLockClient::connect(config)
-                .await
-                .map_err(|error| unreachable(crate::error::lock_error_text(&error)))?
-                .live_check()
-                .into_shared()
-        }
-        _ => {
-            return Err(SelectError::Unsupported(format!(
-                "the live check does not support {}: use etcd, redis, postgres, mariadb or zookeeper",
-                spec.kind()
-            )));
-        }
+        AnyClient::ZooKeeper(client) => client.live_check().into_shared(),
+        #[allow(unreachable_patterns)]
+        other => return Err(unsupported(other.kind())),
     };
     tracing::info!(service = %spec, "live check on");
     Ok(check)

@@ -46,12 +46,7 @@ impl AnyLock {
             #[cfg(feature = "sql")]
             AnyLock::Sql(session, _) => {
                 let session = session.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(ttl).await;
-                    if let Err(error) = session.expire_session().await {
-                        tracing::warn!(%error, "expiring the paused session failed");
-                    }
-                });
+                expire_after(ttl, async move { session.expire_session().await });
                 "its session row stops being renewed and expires one TTL later by the database's clock"
             }
             #[cfg(feature = "zookeeper")]
@@ -61,15 +56,25 @@ impl AnyLock {
                 // ensemble expires it one TTL on.
                 session.stop_keepalive();
                 let session = session.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(ttl).await;
-                    if let Err(error) = session.simulate_crash().await {
-                        tracing::warn!(%error, "expiring the paused session failed");
-                    }
-                });
+                expire_after(ttl, async move { session.simulate_crash().await });
                 "its keep-alive stops, and ZooKeeper expires its session one TTL later"
             }
             AnyLock::Never(never) => match *never {},
         }
     }
+}
+
+/// Ends a paused session one `ttl` from now with `expire`, in the
+/// background, as the lock service's clock would for a stopped process.
+#[cfg(any(feature = "sql", feature = "zookeeper"))]
+fn expire_after(
+    ttl: Duration,
+    expire: impl Future<Output = Result<(), palisade_core::LockError>> + Send + 'static,
+) {
+    tokio::spawn(async move {
+        tokio::time::sleep(ttl).await;
+        if let Err(error) = expire.await {
+            tracing::warn!(%error, "expiring the paused session failed");
+        }
+    });
 }

@@ -1,11 +1,10 @@
 //! A client session on the embedded service: the [`Lock`] implementation.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 
 use palisade_core::holds::{Admission, Gate, Hold, HoldBackend, HoldTable, Patience, Task, Turn};
-use palisade_core::{Lock, LockError, LockName, Mode, SessionOptions};
+use palisade_core::{LockError, LockName, Mode, Obtain, SessionOptions};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -17,7 +16,7 @@ use crate::state::LeaseEnd;
 use crate::state::{BACKEND, Begin, Grant, Reply, SessionId, WaiterId};
 
 /// A session on an [`EmbeddedLockClient`]: one lease, one holder id, and
-/// the [`Lock`] trait.
+/// the [`Lock`](palisade_core::Lock) trait.
 ///
 /// - **Re-entry** is per session (the session's `palisade_core::holds`
 ///   table): acquiring a name the session already holds in the same mode
@@ -255,75 +254,43 @@ impl fmt::Debug for EmbeddedLock {
     }
 }
 
-impl Lock for EmbeddedLock {
+impl Obtain for EmbeddedLock {
     type Guard = EmbeddedGuard;
 
-    /// Waits for the grant on a one-shot channel; no polling. Dropping the
-    /// future takes its entry out of the queue, or releases a grant that
-    /// raced with the drop.
-    fn acquire(
-        &self,
-        name: &LockName,
-        mode: Mode,
-    ) -> impl Future<Output = Result<EmbeddedGuard, LockError>> + Send {
-        let name = name.clone();
-        async move {
-            let turn = match self.admit(&name, mode, Patience::Forever).await? {
-                Ok(turn) => turn,
-                Err(reentered) => {
-                    return reentered.ok_or_else(|| LockError::Backend {
-                        backend: BACKEND,
-                        source: "a waiting acquire was not admitted".into(),
-                    });
-                }
-            };
-            match self.begin(&name, mode, true)? {
-                Begin::Granted(grant) => install(turn, grant),
-                Begin::Queued { waiter, reply } => {
-                    let pending = PendingWaiter {
-                        session: Arc::clone(&self.session),
-                        name,
-                        waiter,
-                        reply,
-                        answered: false,
-                    };
-                    let grant = pending.wait().await?;
-                    install(turn, grant)
-                }
-                Begin::Refused => Err(LockError::Backend {
-                    backend: BACKEND,
-                    source: "a queued request was refused without queueing".into(),
-                }),
-            }
-        }
+    fn backend(&self) -> &'static str {
+        BACKEND
     }
 
-    fn try_acquire(
+    /// A waiting call waits for the grant on a one-shot channel; no
+    /// polling. Dropping the future takes its entry out of the queue, or
+    /// releases a grant that raced with the drop.
+    async fn obtain(
         &self,
         name: &LockName,
         mode: Mode,
-    ) -> impl Future<Output = Result<Option<EmbeddedGuard>, LockError>> + Send {
-        let name = name.clone();
-        async move {
-            let turn = match self.admit(&name, mode, Patience::Now).await? {
-                Ok(turn) => turn,
-                Err(reentered) => return Ok(reentered),
-            };
-            match self.begin(&name, mode, false)? {
-                Begin::Granted(grant) => install(turn, grant).map(Some),
-                Begin::Refused => Ok(None),
-                Begin::Queued { waiter, reply } => {
-                    // Not reachable with `queue = false`; if it were, leave
-                    // nothing behind.
-                    drop(PendingWaiter {
-                        session: Arc::clone(&self.session),
-                        name,
-                        waiter,
-                        reply,
-                        answered: false,
-                    });
-                    Ok(None)
+        wait: bool,
+    ) -> Result<Option<EmbeddedGuard>, LockError> {
+        let turn = match self.admit(name, mode, Patience::of_wait(wait)).await? {
+            Ok(turn) => turn,
+            Err(reentered) => return Ok(reentered),
+        };
+        match self.begin(name, mode, wait)? {
+            Begin::Granted(grant) => install(turn, grant).map(Some),
+            Begin::Refused => Ok(None),
+            Begin::Queued { waiter, reply } => {
+                let pending = PendingWaiter {
+                    session: Arc::clone(&self.session),
+                    name: name.clone(),
+                    waiter,
+                    reply,
+                    answered: false,
+                };
+                if !wait {
+                    // Not reachable without queueing; if it were, the
+                    // drop leaves nothing behind.
+                    return Ok(None);
                 }
+                install(turn, pending.wait().await?).map(Some)
             }
         }
     }

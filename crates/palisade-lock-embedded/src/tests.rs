@@ -90,6 +90,13 @@ async fn must_try(session: &EmbeddedLock, lock: &LockName, mode: Mode) -> Option
 
 /// Spawns `session.acquire(lock, mode)` and waits until the service shows
 /// it queued (the queue then has `position` entries).
+/// A new service and two sessions of it with the default options.
+fn two_sessions() -> (EmbeddedLockClient, EmbeddedLock, EmbeddedLock) {
+    let service = EmbeddedLockClient::new();
+    let (a, b) = (session(&service, options()), session(&service, options()));
+    (service, a, b)
+}
+
 async fn spawn_queued(
     service: &EmbeddedLockClient,
     session: &EmbeddedLock,
@@ -411,9 +418,8 @@ async fn a_grant_racing_with_a_dropped_acquire_is_released() {
 
 #[tokio::test(start_paused = true)]
 async fn reentry_counts_keeps_the_generation_and_releases_at_zero() {
-    let service = EmbeddedLockClient::new();
+    let (service, a, b) = two_sessions();
     let lock = name("reentrant");
-    let (a, b) = (session(&service, options()), session(&service, options()));
 
     let first = must_acquire(&a, &lock, Mode::Exclusive).await;
     let second = must_try(&a, &lock, Mode::Exclusive)
@@ -565,22 +571,12 @@ async fn the_waiter_bound_fails_fast_with_busy() {
     let bounded = options().with_max_waiters(2);
     let holder = session(&service, bounded.clone());
     let guard = must_acquire(&holder, &lock, Mode::Exclusive).await;
-    let first = spawn_queued(
-        &service,
-        &session(&service, bounded.clone()),
-        &lock,
-        Mode::Exclusive,
-        1,
-    )
-    .await;
-    let _second = spawn_queued(
-        &service,
-        &session(&service, bounded.clone()),
-        &lock,
-        Mode::Exclusive,
-        2,
-    )
-    .await;
+    let mut queued = Vec::new();
+    for position in 1..=2 {
+        let waiter = session(&service, bounded.clone());
+        queued.push(spawn_queued(&service, &waiter, &lock, Mode::Exclusive, position).await);
+    }
+    let first = queued.remove(0);
 
     let third = session(&service, bounded);
     let refused = third.acquire(&lock, Mode::Exclusive).await;
@@ -683,9 +679,8 @@ async fn kill_lease_ends_the_session_and_its_waiters() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_a_guard_releases_it() {
-    let service = EmbeddedLockClient::new();
+    let (service, a, b) = two_sessions();
     let lock = name("dropped");
-    let (a, b) = (session(&service, options()), session(&service, options()));
     let guard = must_acquire(&a, &lock, Mode::Exclusive).await;
     let lease = guard.lease();
     let waiter = spawn_queued(&service, &b, &lock, Mode::Exclusive, 1).await;
@@ -697,8 +692,7 @@ async fn dropping_a_guard_releases_it() {
 
 #[tokio::test(start_paused = true)]
 async fn names_are_isolated() {
-    let service = EmbeddedLockClient::new();
-    let (a, b) = (session(&service, options()), session(&service, options()));
+    let (service, a, b) = two_sessions();
     let held = name("a/b");
     let _guard = must_acquire(&a, &held, Mode::Exclusive).await;
     for other in ["a", "a/bc", "ab", "a/b/", "a%2Fb", "A/b"] {

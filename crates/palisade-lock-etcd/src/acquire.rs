@@ -37,7 +37,6 @@ use crate::EtcdLock;
 use crate::errors::BACKEND;
 use crate::guard::EtcdGuard;
 use crate::keys::{self, LockKeys, lease_hex};
-use crate::metrics::Counters;
 use crate::queue::{self, Blocker, Contender};
 use crate::session::{EtcdHold, Session};
 use crate::txns;
@@ -332,7 +331,7 @@ impl Session {
                     _ = session_lease.lost() => return Err(LockError::SessionClosed),
                     () = sleep_until(deadline) => return Err(timeout_error(name, started)),
                     () = tokio::time::sleep(fallback) => {
-                        Counters::bump(&self.connection.inner.counters.fallback_rechecks);
+                        self.connection.inner.counters.bump(|counts| &mut counts.fallback_rechecks);
                         break false;
                     }
                 };

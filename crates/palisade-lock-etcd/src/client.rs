@@ -112,7 +112,7 @@ impl EtcdLockClient {
             .unwrap_or_else(|| format!("etcd-{cluster_id:016x}"));
         tracing::debug!(endpoints = ?config.endpoints(), %issuer, "connected to etcd");
         let counters = Counters::default();
-        Counters::bump(&counters.txns);
+        counters.bump(|counts| &mut counts.txns);
         Ok(EtcdLockClient {
             inner: Arc::new(ClientInner {
                 client,
@@ -190,7 +190,7 @@ impl ClientInner {
         resend: Resend,
         txn: Txn,
     ) -> Result<TxnResponse, LockError> {
-        Counters::bump(&self.counters.txns);
+        self.counters.bump(|counts| &mut counts.txns);
         let kv = self.client.kv_client();
         self.bounded(operation, resend, || {
             let (mut kv, txn) = (kv.clone(), txn.clone());
@@ -201,7 +201,8 @@ impl ClientInner {
 
     /// Grants a lease of `ttl_seconds`; returns its id and granted TTL.
     pub(crate) async fn lease_grant(&self, ttl_seconds: i64) -> Result<(i64, i64), LockError> {
-        Counters::bump(&self.counters.lease_grants_and_revokes);
+        self.counters
+            .bump(|counts| &mut counts.lease_grants_and_revokes);
         let lease = self.client.lease_client();
         let response = self
             .bounded("lease grant", Resend::Always, || {
@@ -215,7 +216,8 @@ impl ClientInner {
     /// Revokes a lease, deleting every key attached to it. A lease that is
     /// already gone counts as revoked.
     pub(crate) async fn lease_revoke(&self, lease_id: i64) -> Result<(), LockError> {
-        Counters::bump(&self.counters.lease_grants_and_revokes);
+        self.counters
+            .bump(|counts| &mut counts.lease_grants_and_revokes);
         let lease = self.client.lease_client();
         let revoke = || {
             let mut lease = lease.clone();

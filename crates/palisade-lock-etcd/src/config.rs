@@ -159,18 +159,7 @@ impl EtcdConfig {
     /// ending with `/`).
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Result<Self, ConfigError> {
         let prefix = prefix.into();
-        let reason = if prefix.is_empty() {
-            Some("must not be empty")
-        } else if prefix.len() > 256 {
-            Some("must be at most 256 bytes")
-        } else if prefix.ends_with('/') {
-            Some("must not end with `/`")
-        } else if prefix.chars().any(char::is_control) {
-            Some("must not contain control characters")
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
+        if let Some(reason) = palisade_core::key_prefix_problem(&prefix) {
             return Err(ConfigError::BadPrefix { prefix, reason });
         }
         self.prefix = prefix;

@@ -12,9 +12,10 @@
 //! cluster's auto-compaction: a compaction is cluster-wide and would cancel
 //! watches (the lock queue's among them) started at older revisions.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
-use etcd_client::GetOptions;
+use etcd_client::{GetOptions, KvClient, ResponseHeader};
 use palisade_core::{FloorRaised, LockError, LockName, RaiseFloor, RaiseFloorError};
 use tokio::task::JoinSet;
 
@@ -89,22 +90,12 @@ impl EtcdLockClient {
     /// The store's current revision (one linearizable read). The next
     /// holder's generation is above it.
     pub async fn revision(&self) -> Result<u64, LockError> {
-        let kv = self.inner.client.kv_client();
-        let key = self.floor_key();
-        let response = within(
-            "read revision",
-            self.inner.request_timeout(),
-            Resend::Always,
-            || {
-                let (mut kv, key) = (kv.clone(), key.clone());
-                async move { kv.get(key, Some(GetOptions::new().with_count_only())).await }
-            },
-        )
-        .await?;
-        Ok(response
-            .header()
-            .map_or(0, |header| header.revision())
-            .max(0) as u64)
+        self.floor_request("read revision", |mut kv, key| async move {
+            let count_only = GetOptions::new().with_count_only();
+            let response = kv.get(key, Some(count_only)).await?;
+            Ok(response.header().cloned())
+        })
+        .await
     }
 
     /// Raises the generation floor so that every lock granted afterwards
@@ -222,23 +213,35 @@ impl EtcdLockClient {
     ) -> impl std::future::Future<Output = Result<u64, LockError>> + Send + 'static {
         let connection = self.clone();
         async move {
-            let kv = connection.inner.client.kv_client();
-            let key = connection.floor_key();
-            let response = within(
-                "raise floor",
-                connection.inner.request_timeout(),
-                Resend::Always,
-                || {
-                    let (mut kv, key, value) = (kv.clone(), key.clone(), value.clone());
-                    async move { kv.put(key, value, None).await }
-                },
-            )
-            .await?;
-            Ok(response
-                .header()
-                .map_or(0, |header| header.revision())
-                .max(0) as u64)
+            let put = move |mut kv: KvClient, key| {
+                let value = value.clone();
+                async move { Ok(kv.put(key, value, None).await?.header().cloned()) }
+            };
+            connection.floor_request("raise floor", put).await
         }
+    }
+
+    /// One request on the floor key, resent until answered within the
+    /// request timeout: `request` sends it with a KV client and the key,
+    /// and gives back the answer's header. The store revision it carries.
+    async fn floor_request<F>(
+        &self,
+        operation: &'static str,
+        request: impl Fn(KvClient, String) -> F,
+    ) -> Result<u64, LockError>
+    where
+        F: Future<Output = Result<Option<ResponseHeader>, etcd_client::Error>>,
+    {
+        let kv = self.inner.client.kv_client();
+        let key = self.floor_key();
+        let header = within(
+            operation,
+            self.inner.request_timeout(),
+            Resend::Always,
+            || request(kv.clone(), key.clone()),
+        )
+        .await?;
+        Ok(header.map_or(0, |header| header.revision()).max(0) as u64)
     }
 }
 

@@ -27,7 +27,6 @@ use tokio::time::Instant;
 use crate::client::{self, ClientInner, Resend};
 use crate::errors;
 use crate::keys::lease_hex;
-use crate::metrics::Counters;
 use crate::session::{SessionLease, ceil_secs, valid_until};
 
 /// What the task needs; it holds the session state weakly, so it ends when
@@ -119,7 +118,7 @@ pub(crate) async fn run(keepalive: KeepAlive) {
 /// One renewal of `lease_id`, opening a stream if there is none.
 async fn renew(keepalive: &KeepAlive, lease_id: i64, stream: &mut Option<Stream>) -> Renewal {
     let connection = &keepalive.connection;
-    Counters::bump(&connection.counters.keepalives);
+    connection.counters.bump(|counts| &mut counts.keepalives);
     // A renewal stuck on a dead member must not eat the lease's validity:
     // give up after one keep-alive interval and retry on a new stream, which
     // the client routes to a live member.

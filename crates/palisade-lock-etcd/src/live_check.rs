@@ -1,9 +1,8 @@
 //! Chubby's CheckSequencer against etcd.
 
 use std::future::Future;
-use std::sync::Arc;
 
-use palisade_core::{LiveCheck, Liveness, LockError, Sequencer, SharedLiveCheck};
+use palisade_core::{LiveCheck, Liveness, LockError, Sequencer};
 
 use crate::keys::{LockKeys, lease_hex};
 use crate::queue::Turn;
@@ -22,7 +21,7 @@ use crate::{EtcdConfig, EtcdLockClient, txns};
 /// cannot be asked: an error, never `NotHeld`.
 ///
 /// ```no_run
-/// use palisade_core::SharedLiveCheck;
+/// use palisade_core::{LiveCheck, SharedLiveCheck};
 /// use palisade_lock_etcd::{EtcdConfig, EtcdLiveCheck};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,11 +40,6 @@ impl EtcdLiveCheck {
     /// overridden) of the lock side whose sequencers are checked.
     pub async fn connect(config: EtcdConfig) -> Result<EtcdLiveCheck, LockError> {
         Ok(EtcdLockClient::connect(config).await?.live_check())
-    }
-
-    /// As a type-erased [`SharedLiveCheck`] for the resource server.
-    pub fn into_shared(self) -> SharedLiveCheck {
-        Arc::new(self)
     }
 
     /// The issuer this check accepts.

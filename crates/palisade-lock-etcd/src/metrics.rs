@@ -5,7 +5,7 @@
 //! woken by watches (`watch_creates`) or by the bounded fallback re-check
 //! (`fallback_rechecks`, which should stay at zero).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 /// A snapshot of the requests one [`EtcdLockClient`](crate::EtcdLockClient)
 /// has made since it was opened, over all its sessions.
@@ -79,30 +79,17 @@ impl std::ops::Sub for RpcCounts {
     }
 }
 
-/// The live counters behind [`RpcCounts`].
+/// The live counts behind [`RpcCounts`]: each request bumps one field.
 #[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) txns: AtomicU64,
-    pub(crate) lease_grants_and_revokes: AtomicU64,
-    pub(crate) keepalives: AtomicU64,
-    pub(crate) watch_creates: AtomicU64,
-    pub(crate) watch_streams: AtomicU64,
-    pub(crate) fallback_rechecks: AtomicU64,
-}
+pub(crate) struct Counters(Mutex<RpcCounts>);
 
 impl Counters {
-    pub(crate) fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    /// Counts one request of the kind `field` picks.
+    pub(crate) fn bump(&self, field: fn(&mut RpcCounts) -> &mut u64) {
+        *field(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner)) += 1;
     }
 
     pub(crate) fn snapshot(&self) -> RpcCounts {
-        RpcCounts {
-            txns: self.txns.load(Ordering::Relaxed),
-            lease_grants_and_revokes: self.lease_grants_and_revokes.load(Ordering::Relaxed),
-            keepalives: self.keepalives.load(Ordering::Relaxed),
-            watch_creates: self.watch_creates.load(Ordering::Relaxed),
-            watch_streams: self.watch_streams.load(Ordering::Relaxed),
-            fallback_rechecks: self.fallback_rechecks.load(Ordering::Relaxed),
-        }
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -21,7 +21,6 @@ use etcd_client::{
 use tokio::sync::mpsc;
 
 use crate::client::{ClientInner, Resend};
-use crate::metrics::Counters;
 use crate::task::AbortOnDrop;
 
 /// What a watch reports to its owner, in order.
@@ -168,7 +167,7 @@ async fn run(connection: Arc<ClientInner>, mut commands: mpsc::UnboundedReceiver
                 sink,
             })) => {
                 watchers.insert(id, sink);
-                Counters::bump(&connection.counters.watch_creates);
+                connection.counters.bump(|counts| &mut counts.watch_creates);
                 let options = WatchOptions::new()
                     .with_watch_id(id)
                     .with_start_revision(start_revision);
@@ -215,7 +214,7 @@ async fn open_stream(
     key: Vec<u8>,
     options: WatchOptions,
 ) -> Option<Stream> {
-    Counters::bump(&connection.counters.watch_streams);
+    connection.counters.bump(|counts| &mut counts.watch_streams);
     let client = connection.client.watch_client();
     let opened = crate::client::within(
         "watch",

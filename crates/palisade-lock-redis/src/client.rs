@@ -17,6 +17,7 @@ use crate::connection::Connection;
 use crate::error::{BACKEND, bad_reply};
 use crate::inbox::Inbox;
 use crate::keys::{LockKeys, inbox_channel};
+use crate::scripts::ScriptName;
 use crate::scripts::Scripts;
 use crate::{GenerationScheme, RedisConfig, RedisLiveCheck, RedisLock, RedisLockError};
 
@@ -353,7 +354,11 @@ impl RedisLockClient {
             self.clock_arg(),
         ];
         let reply = self
-            .eval_script(&self.inner.scripts.acquire, &attempt.keys, &args)
+            .eval_script(
+                &self.inner.scripts[ScriptName::Acquire],
+                &attempt.keys,
+                &args,
+            )
             .await?;
         let Value::Array(items) = &reply else {
             return Err(bad_reply("acquire", &reply));
@@ -394,7 +399,7 @@ impl RedisLockClient {
             .fetch_add(1, Ordering::Relaxed);
         let reply = self
             .eval_script(
-                &self.inner.scripts.release,
+                &self.inner.scripts[ScriptName::Release],
                 keys,
                 &[
                     token,
@@ -423,7 +428,7 @@ impl RedisLockClient {
         let delay = options.lock_delay().as_millis().to_string();
         let reply = self
             .eval_script(
-                &self.inner.scripts.extend,
+                &self.inner.scripts[ScriptName::Extend],
                 keys,
                 &[token, mode_arg(mode), &ttl, &delay],
             )
@@ -440,7 +445,7 @@ impl RedisLockClient {
     ) -> Result<bool, LockError> {
         let reply = self
             .eval_script(
-                &self.inner.scripts.expire,
+                &self.inner.scripts[ScriptName::Expire],
                 keys,
                 &[token, mode_arg(mode), self.clock_arg()],
             )
@@ -459,7 +464,7 @@ impl RedisLockClient {
         let generation = generation.to_string();
         let reply = self
             .eval_script(
-                &self.inner.scripts.check,
+                &self.inner.scripts[ScriptName::Check],
                 keys,
                 &[mode_arg(mode), &generation, lease.unwrap_or("")],
             )
@@ -507,7 +512,11 @@ impl RaiseFloor for RedisLockClient {
         let keys = self.keys(name);
         let mark_text = mark.to_string();
         let reply = self
-            .eval_script(&self.inner.scripts.raise_floor, &keys, &[&mark_text])
+            .eval_script(
+                &self.inner.scripts[ScriptName::RaiseFloor],
+                &keys,
+                &[&mark_text],
+            )
             .await?;
         let (before, after) = match &reply {
             Value::Array(items) => match items.as_slice() {

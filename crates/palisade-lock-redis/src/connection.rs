@@ -41,12 +41,7 @@ impl std::fmt::Debug for Connection {
 /// The client for a URL and its TLS material, with the URL's password kept
 /// out of errors.
 pub(crate) fn open_client(url: &str, tls: &TlsMaterial) -> Result<redis::Client, RedisLockError> {
-    let info = url
-        .into_connection_info()
-        .map_err(|source| RedisLockError::InvalidUrl {
-            url: redact_url(url),
-            source,
-        })?;
+    let info = connection_info(url)?;
     #[cfg(feature = "tls")]
     if let Some(certificates) = tls.certificates() {
         return redis::Client::build_with_tls(info, certificates).map_err(|error| {
@@ -182,14 +177,19 @@ pub(crate) fn ensure_crypto_provider(endpoints: &Endpoints) {
     let _ = endpoints;
 }
 
-/// `host:port` of a URL, for the default issuer id.
-pub(crate) fn host_port(url: &str) -> Result<String, RedisLockError> {
-    let info = url
-        .into_connection_info()
+/// A URL's connection settings; an invalid URL is reported with its
+/// password masked.
+fn connection_info(url: &str) -> Result<redis::ConnectionInfo, RedisLockError> {
+    url.into_connection_info()
         .map_err(|source| RedisLockError::InvalidUrl {
             url: redact_url(url),
             source,
-        })?;
+        })
+}
+
+/// `host:port` of a URL, for the default issuer id.
+pub(crate) fn host_port(url: &str) -> Result<String, RedisLockError> {
+    let info = connection_info(url)?;
     Ok(match info.addr() {
         redis::ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
         redis::ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port}"),

@@ -19,6 +19,7 @@ use redis::Value;
 
 use crate::RedisLockClient;
 use crate::error::{BACKEND, bad_reply};
+use crate::scripts::ScriptName;
 
 /// The key suffixes that exist only while a lock is held, waited for or
 /// delayed (the generation counter outlives them all).
@@ -27,7 +28,11 @@ const LIVE_SUFFIXES: [&str; 5] = [":lock", ":readers", ":queue", ":delay", ":sha
 impl Inspect for RedisLockClient {
     async fn inspect(&self, name: &LockName) -> Result<LockInfo, LockError> {
         let reply = self
-            .eval_script(&self.inner.scripts.inspect, &self.keys(name), &[])
+            .eval_script(
+                &self.inner.scripts[ScriptName::Inspect],
+                &self.keys(name),
+                &[],
+            )
             .await?;
         parse_inspect(name.clone(), &reply).ok_or_else(|| bad_reply("inspect", &reply))
     }
@@ -94,7 +99,7 @@ impl ForceRelease for RedisLockClient {
         };
         let reply = self
             .eval_script(
-                &self.inner.scripts.force_release,
+                &self.inner.scripts[ScriptName::ForceRelease],
                 &self.keys(name),
                 &[&generation_text, clock],
             )

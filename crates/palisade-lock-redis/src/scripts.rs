@@ -70,75 +70,91 @@ pub(crate) struct LuaScript {
 }
 
 impl LuaScript {
-    fn new(name: &'static str, body: &str) -> Self {
+    fn new(script: ScriptName) -> Self {
+        let (name, body, ends_a_hold) = script.definition();
         let source = format!("{PRELUDE}\n{body}");
         let sha = Script::new(&source).get_hash().to_owned();
         LuaScript {
             name,
             source,
             sha,
-            resendable: true,
-        }
-    }
-
-    /// A script that ends a hold: resent only when Redis cannot have run it.
-    fn ending_a_hold(name: &'static str, body: &str) -> Self {
-        LuaScript {
-            resendable: false,
-            ..LuaScript::new(name, body)
+            resendable: !ends_a_hold,
         }
     }
 }
 
-/// Every script the backend runs.
-#[derive(Debug)]
-pub(crate) struct Scripts {
+/// Every script the backend runs, each named once: [`Scripts`] is indexed
+/// by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScriptName {
     /// Take the lock, or queue for it, or report that this token already
     /// holds it (a grant by hand-off whose notification was lost).
-    pub(crate) acquire: LuaScript,
+    Acquire,
     /// Give up whatever a token has: its hold (compare-and-delete) and its
     /// place in the queue. Then hand the lock to the next waiter.
-    pub(crate) release: LuaScript,
+    Release,
     /// Compare-and-PEXPIRE: extend a hold this token still has.
-    pub(crate) extend: LuaScript,
+    Extend,
     /// End a hold without a release, as a crash would: lock-delay applies.
-    pub(crate) expire: LuaScript,
+    Expire,
     /// Does the holder named by a sequencer still hold the lock?
-    pub(crate) check: LuaScript,
+    Check,
     /// Raise the generation counter to at least a given mark.
-    pub(crate) raise_floor: LuaScript,
+    RaiseFloor,
     /// What an operator sees: holders, waiters, lock-delay (read-only).
-    pub(crate) inspect: LuaScript,
+    Inspect,
     /// End the hold with a given generation, from outside.
-    pub(crate) force_release: LuaScript,
+    ForceRelease,
 }
+
+impl ScriptName {
+    const ALL: [ScriptName; 8] = [
+        ScriptName::Acquire,
+        ScriptName::Release,
+        ScriptName::Extend,
+        ScriptName::Expire,
+        ScriptName::Check,
+        ScriptName::RaiseFloor,
+        ScriptName::Inspect,
+        ScriptName::ForceRelease,
+    ];
+
+    /// Its name in logs and errors, its body, and whether it ends a hold
+    /// (then it is resent only when Redis cannot have run it).
+    fn definition(self) -> (&'static str, &'static str, bool) {
+        match self {
+            ScriptName::Acquire => ("acquire", ACQUIRE, false),
+            ScriptName::Release => ("release", RELEASE, true),
+            ScriptName::Extend => ("extend", EXTEND, false),
+            ScriptName::Expire => ("expire", EXPIRE, true),
+            ScriptName::Check => ("check", CHECK, false),
+            ScriptName::RaiseFloor => ("raise_floor", RAISE_FLOOR, false),
+            ScriptName::Inspect => ("inspect", INSPECT, false),
+            ScriptName::ForceRelease => ("force_release", FORCE_RELEASE, true),
+        }
+    }
+}
+
+/// Every script the backend runs, with its source and SHA-1 computed once.
+#[derive(Debug)]
+pub(crate) struct Scripts([LuaScript; 8]);
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        Scripts {
-            acquire: LuaScript::new("acquire", ACQUIRE),
-            release: LuaScript::ending_a_hold("release", RELEASE),
-            extend: LuaScript::new("extend", EXTEND),
-            expire: LuaScript::ending_a_hold("expire", EXPIRE),
-            check: LuaScript::new("check", CHECK),
-            raise_floor: LuaScript::new("raise_floor", RAISE_FLOOR),
-            inspect: LuaScript::new("inspect", INSPECT),
-            force_release: LuaScript::ending_a_hold("force_release", FORCE_RELEASE),
-        }
+        Scripts(ScriptName::ALL.map(LuaScript::new))
     }
 
     /// All scripts, for loading them into the script cache up front.
-    pub(crate) fn all(&self) -> [&LuaScript; 8] {
-        [
-            &self.acquire,
-            &self.release,
-            &self.extend,
-            &self.expire,
-            &self.check,
-            &self.raise_floor,
-            &self.inspect,
-            &self.force_release,
-        ]
+    pub(crate) fn all(&self) -> &[LuaScript] {
+        &self.0
+    }
+}
+
+impl std::ops::Index<ScriptName> for Scripts {
+    type Output = LuaScript;
+
+    fn index(&self, script: ScriptName) -> &LuaScript {
+        &self.0[script as usize]
     }
 }
 

@@ -1,4 +1,4 @@
-//! [`RedisLock`]: a lock session, the [`Lock`] implementation.
+//! [`RedisLock`]: a lock session, the [`Lock`](palisade_core::Lock) implementation.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use palisade_core::holds::{Admission, Gate, HoldBackend, HoldTable, Patience, Task, Turn};
 use palisade_core::{
-    Generation, LeaseTracker, Lock, LockError, LockName, LostReason, Mode, Sequencer,
+    Generation, LeaseTracker, LockError, LockName, LostReason, Mode, Obtain, Sequencer,
     SessionOptions,
 };
 use tokio::runtime::Handle;
@@ -158,42 +158,27 @@ impl RedisLock {
         }
         Ok(())
     }
+}
 
-    async fn acquire_inner(
+impl Obtain for RedisLock {
+    type Guard = RedisGuard;
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    async fn obtain(
         &self,
         name: &LockName,
         mode: Mode,
         wait: bool,
     ) -> Result<Option<RedisGuard>, LockError> {
-        let patience = if wait {
-            Patience::Forever
-        } else {
-            Patience::Now
-        };
-        match HoldTable::admit(&self.inner, name, mode, patience).await? {
+        match HoldTable::admit(&self.inner, name, mode, Patience::of_wait(wait)).await? {
             Admission::Reentered(guard) => Ok(Some(RedisGuard(guard))),
             // Another task of this session is acquiring it right now.
             Admission::InProgress => Ok(None),
             Admission::Turn(turn) => self.inner.acquire_remote(turn).await,
         }
-    }
-}
-
-impl Lock for RedisLock {
-    type Guard = RedisGuard;
-
-    async fn acquire(&self, name: &LockName, mode: Mode) -> Result<RedisGuard, LockError> {
-        self.acquire_inner(name, mode, true)
-            .await?
-            .ok_or_else(|| LockError::ended_without_grant(BACKEND))
-    }
-
-    async fn try_acquire(
-        &self,
-        name: &LockName,
-        mode: Mode,
-    ) -> Result<Option<RedisGuard>, LockError> {
-        self.acquire_inner(name, mode, false).await
     }
 }
 

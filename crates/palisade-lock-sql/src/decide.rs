@@ -192,6 +192,13 @@ mod tests {
         }
     }
 
+    /// `a` holds the lock exclusively with session `a`; `me` asks, with a
+    /// session that expires at 2 000 µs.
+    fn held_by_a(a: SessionRow) -> LockView {
+        let me = session("me", 2_000, 0);
+        view(&[("a", Mode::Exclusive)], vec![], vec![a, me])
+    }
+
     fn waiter(id: i64, mode: Mode, expires: i64) -> WaiterRow {
         WaiterRow {
             id,
@@ -212,11 +219,7 @@ mod tests {
 
     #[test]
     fn a_live_holder_blocks_until_its_expiry() {
-        let v = view(
-            &[("a", Mode::Exclusive)],
-            vec![],
-            vec![session("a", 5_000, 0), session("me", 2_000, 0)],
-        );
+        let v = held_by_a(session("a", 5_000, 0));
         assert_eq!(
             decide(&v, "me", Mode::Shared, None).outcome,
             Outcome::Wait {
@@ -227,11 +230,7 @@ mod tests {
 
     #[test]
     fn an_expired_holder_is_gone_and_its_lock_delay_applies() {
-        let v = view(
-            &[("a", Mode::Exclusive)],
-            vec![],
-            vec![session("a", 900, 500), session("me", 2_000, 0)],
-        );
+        let v = held_by_a(session("a", 900, 500));
         let decision = decide(&v, "me", Mode::Exclusive, None);
         assert_eq!(decision.dead_holders, vec!["a".to_string()]);
         assert_eq!(decision.delay_until_us, 1_400);

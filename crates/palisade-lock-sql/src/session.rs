@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use palisade_core::holds::{Admission, Gate, Hold, HoldBackend, HoldTable, Patience, Task, Turn};
 use palisade_core::{
-    Generation, LeaseTracker, Lock, LockError, LockName, LostReason, Mode, Sequencer,
+    Generation, LeaseTracker, LockError, LockName, LostReason, Mode, Obtain, Sequencer,
     SessionOptions,
 };
 use tokio::task::JoinHandle;
@@ -131,6 +131,47 @@ impl SqlLock {
         }
         Ok(())
     }
+}
+
+impl SqlLock {
+    /// Sleeps until woken for `name` or until `bound`; after a wake-up, as
+    /// long as one unlocked read shows a live waiter ahead of `waiter` that
+    /// must go first, sleeps on (up to the same deadline). Without this,
+    /// every release woke every waiter into a grant transaction queued on
+    /// the lock row, and the head of the queue waited behind them all.
+    async fn sleep_until_turn(
+        &self,
+        wake: &mut tokio::sync::broadcast::Receiver<Arc<str>>,
+        name: &LockName,
+        mode: Mode,
+        waiter: Option<i64>,
+        bound: Duration,
+    ) {
+        let store = &self.inner.client.inner.store;
+        let deadline = Instant::now() + bound;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            crate::wake::wait_for(wake, name.as_str(), left).await;
+            let Some(waiter) = waiter else { return };
+            if Instant::now() >= deadline {
+                return;
+            }
+            match store.queued_ahead(name, waiter, mode).await {
+                Ok(true) => Counters::count(&store.counters.rechecks_skipped),
+                // Free to try, or the read failed: the grant transaction
+                // decides (and reports an error).
+                Ok(false) | Err(_) => return,
+            }
+        }
+    }
+}
+
+impl Obtain for SqlLock {
+    type Guard = SqlGuard;
+
+    fn backend(&self) -> &'static str {
+        self.inner.client.inner.store.dialect.backend()
+    }
 
     async fn obtain(
         &self,
@@ -138,12 +179,7 @@ impl SqlLock {
         mode: Mode,
         wait: bool,
     ) -> Result<Option<SqlGuard>, LockError> {
-        let patience = if wait {
-            Patience::Forever
-        } else {
-            Patience::Now
-        };
-        let turn = match HoldTable::admit(&self.inner, name, mode, patience).await? {
+        let turn = match HoldTable::admit(&self.inner, name, mode, Patience::of_wait(wait)).await? {
             Admission::Reentered(guard) => return Ok(Some(SqlGuard(guard))),
             // Another task of this session is acquiring it right now.
             Admission::InProgress => return Ok(None),
@@ -216,57 +252,6 @@ impl SqlLock {
                 }
             }
         }
-    }
-}
-
-impl SqlLock {
-    /// Sleeps until woken for `name` or until `bound`; after a wake-up, as
-    /// long as one unlocked read shows a live waiter ahead of `waiter` that
-    /// must go first, sleeps on (up to the same deadline). Without this,
-    /// every release woke every waiter into a grant transaction queued on
-    /// the lock row, and the head of the queue waited behind them all.
-    async fn sleep_until_turn(
-        &self,
-        wake: &mut tokio::sync::broadcast::Receiver<Arc<str>>,
-        name: &LockName,
-        mode: Mode,
-        waiter: Option<i64>,
-        bound: Duration,
-    ) {
-        let store = &self.inner.client.inner.store;
-        let deadline = Instant::now() + bound;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            crate::wake::wait_for(wake, name.as_str(), left).await;
-            let Some(waiter) = waiter else { return };
-            if Instant::now() >= deadline {
-                return;
-            }
-            match store.queued_ahead(name, waiter, mode).await {
-                Ok(true) => Counters::count(&store.counters.rechecks_skipped),
-                // Free to try, or the read failed: the grant transaction
-                // decides (and reports an error).
-                Ok(false) | Err(_) => return,
-            }
-        }
-    }
-}
-
-impl Lock for SqlLock {
-    type Guard = SqlGuard;
-
-    async fn acquire(&self, name: &LockName, mode: Mode) -> Result<SqlGuard, LockError> {
-        self.obtain(name, mode, true).await?.ok_or_else(|| {
-            LockError::ended_without_grant(self.inner.client.inner.store.dialect.backend())
-        })
-    }
-
-    async fn try_acquire(
-        &self,
-        name: &LockName,
-        mode: Mode,
-    ) -> Result<Option<SqlGuard>, LockError> {
-        self.obtain(name, mode, false).await
     }
 }
 

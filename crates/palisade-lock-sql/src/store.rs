@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use palisade_core::{LockError, LockName, Mode};
-use sqlx::any::AnyRow;
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::query::Query;
 use sqlx::{Any, AnyPool, AssertSqlSafe, Row, Transaction};
 use tokio::sync::broadcast;
 
@@ -143,6 +144,20 @@ impl Store {
         tokio::time::timeout(self.timeout, body)
             .await
             .unwrap_or_else(|_| Err(timed_out(self.backend(), operation, self.timeout)))
+    }
+
+    /// Runs one statement on the pool within the time bound of
+    /// `operation`; the rows it affected.
+    async fn execute<'q>(
+        &self,
+        operation: &'static str,
+        statement: Query<'q, Any, AnyArguments>,
+    ) -> Result<u64, LockError> {
+        self.bounded(operation, async {
+            let done = statement.execute(&self.pool).await;
+            Ok(done.map_err(|e| self.err(e))?.rows_affected())
+        })
+        .await
     }
 
     /// Refuses a PostgreSQL that runs with `fsync = off` (a generation
@@ -361,47 +376,31 @@ impl Store {
                 .await?
                 .try_get(0)?,
         };
-        let sessions = sqlx::query(safe(&self.sql.lock_sessions))
-            .bind(session)
-            .bind(name)
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|row| {
-                Ok(SessionRow {
-                    id: row.try_get(0)?,
-                    expires_at_us: row.try_get(1)?,
-                    lock_delay_us: row.try_get(2)?,
-                    ended: row.try_get::<i64, _>(3)? != 0,
-                })
+        let sessions = rows(tx, &self.sql.lock_sessions, &[session, name], |row| {
+            Ok(SessionRow {
+                id: row.try_get(0)?,
+                expires_at_us: row.try_get(1)?,
+                lock_delay_us: row.try_get(2)?,
+                ended: row.try_get::<i64, _>(3)? != 0,
             })
-            .collect::<Result<Vec<_>, sqlx::Error>>()?;
-        let holders = sqlx::query(safe(&self.sql.holders))
-            .bind(name)
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|row| {
-                Ok(HolderRow {
-                    session_id: row.try_get(0)?,
-                    mode: parse_mode(&row.try_get::<String, _>(1)?),
-                })
+        })
+        .await?;
+        let holders = rows(tx, &self.sql.holders, &[name], |row| {
+            Ok(HolderRow {
+                session_id: row.try_get(0)?,
+                mode: parse_mode(&row.try_get::<String, _>(1)?),
             })
-            .collect::<Result<Vec<_>, sqlx::Error>>()?;
-        let waiters = sqlx::query(safe(&self.sql.waiters))
-            .bind(name)
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|row| {
-                Ok(WaiterRow {
-                    id: row.try_get(0)?,
-                    mode: parse_mode(&row.try_get::<String, _>(2)?),
-                    session_expires_at_us: row.try_get(3)?,
-                    session_ended: row.try_get::<Option<i64>, _>(4)?.is_some_and(|e| e != 0),
-                })
+        })
+        .await?;
+        let waiters = rows(tx, &self.sql.waiters, &[name], |row| {
+            Ok(WaiterRow {
+                id: row.try_get(0)?,
+                mode: parse_mode(&row.try_get::<String, _>(2)?),
+                session_expires_at_us: row.try_get(3)?,
+                session_ended: row.try_get::<Option<i64>, _>(4)?.is_some_and(|e| e != 0),
             })
-            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        })
+        .await?;
         Ok(LockView {
             now_us,
             generation: lock_row.try_get(0)?,
@@ -546,33 +545,20 @@ impl Store {
         ttl_us: i64,
         lock_delay_us: i64,
     ) -> Result<(), LockError> {
-        self.bounded("open session", async {
-            sqlx::query(safe(&self.sql.open_session))
-                .bind(id)
-                .bind(ttl_us)
-                .bind(lock_delay_us)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| self.err(e))?;
-            Ok(())
-        })
-        .await
+        let open = sqlx::query(safe(&self.sql.open_session))
+            .bind(id)
+            .bind(ttl_us)
+            .bind(lock_delay_us);
+        self.execute("open session", open).await.map(drop)
     }
 
     /// Extends a live session's lease; `false` when the database says the
     /// session already ended or expired.
     pub(crate) async fn renew_session(&self, id: &str, ttl_us: i64) -> Result<bool, LockError> {
-        self.bounded("renew", async {
-            let renewed = sqlx::query(safe(&self.sql.renew_session))
-                .bind(ttl_us)
-                .bind(id)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| self.err(e))?
-                .rows_affected();
-            Ok(renewed > 0)
-        })
-        .await
+        let renew = sqlx::query(safe(&self.sql.renew_session))
+            .bind(ttl_us)
+            .bind(id);
+        Ok(self.execute("renew", renew).await? > 0)
     }
 
     /// Ends a session's lease now. `clean` (a closed session) waives its
@@ -583,29 +569,16 @@ impl Store {
         } else {
             &self.sql.expire_session
         };
-        self.bounded("end session", async {
-            sqlx::query(safe(statement))
-                .bind(id)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| self.err(e))?;
-            Ok(())
-        })
-        .await
+        let end = sqlx::query(safe(statement)).bind(id);
+        self.execute("end session", end).await.map(drop)
     }
 
     /// Deletes session rows that ended more than `age` ago and have no
     /// holder or waiter rows left.
     pub(crate) async fn forget_old_sessions(&self, age: Duration) -> Result<u64, LockError> {
-        self.bounded("forget sessions", async {
-            Ok(sqlx::query(safe(&self.sql.forget_sessions))
-                .bind(i64::try_from(age.as_micros()).unwrap_or(i64::MAX))
-                .execute(&self.pool)
-                .await
-                .map_err(|e| self.err(e))?
-                .rows_affected())
-        })
-        .await
+        let forget = sqlx::query(safe(&self.sql.forget_sessions))
+            .bind(i64::try_from(age.as_micros()).unwrap_or(i64::MAX));
+        self.execute("forget sessions", forget).await
     }
 
     /// Whether a live waiter queued before `waiter` must be granted before
@@ -682,4 +655,18 @@ where
             outcome => return outcome,
         }
     }
+}
+
+/// Every row `sql` selects with `binds`, each read by `read`.
+async fn rows<T>(
+    tx: &mut Transaction<'static, Any>,
+    sql: &str,
+    binds: &[&str],
+    read: impl Fn(&AnyRow) -> Result<T, sqlx::Error>,
+) -> Result<Vec<T>, sqlx::Error> {
+    let mut query = sqlx::query(safe(sql));
+    for bind in binds {
+        query = query.bind(*bind);
+    }
+    query.fetch_all(&mut **tx).await?.iter().map(read).collect()
 }

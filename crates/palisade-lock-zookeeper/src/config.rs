@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use derive_setters::Setters;
 use palisade_core::{Generation, LockName, Mode, Sequencer, SequencerError, Signer};
 use sha2::{Digest, Sha256};
 
@@ -101,7 +102,12 @@ pub enum ConfigError {
 /// assert_eq!(config.root(), "/apps/orders/locks");
 /// # Ok::<(), palisade_lock_zookeeper::ConfigError>(())
 /// ```
-#[derive(Clone, Debug)]
+///
+/// The plain setters (`with_node_names`, `with_request_timeout`,
+/// `with_connect_timeout`, `with_signer`) are derived from the fields
+/// below and carry their documentation.
+#[derive(Clone, Debug, Setters)]
+#[setters(prefix = "with_", generate = false)]
 pub struct ZkConfig {
     /// The servers, `host:port` each, in the order given.
     hosts: Vec<String>,
@@ -111,11 +117,17 @@ pub struct ZkConfig {
     chroot: String,
     /// Lock directories live under `<chroot><prefix>/`.
     prefix: String,
-    /// How contender nodes are named: kazoo's form or Curator's.
+    /// How contender nodes are named: kazoo's form or Curator's (see
+    /// [`NodeNames`]); every client of one lock path must use the same
+    /// form.
+    #[setters(generate)]
     node_names: NodeNames,
-    /// A request that takes longer is reported as `BackendTimeout`.
+    /// The per-request timeout: a request that takes longer is reported as
+    /// `BackendTimeout` (must be positive; checked on connect).
+    #[setters(generate)]
     request_timeout: Duration,
-    /// How long establishing a session may take.
+    /// How long establishing a session may take (must be positive).
+    #[setters(generate)]
     connect_timeout: Duration,
     /// Overrides the issuer written into sequencers; by default it is
     /// derived from the servers and the root.
@@ -123,7 +135,9 @@ pub struct ZkConfig {
     /// A human name for this process, in front of the node name in the
     /// sequencer's `holder` field and in the nodes' data.
     holder_name: Option<String>,
-    /// Signs every sequencer handed out, when set.
+    /// Signs every sequencer handed out, when set; its issuer becomes this
+    /// configuration's issuer.
+    #[setters(generate, strip_option)]
     signer: Option<Signer>,
     /// The fault suite's mutations (test builds only).
     #[cfg(feature = "testing")]
@@ -201,38 +215,12 @@ impl ZkConfig {
         Ok(self)
     }
 
-    /// Sets how contender nodes are named (see [`NodeNames`]); every
-    /// client of one lock path must use the same form.
-    pub fn with_node_names(mut self, node_names: NodeNames) -> Self {
-        self.node_names = node_names;
-        self
-    }
-
-    /// Sets the per-request timeout (must be positive; checked on connect).
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Sets the session establishment timeout (must be positive).
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
     /// Sets the issuer id written into every sequencer.
     pub fn with_issuer(mut self, issuer: impl Into<String>) -> Result<Self, ConfigError> {
         let issuer = issuer.into();
         check_id("issuer", &issuer, |s, v| s.with_issuer(v))?;
         self.issuer = Some(issuer);
         Ok(self)
-    }
-
-    /// Signs every sequencer with `signer`; its issuer becomes this
-    /// configuration's issuer.
-    pub fn with_signer(mut self, signer: Signer) -> Self {
-        self.signer = Some(signer);
-        self
     }
 
     /// Sets the human name of this process, shown in the sequencer's
@@ -367,12 +355,8 @@ fn check_path(path: &str) -> Result<(), ConfigError> {
         Some("must start with `/`")
     } else if path.len() < 2 {
         Some("must name a node below `/`")
-    } else if path.len() > 256 {
-        Some("must be at most 256 bytes")
-    } else if path.ends_with('/') {
-        Some("must not end with `/`")
-    } else if path.chars().any(char::is_control) {
-        Some("must not contain control characters")
+    } else if let Some(problem) = palisade_core::key_prefix_problem(path) {
+        Some(problem)
     } else if path[1..]
         .split('/')
         .any(|segment| segment.is_empty() || segment == "." || segment == "..")

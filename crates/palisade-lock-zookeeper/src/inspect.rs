@@ -17,41 +17,60 @@ use crate::queue::{holders, orphan_markers};
 use crate::session::lease_hex;
 
 /// One lock directory read after a `sync`.
-struct Snapshot {
-    dir: String,
-    children: Vec<String>,
-    floor: FloorHistory,
+pub(crate) struct Snapshot {
+    pub(crate) dir: String,
+    pub(crate) children: Vec<String>,
+    pub(crate) floor: FloorHistory,
+    /// The stat of the node asked for, `None` when it does not exist.
+    pub(crate) node: Option<zk::Stat>,
 }
 
 impl ZkLockClient {
-    /// Syncs, lists `name`'s directory and reads the floor, in one
-    /// pipeline. `None` when the directory does not exist.
-    async fn snapshot(&self, name: &LockName) -> Result<Option<Snapshot>, LockError> {
+    /// Syncs, lists `name`'s directory, reads the floor and, with `node`,
+    /// the stat of that child, in one pipeline answered in order after the
+    /// sync. `None` when the directory does not exist. `op` names the
+    /// requests in errors and timeouts.
+    pub(crate) async fn snapshot(
+        &self,
+        name: &LockName,
+        node: Option<&str>,
+        op: &'static str,
+    ) -> Result<Option<Snapshot>, LockError> {
         let inner = &self.inner;
         let dir = inner.layout.dir(name);
         let floor_path = inner.layout.floor();
+        let node_path = node.map(|node| format!("{dir}/{node}"));
         let reader = inner.reader().await?;
         let sync = reader.sync(&dir);
         let listed = reader.list_children(&dir);
+        let stat = node_path.as_deref().map(|path| reader.check_stat(path));
         let floor = reader.get_data(&floor_path);
-        match inner.bounded("inspect", sync).await {
+        match inner.bounded(op, sync).await {
             Ok(()) | Err(zk::Error::NoNode) => {}
-            Err(error) => return Err(inner.error("inspect", error)),
+            Err(error) => return Err(inner.error(op, error)),
         }
-        let children = match inner.bounded("inspect", listed).await {
+        let children = match inner.bounded(op, listed).await {
             Ok(children) => children,
             Err(zk::Error::NoNode) => return Ok(None),
-            Err(error) => return Err(inner.error("inspect", error)),
+            Err(error) => return Err(inner.error(op, error)),
         };
-        let floor = match inner.bounded("inspect", floor).await {
+        let node = match stat {
+            Some(stat) => inner
+                .bounded(op, stat)
+                .await
+                .map_err(|error| inner.error(op, error))?,
+            None => None,
+        };
+        let floor = match inner.bounded(op, floor).await {
             Ok((data, stat)) => parse_floor(&floor_path, &data, stat.mzxid)?,
             Err(zk::Error::NoNode) => FloorHistory::default(),
-            Err(error) => return Err(inner.error("inspect", error)),
+            Err(error) => return Err(inner.error(op, error)),
         };
         Ok(Some(Snapshot {
             dir,
             children,
             floor,
+            node,
         }))
     }
 
@@ -110,7 +129,7 @@ impl Inspect for ZkLockClient {
         let client = self.clone();
         let name = name.clone();
         async move {
-            let Some(snapshot) = client.snapshot(&name).await? else {
+            let Some(snapshot) = client.snapshot(&name, None, "inspect").await? else {
                 return Ok(LockInfo::free(name));
             };
             let (holding, waiting) = holders(&snapshot.children);
@@ -180,7 +199,7 @@ impl ForceRelease for ZkLockClient {
         let name = name.clone();
         async move {
             let inner = &client.inner;
-            let Some(snapshot) = client.snapshot(&name).await? else {
+            let Some(snapshot) = client.snapshot(&name, None, "inspect").await? else {
                 return Ok(false);
             };
             let (holding, _) = holders(&snapshot.children);

@@ -68,9 +68,7 @@ mod queue;
 mod session;
 mod task;
 
-use std::future::Future;
-
-use palisade_core::{Lock, LockError, LockName, Mode};
+use palisade_core::{LockError, LockName, Mode, Obtain};
 
 pub use client::ZkLockClient;
 pub use config::{ConfigError, DEFAULT_PREFIX, ZkConfig};
@@ -100,31 +98,19 @@ pub enum Mutation {
     LeaseFromDisconnectNotice,
 }
 
-impl Lock for ZkLock {
+impl Obtain for ZkLock {
     type Guard = ZkGuard;
 
-    fn acquire(
-        &self,
-        name: &LockName,
-        mode: Mode,
-    ) -> impl Future<Output = Result<ZkGuard, LockError>> + Send {
-        let session = self.session.clone();
-        let name = name.clone();
-        async move {
-            match session.acquire(&name, mode, true).await? {
-                Some(guard) => Ok(guard),
-                None => unreachable!("a waiting acquire returns a guard or an error"),
-            }
-        }
+    fn backend(&self) -> &'static str {
+        errors::BACKEND
     }
 
-    fn try_acquire(
+    async fn obtain(
         &self,
         name: &LockName,
         mode: Mode,
-    ) -> impl Future<Output = Result<Option<ZkGuard>, LockError>> + Send {
-        let session = self.session.clone();
-        let name = name.clone();
-        async move { session.acquire(&name, mode, false).await }
+        wait: bool,
+    ) -> Result<Option<ZkGuard>, LockError> {
+        self.session.acquire(name, mode, wait).await
     }
 }

@@ -1,12 +1,9 @@
 //! Chubby's CheckSequencer against ZooKeeper.
 
 use std::future::Future;
-use std::sync::Arc;
 
-use palisade_core::{LiveCheck, Liveness, LockError, Sequencer, SharedLiveCheck};
-use zookeeper_client as zk;
+use palisade_core::{LiveCheck, Liveness, LockError, Sequencer};
 
-use crate::floor::{FloorHistory, parse_floor};
 use crate::names::{Child, parse_child};
 use crate::queue::{Turn, turn};
 use crate::session::lease_hex;
@@ -33,11 +30,6 @@ impl ZkLiveCheck {
     /// overridden) of the lock side whose sequencers are checked.
     pub async fn connect(config: ZkConfig) -> Result<ZkLiveCheck, LockError> {
         Ok(ZkLockClient::connect(config).await?.live_check())
-    }
-
-    /// As a type-erased [`SharedLiveCheck`] for the resource server.
-    pub fn into_shared(self) -> SharedLiveCheck {
-        Arc::new(self)
     }
 
     /// The issuer this check accepts.
@@ -68,33 +60,14 @@ impl LiveCheck for ZkLiveCheck {
             else {
                 return Ok(Liveness::NotHeld);
             };
-            let dir = inner.layout.dir(sequencer.lock());
-            let path = format!("{dir}/{node}");
-            let floor_path = inner.layout.floor();
-            // One pipeline, answered in order after the sync.
-            let reader = inner.reader().await?;
-            let sync = reader.sync(&dir);
-            let listed = reader.list_children(&dir);
-            let stat = reader.check_stat(&path);
-            let floor = reader.get_data(&floor_path);
-            match inner.bounded("live check", sync).await {
-                Ok(()) | Err(zk::Error::NoNode) => {}
-                Err(error) => return Err(inner.error("live check", error)),
-            }
-            let children = match inner.bounded("live check", listed).await {
-                Ok(children) => children,
-                Err(zk::Error::NoNode) => return Ok(Liveness::NotHeld),
-                Err(error) => return Err(inner.error("live check", error)),
+            let Some(snapshot) = client
+                .snapshot(sequencer.lock(), Some(&node), "live check")
+                .await?
+            else {
+                return Ok(Liveness::NotHeld);
             };
-            let stat = match inner.bounded("live check", stat).await {
-                Ok(Some(stat)) => stat,
-                Ok(None) => return Ok(Liveness::NotHeld),
-                Err(error) => return Err(inner.error("live check", error)),
-            };
-            let floor = match inner.bounded("live check", floor).await {
-                Ok((data, floor_stat)) => parse_floor(&floor_path, &data, floor_stat.mzxid)?,
-                Err(zk::Error::NoNode) => FloorHistory::default(),
-                Err(error) => return Err(inner.error("live check", error)),
+            let Some(stat) = snapshot.node else {
+                return Ok(Liveness::NotHeld);
             };
             let same_session = sequencer
                 .lease()
@@ -103,10 +76,10 @@ impl LiveCheck for ZkLiveCheck {
                 parse_child(&node),
                 Child::Contender(contender) if contender.mode == sequencer.mode()
             );
-            let held = floor.generation(stat.czxid) == Some(sequencer.generation().get())
+            let held = snapshot.floor.generation(stat.czxid) == Some(sequencer.generation().get())
                 && same_session
                 && same_mode
-                && turn(&children, &node, sequencer.mode()) == Turn::Granted;
+                && turn(&snapshot.children, &node, sequencer.mode()) == Turn::Granted;
             tracing::debug!(lock = %sequencer.lock(), generation = sequencer.generation().get(), held, "live check");
             Ok(if held {
                 Liveness::Held

@@ -21,11 +21,12 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderValue, Request, Response, header};
 use axum::response::IntoResponse as _;
+use http_body_util::BodyExt as _;
 use hyper::body::{Body as HttpBody, Bytes, Frame, Incoming, SizeHint};
 use tower::ServiceExt as _;
 
 use crate::ApiError;
-use crate::connections::{ConnectionHandle, RequestInProgress};
+use crate::connections::ConnectionHandle;
 
 /// A hyper service for one connection.
 #[derive(Clone)]
@@ -66,11 +67,13 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
                     .headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
+            // The request stays in progress until hyper has written the
+            // answer's body and drops it (the guard lives in its closure).
             Ok(response.map(|body| {
-                Body::new(AnswerBody {
-                    inner: body,
-                    _in_progress: in_progress,
-                })
+                Body::new(body.map_frame(move |frame| {
+                    let _in_progress = &in_progress;
+                    frame
+                }))
             }))
         })
     }
@@ -100,33 +103,6 @@ impl HttpBody for WatchedBody {
             self.read_to_end.store(true, Ordering::Release);
         }
         polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// An answer's body that keeps its request "in progress" until hyper has
-/// written it and drops it.
-struct AnswerBody {
-    inner: Body,
-    _in_progress: RequestInProgress,
-}
-
-impl HttpBody for AnswerBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {

@@ -141,7 +141,7 @@ pub(crate) fn warn_raise_too_large(sequencer: &Sequencer, refused: &Refused) {
         target: "palisade_server::fence",
         lock = %sequencer.lock(),
         generation = sequencer.generation().get(),
-        highest_mark = marks.exclusive.max(marks.shared),
+        highest_mark = marks.highest(),
         allowed_up_to,
         by_clock,
         issuer = sequencer.issuer(),

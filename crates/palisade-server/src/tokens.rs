@@ -181,20 +181,12 @@ impl FromStr for TokenTable {
     /// `<token> *`; `#` comments and blank lines are ignored.
     fn from_str(text: &str) -> Result<Self, ServerError> {
         let mut table = TokenTable::new();
-        for (index, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let mut words = line.split_whitespace();
-            let (Some(token), Some(prefixes), None) = (words.next(), words.next(), words.next())
-            else {
-                return Err(ServerError::Tokens {
-                    line: index + 1,
-                    reason: "expected `<token> <prefix>,<prefix>...` or `<token> *`",
-                });
-            };
-            table.insert_at(index + 1, token, prefixes.split(','))?;
+        for entry in palisade_core::two_columns(text) {
+            let (line, token, prefixes) = entry.map_err(|line| ServerError::Tokens {
+                line,
+                reason: "expected `<token> <prefix>,<prefix>...` or `<token> *`",
+            })?;
+            table.insert_at(line, token, prefixes.split(','))?;
         }
         Ok(table)
     }

@@ -128,14 +128,8 @@ impl EtcdEngineConfig {
         let prefix = prefix.into();
         let reason = if !prefix.starts_with('/') || prefix.len() < 2 {
             Some("must start with `/` and name something")
-        } else if prefix.len() > 256 {
-            Some("must be at most 256 bytes")
-        } else if prefix.ends_with('/') {
-            Some("must not end with `/`")
-        } else if prefix.chars().any(char::is_control) {
-            Some("must not contain control characters")
         } else {
-            None
+            palisade_core::key_prefix_problem(&prefix)
         };
         if let Some(reason) = reason {
             return Err(ConfigError::BadPrefix { prefix, reason });

@@ -7,8 +7,8 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, KvClient, Txn, TxnOp};
 use palisade_core::{LockName, Mode, Sequencer};
 use palisade_store::{
-    Applied, Engine, EngineFuture, EngineInfo, LimitKind, Limits, Marks, Op, Read, Refused,
-    StoreError, WriteRequest,
+    Applied, Engine, EngineFuture, EngineInfo, LimitKind, Limits, Marks, Op, Read, ReadRequest,
+    Refused, StoreError, WriteRequest,
 };
 use tokio::sync::Mutex;
 
@@ -140,16 +140,11 @@ impl Engine for EtcdEngine {
         Box::pin(async move { inner.write(request).await })
     }
 
-    fn read(
-        &self,
-        lock: &LockName,
-        key: &[u8],
-        sequencer: Option<&Sequencer>,
-    ) -> EngineFuture<Result<Read, Refused>> {
+    fn read(&self, request: ReadRequest<'_>) -> EngineFuture<Result<Read, Refused>> {
         let inner = self.inner.clone();
-        let keys = inner.keys.lock(lock);
-        let reads = ReadSet::for_read(&keys, key);
-        let (lock, sequencer) = (lock.clone(), sequencer.cloned());
+        let keys = inner.keys.lock(request.lock);
+        let reads = ReadSet::for_read(&keys, request.key);
+        let (lock, sequencer) = (request.lock.clone(), request.sequencer.cloned());
         Box::pin(async move { inner.read(&lock, reads, sequencer.as_ref()).await })
     }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use palisade_core::{LockName, Mode, RaiseCap, Sequencer};
 use palisade_store::{
-    Applied, Engine, EngineFuture, EngineInfo, Marks, Op, OpResult, Read, Refused, RequestId,
-    StoreError, StoredRecord, WriteRequest,
+    Applied, Engine, EngineFuture, EngineInfo, Marks, Op, OpResult, Read, ReadRequest, Refused,
+    RequestId, StoreError, StoredRecord, WriteRequest,
 };
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgDatabaseError, PgPoolOptions};
@@ -161,11 +161,14 @@ fn session_settings(config: &PostgresConfig) -> [(&'static str, String); 5] {
 }
 
 /// Why opening failed on a connection that works.
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum OpenFailure {
     /// The engine's own refusal.
-    Open(OpenError),
+    #[error(transparent)]
+    Open(#[from] OpenError),
     /// The database's.
-    Database(sqlx::Error),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
 }
 
 impl OpenFailure {
@@ -174,18 +177,6 @@ impl OpenFailure {
             OpenFailure::Open(error) => error,
             OpenFailure::Database(error) => origin.open_error(error),
         }
-    }
-}
-
-impl From<sqlx::Error> for OpenFailure {
-    fn from(error: sqlx::Error) -> OpenFailure {
-        OpenFailure::Database(error)
-    }
-}
-
-impl From<OpenError> for OpenFailure {
-    fn from(error: OpenError) -> OpenFailure {
-        OpenFailure::Open(error)
     }
 }
 
@@ -241,14 +232,10 @@ impl Engine for PostgresEngine {
         })
     }
 
-    fn read(
-        &self,
-        lock: &LockName,
-        key: &[u8],
-        sequencer: Option<&Sequencer>,
-    ) -> EngineFuture<Result<Read, Refused>> {
+    fn read(&self, request: ReadRequest<'_>) -> EngineFuture<Result<Read, Refused>> {
         let inner = Arc::clone(&self.inner);
-        let (lock, key, sequencer) = (lock.clone(), key.to_vec(), sequencer.cloned());
+        let (lock, key) = (request.lock.clone(), request.key.to_vec());
+        let sequencer = request.sequencer.cloned();
         Box::pin(async move {
             match sequencer {
                 None => inner

@@ -112,16 +112,10 @@ pub(crate) fn legacy_fingerprint(sequencer: &Sequencer, ops: &[Op]) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use palisade_core::{Generation, LockName};
-
     use super::*;
 
     fn seq(mode: Mode, generation: u64) -> Sequencer {
-        Sequencer::new(
-            LockName::new("a").unwrap(),
-            mode,
-            Generation::new(generation).unwrap(),
-        )
+        crate::test_sequencer("a", mode, generation)
     }
 
     #[test]

@@ -128,7 +128,7 @@ pub mod stored;
 pub use config::{Durability, DurabilityParseError, LimitKind, Limits, StoreConfig};
 pub use durable_sled::DurableSled;
 pub use engine::sled::{FlushStats, open_sled_engine};
-pub use engine::{Engine, EngineFuture, EngineInfo, StoredRecord, WriteRequest};
+pub use engine::{Engine, EngineFuture, EngineInfo, ReadRequest, StoredRecord, WriteRequest};
 pub use error::StoreError;
 pub use op::{Applied, Op, Read, Refused, RequestId};
 /// What one op did: defined in core, shared with the client.
@@ -138,3 +138,17 @@ pub use palisade_core::marks::Marks;
 pub use pending::Pending;
 pub use raise_limit::RaiseLimit;
 pub use store::Store;
+
+/// A sequencer of `lock` in `mode` at `generation`, for the unit tests.
+#[cfg(test)]
+fn test_sequencer(
+    lock: &str,
+    mode: palisade_core::Mode,
+    generation: u64,
+) -> palisade_core::Sequencer {
+    palisade_core::Sequencer::new(
+        palisade_core::LockName::new(lock).unwrap(),
+        mode,
+        palisade_core::Generation::new(generation).unwrap(),
+    )
+}

@@ -373,17 +373,13 @@ impl Overlay {
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
-    use palisade_core::{Generation, LockName, RaiseCap, RequestId};
+    use palisade_core::{RaiseCap, RequestId};
 
     use super::*;
     use crate::RaiseLimit;
 
     fn sequencer(mode: Mode, generation: u64) -> Sequencer {
-        Sequencer::new(
-            LockName::new("L").unwrap(),
-            mode,
-            Generation::new(generation).unwrap(),
-        )
+        crate::test_sequencer("L", mode, generation)
     }
 
     fn request(generation: u64, ops: Vec<Op>, id: Option<&str>) -> WriteRequest {

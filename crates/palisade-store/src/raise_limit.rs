@@ -65,8 +65,7 @@ impl RaiseLimit {
     /// The highest generation a request may present on a lock with
     /// `marks` ([`RaiseCap::allowed_up_to`] of the higher mark).
     pub fn allowed_up_to(&self, marks: Marks) -> u64 {
-        self.cap
-            .allowed_up_to(marks.exclusive.max(marks.shared), self.now)
+        self.cap.allowed_up_to(marks.highest(), self.now)
     }
 
     /// What the clock rule allows whatever the marks, in microseconds since
@@ -91,7 +90,7 @@ impl RaiseLimit {
     /// The refusal of `sequencer` on a lock with `marks`, for an engine
     /// whose database decided it (it reports the marks it decided on).
     pub fn refusal(&self, sequencer: &Sequencer, marks: Marks) -> Refused {
-        let highest = marks.exclusive.max(marks.shared);
+        let highest = marks.highest();
         Refused::RaiseTooLarge {
             lock: sequencer.lock().clone(),
             mode: sequencer.mode(),

@@ -10,8 +10,8 @@ use palisade_core::{LockName, Mode, RaiseCap, Sequencer};
 use crate::engine::sled::SledEngine;
 use crate::{
     Applied, Durability, Engine, EngineFuture, EngineInfo, FlushStats, LimitKind, Limits, Marks,
-    Op, Pending, RaiseLimit, Read, Refused, RequestId, StoreConfig, StoreError, StoredRecord,
-    WriteRequest,
+    Op, Pending, RaiseLimit, Read, ReadRequest, Refused, RequestId, StoreConfig, StoreError,
+    StoredRecord, WriteRequest,
 };
 
 /// The fenced store. Cheap to clone (an `Arc` inside); every clone is the
@@ -357,7 +357,8 @@ impl Store {
     ) -> Result<Pending<Result<Read, Refused>>, StoreError> {
         self.check_key(key)?;
         let Some(sequencer) = sequencer else {
-            return Ok(Pending::new(self.inner.engine.read(lock, key, None)));
+            let plain = ReadRequest::new(lock, key, None);
+            return Ok(Pending::new(self.inner.engine.read(plain)));
         };
         if sequencer.lock() != lock {
             let refused = Refused::LockMismatch {
@@ -367,7 +368,8 @@ impl Store {
             trace_refusal(sequencer, &refused);
             return Ok(Pending::new(Box::pin(std::future::ready(Ok(Err(refused))))));
         }
-        let outcome = self.inner.engine.read(lock, key, Some(sequencer));
+        let fenced = ReadRequest::new(lock, key, Some(sequencer));
+        let outcome = self.inner.engine.read(fenced);
         Ok(traced(sequencer, outcome, |sequencer, read| {
             tracing::debug!(
                 target: "palisade_store::fence",

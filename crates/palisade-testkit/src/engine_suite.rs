@@ -69,8 +69,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use palisade_core::marks::RULE_CASES;
 use palisade_core::{Generation, LockName, Mode, RaiseCap, Sequencer};
 use palisade_store::{
-    Applied, Engine, Marks, Op, OpResult, RaiseLimit, Read, Refused, RequestId, StoreError,
-    StoredRecord, WriteRequest,
+    Applied, Engine, Marks, Op, OpResult, RaiseLimit, Read, ReadRequest, Refused, RequestId,
+    StoreError, StoredRecord, WriteRequest,
 };
 use tokio::time::Instant;
 
@@ -1165,7 +1165,7 @@ pub async fn concurrent_writers<F: EngineFactory>(factory: &F) {
                     let sequencer = shared_seq(&lock, generation.get());
                     let outcome = tokio::time::timeout(
                         CALL_BOUND,
-                        engine.read(&lock, b"k", Some(&sequencer)),
+                        engine.read(ReadRequest::new(&lock, b"k", Some(&sequencer))),
                     )
                     .await;
                     seen.push(Seen::Read {
@@ -1755,8 +1755,8 @@ impl<'f, F: EngineFactory> Case<'f, F> {
         sequencer: Option<&Sequencer>,
         what: &str,
     ) -> Result<Read, Refused> {
-        self.call(self.engine.read(lock, key, sequencer), what)
-            .await
+        let request = ReadRequest::new(lock, key, sequencer);
+        self.call(self.engine.read(request), what).await
     }
 
     async fn read_ok(

@@ -44,7 +44,11 @@ pub struct Logs {
 fn router_installed() -> bool {
     static INSTALLED: OnceLock<bool> = OnceLock::new();
     *INSTALLED.get_or_init(|| {
-        let capturing = tracing_subscriber::filter::filter_fn(|_| {
+        // Dynamic: asked at every event. A plain `filter_fn` is asked once
+        // per call site and its answer cached for the process, so a call
+        // site first reached on a thread that was not capturing would stay
+        // disabled for every capture after it.
+        let capturing = tracing_subscriber::filter::dynamic_filter_fn(|_, _| {
             CAPTURING.with(|sink| sink.borrow().is_some())
         });
         let layer = tracing_subscriber::fmt::layer()
@@ -122,5 +126,28 @@ impl Write for Sink {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(n: u32) {
+        tracing::info!(n, "one call site");
+    }
+
+    /// A call site first reached on a thread that is not capturing (another
+    /// test's, under load) still reaches a capture started later: with a
+    /// filter asked once per call site, the first answer ("no") stuck.
+    #[test]
+    fn a_call_site_first_reached_elsewhere_is_still_captured() {
+        assert!(router_installed(), "the router is this binary's subscriber");
+        std::thread::spawn(|| log(1)).join().unwrap();
+        let logs = Logs::capture();
+        log(2);
+        let text = logs.text();
+        assert!(text.contains("n=2"), "nothing captured: {text:?}");
+        assert!(!text.contains("n=1"), "another thread's line: {text:?}");
     }
 }

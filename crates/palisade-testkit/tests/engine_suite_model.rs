@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use palisade_core::{LockName, Sequencer};
 use palisade_store::{
-    Applied, Engine, EngineFuture, EngineInfo, Marks, Op, OpResult, Read, Refused, RequestId,
-    StoredRecord, WriteRequest,
+    Applied, Engine, EngineFuture, EngineInfo, Marks, Op, OpResult, Read, ReadRequest, Refused,
+    RequestId, StoredRecord, WriteRequest,
 };
 use palisade_testkit::engine_suite::{self, EngineFactory, EngineOptions};
 
@@ -208,12 +208,8 @@ impl Engine for ModelEngine {
         ready(self.write_now(request))
     }
 
-    fn read(
-        &self,
-        lock: &LockName,
-        key: &[u8],
-        sequencer: Option<&Sequencer>,
-    ) -> EngineFuture<Result<Read, Refused>> {
+    fn read(&self, request: ReadRequest<'_>) -> EngineFuture<Result<Read, Refused>> {
+        let (lock, key, sequencer) = (request.lock, request.key, request.sequencer);
         let mut state = self.state.lock().unwrap();
         let Some(sequencer) = sequencer else {
             let lock = state.locks.get(lock);

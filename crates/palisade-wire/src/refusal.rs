@@ -287,16 +287,13 @@ mod tests {
 
     #[test]
     fn a_stale_body_is_the_documented_one() {
-        let refused = Refused::Stale {
-            lock: LockName::new("orders/42").unwrap(),
-            mode: Mode::Exclusive,
-            presented: Generation::new(33).unwrap(),
-            marks: Marks {
-                exclusive: 34,
-                shared: 0,
-            },
-            regression: false,
+        let orders = LockName::new("orders/42").unwrap();
+        let sequencer = Sequencer::new(orders, Mode::Exclusive, Generation::new(33).unwrap());
+        let marks = Marks {
+            exclusive: 34,
+            shared: 0,
         };
+        let refused = Refused::stale(&sequencer, marks);
         let json = serde_json::to_value(ErrorBody::from_refused(&refused)).unwrap();
         assert_eq!(
             json,

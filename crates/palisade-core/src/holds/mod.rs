@@ -215,6 +215,16 @@ pub enum Patience {
 }
 
 impl Patience {
+    /// An [`Obtain`](crate::Obtain) call's patience: `Forever` with
+    /// `wait`, `Now` without.
+    pub fn of_wait(wait: bool) -> Patience {
+        if wait {
+            Patience::Forever
+        } else {
+            Patience::Now
+        }
+    }
+
     /// Whether the caller waits at all (and so counts against the waiter
     /// bound).
     pub fn waits(self) -> bool {

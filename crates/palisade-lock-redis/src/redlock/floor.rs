@@ -80,19 +80,47 @@ async fn read_majority_floors(
 }
 
 async fn read_floor(master: Option<&RedisLockClient>, name: &LockName) -> Option<u64> {
+    let get = |key: &str| {
+        let mut get = redis::cmd("GET");
+        get.arg(key);
+        get
+    };
+    ask(
+        master,
+        name,
+        "read generation floor",
+        get,
+        |reply| match reply {
+            Value::Nil => Some(0),
+            Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+            _ => None,
+        },
+    )
+    .await
+}
+
+/// One master's answer to a command on `name`'s floor key, as `answer`
+/// reads it; `None` when there is none: no master, no reply, or a reply
+/// `answer` does not know (logged).
+async fn ask<T>(
+    master: Option<&RedisLockClient>,
+    name: &LockName,
+    operation: &'static str,
+    command: impl FnOnce(&str) -> redis::Cmd,
+    answer: impl FnOnce(&Value) -> Option<T>,
+) -> Option<T> {
     let master = master?;
     let key = floor_key(master.config().key_prefix(), name);
-    let mut get = redis::cmd("GET");
-    get.arg(&key);
-    match query(master, &get, "read generation floor").await {
-        Ok(Value::Nil) => Some(0),
-        Ok(Value::BulkString(bytes)) => std::str::from_utf8(&bytes).ok()?.parse().ok(),
-        Ok(other) => {
-            tracing::warn!(backend = BACKEND, error = %bad_reply("read generation floor", &other), "floor unreadable");
-            None
+    match query(master, &command(&key), operation).await {
+        Ok(reply) => {
+            let answered = answer(&reply);
+            if answered.is_none() {
+                tracing::warn!(backend = BACKEND, error = %bad_reply(operation, &reply), "unexpected floor reply");
+            }
+            answered
         }
         Err(error) => {
-            tracing::debug!(backend = BACKEND, %error, "floor read failed");
+            tracing::debug!(backend = BACKEND, %error, operation, "floor request failed");
             None
         }
     }
@@ -171,21 +199,22 @@ async fn set_floor(
     name: &LockName,
     generation: u64,
 ) -> Option<bool> {
-    let master = master?;
-    let key = floor_key(master.config().key_prefix(), name);
-    let mut eval = redis::cmd("EVAL");
-    eval.arg(COMPARE_AND_SET).arg(1).arg(&key).arg(generation);
-    match query(master, &eval, "set generation floor").await {
-        Ok(Value::Int(answer @ (0 | 1))) => Some(answer == 1),
-        Ok(other) => {
-            tracing::warn!(backend = BACKEND, error = %bad_reply("set generation floor", &other), "floor not set");
-            None
-        }
-        Err(error) => {
-            tracing::debug!(backend = BACKEND, %error, "floor compare-and-set failed");
-            None
-        }
-    }
+    let compare_and_set = |key: &str| {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(COMPARE_AND_SET).arg(1).arg(key).arg(generation);
+        eval
+    };
+    ask(
+        master,
+        name,
+        "set generation floor",
+        compare_and_set,
+        |reply| match reply {
+            Value::Int(answer @ (0 | 1)) => Some(*answer == 1),
+            _ => None,
+        },
+    )
+    .await
 }
 
 async fn query(

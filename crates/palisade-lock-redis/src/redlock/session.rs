@@ -13,7 +13,7 @@ use futures::stream::FuturesUnordered;
 use palisade_core::holds::{Admission, HoldTable, Patience, Waiters};
 use palisade_core::{
     FloorRaised, Generation, LeaseState, LeaseTracker, Lock, LockError, LockGuard, LockName,
-    LostReason, Mode, RaiseFloor, RaiseFloorError, Sequencer, SessionOptions,
+    LostReason, Mode, Obtain, RaiseFloor, RaiseFloorError, Sequencer, SessionOptions,
 };
 use tokio::time::Instant;
 
@@ -283,19 +283,22 @@ impl Redlock {
         }
         Ok(())
     }
+}
 
-    async fn acquire_inner(
+impl Obtain for Redlock {
+    type Guard = RedlockGuard;
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    async fn obtain(
         &self,
         name: &LockName,
         mode: Mode,
         wait: bool,
     ) -> Result<Option<RedlockGuard>, LockError> {
-        let patience = if wait {
-            Patience::Forever
-        } else {
-            Patience::Now
-        };
-        let turn = match HoldTable::admit(&self.inner, name, mode, patience).await? {
+        let turn = match HoldTable::admit(&self.inner, name, mode, Patience::of_wait(wait)).await? {
             Admission::Reentered(guard) => return Ok(Some(RedlockGuard(guard))),
             Admission::InProgress => return Ok(None),
             Admission::Turn(turn) => turn,
@@ -326,24 +329,6 @@ impl Redlock {
                 Err(Retry::Fail(error)) => return Err(error),
             }
         }
-    }
-}
-
-impl Lock for Redlock {
-    type Guard = RedlockGuard;
-
-    async fn acquire(&self, name: &LockName, mode: Mode) -> Result<RedlockGuard, LockError> {
-        self.acquire_inner(name, mode, true)
-            .await?
-            .ok_or_else(|| LockError::ended_without_grant(BACKEND))
-    }
-
-    async fn try_acquire(
-        &self,
-        name: &LockName,
-        mode: Mode,
-    ) -> Result<Option<RedlockGuard>, LockError> {
-        self.acquire_inner(name, mode, false).await
     }
 }
 

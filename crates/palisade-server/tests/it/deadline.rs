@@ -13,8 +13,8 @@ use axum::http::{Method, StatusCode};
 use palisade_core::{LiveCheck, Liveness, LockError, LockName, Sequencer};
 use palisade_server::{AppState, ServerLimits};
 use palisade_store::{
-    Applied, Engine, EngineFuture, EngineInfo, Marks, Read, Refused, Store, StoreConfig,
-    WriteRequest,
+    Applied, Engine, EngineFuture, EngineInfo, Marks, Read, ReadRequest, Refused, Store,
+    StoreConfig, WriteRequest,
 };
 use serde_json::{Value, json};
 
@@ -48,12 +48,7 @@ impl Engine for Stalled {
         never()
     }
 
-    fn read(
-        &self,
-        _: &LockName,
-        _: &[u8],
-        _: Option<&Sequencer>,
-    ) -> EngineFuture<Result<Read, Refused>> {
+    fn read(&self, _: ReadRequest<'_>) -> EngineFuture<Result<Read, Refused>> {
         never()
     }
 

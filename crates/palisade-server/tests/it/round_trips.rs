@@ -9,8 +9,8 @@ use axum::http::{Method, StatusCode};
 use palisade_core::{LockName, Mode, Sequencer};
 use palisade_server::AppState;
 use palisade_store::{
-    Applied, Durability, Engine, EngineFuture, EngineInfo, Limits, Marks, Read, Refused, Store,
-    StoreConfig, StoredRecord, WriteRequest, open_sled_engine,
+    Applied, Durability, Engine, EngineFuture, EngineInfo, Limits, Marks, Read, ReadRequest,
+    Refused, Store, StoreConfig, StoredRecord, WriteRequest, open_sled_engine,
 };
 
 use crate::common::Server;
@@ -46,14 +46,9 @@ impl Engine for Counting {
         self.inner.write(request)
     }
 
-    fn read(
-        &self,
-        lock: &LockName,
-        key: &[u8],
-        sequencer: Option<&Sequencer>,
-    ) -> EngineFuture<Result<Read, Refused>> {
+    fn read(&self, request: ReadRequest<'_>) -> EngineFuture<Result<Read, Refused>> {
         self.note("read");
-        self.inner.read(lock, key, sequencer)
+        self.inner.read(request)
     }
 
     fn admit(&self, sequencer: &Sequencer) -> EngineFuture<Result<Marks, Refused>> {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{connect, lock, write};
-use palisade_store::{Engine, Op, Refused};
+use palisade_store::{Engine, Op, ReadRequest, Refused};
 use palisade_store_etcd::{EtcdConnection, EtcdEngine, EtcdEngineConfig};
 use palisade_testkit::etcd::EtcdCluster;
 use tokio::sync::Notify;
@@ -176,7 +176,11 @@ async fn leader_killed_mid_stream_loses_nothing_acknowledged() {
         }
         for ack in acks {
             let read = engine
-                .read(&lock(lock_name), format!("k{}", ack.index).as_bytes(), None)
+                .read(ReadRequest::new(
+                    &lock(lock_name),
+                    format!("k{}", ack.index).as_bytes(),
+                    None,
+                ))
                 .await
                 .expect("the cluster answers after the election")
                 .unwrap();
@@ -188,7 +192,7 @@ async fn leader_killed_mid_stream_loses_nothing_acknowledged() {
             );
         }
         let stale = engine
-            .read(&lock(lock_name), b"stale", None)
+            .read(ReadRequest::new(&lock(lock_name), b"stale", None))
             .await
             .unwrap()
             .unwrap();

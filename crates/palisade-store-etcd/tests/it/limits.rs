@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::{config, connect, lock, write};
-use palisade_store::{Engine, LimitKind, Marks, Op, StoreError};
+use palisade_store::{Engine, LimitKind, Marks, Op, ReadRequest, StoreError};
 use palisade_store_etcd::{DEFAULT_MAX_TXN_OPS, RESERVED_TXN_OPS};
 use palisade_testkit::etcd::EtcdServer;
 
@@ -58,7 +58,7 @@ async fn a_value_near_the_byte_limit_fits_one_txn() {
         .expect("admitted");
     assert!(applied.commit_seq > 0);
     let read = engine
-        .read(&lock("bytes"), b"big", None)
+        .read(ReadRequest::new(&lock("bytes"), b"big", None))
         .await
         .unwrap()
         .unwrap();
@@ -104,7 +104,7 @@ async fn an_over_limit_batch_is_refused_whole_and_writes_nothing() {
     assert_eq!(engine.marks(&lock("over")).await.unwrap(), Marks::ZERO);
     for key in ["k000", "a", "b"] {
         let read = engine
-            .read(&lock("over"), key.as_bytes(), None)
+            .read(ReadRequest::new(&lock("over"), key.as_bytes(), None))
             .await
             .unwrap()
             .unwrap();

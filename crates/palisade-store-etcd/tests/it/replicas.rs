@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{connect, lock, write};
 use palisade_core::Mode;
-use palisade_store::{Engine, Op, Refused};
+use palisade_store::{Engine, Op, ReadRequest, Refused};
 use palisade_store_etcd::EtcdEngine;
 use palisade_testkit::etcd::EtcdServer;
 
@@ -43,7 +43,7 @@ async fn compare_and_swap_through_three_engines_loses_no_update() {
             let mut done = 0;
             while done < INCREMENTS {
                 let read = engine
-                    .read(&lock("counter"), b"n", None)
+                    .read(ReadRequest::new(&lock("counter"), b"n", None))
                     .await
                     .expect("etcd answers")
                     .expect("a plain read is never refused");
@@ -71,7 +71,7 @@ async fn compare_and_swap_through_three_engines_loses_no_update() {
         task.await.expect("a counter task");
     }
     let read = engines[0]
-        .read(&lock("counter"), b"n", None)
+        .read(ReadRequest::new(&lock("counter"), b"n", None))
         .await
         .unwrap()
         .unwrap();
@@ -129,7 +129,10 @@ async fn fencing_holds_across_engines() {
                     Err(other) => panic!("unexpected refusal: {other}"),
                 }
                 let shared = common::seq("fenced", Mode::Shared, generation);
-                match engine.read(&lock("fenced"), b"v", Some(&shared)).await {
+                match engine
+                    .read(ReadRequest::new(&lock("fenced"), b"v", Some(&shared)))
+                    .await
+                {
                     Ok(Ok(_)) | Ok(Err(Refused::Stale { .. })) => {}
                     other => panic!("unexpected read outcome: {other:?}"),
                 }
@@ -152,7 +155,7 @@ async fn fencing_holds_across_engines() {
     }
     let last = accepted.last().unwrap().1;
     let read = engines[1]
-        .read(&lock("fenced"), b"v", None)
+        .read(ReadRequest::new(&lock("fenced"), b"v", None))
         .await
         .unwrap()
         .unwrap();

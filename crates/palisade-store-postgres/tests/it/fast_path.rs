@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use palisade_core::{Generation, LockName, Mode, Sequencer};
-use palisade_store::{Engine, Op, Refused, WriteRequest};
+use palisade_store::{Engine, Op, ReadRequest, Refused, WriteRequest};
 use palisade_store_postgres::{PostgresConfig, PostgresEngine};
 use palisade_testkit::sql::SqlServer;
 
@@ -90,7 +90,11 @@ async fn single_puts_at_and_above_the_mark_commit_in_generation_order() {
         );
     }
     let read = engine
-        .read(&LockName::new(lock).expect("a valid lock name"), b"k", None)
+        .read(ReadRequest::new(
+            &LockName::new(lock).expect("a valid lock name"),
+            b"k",
+            None,
+        ))
         .await
         .expect("a read")
         .expect("a plain read is never refused");

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use palisade_core::{Generation, LockName, Mode, Sequencer};
-use palisade_store::{Engine, Op, WriteRequest};
+use palisade_store::{Engine, Op, ReadRequest, WriteRequest};
 use palisade_store_postgres::{PostgresConfig, PostgresEngine};
 use palisade_testkit::proxy::FaultProxy;
 use palisade_testkit::sql::SqlServer;
@@ -74,7 +74,13 @@ async fn cut_off_story(replica_a: impl FnOnce(PostgresConfig) -> PostgresConfig)
             tokio::spawn(async move {
                 let lock = LockName::new("paused/L").unwrap();
                 loop {
-                    let read = a.read(&lock, b"k", Some(&sequencer(Mode::Shared, 1))).await;
+                    let read = a
+                        .read(ReadRequest::new(
+                            &lock,
+                            b"k",
+                            Some(&sequencer(Mode::Shared, 1)),
+                        ))
+                        .await;
                     assert!(read.is_ok_and(|read| read.is_ok()), "an admitted read");
                     reads.fetch_add(1, Ordering::Relaxed);
                 }

@@ -6,7 +6,7 @@
 //! driver's own included) may hold a marker.
 
 use palisade_core::{Generation, LockName, Mode, Sequencer};
-use palisade_store::{Engine, Op, WriteRequest};
+use palisade_store::{Engine, Op, ReadRequest, WriteRequest};
 use palisade_store_postgres::{PostgresConfig, PostgresEngine};
 use palisade_testkit::logs::Logs;
 use palisade_testkit::sql::SqlServer;
@@ -81,7 +81,9 @@ async fn no_password_in_any_error_or_log_line_of_the_engine() {
         ))
         .await;
     assert_clean("a write", &write.expect_err("the database is gone"));
-    let read = engine.read(sequencer.lock(), b"k", Some(&sequencer)).await;
+    let read = engine
+        .read(ReadRequest::new(sequencer.lock(), b"k", Some(&sequencer)))
+        .await;
     assert_clean("a fenced read", &read.expect_err("the database is gone"));
     assert_clean("health", &engine.health().await.expect_err("gone"));
 

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use palisade_core::Sequencer;
 use palisade_server::{AppState, app};
-use palisade_store::{Engine, Store, StoreConfig};
+use palisade_store::{Engine, ReadRequest, Store, StoreConfig};
 use palisade_store_postgres::{OpenError, PostgresConfig, PostgresEngine, Unreachable};
 use palisade_testkit::sql::SqlServer;
 use tower::ServiceExt as _;
@@ -184,7 +184,11 @@ async fn a_busy_pool_and_a_row_held_elsewhere_are_told_apart() {
     assert!(took < Duration::from_secs(2) + ANSWER_BOUND, "{took:?}");
     holder.await.unwrap().unwrap();
     let read = engine
-        .read(&palisade_core::LockName::new("L").unwrap(), b"k", None)
+        .read(ReadRequest::new(
+            &palisade_core::LockName::new("L").unwrap(),
+            b"k",
+            None,
+        ))
         .await
         .unwrap()
         .unwrap();

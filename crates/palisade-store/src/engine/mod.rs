@@ -25,6 +25,32 @@ use crate::{
 /// server's 5xx); the inner one, where there is one, an expected refusal.
 pub type EngineFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'static>>;
 
+/// A read request, already validated by [`Store`](crate::Store): the key
+/// is non-empty, and a sequencer, when there is one, is for `lock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadRequest<'a> {
+    /// The keyspace read.
+    pub lock: &'a LockName,
+    /// The key read.
+    pub key: &'a [u8],
+    /// The reader's sequencer (shared or exclusive): the read is fenced
+    /// with it, the mark raised in the same step (obligation 7). `None`: a
+    /// plain read, which fences nothing.
+    pub sequencer: Option<&'a Sequencer>,
+}
+
+impl<'a> ReadRequest<'a> {
+    /// A read of `key` in `lock`'s keyspace, fenced with `sequencer` when
+    /// there is one.
+    pub fn new(lock: &'a LockName, key: &'a [u8], sequencer: Option<&'a Sequencer>) -> Self {
+        ReadRequest {
+            lock,
+            key,
+            sequencer,
+        }
+    }
+}
+
 /// A write request, already validated by [`Store`](crate::Store): the
 /// sequencer is exclusive, every key is non-empty and every size is within
 /// the store's [`Limits`].
@@ -193,12 +219,7 @@ pub trait Engine: Send + Sync + fmt::Debug + 'static {
 
     /// Reads `key` in `lock`'s keyspace, fenced when a sequencer (for that
     /// same lock, checked by the store) is given: obligation 7.
-    fn read(
-        &self,
-        lock: &LockName,
-        key: &[u8],
-        sequencer: Option<&Sequencer>,
-    ) -> EngineFuture<Result<Read, Refused>>;
+    fn read(&self, request: ReadRequest<'_>) -> EngineFuture<Result<Read, Refused>>;
 
     /// The fencing step alone, touching no data: an exclusive sequencer is
     /// an empty write, a shared one a fenced read of nothing. Returns the

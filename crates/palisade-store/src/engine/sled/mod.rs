@@ -30,8 +30,8 @@ use self::group_commit::{Acknowledged, Epochs, Slot};
 use self::keys::{FORMAT_KEY, FORMAT_VERSION, LockKeys, decode_state};
 use crate::idempotency::FINGERPRINT_LEN;
 use crate::{
-    Applied, Durability, Engine, EngineFuture, EngineInfo, Marks, Read, Refused, StoreConfig,
-    StoreError, StoredRecord, WriteRequest,
+    Applied, Durability, Engine, EngineFuture, EngineInfo, Marks, Read, ReadRequest, Refused,
+    StoreConfig, StoreError, StoredRecord, WriteRequest,
 };
 
 /// The engine's name in [`EngineInfo`] and in errors.
@@ -306,12 +306,12 @@ impl Engine for SledEngine {
         }
     }
 
-    fn read(
-        &self,
-        lock: &LockName,
-        key: &[u8],
-        sequencer: Option<&Sequencer>,
-    ) -> EngineFuture<Result<Read, Refused>> {
+    fn read(&self, request: ReadRequest<'_>) -> EngineFuture<Result<Read, Refused>> {
+        let ReadRequest {
+            lock,
+            key,
+            sequencer,
+        } = request;
         if let Err(error) = self.check_health() {
             return failed(error);
         }

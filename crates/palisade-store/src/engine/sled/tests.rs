@@ -7,10 +7,24 @@ use palisade_core::{Generation, LockName, Mode, Sequencer};
 
 use crate::{Durability, Marks, Op, Refused, Store, StoreConfig, StoreError};
 
-#[test]
-fn submit_admit_raises_marks_without_touching_data() {
+/// A store with the default settings in a new temporary directory, which
+/// lives as long as the returned handle.
+fn fresh_store() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    (dir, store)
+}
+
+/// Lock `L`, and the sequencer of its first exclusive holder.
+fn first_writer() -> (LockName, Sequencer) {
+    let lock = LockName::new("L").unwrap();
+    let sequencer = Sequencer::new(lock.clone(), Mode::Exclusive, Generation::MIN);
+    (lock, sequencer)
+}
+
+#[test]
+fn submit_admit_raises_marks_without_touching_data() {
+    let (dir, store) = fresh_store();
     let lock = LockName::new("L").unwrap();
     let seq =
         |mode, generation| Sequencer::new(lock.clone(), mode, Generation::new(generation).unwrap());
@@ -43,10 +57,8 @@ fn submit_admit_raises_marks_without_touching_data() {
 
 #[test]
 fn after_a_failed_flush_every_call_fails_until_reopened() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
-    let lock = LockName::new("L").unwrap();
-    let sequencer = Sequencer::new(lock.clone(), Mode::Exclusive, Generation::MIN);
+    let (dir, store) = fresh_store();
+    let (lock, sequencer) = first_writer();
     store
         .apply(&sequencer, &[Op::put("k", "v")], None)
         .unwrap()
@@ -81,8 +93,7 @@ fn fail_next_sync(store: &Store, kind: std::io::ErrorKind) {
 
 #[test]
 fn a_failed_sync_of_the_data_files_is_never_acknowledged_and_fail_stops() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    let (dir, store) = fresh_store();
     let lock = LockName::new("L").unwrap();
     let holder = |generation| {
         Sequencer::new(
@@ -145,13 +156,8 @@ fn a_failed_sync_of_the_data_files_is_never_acknowledged_and_fail_stops() {
 
 #[test]
 fn the_mutation_switch_acknowledges_without_syncing() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
-    let sequencer = Sequencer::new(
-        LockName::new("L").unwrap(),
-        Mode::Exclusive,
-        Generation::MIN,
-    );
+    let (_dir, store) = fresh_store();
+    let (_, sequencer) = first_writer();
     store.skip_file_sync_unsafe_for_mutation_tests();
     // A sync that would fail is never attempted: the write is
     // acknowledged after sled's flush alone.
@@ -166,8 +172,7 @@ fn the_mutation_switch_acknowledges_without_syncing() {
 
 #[test]
 fn a_failed_explicit_flush_fail_stops_too() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    let (_dir, store) = fresh_store();
     fail_next_sync(&store, std::io::ErrorKind::Other);
     assert!(matches!(store.flush(), Err(StoreError::FlushFailed { .. })));
     assert!(store.check_health().is_err());
@@ -175,10 +180,8 @@ fn a_failed_explicit_flush_fail_stops_too() {
 
 #[test]
 fn large_values_in_sled_blob_files_are_synced_before_the_acknowledgement() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
-    let lock = LockName::new("L").unwrap();
-    let sequencer = Sequencer::new(lock.clone(), Mode::Exclusive, Generation::MIN);
+    let (dir, store) = fresh_store();
+    let (lock, sequencer) = first_writer();
     // sled keeps a page bigger than a quarter of its 512 KiB segment in
     // a blob file of its own, and writes blob files without any sync.
     let big = vec![7u8; 300 * 1024];
@@ -287,12 +290,10 @@ fn a_retry_of_a_write_recorded_with_an_fnv_fingerprint_still_replays() {
     use crate::idempotency::legacy_fingerprint;
     use crate::plan::{Fingerprint, Remembered};
 
-    let dir = tempfile::tempdir().unwrap();
-    let lock = LockName::new("L").unwrap();
-    let sequencer = Sequencer::new(lock.clone(), Mode::Exclusive, Generation::MIN);
+    let (dir, store) = fresh_store();
+    let (lock, sequencer) = first_writer();
     let ops = [Op::put("k", "v")];
     let id = RequestId::new("order-1").unwrap();
-    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
     let applied = store.apply(&sequencer, &ops, Some(&id)).unwrap().unwrap();
 
     // Rewrite the record the way earlier versions stored it (FNV-1a,
