@@ -2,11 +2,14 @@
 //! grant.
 //!
 //! 1. Create `<dir>/<prefix>` as an ephemeral sequential node of the
-//!    session; in the same pipeline (ZooKeeper answers one session's
-//!    requests in order, so they see the create) list the directory and
-//!    read the floor history, unless the session keeps a copy of it under
-//!    a watch (floor_cache.rs). A missing directory is created (a container:
-//!    ZooKeeper deletes it once it is empty) and the create sent again.
+//!    session, in one transaction with a write of the directory's (empty)
+//!    data, whose answer counts the directory's children after the create:
+//!    one, and nobody is ahead (no listing); more, and the directory is
+//!    listed. In the same pipeline (ZooKeeper answers one session's
+//!    requests in order, so it sees the create) read the floor history,
+//!    unless the session keeps a copy of it under a watch (floor_cache.rs).
+//!    A missing directory is created (a container: ZooKeeper deletes it
+//!    once it is empty) and the create sent again.
 //! 2. Decide from the listing (`queue::turn`): granted, or behind one node
 //!    (the contender just ahead for a writer, the last writer ahead for a
 //!    reader), or delayed by an orphaned lock-delay marker.
@@ -48,8 +51,10 @@ struct Created {
     czxid: i64,
     sequence: i64,
     children: Vec<String>,
-    /// A one-shot watch on the directory's children, set by the listing.
-    children_watch: zk::OneshotWatcher,
+    /// A one-shot watch on the directory's children, set by a listing;
+    /// none when the create found the directory empty (nothing was
+    /// listed).
+    children_watch: Option<zk::OneshotWatcher>,
     floor: FloorHistory,
 }
 
@@ -110,10 +115,11 @@ impl Session {
                     tracing::debug!(lock = %name, behind = %node, "waiting");
                     self.wait_deleted(&format!("{}/{node}", attempt.dir))
                         .await?;
-                    (children, created.children_watch) = self
+                    let (listed, watch) = self
                         .list_and_watch_children(&attempt.dir)
                         .await
                         .map_err(|error| self.client.inner.error("list contenders", error))?;
+                    (children, created.children_watch) = (listed, Some(watch));
                 }
             }
         }
@@ -293,20 +299,22 @@ impl Session {
     /// Watches a hold's node: deleted by anyone but this session's release
     /// (a forced release), the hold is lost.
     ///
-    /// It starts from the one-shot watch the grant's listing set on the
-    /// directory's children, which costs no request of its own: nothing
-    /// but a contender's arrival or a deletion fires it. Only once it
-    /// fires is the node itself watched (one `exists`), so an uncontended
-    /// acquire and release costs ZooKeeper what the create and the delete
-    /// cost, plus the listing in the create's pipeline. The session's own
-    /// release sets `released` before its delete and stops the task once
-    /// the delete is answered, so the watch ends fired, never removed.
+    /// After a listing, it starts from the one-shot watch the listing set
+    /// on the directory's children, which costs no request of its own:
+    /// nothing but a contender's arrival or a deletion fires it. Only once
+    /// it fires is the node itself watched (one `exists`). A grant from an
+    /// empty directory listed nothing: its node is watched from one
+    /// keep-alive interval on. So an uncontended acquire and release costs
+    /// ZooKeeper the create and the delete. The session's own release sets
+    /// `released` before its delete and stops the task once the delete is
+    /// answered, so a watch ends fired, never removed (which would cost a
+    /// request).
     fn spawn_node_watch(
         self: &Arc<Self>,
         tracker: Arc<LeaseTracker>,
         released: Arc<AtomicBool>,
         path: String,
-        children_watch: zk::OneshotWatcher,
+        children_watch: Option<zk::OneshotWatcher>,
     ) -> AbortOnDrop {
         let session = Arc::downgrade(self);
         let shown = path.clone();
@@ -320,14 +328,24 @@ impl Session {
                 tracing::warn!(backend = BACKEND, node = %shown, "the hold's node was deleted by someone else: lease lost");
             }
         };
+        let young = self.options.keepalive_interval();
         AbortOnDrop(tokio::spawn(async move {
-            if children_watch.changed().await.event_type == zk::EventType::Session {
-                // The session's own end is followed elsewhere.
-                return;
-            }
-            if released.load(Ordering::Acquire) {
-                // Fired by the session's own release.
-                return;
+            match children_watch {
+                Some(watch) => {
+                    if watch.changed().await.event_type == zk::EventType::Session {
+                        // The session's own end is followed elsewhere.
+                        return;
+                    }
+                    if released.load(Ordering::Acquire) {
+                        // Fired by the session's own release.
+                        return;
+                    }
+                }
+                // Granted without a listing: the node is watched from one
+                // keep-alive interval on, so a hold released sooner costs
+                // no request, and a forced release of a younger one is
+                // noticed within that interval.
+                None => tokio::time::sleep(young).await,
             }
             loop {
                 let Some(strong) = session.upgrade() else {
@@ -406,7 +424,8 @@ impl Attempt {
         }
     }
 
-    /// Step 1: create, list and read the floor in one pipeline.
+    /// Step 1: create (listing only when the directory was not empty) and
+    /// read the floor in one pipeline.
     async fn create(&mut self) -> Result<Created, LockError> {
         let session = self.session.clone();
         let inner = &session.client.inner;
@@ -417,24 +436,66 @@ impl Attempt {
         loop {
             let zk = session.zk()?;
             let (plan, register) = session.floor_cache.plan(&zk, &floor_path);
-            let create = zk.create(&path, data.as_bytes(), &options);
-            let listed = zk.list_and_watch_children(&self.dir);
+            // The create and a write of the directory's (empty) data, in one
+            // transaction: the write's answer is the directory as the
+            // create left it, so one child means no contender of any mode
+            // was queued ahead (SAFETY.md C2c), and its mzxid is the
+            // transaction's zxid, which is the node's czxid.
+            let mut multi = zk.new_multi_writer();
+            multi
+                .add_create(&path, data.as_bytes(), &options)
+                .and_then(|()| multi.add_set_data(&self.dir, &[], None))
+                .map_err(|error| inner.error("create contender", error))?;
+            // Either failure of the one transaction is the create's.
+            let create = multi.commit();
+            let create = async { create.await.map_err(zk::Error::from) };
             let read = matches!(plan, FloorPlan::Read { .. }).then(|| zk.get_data(&floor_path));
             self.sent = true;
-            let (stat, sequence) = match inner.bounded("create contender", create).await {
-                Ok(created) => created,
+            let results = match inner.bounded("create contender", create).await {
+                Ok(results) => results,
                 Err(zk::Error::NoNode) => {
                     self.ensure_dir().await?;
                     continue;
                 }
                 Err(error) => return Err(inner.error("create contender", error)),
             };
-            let node = format!("{}{sequence}", self.prefix);
+            let (created_path, dir) = match results.as_slice() {
+                [
+                    zk::MultiWriteResult::Create { path, .. },
+                    zk::MultiWriteResult::SetData { stat },
+                ] => (path.clone(), *stat),
+                other => {
+                    return Err(LockError::Backend {
+                        backend: BACKEND,
+                        source: format!("unexpected answer to the contender's create: {other:?}")
+                            .into(),
+                    });
+                }
+            };
+            let node = created_path
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
             self.node = Some(node.clone());
-            let (children, children_watch) = inner
-                .bounded("list contenders", listed)
-                .await
-                .map_err(|error| inner.error("list contenders", error))?;
+            let Some(sequence) = node
+                .strip_prefix(&self.prefix)
+                .and_then(|digits| digits.parse::<i64>().ok())
+            else {
+                return Err(LockError::Backend {
+                    backend: BACKEND,
+                    source: format!("no sequence number in the created node {created_path}").into(),
+                });
+            };
+            let (children, children_watch) = if dir.num_children == 1 {
+                (vec![node.clone()], None)
+            } else {
+                let (children, watch) = inner
+                    .bounded("list contenders", zk.list_and_watch_children(&self.dir))
+                    .await
+                    .map_err(|error| inner.error("list contenders", error))?;
+                (children, Some(watch))
+            };
             let floor = match plan {
                 FloorPlan::Cached { history, events } => {
                     if session.floor_cache.still_holds(events) {
@@ -458,8 +519,8 @@ impl Attempt {
             };
             return Ok(Created {
                 node,
-                czxid: stat.czxid,
-                sequence: sequence.into_i64(),
+                czxid: dir.mzxid,
+                sequence,
                 children,
                 children_watch,
                 floor,

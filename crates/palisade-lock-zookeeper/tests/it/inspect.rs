@@ -58,3 +58,32 @@ async fn a_forced_release_ends_only_the_named_hold_and_the_live_check_follows() 
     );
     next.release().await.unwrap();
 }
+
+/// A hold granted from an empty directory lists nothing, so it has no
+/// watch from a listing: its node is watched from one keep-alive interval
+/// on, and a forced release with nobody waiting is still reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_of_an_uncontended_hold_is_noticed_within_a_keepalive_interval() {
+    let server = ZooKeeperServer::start();
+    let client = client(config(
+        &server.connect_string(),
+        &unique_prefix("force-alone"),
+    ))
+    .await;
+    let options = options(Duration::from_secs(4));
+    let interval = options.keepalive_interval();
+    let alice = session(&client, options).await;
+    let name = LockName::new("jobs/alone").unwrap();
+    let held = alice.acquire(&name, Mode::Exclusive).await.unwrap();
+    let generation = held.generation();
+    assert!(client.force_release(&name, generation).await.unwrap());
+    let mut lease = held.lease();
+    // The interval, then the watch's request and its event: generous
+    // margins for a loaded machine.
+    let lost = tokio::time::timeout(interval + Duration::from_secs(5), lease.lost()).await;
+    assert_eq!(
+        lost.expect("the forced release is reported within the interval and its margin"),
+        LeaseState::Lost(LostReason::KeyDeleted)
+    );
+    assert!(held.release().await.is_err());
+}
