@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use palisade_core::{LeaseState, Lock, LockGuard, LockName, Mode};
-use palisade_testkit::zookeeper::{ZooKeeperEnsemble, ZooKeeperServer};
+use palisade_testkit::zookeeper::ZooKeeperEnsemble;
 
-use crate::fixtures::{client, config, options, session, unique_prefix};
+use crate::fixtures::{client, config, options, session, started, unique_prefix};
 
 /// Far more than a close takes on a loaded machine, far less than the
 /// request timeout the hook used to run into.
@@ -23,8 +23,7 @@ const CRASH_WITHIN: Duration = Duration::from_secs(5);
 /// the session, attached again and cut the closing connection off in turn.
 #[tokio::test]
 async fn a_simulated_crash_ends_the_session_on_a_current_thread_runtime() {
-    let server = ZooKeeperServer::start();
-    let client = client(config(&server.connect_string(), &unique_prefix("crash"))).await;
+    let (_server, client) = started("crash").await;
     let name = LockName::new("crash/one").unwrap();
     let holder = session(&client, options(Duration::from_secs(20))).await;
     let guard = holder.acquire(&name, Mode::Exclusive).await.unwrap();

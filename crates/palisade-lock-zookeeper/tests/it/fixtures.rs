@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use palisade_core::SessionOptions;
 use palisade_lock_zookeeper::{ZkConfig, ZkLock, ZkLockClient};
+use palisade_testkit::zookeeper::ZooKeeperServer;
 
 /// A root no other test (or earlier run) uses.
 pub(crate) fn unique_prefix(test: &str) -> String {
@@ -44,4 +45,12 @@ pub(crate) fn options(ttl: Duration) -> SessionOptions {
 /// A session on `client`.
 pub(crate) async fn session(client: &ZkLockClient, options: SessionOptions) -> ZkLock {
     client.session(options).await.expect("opening a session")
+}
+
+/// A standalone server the testkit starts, and a client under a root of
+/// `test`'s own.
+pub(crate) async fn started(test: &str) -> (ZooKeeperServer, ZkLockClient) {
+    let server = ZooKeeperServer::start();
+    let client = client(config(&server.connect_string(), &unique_prefix(test))).await;
+    (server, client)
 }

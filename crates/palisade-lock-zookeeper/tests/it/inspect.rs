@@ -5,14 +5,12 @@ use std::time::Duration;
 use palisade_core::{
     ForceRelease, LeaseState, LiveCheck, Liveness, Lock, LockGuard, LockName, LostReason, Mode,
 };
-use palisade_testkit::zookeeper::ZooKeeperServer;
 
-use crate::fixtures::{client, config, options, session, unique_prefix};
+use crate::fixtures::{options, session, started};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_release_ends_only_the_named_hold_and_the_live_check_follows() {
-    let server = ZooKeeperServer::start();
-    let client = client(config(&server.connect_string(), &unique_prefix("force"))).await;
+    let (_server, client) = started("force").await;
     let check = client.live_check();
     let (alice, bob) = (
         session(&client, options(Duration::from_secs(4))).await,
@@ -64,12 +62,7 @@ async fn a_forced_release_ends_only_the_named_hold_and_the_live_check_follows() 
 /// on, and a forced release with nobody waiting is still reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_release_of_an_uncontended_hold_is_noticed_within_a_keepalive_interval() {
-    let server = ZooKeeperServer::start();
-    let client = client(config(
-        &server.connect_string(),
-        &unique_prefix("force-alone"),
-    ))
-    .await;
+    let (_server, client) = started("force-alone").await;
     let options = options(Duration::from_secs(4));
     let interval = options.keepalive_interval();
     let alice = session(&client, options).await;

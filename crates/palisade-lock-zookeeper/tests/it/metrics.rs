@@ -6,10 +6,9 @@ use std::time::{Duration, Instant};
 
 use palisade_core::{Lock, LockGuard, LockName, Mode};
 use palisade_metrics::{LockMetrics, Metered};
-use palisade_testkit::zookeeper::ZooKeeperServer;
 use prometheus_client::registry::Registry;
 
-use crate::fixtures::{client, config, options, session, unique_prefix};
+use crate::fixtures::{options, session, started};
 
 /// Generous for a loaded machine: the events take milliseconds.
 const WAIT: Duration = Duration::from_secs(20);
@@ -29,12 +28,7 @@ const HANDOFFS: &str = r#"palisade_lock_handoffs_total{mode="exclusive"}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metered_sessions_count_acquisitions_waits_and_handoffs() {
-    let zookeeper = ZooKeeperServer::start();
-    let zk = client(config(
-        &zookeeper.connect_string(),
-        &unique_prefix("metrics"),
-    ))
-    .await;
+    let (_zookeeper, zk) = started("metrics").await;
     let metrics = LockMetrics::default();
     let mut registry = Registry::default();
     metrics.register(&mut registry);
