@@ -1685,7 +1685,7 @@ fn describe<T, E: fmt::Display>(outcome: &Result<T, E>) -> String {
 
 /// A random id for this process's run, so lock names never collide with an
 /// earlier run against the same server.
-fn run_id() -> &'static str {
+pub(crate) fn run_id() -> &'static str {
     static RUN_ID: OnceLock<String> = OnceLock::new();
     RUN_ID.get_or_init(|| {
         let mut hasher = RandomState::new().build_hasher();
