@@ -69,6 +69,13 @@ pub struct Hunt {
 }
 
 impl Hunt {
+    /// A search over segments `0..segments`, none known empty.
+    pub fn new(segments: usize) -> Hunt {
+        Hunt {
+            open: (0..segments).collect(),
+        }
+    }
+
     /// The next segment to try, chosen among the open ones by `below(n)`
     /// (a number below `n`; not called when one is left); `None` once
     /// every segment was found empty.
@@ -146,9 +153,7 @@ impl Striped {
 
     /// A new search over every segment.
     pub fn hunt(&self) -> Hunt {
-        Hunt {
-            open: (0..self.segments.len()).collect(),
-        }
+        Hunt::new(self.segments.len())
     }
 
     /// Sets the quantity to `total`, split by [`Striped::split`], under
@@ -299,4 +304,52 @@ async fn release_all<G: LockGuard>(guards: Vec<G>) -> Result<(), RecipeError> {
         guard.release().await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn striped(stripes: u32) -> Striped {
+        Striped::new(LockName::new("flash-sale/sku-42").unwrap(), stripes).unwrap()
+    }
+
+    #[test]
+    fn segments_split_evenly_and_one_stripe_keeps_the_name() {
+        for (total, stripes) in [(10, 4), (20, 1), (16, 16), (7, 3), (1000, 8)] {
+            let amounts = striped(stripes).split(total).unwrap();
+            assert_eq!(amounts.len(), stripes as usize);
+            assert_eq!(amounts.iter().sum::<u64>(), total, "{total} over {stripes}");
+            assert!(amounts.iter().all(|amount| *amount >= 1), "{amounts:?}");
+            let spread = amounts.iter().max().unwrap() - amounts.iter().min().unwrap();
+            assert!(spread <= 1, "{amounts:?}");
+        }
+        assert_eq!(striped(1).segments()[0].as_str(), "flash-sale/sku-42");
+        let four = striped(4);
+        assert_eq!(four.segments()[0].as_str(), "flash-sale/sku-42/segment-0");
+        assert_eq!(four.segments()[3].as_str(), "flash-sale/sku-42/segment-3");
+    }
+
+    #[test]
+    fn impossible_splits_are_refused() {
+        assert!(matches!(striped(4).split(3), Err(RecipeError::Invalid(_))));
+        for stripes in [0, Striped::MAX_STRIPES + 1] {
+            let refused = Striped::new(LockName::new("x").unwrap(), stripes);
+            assert!(matches!(refused, Err(RecipeError::Invalid(_))), "{stripes}");
+        }
+    }
+
+    #[test]
+    fn a_hunt_tries_open_segments_until_all_are_empty() {
+        let mut hunt = Hunt::new(3);
+        assert_eq!(hunt.next(|n| n - 1), Some(2));
+        hunt.empty(2);
+        assert_eq!(hunt.open(), &[0, 1]);
+        assert_eq!(hunt.next(|_| 0), Some(0));
+        hunt.empty(0);
+        // One left: no draw.
+        assert_eq!(hunt.next(|_| unreachable!()), Some(1));
+        hunt.empty(1);
+        assert_eq!(hunt.next(|_| 0), None);
+    }
 }
