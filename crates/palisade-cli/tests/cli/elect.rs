@@ -156,3 +156,79 @@ async fn leader_says_none_with_exit_3() {
     shown.assert_code(code::NOT_FOUND);
     assert_eq!(shown.stdout_text().trim(), "none");
 }
+
+/// A leader stopped with SIGSTOP (its `palisade elect`: no renewals) while
+/// its command holds a write; the standby is elected, fences its term and
+/// writes; the stopped leader's write then goes out and is refused.
+async fn stopped_leader_is_fenced(backend: Backend) {
+    let served = serve().await;
+    let name = unique_name(backend.name(), "elect-stopped");
+    let files = crate::fixtures::scratch();
+    let go = files.path().join("go");
+    let script = r#"mkfifo "$GO" && echo ready || exit 1
+read _ < "$GO"
+"$PALISADE_BIN" put "$PALISADE_LOCK" k from-a > /dev/null 2>&1
+echo "$?""#;
+    let ttl = format!("{}s", TTL.as_secs());
+    let mut a = palisade(["elect", "--quiet", "--ttl", &ttl, "--value", "a"]);
+    a.args(backend.flags())
+        .args([
+            "--server",
+            &served.url,
+            name.as_str(),
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env("GO", &go)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut a = a.spawn().expect("palisade elect (A) starts");
+    let mut a_out = BufReader::new(a.stdout.take().expect("stdout")).lines();
+    assert_eq!(next_line(&mut a_out, STARTUP_LIMIT).await, "ready");
+    let a_pid = Pid::from_raw(i32::try_from(a.id().expect("A runs")).expect("pid"));
+    kill(a_pid, Signal::SIGSTOP).expect("SIGSTOP A");
+
+    let mut b = palisade(["elect", "--quiet", "--ttl", &ttl, "--value", "b"]);
+    b.args(backend.flags()).args([
+        "--server",
+        &served.url,
+        name.as_str(),
+        "--",
+        "sh",
+        "-c",
+        r#"exec "$PALISADE_BIN" put "$PALISADE_LOCK" k from-b"#,
+    ]);
+    crate::fixtures::finish(b).await.assert_code(code::OK);
+
+    let writer = std::thread::spawn(move || {
+        use std::io::Write as _;
+        let mut fifo = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&go)
+            .expect("open the FIFO");
+        fifo.write_all(b"go\n").expect("write the FIFO");
+    });
+    let late = next_line(&mut a_out, STARTUP_LIMIT).await;
+    writer.join().expect("FIFO writer");
+    kill(a_pid, Signal::SIGCONT).expect("SIGCONT A");
+    let _ = tokio::time::timeout(STARTUP_LIMIT, a.wait()).await;
+    assert_eq!(
+        late.parse::<i32>().expect("an exit code"),
+        code::STALE,
+        "the stopped leader's late write is refused"
+    );
+    let read = served.get(&name, "k").await;
+    assert_eq!(read.assert_code(code::OK).stdout, b"from-b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_stopped_leader_is_fenced() {
+    stopped_leader_is_fenced(Backend::etcd()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stopped_leader_is_fenced() {
+    stopped_leader_is_fenced(Backend::postgres()).await;
+}
