@@ -25,7 +25,7 @@ use palisade_core::{
     Generation, Inspect, LeaseWatch, Lock, LockError, LockGuard, LockName, Mode, Sequencer,
 };
 
-use crate::error::{RecipeError, clip};
+use crate::error::RecipeError;
 
 /// The infix between an election's name and its publications.
 const PUBLISHED: &str = "/.leader/";
@@ -188,7 +188,7 @@ impl Election {
         LockName::new(format!("{}{counter:010}/{value}", self.term_prefix(term))).map_err(
             |reason| RecipeError::Value {
                 name: self.name.clone(),
-                value: clip(value),
+                len: value.len(),
                 reason,
             },
         )

@@ -14,12 +14,12 @@ pub enum RecipeError {
     /// A published value (a leader's) cannot be carried: it must fit, with
     /// the election's name, in one lock name (512 bytes of UTF-8 without
     /// control characters).
-    #[error("value {value:?} cannot be published for {name}: {reason}")]
+    #[error("a value of {len} bytes cannot be published for {name}: {reason}")]
     Value {
         /// The election.
         name: LockName,
-        /// The value, clipped.
-        value: String,
+        /// The value's length in bytes (the value itself is not echoed).
+        len: usize,
         /// Why.
         reason: LockNameError,
     },
@@ -65,17 +65,4 @@ pub enum RecipeError {
         /// What the store said, secrets scrubbed by the store.
         message: String,
     },
-}
-
-/// Clips a user value echoed in an error to 64 bytes on a char boundary.
-pub(crate) fn clip(text: &str) -> String {
-    const MAX: usize = 64;
-    if text.len() <= MAX {
-        return text.to_owned();
-    }
-    let mut end = MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
 }

@@ -28,7 +28,6 @@
 //! bounded by the backend's [`SuiteBackend::min_ttl`], with the lock
 //! suite's margins.
 
-use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -36,12 +35,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use palisade_core::op::Op;
-use palisade_core::{BoxError, LockName, Sequencer, SessionOptions};
+use palisade_core::{BoxError, LockName, Sequencer};
 use palisade_recipes::{Election, Leader, RecipeError, SegmentStore, Semaphore, Striped};
 use palisade_store::{Durability, Store, StoreConfig};
 use tokio::time::Instant;
 
-use crate::lock_suite::{SuiteBackend, SuiteInspect, run_id};
+use crate::lock_suite::{Case, SuiteBackend, SuiteInspect};
 
 /// Every case, in order.
 pub async fn test_all<B: SuiteInspect>(backend: &B)
@@ -132,13 +131,13 @@ where
 {
     const CANDIDATES: usize = 3;
     const TERMS_EACH: usize = 3;
-    let case = Case::new(backend, "one_leader_per_term");
+    let case = Case::recipe(backend, "one_leader_per_term");
     let election = Election::new(case.name("election"));
     let leading = Arc::new(AtomicUsize::new(0));
     let terms = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut candidates = Vec::new();
     for candidate in 0..CANDIDATES {
-        let session = case.session().await;
+        let session = case.open().await;
         let (election, leading, terms) = (election.clone(), leading.clone(), terms.clone());
         candidates.push(tokio::spawn(async move {
             for _ in 0..TERMS_EACH {
@@ -164,7 +163,7 @@ where
             Ok::<_, String>(())
         }));
     }
-    let bound = case.handoff() * (CANDIDATES * TERMS_EACH) as u32 + Duration::from_secs(10);
+    let bound = case.recipe_handoff() * (CANDIDATES * TERMS_EACH) as u32 + Duration::from_secs(10);
     for candidate in candidates {
         match case.within(bound, candidate, "the candidates' terms").await {
             Ok(Ok(())) => {}
@@ -189,12 +188,15 @@ where
     B::Lock: Clone,
     B::Inspector: Clone,
 {
-    let case = Case::new(backend, "observer_sees_every_change");
+    let case = Case::recipe(backend, "observer_sees_every_change");
     let election =
         Election::new(case.name("election")).with_poll_interval(Duration::from_millis(20));
     let mut observer = Box::pin(election.observe(backend.inspector().clone()));
     let mut next = async |what: &str| -> Option<Leader> {
-        match case.within(case.expiry(), observer.next(), what).await {
+        match case
+            .within(case.recipe_expiry(), observer.next(), what)
+            .await
+        {
             Some(Ok(leader)) => leader,
             Some(Err(error)) => case.fail(format_args!("observing {what}: {error}")),
             None => case.fail(format_args!("the observer's stream ended before {what}")),
@@ -218,11 +220,7 @@ where
         "before any campaign",
     );
 
-    let (a, b, c) = (
-        case.session().await,
-        case.session().await,
-        case.session().await,
-    );
+    let (a, b, c) = (case.open().await, case.open().await, case.open().await);
     let mut alice = case.campaign(&election, &a, "a:1").await;
     let term_a = alice.generation().get();
     seen(
@@ -262,12 +260,12 @@ where
     };
     let mut lost = bob.lease();
     backend.kill_lease(&b).await;
-    case.within(case.expiry(), lost.lost(), "B's leadership lost")
+    case.within(case.recipe_expiry(), lost.lost(), "B's leadership lost")
         .await;
     if bob.term().is_ok() {
         case.fail("B's term is still handed out after its leadership was lost");
     }
-    let carol = match case.within(case.expiry(), carol, "C elected").await {
+    let carol = match case.within(case.recipe_expiry(), carol, "C elected").await {
         Ok(Ok(carol)) => carol,
         other => case.fail(format_args!("C's campaign: {other:?}")),
     };
@@ -291,10 +289,10 @@ pub async fn paused_leader_is_fenced<B: SuiteInspect>(backend: &B)
 where
     B::Lock: Clone,
 {
-    let case = Case::new(backend, "paused_leader_is_fenced");
+    let case = Case::recipe(backend, "paused_leader_is_fenced");
     let store = FencedStore::open(&case);
     let election = Election::new(case.name("election"));
-    let (a, b) = (case.session().await, case.session().await);
+    let (a, b) = (case.open().await, case.open().await);
     let old = case.campaign(&election, &a, "old").await;
     let old_term = old.issued().clone();
     store
@@ -302,7 +300,7 @@ where
         .await;
     let mut lost = old.lease();
     backend.kill_lease(&a).await;
-    case.within(case.expiry(), lost.lost(), "the old leadership lost")
+    case.within(case.recipe_expiry(), lost.lost(), "the old leadership lost")
         .await;
     let new = case.campaign(&election, &b, "new").await;
     let new_term = match new.term() {
@@ -331,9 +329,9 @@ pub async fn unpublishable_value_refused<B: SuiteInspect>(backend: &B)
 where
     B::Lock: Clone,
 {
-    let case = Case::new(backend, "unpublishable_value_refused");
+    let case = Case::recipe(backend, "unpublishable_value_refused");
     let election = Election::new(case.name("election"));
-    let session = case.session().await;
+    let session = case.open().await;
     for value in ["x".repeat(LockName::MAX_LEN), "line\nbreak".to_owned()] {
         match election.campaign(&session, &value).await {
             Err(RecipeError::Value { .. }) => {}
@@ -356,7 +354,7 @@ where
     const PERMITS: u32 = 3;
     const CLIENTS: usize = 6;
     const ROUNDS: usize = 3;
-    let case = Case::new(backend, "at_most_n_permits");
+    let case = Case::recipe(backend, "at_most_n_permits");
     let semaphore = match Semaphore::new(case.name("pool"), PERMITS) {
         Ok(semaphore) => semaphore,
         Err(error) => case.fail(error),
@@ -365,7 +363,7 @@ where
     let most = Arc::new(AtomicUsize::new(0));
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
-        let session = case.session().await;
+        let session = case.open().await;
         let inspector = backend.inspector();
         let (semaphore, holding, most) = (semaphore.clone(), holding.clone(), most.clone());
         clients.push(async move {
@@ -386,7 +384,7 @@ where
             Ok::<_, String>(())
         });
     }
-    let bound = case.handoff() * (CLIENTS * ROUNDS) as u32 + Duration::from_secs(10);
+    let bound = case.recipe_handoff() * (CLIENTS * ROUNDS) as u32 + Duration::from_secs(10);
     let outcomes = case
         .within(
             bound,
@@ -413,10 +411,10 @@ pub async fn permit_count_checked<B: SuiteInspect>(backend: &B)
 where
     B::Lock: Clone,
 {
-    let case = Case::new(backend, "permit_count_checked");
+    let case = Case::recipe(backend, "permit_count_checked");
     let three = Semaphore::new(case.name("pool"), 3).unwrap_or_else(|error| case.fail(error));
     let four = Semaphore::new(case.name("pool"), 4).unwrap_or_else(|error| case.fail(error));
-    let (a, b) = (case.session().await, case.session().await);
+    let (a, b) = (case.open().await, case.open().await);
     let inspector = backend.inspector();
     let held = match three.try_acquire(&a, inspector).await {
         Ok(Some(permit)) => permit,
@@ -432,7 +430,7 @@ where
     }
     match case
         .within(
-            case.handoff(),
+            case.recipe_handoff(),
             four.acquire(&b, inspector),
             "a refused acquire",
         )
@@ -456,22 +454,30 @@ pub async fn permit_waiters<B: SuiteInspect>(backend: &B)
 where
     B::Lock: Clone,
 {
-    let case = Case::new(backend, "permit_waiters");
+    let case = Case::recipe(backend, "permit_waiters");
     let semaphore = Semaphore::new(case.name("pool"), 2)
         .and_then(|semaphore| semaphore.with_max_waiters(1))
         .unwrap_or_else(|error| case.fail(error));
     let inspector = backend.inspector();
     let (a, b, c, d) = (
-        case.session().await,
-        case.session().await,
-        case.session().await,
-        case.session().await,
+        case.open().await,
+        case.open().await,
+        case.open().await,
+        case.open().await,
     );
     let first = case
-        .within(case.handoff(), semaphore.acquire(&a, inspector), "permit 1")
+        .within(
+            case.recipe_handoff(),
+            semaphore.acquire(&a, inspector),
+            "permit 1",
+        )
         .await;
     let second = case
-        .within(case.handoff(), semaphore.acquire(&b, inspector), "permit 2")
+        .within(
+            case.recipe_handoff(),
+            semaphore.acquire(&b, inspector),
+            "permit 2",
+        )
         .await;
     let (first, second) = match (first, second) {
         (Ok(first), Ok(second)) => (first, second),
@@ -496,7 +502,7 @@ where
     let freed = second.index();
     let _ = second.release().await;
     let third = match case
-        .within(case.handoff(), waiter, "the waiter's grant")
+        .within(case.recipe_handoff(), waiter, "the waiter's grant")
         .await
     {
         Ok(permit) => permit,
@@ -519,11 +525,11 @@ pub async fn paused_permit_holder_is_fenced<B: SuiteInspect>(backend: &B)
 where
     B::Lock: Clone,
 {
-    let case = Case::new(backend, "paused_permit_holder_is_fenced");
+    let case = Case::recipe(backend, "paused_permit_holder_is_fenced");
     let store = FencedStore::open(&case);
     let semaphore = Semaphore::new(case.name("pool"), 1).unwrap_or_else(|error| case.fail(error));
     let inspector = backend.inspector();
-    let (a, b) = (case.session().await, case.session().await);
+    let (a, b) = (case.open().await, case.open().await);
     let old = match semaphore.try_acquire(&a, inspector).await {
         Ok(Some(permit)) => permit,
         other => case.fail(format_args!("the free permit: {other:?}")),
@@ -534,11 +540,15 @@ where
         .await;
     let mut lost = old.lease();
     backend.kill_lease(&a).await;
-    case.within(case.expiry(), lost.lost(), "the old permit's lease lost")
-        .await;
+    case.within(
+        case.recipe_expiry(),
+        lost.lost(),
+        "the old permit's lease lost",
+    )
+    .await;
     let new = match case
         .within(
-            case.expiry(),
+            case.recipe_expiry(),
             semaphore.acquire(&b, inspector),
             "the permit again",
         )
@@ -564,17 +574,17 @@ where
 pub async fn striped_totals_conserved<B: SuiteBackend>(backend: &B) {
     const TOTAL: u64 = 40;
     const TAKERS: usize = 4;
-    let case = Case::new(backend, "striped_totals_conserved");
+    let case = Case::recipe(backend, "striped_totals_conserved");
     let store = Arc::new(FencedStore::open(&case));
     let striped = Striped::new(case.name("stock"), 4).unwrap_or_else(|error| case.fail(error));
-    let owner = case.session().await;
+    let owner = case.open().await;
     if let Err(error) = striped.fill(&owner, &*store, TOTAL).await {
         case.fail(format_args!("fill: {error}"));
     }
     let taken = Arc::new(AtomicU64::new(0));
     let mut takers = Vec::new();
     for _ in 0..TAKERS {
-        let session = case.session().await;
+        let session = case.open().await;
         let (striped, store, taken) = (striped.clone(), store.clone(), taken.clone());
         takers.push(tokio::spawn(async move {
             while let Some(_took) = striped
@@ -591,7 +601,7 @@ pub async fn striped_totals_conserved<B: SuiteBackend>(backend: &B) {
     if let Err(error) = rebalanced {
         case.fail(format_args!("rebalance: {error}"));
     }
-    let bound = case.handoff() * TOTAL as u32 + Duration::from_secs(10);
+    let bound = case.recipe_handoff() * TOTAL as u32 + Duration::from_secs(10);
     for taker in takers {
         match case.within(bound, taker, "the takers").await {
             Ok(Ok(())) => {}
@@ -679,57 +689,26 @@ impl SegmentStore for FencedStore {
     }
 }
 
-/// One case's names, sessions and bounds.
-struct Case<'b, B: SuiteBackend> {
-    backend: &'b B,
-    case: &'static str,
-    prefix: String,
-    ttl: Duration,
-}
-
+/// What the recipe cases add to the lock suite's case context.
 impl<'b, B: SuiteBackend> Case<'b, B> {
-    fn new(backend: &'b B, case: &'static str) -> Self {
-        static CALLS: AtomicU64 = AtomicU64::new(0);
-        let call = CALLS.fetch_add(1, Ordering::Relaxed);
-        Case {
-            backend,
-            case,
-            prefix: format!("palisade-recipes/{}-{call}/{case}", run_id()),
-            ttl: backend.min_ttl(),
-        }
-    }
-
-    fn fail(&self, message: impl fmt::Display) -> ! {
-        panic!(
-            "recipe suite [{}] {}: {message}",
-            self.backend.name(),
-            self.case
-        )
-    }
-
-    fn name(&self, local: &str) -> LockName {
-        LockName::new(format!("{}/{local}", self.prefix)).unwrap_or_else(|error| self.fail(error))
+    fn recipe(backend: &'b B, case: &'static str) -> Self {
+        Case::in_suite("recipe suite", backend, case)
     }
 
     /// A session with the backend's shortest TTL, as the lock suite's.
-    async fn session(&self) -> B::Lock {
-        let options = SessionOptions::default()
-            .with_ttl(self.ttl)
-            .with_safety_margin(self.ttl / 4)
-            .with_keepalive_interval(self.ttl / 4);
-        self.backend.session(options).await
+    async fn open(&self) -> B::Lock {
+        self.backend.session(self.options()).await
     }
 
-    /// A release reaching the next waiter: half a TTL, at least 500 ms,
-    /// doubled for a recipe's extra round trips.
-    fn handoff(&self) -> Duration {
-        (self.ttl / 2).max(Duration::from_millis(500)) * 2
+    /// A lock suite hand-off, doubled for a recipe's extra round trips.
+    fn recipe_handoff(&self) -> Duration {
+        self.handoff() * 2
     }
 
-    /// A killed lease reported lost, and what follows from it: two TTLs
-    /// plus 2 s, as in the lock suite, plus a hand-off.
-    fn expiry(&self) -> Duration {
-        self.ttl * 2 + Duration::from_secs(2) + self.handoff()
+    /// A killed lease reported lost and what follows from it: the lock
+    /// suite's expiry plus a recipe hand-off.
+    fn recipe_expiry(&self) -> Duration {
+        self.expiry() + self.recipe_handoff()
     }
 
     async fn within<T>(&self, bound: Duration, future: impl Future<Output = T>, what: &str) -> T {
@@ -750,7 +729,7 @@ impl<'b, B: SuiteBackend> Case<'b, B> {
     {
         match self
             .within(
-                self.expiry(),
+                self.recipe_expiry(),
                 election.campaign(session, value),
                 "a campaign",
             )

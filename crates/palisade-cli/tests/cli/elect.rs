@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
-use crate::fixtures::{Backend, code, next_line, palisade, run, serve, unique_name};
+use crate::fixtures::{Backend, code, is_gone, next_line, palisade, run, serve, unique_name};
 
 /// A campaign can wait for a server's first grant on a loaded machine.
 const STARTUP_LIMIT: Duration = Duration::from_secs(30);
@@ -63,15 +63,6 @@ async fn elected(instance: &mut Instance, limit: Duration) -> (i32, palisade_cor
         .parse()
         .expect("an exit code");
     (pid, sequencer, put)
-}
-
-fn is_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
-    }
 }
 
 async fn standby_takes_over(backend: Backend) {
