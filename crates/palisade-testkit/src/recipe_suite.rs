@@ -101,7 +101,7 @@ where
     .await;
 }
 
-/// The striping cases: they need [`Lock`] alone, so every backend runs
+/// The striping cases: they need [`Lock`](palisade_core::Lock) alone, so every backend runs
 /// them (Redlock included).
 pub async fn test_striping<B: SuiteBackend>(backend: &B) {
     run(
