@@ -12,6 +12,8 @@ use palisade_lock_embedded::EmbeddedLockClient;
 use palisade_testkit::lock_suite::{SuiteBackend, SuiteInspect};
 use palisade_testkit::recipe_suite;
 
+mod sql_fence;
+
 /// A backend as the suites drive it: sessions on one client, its inspector,
 /// and the server it runs on.
 struct Backend {
