@@ -24,8 +24,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use nix::sys::signal::Signal;
 use palisade_core::{
-    LeaseState, Lock, LockError, LockGuard, LockName, Mode, format_duration as human,
-    parse_duration,
+    Generation, LeaseState, LeaseWatch, Lock, LockError, LockGuard, LockName, Mode,
+    format_duration as human, parse_duration,
 };
 use palisade_lock_any::{AnyGuard, AnyLock, lock_error_text};
 use tokio::time::Instant;
@@ -224,7 +224,15 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
     };
     tracing::debug!(lock = %name, pid = child.pid(), "command started");
 
-    let outcome = supervise(&mut child, &guard, &name, args.grace, &mut signals).await;
+    let outcome = supervise(
+        &mut child,
+        guard.generation(),
+        guard.lease(),
+        &name,
+        args.grace,
+        &mut signals,
+    )
+    .await;
     if outcome.is_ok() {
         child.disarm();
     }
@@ -331,7 +339,7 @@ fn interrupted(signal: Signal, name: &LockName, doing: &str) -> Failure {
 }
 
 /// How the command ended.
-enum Outcome {
+pub(crate) enum Outcome {
     /// It exited (or was ended by a signal) while the lease held; its code.
     Exited(u8),
     /// The lease was lost while it ran; it has been stopped.
@@ -339,16 +347,16 @@ enum Outcome {
 }
 
 /// Waits for the command, forwarding signals, and stops it when the lease
-/// is lost: SIGTERM at once, SIGKILL after `grace`.
-async fn supervise(
+/// is lost: SIGTERM at once, SIGKILL after `grace`. `palisade elect`'s
+/// command is supervised the same way, on its term's lease.
+pub(crate) async fn supervise(
     child: &mut Child,
-    guard: &AnyGuard,
+    generation: Generation,
+    mut lease: LeaseWatch,
     name: &LockName,
     grace: Duration,
     signals: &mut Signals,
 ) -> std::io::Result<Outcome> {
-    let generation = guard.generation();
-    let mut lease = guard.lease();
     // Set when the lease is lost: the moment SIGKILL is due.
     let mut kill_at: Option<Instant> = None;
     let mut killed = false;
@@ -432,7 +440,6 @@ async fn release(guard: AnyGuard, name: &LockName) {
     }
 }
 
-/// Ends the session, quietly: by now everything worth saying was said.
 /// The lease may have lapsed before the command started (`error` says
 /// why): says so, gives the hold back and ends the session; the command
 /// never runs. The exit code is [`exit::LEASE_LOST`].
@@ -446,7 +453,8 @@ async fn not_started(error: &LockError, guard: AnyGuard, lock: AnyLock) -> u8 {
     exit::LEASE_LOST
 }
 
-async fn close(lock: AnyLock, abandoned_attempt: bool) {
+/// Ends the session, quietly: by now everything worth saying was said.
+pub(crate) async fn close(lock: AnyLock, abandoned_attempt: bool) {
     match tokio::time::timeout(CLEANUP_TIMEOUT, lock.close(abandoned_attempt)).await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => tracing::debug!(%error, "closing the lock session failed"),

@@ -55,6 +55,7 @@ mod child;
 mod completions;
 mod data;
 mod dev;
+mod elect;
 mod exit;
 mod fence;
 mod lock;
@@ -94,6 +95,11 @@ enum Command {
     /// Take a lock, run a command with its sequencer, release the lock; stop
     /// the command if the lease is lost.
     Lock(lock::LockArgs),
+    /// Campaign in a leader election and run a command while leading (a
+    /// hot standby); stop the command if the leadership is lost.
+    Elect(elect::ElectArgs),
+    /// Show who leads an election (`--watch`: every change).
+    Leader(elect::LeaderArgs),
     /// Write a value under a lock's keyspace, with a sequencer.
     Put(data::PutArgs),
     /// Read a value (raw bytes to standard output).
@@ -192,6 +198,8 @@ async fn run(cli: Cli) -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Lock(args) => lock::run(args).await,
+        Command::Elect(args) => elect::elect(args).await,
+        Command::Leader(args) => elect::leader(args).await,
         Command::Put(args) => data::put(args).await.map(|()| exit::OK),
         Command::Get(args) => data::get(args).await.map(|()| exit::OK),
         Command::Del(args) => data::del(args).await.map(|()| exit::OK),

@@ -5,6 +5,8 @@
 //!   `lock_suite::test_all(backend)` passes against it.
 //! - [`signing_suite`]: the signed-sequencer cases every signing backend
 //!   runs, one test each through [`signing_tests!`].
+//! - [`recipe_suite`]: `palisade-recipes`' election, semaphore and striping
+//!   on a lock backend, through the lock suite's view of it.
 //! - [`engine_suite`]: the storage engine conformance suite. An engine of
 //!   `palisade-store` is done when `engine_suite::test_all(factory)` passes
 //!   against it.
@@ -28,8 +30,9 @@
 //! The fault suite's own harness (operation histories and their checker)
 //! lives with the suite, in the `tests/` crate.
 //!
-//! **Architecture Invariant:** the testkit depends on `palisade-core`, and on
-//! `palisade-store` for the engine trait the engine suite drives. Backends
+//! **Architecture Invariant:** the testkit depends on `palisade-core`, on
+//! `palisade-store` for the engine trait the engine suite drives, and on
+//! `palisade-recipes` for the recipes the recipe suite drives. Backends
 //! and engines depend on it as a dev-dependency, never the other way round.
 
 pub mod engine_suite;
@@ -39,6 +42,7 @@ pub mod lock_suite;
 pub mod logs;
 pub mod process;
 pub mod proxy;
+pub mod recipe_suite;
 pub mod redis;
 pub mod s3;
 pub mod signing_suite;

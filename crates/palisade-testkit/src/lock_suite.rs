@@ -1410,10 +1410,12 @@ pub async fn raise_floor<B: SuiteRaiseFloor>(backend: &B) {
     }
 }
 
-/// One case's context: the backend, the case name, the lock-name prefix and
-/// the time bounds.
-struct Case<'b, B: SuiteBackend> {
-    backend: &'b B,
+/// One case's context: the suite, the backend, the case name, the
+/// lock-name prefix and the time bounds. The recipe suite runs its cases
+/// in it too.
+pub(crate) struct Case<'b, B: SuiteBackend> {
+    suite: &'static str,
+    pub(crate) backend: &'b B,
     case: &'static str,
     prefix: String,
     ttl: Duration,
@@ -1421,9 +1423,15 @@ struct Case<'b, B: SuiteBackend> {
 
 impl<'b, B: SuiteBackend> Case<'b, B> {
     fn new(backend: &'b B, case: &'static str) -> Self {
+        Case::in_suite("lock suite", backend, case)
+    }
+
+    /// A case of `suite` (the name its failure messages start with).
+    pub(crate) fn in_suite(suite: &'static str, backend: &'b B, case: &'static str) -> Self {
         static CALLS: AtomicU64 = AtomicU64::new(0);
         let call = CALLS.fetch_add(1, Ordering::Relaxed);
         Case {
+            suite,
             backend,
             case,
             prefix: format!("palisade-suite/{}-{call}/{case}", run_id()),
@@ -1431,10 +1439,12 @@ impl<'b, B: SuiteBackend> Case<'b, B> {
         }
     }
 
-    /// Stops the case with a message naming the backend and the case.
-    fn fail(&self, message: impl fmt::Display) -> ! {
+    /// Stops the case with a message naming the suite, the backend and the
+    /// case.
+    pub(crate) fn fail(&self, message: impl fmt::Display) -> ! {
         panic!(
-            "lock suite [{}] {}: {message}",
+            "{} [{}] {}: {message}",
+            self.suite,
             self.backend.name(),
             self.case
         )
@@ -1451,7 +1461,7 @@ impl<'b, B: SuiteBackend> Case<'b, B> {
     }
 
     /// A lock name unique to this run and case.
-    fn name(&self, local: &str) -> LockName {
+    pub(crate) fn name(&self, local: &str) -> LockName {
         let text = format!("{}/{local}", self.prefix);
         LockName::new(text.as_str())
             .unwrap_or_else(|error| self.fail(format_args!("bad lock name `{text}`: {error}")))
@@ -1460,7 +1470,7 @@ impl<'b, B: SuiteBackend> Case<'b, B> {
     /// Session options with the backend's shortest TTL; a quarter of it as
     /// the safety margin and as the keep-alive interval, so two renewals can
     /// be late before validity is in danger.
-    fn options(&self) -> SessionOptions {
+    pub(crate) fn options(&self) -> SessionOptions {
         let options = SessionOptions::default()
             .with_ttl(self.ttl)
             .with_safety_margin(self.ttl / 4)
@@ -1476,13 +1486,13 @@ impl<'b, B: SuiteBackend> Case<'b, B> {
 
     /// How long a handoff may take: a release reaching the next waiter, an
     /// uncontended acquire.
-    fn handoff(&self) -> Duration {
+    pub(crate) fn handoff(&self) -> Duration {
         (self.ttl / 2).max(Duration::from_millis(500))
     }
 
     /// How long a killed lease may take to be reported lost or to free its
     /// lock.
-    fn expiry(&self) -> Duration {
+    pub(crate) fn expiry(&self) -> Duration {
         self.ttl * 2 + Duration::from_secs(2)
     }
 

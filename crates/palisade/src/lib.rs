@@ -23,6 +23,7 @@
 //! | `guard` | `guard` (and `store`) | fencing for any axum/tower service |
 //! | `fence-sql` | `fence_sql` | fencing inside the application's own SQL transaction |
 //! | `metrics` | `metrics` | lock-side Prometheus metrics around any backend |
+//! | `recipes` | `recipes` | leader election, semaphore and lock striping, with fencing, on any backend |
 //! | `testing` | (the backends' modules) | the backends' test hooks: pause or crash a session on purpose |
 //!
 //! Every lock backend has the same shape: a `<Backend>LockClient` connects
@@ -127,6 +128,13 @@ pub mod fence_sql {
 #[cfg(feature = "metrics")]
 pub mod metrics {
     pub use palisade_metrics::*;
+}
+
+/// Recipes with fencing: leader election whose term is the generation,
+/// fenced semaphores, lock striping.
+#[cfg(feature = "recipes")]
+pub mod recipes {
+    pub use palisade_recipes::*;
 }
 
 /// The README's Rust examples, compiled as doctests so they stay true.

@@ -66,6 +66,7 @@ use crate::rng::DemoRng;
 use crate::sql_stock;
 use crate::storage::{ResourceServer, Storage, StorageTarget, WriteOutcome};
 use palisade_lock_any::{BackendArgs, BackendKind};
+use palisade_recipes::{Hunt, Striped};
 
 /// The lock every buyer takes; with stripes, the prefix of the segments'
 /// lock names.
@@ -458,18 +459,13 @@ pub(crate) async fn buy_until_sold_out(
     let mut rng = DemoRng::new(plan.seed, u64::from(plan.buyer));
     let mut picker = DemoRng::new(plan.seed, SEGMENT_STREAM + u64::from(plan.buyer));
     // The segments this buyer has not yet found sold out.
-    let mut open: Vec<usize> = (0..clients.len()).collect();
+    let mut hunt = Hunt::new(clients.len());
     let mut tally = Tally::default();
     let buyer = plan.buyer;
     for attempt in 0.. {
-        let Some(pick) = (match open.len() {
-            0 => None,
-            1 => Some(0),
-            n => Some(picker.below(n as u64) as usize),
-        }) else {
+        let Some(segment) = hunt.next(|n| picker.below(n)) else {
             break;
         };
-        let segment = open[pick];
         let client = &mut clients[segment];
         let pause = next_pause(&mut rng, plan, attempt);
         let visit = Instant::now();
@@ -511,7 +507,7 @@ pub(crate) async fn buy_until_sold_out(
             tracing::debug!(buyer, segment, "segment sold out");
             let _ = client.release().await;
             tally.sold_out_micros += micros(visit.elapsed());
-            open.swap_remove(pick);
+            hunt.empty(segment);
             continue;
         }
         if let Some(pause) = pause {
@@ -742,22 +738,10 @@ pub async fn measure(args: &FlashSaleArgs, hold: Duration) -> Result<SaleRun, De
     run_sale(SaleKind::LockWithFencing, args, ttl, &target, &tag, staging).await
 }
 
-/// The lock names of the stock's segments: `base` itself with one stripe
-/// (the sale without striping), `base/segment-<i>` with more.
-fn segment_locks(base: &str, stripes: u32) -> Result<Vec<LockName>, DemoError> {
-    if stripes == 1 {
-        return Ok(vec![LockName::new(base)?]);
-    }
-    (0..stripes)
-        .map(|segment| Ok(LockName::new(format!("{base}/segment-{segment}"))?))
-        .collect()
-}
-
-/// The opening stock of `segment`: the items split as evenly as they go,
-/// the first `items % stripes` segments one more.
-fn segment_stock(items: u64, stripes: u32, segment: u32) -> u64 {
-    let stripes = u64::from(stripes);
-    items / stripes + u64::from(u64::from(segment) < items % stripes)
+/// The stock's segments: `base` itself with one stripe (the sale without
+/// striping), `base/segment-<i>` with more.
+fn striped(base: &str, stripes: u32) -> Result<Striped, DemoError> {
+    Striped::new(LockName::new(base)?, stripes).map_err(|error| DemoError::usage(error.to_string()))
 }
 
 /// The `quantile` (0..=1) of `samples`, sorted in place.
@@ -850,7 +834,8 @@ async fn run_sale(
         Some(_) => format!("{LOCK}/{run_tag}"),
         None => LOCK.to_owned(),
     };
-    let segments = segment_locks(&base, args.stripes)?;
+    let striped = striped(&base, args.stripes)?;
+    let segments = striped.segments().to_vec();
     let (storage_target, plain_store, resource_server) = if let Some(url) = &args.store
         && Store::of(url) == Some(Store::Redis)
     {
@@ -926,7 +911,10 @@ async fn run_sale(
 
     // The opening stock of every segment, written under its lock like
     // every later write.
-    for (segment, lock) in (0..args.stripes).zip(&segments) {
+    let openings = striped
+        .split(args.items)
+        .map_err(|error| DemoError::usage(error.to_string()))?;
+    for (opening, lock) in openings.into_iter().zip(&segments) {
         let mut opener = LocalClient::new(
             locks.clone(),
             session_options(ttl),
@@ -934,8 +922,8 @@ async fn run_sale(
             lock.clone(),
             STOCK_KEY,
         );
-        let opening = i64::try_from(segment_stock(args.items, args.stripes, segment))
-            .map_err(|_| DemoError::usage("--items is too large"))?;
+        let opening =
+            i64::try_from(opening).map_err(|_| DemoError::usage("--items is too large"))?;
         if sale.locked() {
             opener.acquire(ACQUIRE_WAIT).await?;
         }
@@ -1272,29 +1260,6 @@ mod tests {
             (200..=360).contains(&none),
             "{none} purchases without a pause"
         );
-    }
-
-    #[test]
-    fn segments_split_the_stock_evenly_and_one_stripe_keeps_the_lock() {
-        for (items, stripes) in [(10, 4), (20, 1), (16, 16), (7, 3), (1000, 8)] {
-            let stocks: Vec<u64> = (0..stripes)
-                .map(|segment| segment_stock(items, stripes, segment))
-                .collect();
-            assert_eq!(stocks.iter().sum::<u64>(), items, "{items} over {stripes}");
-            assert!(stocks.iter().all(|stock| *stock >= 1), "{stocks:?}");
-            let spread = stocks.iter().max().unwrap() - stocks.iter().min().unwrap();
-            assert!(spread <= 1, "{stocks:?}");
-        }
-        let one = segment_locks(LOCK, 1).unwrap();
-        assert_eq!(one.len(), 1);
-        assert_eq!(one[0].as_str(), LOCK);
-        let four: Vec<String> = segment_locks(LOCK, 4)
-            .unwrap()
-            .iter()
-            .map(|lock| lock.as_str().to_owned())
-            .collect();
-        assert_eq!(four[0], "flash-sale/sku-42/segment-0");
-        assert_eq!(four[3], "flash-sale/sku-42/segment-3");
     }
 
     #[test]

@@ -203,6 +203,16 @@ pub(crate) async fn serve_with<S: AsRef<std::ffi::OsStr>>(extra: &[S]) -> Served
     }
 }
 
+/// Whether `pid` is gone (or a zombie: dead, waiting to be reaped).
+pub(crate) fn is_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
 /// The next line of a child's output, within `limit`.
 pub(crate) async fn next_line<R: AsyncRead + Unpin>(
     lines: &mut Lines<BufReader<R>>,

@@ -10,22 +10,12 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::fixtures::{Backend, next_line, palisade, unique_name};
+use crate::fixtures::{Backend, is_gone, next_line, palisade, unique_name};
 
 const STARTUP_LIMIT: Duration = Duration::from_secs(30);
 /// The kernel acts at once (parent-death signal; the watchdog's SIGKILL as
 /// soon as it reads end-of-file); 3 s leaves room for a loaded machine.
 const GONE_LIMIT: Duration = Duration::from_secs(3);
-
-/// Whether `pid` is gone (or a zombie: dead, waiting to be reaped).
-fn is_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
-    }
-}
 
 /// Kills whatever of `pids` is still there when a test ends early, so a
 /// failed run leaves no `sleep 600` behind.

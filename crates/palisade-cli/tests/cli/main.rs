@@ -24,12 +24,16 @@
 //! - `object`: `object put|get|rm` against moto: a late put or rm after a
 //!   newer holder's put exits 4 and changes nothing; a store that ignores
 //!   conditional writes is refused by the probe; the secret never shows.
+//! - `elect`: `palisade elect` as a hot standby: the leader SIGKILLed, its
+//!   command gone, the standby elected within the lease plus a hand-off,
+//!   its term fenced; `palisade leader`.
 //! - `live_check`: `palisade serve --live-check etcd|redis|postgres`: a
 //!   holder whose lease ended is refused before a newer one writes.
 
 mod bad_input;
 mod data;
 mod dev;
+mod elect;
 mod fence_on_acquire;
 mod fixtures;
 mod force_unlock;
