@@ -122,9 +122,15 @@ impl SuiteInspect for Backend {
     }
 }
 
-const SHORT: Duration = Duration::from_secs(1);
-/// etcd's and ZooKeeper's shortest leases, as their lock suites use.
-const SERVER_MIN: Duration = Duration::from_secs(2);
+/// The recipes' sessions' lease: twice the lock suite's shortest, since
+/// every case here keeps several sessions alive at once (candidates,
+/// permit holders, observers) on a machine that may be running other test
+/// binaries: a 1 s lease lost its keep-alive window there, and the cases
+/// that wait for an expiry scale their bounds with it.
+const SHORT: Duration = Duration::from_secs(2);
+/// Twice etcd's and ZooKeeper's shortest leases as their lock suites use
+/// them, for the same reason.
+const SERVER_MIN: Duration = Duration::from_secs(4);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn recipes_on_embedded() {
