@@ -88,12 +88,20 @@ impl Dialect {
 /// The schema version this code creates and understands.
 pub(crate) const SCHEMA_VERSION: i64 = 1;
 
+/// The `pg_advisory_xact_lock` key of the lock tables' migration (the
+/// storage engine and the SQL fence use others).
+const MIGRATION_LOCK: i64 = 0x7061_6c69_7364_6502;
+
 /// The channel PostgreSQL waiters listen on; the payload is the lock name.
 pub(crate) const CHANNEL: &str = "palisade_lock";
 
 /// Every statement the backend runs, rendered once per client.
 #[derive(Debug)]
 pub(crate) struct Statements {
+    /// PostgreSQL only: makes first-time migrations of several clients
+    /// take turns (concurrent `CREATE TABLE IF NOT EXISTS` can fail there
+    /// with "already exists"); MariaDB's metadata locks already do.
+    pub(crate) serialise_migration: Option<String>,
     pub(crate) create_tables: Vec<String>,
     pub(crate) insert_schema_version: String,
     pub(crate) schema_version: String,
@@ -145,6 +153,12 @@ impl Statements {
     pub(crate) fn new(dialect: Dialect) -> Statements {
         let r = |template: &str| dialect.render(template);
         Statements {
+            serialise_migration: match dialect {
+                Dialect::Postgres => {
+                    Some(format!("SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
+                }
+                Dialect::MariaDb => None,
+            },
             create_tables: vec![
                 r(
                     "CREATE TABLE IF NOT EXISTS palisade_schema (id INT PRIMARY KEY, version BIGINT NOT NULL)",

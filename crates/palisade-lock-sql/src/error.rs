@@ -93,11 +93,3 @@ pub(crate) fn is_retryable(error: &sqlx::Error) -> bool {
         _ => false,
     }
 }
-
-/// Whether `error` says a row with that key already exists.
-pub(crate) fn is_unique_violation(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Database(db) => db.is_unique_violation(),
-        _ => false,
-    }
-}

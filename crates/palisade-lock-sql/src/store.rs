@@ -16,7 +16,7 @@ use tokio::sync::broadcast;
 
 use crate::decide::{self, Decision, HolderRow, LockView, Outcome, SessionRow, WaiterRow};
 use crate::dialect::{SCHEMA_VERSION, Statements};
-use crate::error::{from_sqlx, is_retryable, is_unique_violation, timed_out};
+use crate::error::{from_sqlx, is_retryable, timed_out};
 use crate::{Dialect, SqlLockError};
 
 /// How often a transaction the database aborted to break a deadlock is
@@ -187,28 +187,37 @@ impl Store {
         Ok(())
     }
 
-    /// Creates the tables if missing and checks the schema version.
+    /// Creates the tables if missing and checks the schema version, in
+    /// one transaction that clients starting together take in turn (within
+    /// the operation timeout: a client paused mid-migration holds the
+    /// others back only until its transaction is cut).
     pub(crate) async fn ensure_schema(&self) -> Result<(), SqlLockError> {
-        for statement in &self.sql.create_tables {
-            if let Err(error) = sqlx::query(safe(statement)).execute(&self.pool).await {
-                // Two clients creating the tables at once can collide on
-                // PostgreSQL's catalog; the loser finds the tables there.
-                if !is_unique_violation(&error) {
-                    return Err(self.err(error).into());
+        let found = self
+            .bounded("create tables", async {
+                let err = |e| self.err(e);
+                let mut tx = self.pool.begin().await.map_err(err)?;
+                let statements = self.sql.serialise_migration.iter();
+                for statement in statements.chain(&self.sql.create_tables) {
+                    sqlx::query(safe(statement))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(err)?;
                 }
-            }
-        }
-        sqlx::query(safe(&self.sql.insert_schema_version))
-            .bind(SCHEMA_VERSION)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.err(e))?;
-        let found: i64 = sqlx::query(safe(&self.sql.schema_version))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.err(e))?
-            .try_get(0)
-            .map_err(|e| self.err(e))?;
+                sqlx::query(safe(&self.sql.insert_schema_version))
+                    .bind(SCHEMA_VERSION)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(err)?;
+                let found: i64 = sqlx::query(safe(&self.sql.schema_version))
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(err)?
+                    .try_get(0)
+                    .map_err(err)?;
+                tx.commit().await.map_err(err)?;
+                Ok(found)
+            })
+            .await?;
         if found > SCHEMA_VERSION {
             return Err(SqlLockError::SchemaTooNew {
                 found,

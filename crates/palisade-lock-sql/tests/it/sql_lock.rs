@@ -284,6 +284,44 @@ async fn mariadb_live_check_follows_the_tables() {
     live_check_follows_the_tables(SqlServer::mariadb()).await;
 }
 
+/// Clients starting together on an empty database all connect: their
+/// first-time migrations take turns instead of colliding on the catalog
+/// ("relation already exists" on PostgreSQL). Several rounds, the tables
+/// dropped between them, each with a crowd of clients at once.
+async fn clients_starting_together_all_create_the_tables(server: SqlServer) {
+    const ROUNDS: usize = 8;
+    const CLIENTS: usize = 8;
+    for round in 0..ROUNDS {
+        let mut connects = tokio::task::JoinSet::new();
+        for _ in 0..CLIENTS {
+            connects.spawn(SqlLockClient::connect(SqlConfig::new(server.url())));
+        }
+        while let Some(outcome) = connects.join_next().await {
+            if let Err(error) = outcome.expect("a connect task") {
+                panic!("round {round}: {error}");
+            }
+        }
+        server
+            .query(
+                "DROP TABLE palisade_schema, palisade_locks, palisade_sessions, \
+                 palisade_holders, palisade_waiters",
+            )
+            .expect("drop the tables for the next round");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_clients_starting_together_all_create_the_tables() {
+    common::trace();
+    clients_starting_together_all_create_the_tables(SqlServer::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_clients_starting_together_all_create_the_tables() {
+    common::trace();
+    clients_starting_together_all_create_the_tables(SqlServer::mariadb()).await;
+}
+
 /// Tables written by a newer schema are refused with a clear error, and
 /// nothing is changed in them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
