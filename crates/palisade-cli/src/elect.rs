@@ -18,10 +18,10 @@ use palisade_core::{LockName, format_duration as human, parse_duration};
 use palisade_lock_any::{AnyInspector, BackendArgs, lock_error_text};
 use palisade_recipes::{Election, Leader, RecipeError};
 
-use crate::child::{Child, Signals};
+use crate::child::Signals;
 use crate::exit::{self, Failure};
 use crate::fence::FenceArgs;
-use crate::lock::{Outcome, close, supervise};
+use crate::lock::{Ending, Run, close, run_held};
 
 /// Arguments of `palisade elect`.
 #[derive(Debug, Args)]
@@ -137,48 +137,22 @@ pub(crate) async fn elect(args: ElectArgs) -> anyhow::Result<u8> {
     if let Some(server) = args.fence.single_server() {
         env.push(("PALISADE_SERVER", server.to_owned()));
     }
-    let mut child = match Child::spawn(&args.command, &env, !args.no_process_group) {
-        Ok(child) => child,
-        Err(failure) => {
-            let _ = leadership.resign().await;
-            close(lock, false).await;
-            return Err(failure.into());
-        }
+    let run = Run {
+        command: &args.command,
+        env: &env,
+        process_group: !args.no_process_group,
+        grace: args.grace,
     };
-    let outcome = supervise(
-        &mut child,
-        generation,
-        leadership.lease(),
-        &name,
-        args.grace,
-        &mut signals,
-    )
-    .await;
-    if outcome.is_ok() {
-        child.disarm();
-    }
-    let code = match outcome {
-        Ok(Outcome::Exited(code)) => {
+    let holding = (generation, leadership.lease());
+    run_held(run, holding, &name, lock, &mut signals, async |ending| match ending {
+        Ending::GiveBack => {
             if let Err(error) = leadership.resign().await {
-                say!(
-                    "palisade: resigning from `{name}` failed: {error}; the term ends with its lease"
-                );
+                say!("palisade: resigning from `{name}` failed: {error}; the term ends with its lease");
             }
-            code
         }
-        Ok(Outcome::LeaseLost) => {
-            drop(leadership);
-            exit::LEASE_LOST
-        }
-        Err(error) => {
-            child.signal(Signal::SIGKILL);
-            drop(leadership);
-            close(lock, false).await;
-            return Err(anyhow::anyhow!("lost track of the command: {error}"));
-        }
-    };
-    close(lock, false).await;
-    Ok(code)
+        Ending::LeaseLost => drop(leadership),
+    })
+    .await
 }
 
 fn interrupted(signal: Signal, name: &LockName) -> Failure {

@@ -214,44 +214,89 @@ pub(crate) async fn run(args: LockArgs) -> anyhow::Result<u8> {
     if let Some(server) = args.fence.single_server() {
         env.push(("PALISADE_SERVER", server.to_owned()));
     }
-    let mut child = match Child::spawn(&args.command, &env, !args.no_process_group) {
+    let run = Run {
+        command: &args.command,
+        env: &env,
+        process_group: !args.no_process_group,
+        grace: args.grace,
+    };
+    let holding = (guard.generation(), guard.lease());
+    run_held(
+        run,
+        holding,
+        &name,
+        lock,
+        &mut signals,
+        async |ending| match ending {
+            Ending::GiveBack => release(guard, &name).await,
+            // Best effort: if the lock service still has the hold (the loss was
+            // local, e.g. renewals failing), give it back so the next holder
+            // need not wait for the TTL.
+            Ending::LeaseLost => {
+                let _ = tokio::time::timeout(CLEANUP_TIMEOUT, guard.release()).await;
+            }
+        },
+    )
+    .await
+}
+
+/// The command to run under a hold, and how.
+pub(crate) struct Run<'a> {
+    pub(crate) command: &'a [OsString],
+    pub(crate) env: &'a [(&'a str, String)],
+    /// Start it in a process group of its own.
+    pub(crate) process_group: bool,
+    /// Between SIGTERM and SIGKILL once the lease is lost.
+    pub(crate) grace: Duration,
+}
+
+/// How a hold ends once its command is done.
+pub(crate) enum Ending {
+    /// The command exited, or could not be started or watched: give the
+    /// hold back.
+    GiveBack,
+    /// The lease was lost while it ran; the command has been stopped.
+    LeaseLost,
+}
+
+/// Runs the command under a hold of `name` (its generation and lease),
+/// supervised on the lease, then ends the hold with `end` and the session
+/// with it; the command's exit code, or [`exit::LEASE_LOST`]. `palisade
+/// lock` gives back by releasing, `palisade elect` by resigning.
+pub(crate) async fn run_held(
+    run: Run<'_>,
+    (generation, lease): (Generation, LeaseWatch),
+    name: &LockName,
+    lock: AnyLock,
+    signals: &mut Signals,
+    end: impl AsyncFnOnce(Ending),
+) -> anyhow::Result<u8> {
+    let mut child = match Child::spawn(run.command, run.env, run.process_group) {
         Ok(child) => child,
         Err(failure) => {
-            release(guard, &name).await;
+            end(Ending::GiveBack).await;
             close(lock, false).await;
             return Err(failure.into());
         }
     };
     tracing::debug!(lock = %name, pid = child.pid(), "command started");
-
-    let outcome = supervise(
-        &mut child,
-        guard.generation(),
-        guard.lease(),
-        &name,
-        args.grace,
-        &mut signals,
-    )
-    .await;
+    let outcome = supervise(&mut child, generation, lease, name, run.grace, signals).await;
     if outcome.is_ok() {
         child.disarm();
     }
     let code = match outcome {
         Ok(Outcome::Exited(code)) => {
             tracing::info!(lock = %name, generation = generation.get(), code, "command exited");
-            release(guard, &name).await;
+            end(Ending::GiveBack).await;
             code
         }
         Ok(Outcome::LeaseLost) => {
-            // Best effort: if the lock service still has the hold (the loss
-            // was local, e.g. renewals failing), give it back so the next
-            // holder need not wait for the TTL.
-            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, guard.release()).await;
+            end(Ending::LeaseLost).await;
             exit::LEASE_LOST
         }
         Err(error) => {
             child.signal(Signal::SIGKILL);
-            release(guard, &name).await;
+            end(Ending::GiveBack).await;
             close(lock, false).await;
             return Err(anyhow::anyhow!("lost track of the command: {error}"));
         }
@@ -339,7 +384,7 @@ fn interrupted(signal: Signal, name: &LockName, doing: &str) -> Failure {
 }
 
 /// How the command ended.
-pub(crate) enum Outcome {
+enum Outcome {
     /// It exited (or was ended by a signal) while the lease held; its code.
     Exited(u8),
     /// The lease was lost while it ran; it has been stopped.
@@ -347,9 +392,8 @@ pub(crate) enum Outcome {
 }
 
 /// Waits for the command, forwarding signals, and stops it when the lease
-/// is lost: SIGTERM at once, SIGKILL after `grace`. `palisade elect`'s
-/// command is supervised the same way, on its term's lease.
-pub(crate) async fn supervise(
+/// is lost: SIGTERM at once, SIGKILL after `grace`.
+async fn supervise(
     child: &mut Child,
     generation: Generation,
     mut lease: LeaseWatch,
