@@ -27,22 +27,20 @@
 //! create happened).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use palisade_core::holds::{Admission, HoldTable, Patience, Turn};
-use palisade_core::{
-    Generation, LeaseState, LeaseTracker, LockError, LockName, LostReason, Mode, Sequencer,
-};
+use palisade_core::{Generation, LeaseState, LeaseTracker, LockError, LockName, Mode, Sequencer};
 use zookeeper_client as zk;
 
+use crate::client::lock;
 use crate::errors::{BACKEND, ZkLockError};
 use crate::floor::{FloorHistory, parse_floor};
 use crate::floor_cache::FloorPlan;
 use crate::guard::ZkGuard;
 use crate::names::marker_name;
+use crate::node_watch::NodeWatch;
 use crate::queue;
 use crate::session::{Session, ZkHold};
-use crate::task::AbortOnDrop;
 
 /// What the create step learnt.
 struct Created {
@@ -215,19 +213,12 @@ impl Session {
         let node_path = format!("{}/{}", attempt.dir, created.node);
         let sequencer = self.sequencer(&name, attempt.mode, generation, &created.node)?;
         let tracker = Arc::new(LeaseTracker::new(valid_until));
-        let released = Arc::new(AtomicBool::new(false));
-        let node_watch = self.spawn_node_watch(
-            tracker.clone(),
-            released.clone(),
-            node_path.clone(),
-            created.children_watch,
-        );
-        let data = ZkHold {
-            node: node_path,
-            marker,
-            node_watch: std::sync::Mutex::new(Some(node_watch)),
-            released,
-        };
+        let node = NodeWatch::new(node_path, tracker.clone());
+        match created.children_watch {
+            Some(children) => node.arm(self, Some(children)),
+            None => lock(&self.unwatched).push(Arc::downgrade(&node)),
+        }
+        let data = ZkHold { node, marker };
         let guard = turn.grant(sequencer, tracker, data)?;
         attempt.defuse();
         tracing::info!(backend = BACKEND, lock = %name, generation = generation.get(), mode = %attempt.mode, node = %created.node, czxid = created.czxid, "granted");
@@ -294,82 +285,6 @@ impl Session {
             Ok(_) | Err(zk::Error::NodeExists) => Ok(path),
             Err(error) => Err(inner.error("create lock-delay marker", error)),
         }
-    }
-
-    /// Watches a hold's node: deleted by anyone but this session's release
-    /// (a forced release), the hold is lost.
-    ///
-    /// After a listing, it starts from the one-shot watch the listing set
-    /// on the directory's children, which costs no request of its own:
-    /// nothing but a contender's arrival or a deletion fires it. Only once
-    /// it fires is the node itself watched (one `exists`). A grant from an
-    /// empty directory listed nothing: its node is watched from one
-    /// keep-alive interval on. So an uncontended acquire and release costs
-    /// ZooKeeper the create and the delete. The session's own release sets
-    /// `released` before its delete and stops the task once the delete is
-    /// answered, so a watch ends fired, never removed (which would cost a
-    /// request).
-    fn spawn_node_watch(
-        self: &Arc<Self>,
-        tracker: Arc<LeaseTracker>,
-        released: Arc<AtomicBool>,
-        path: String,
-        children_watch: Option<zk::OneshotWatcher>,
-    ) -> AbortOnDrop {
-        let session = Arc::downgrade(self);
-        let shown = path.clone();
-        let own_release = released.clone();
-        let deleted = move || {
-            if own_release.load(Ordering::Acquire) {
-                // The session's own release.
-                return;
-            }
-            if tracker.lose(LostReason::KeyDeleted) {
-                tracing::warn!(backend = BACKEND, node = %shown, "the hold's node was deleted by someone else: lease lost");
-            }
-        };
-        let young = self.options.keepalive_interval();
-        AbortOnDrop(tokio::spawn(async move {
-            match children_watch {
-                Some(watch) => {
-                    if watch.changed().await.event_type == zk::EventType::Session {
-                        // The session's own end is followed elsewhere.
-                        return;
-                    }
-                    if released.load(Ordering::Acquire) {
-                        // Fired by the session's own release.
-                        return;
-                    }
-                }
-                // Granted without a listing: the node is watched from one
-                // keep-alive interval on, so a hold released sooner costs
-                // no request, and a forced release of a younger one is
-                // noticed within that interval.
-                None => tokio::time::sleep(young).await,
-            }
-            loop {
-                let Some(strong) = session.upgrade() else {
-                    return;
-                };
-                let Ok(zk) = strong.zk() else {
-                    return;
-                };
-                let watch = zk.check_and_watch_stat(&path);
-                let watched = strong.client.inner.bounded("watch hold", watch).await;
-                drop((zk, strong));
-                let watcher = match watched {
-                    Ok((Some(_), watcher)) => watcher,
-                    Ok((None, _)) => return deleted(),
-                    // The session's own end is followed elsewhere.
-                    Err(_) => return,
-                };
-                match watcher.changed().await.event_type {
-                    zk::EventType::NodeDeleted => return deleted(),
-                    zk::EventType::Session => return,
-                    _ => {}
-                }
-            }
-        }))
     }
 }
 

@@ -64,6 +64,7 @@ mod guard;
 mod inspect;
 mod live_check;
 mod names;
+mod node_watch;
 mod queue;
 mod session;
 mod task;

@@ -16,7 +16,6 @@
 //! and at a deadline that does not depend on when SUSPENDED was noticed.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -30,6 +29,7 @@ use crate::client::lock;
 use crate::client::{close_from_outside, connect_session};
 use crate::errors::{self, BACKEND};
 use crate::floor_cache::FloorCache;
+use crate::node_watch::NodeWatch;
 use crate::task::AbortOnDrop;
 use crate::{ConfigError, ZkLockClient};
 
@@ -84,6 +84,9 @@ pub(crate) struct Session {
     /// The floor history, kept under a watch so that a grant need not
     /// read it (floor_cache.rs).
     pub(crate) floor_cache: FloorCache,
+    /// Holds granted without a listing whose node is not watched yet: the
+    /// keep-alive's next tick arms them (node_watch.rs).
+    pub(crate) unwatched: Mutex<Vec<Weak<NodeWatch>>>,
     /// The keep-alive and the session-state follower.
     tasks: Mutex<Tasks>,
 }
@@ -100,19 +103,13 @@ struct Tasks {
 
 /// What the session keeps per hold besides its sequencer and lease.
 pub(crate) struct ZkHold {
-    /// The contender node's path: deleting it releases the lock.
-    pub(crate) node: String,
+    /// The contender node (deleting it releases the lock) and its watch:
+    /// its deletion by anyone else (a forced release) loses the hold.
+    pub(crate) node: Arc<NodeWatch>,
     /// The lock-delay marker's path, when the session has a lock-delay:
     /// deleted just before the node on a release, left to expire with the
     /// lock-delay session otherwise.
     pub(crate) marker: Option<String>,
-    /// Watches the node: its deletion by anyone else (a forced release)
-    /// loses the hold. Stopped once the session's own release is
-    /// answered, and with the hold.
-    pub(crate) node_watch: Mutex<Option<AbortOnDrop>>,
-    /// Set before the session's own delete is sent: the node watch then
-    /// takes the deletion for what it is.
-    pub(crate) released: Arc<AtomicBool>,
 }
 
 /// The session-level sequencer `lease` field: ZooKeeper's session id.
@@ -167,6 +164,7 @@ impl ZkLockClient {
             lease,
             holds,
             floor_cache: FloorCache::default(),
+            unwatched: Mutex::default(),
             tasks: Mutex::default(),
         });
         let keepalive = tokio::spawn(keep_alive(Arc::downgrade(&session)));
@@ -366,6 +364,11 @@ async fn keep_alive(session: Weak<Session>) {
         if session.is_over() {
             return;
         }
+        // Sent ahead of the keep-alive's own requests, in its pipeline.
+        let unwatched = std::mem::take(&mut *lock(&session.unwatched));
+        for node in unwatched.iter().filter_map(Weak::upgrade) {
+            node.arm(&session, None);
+        }
         let Ok(zk) = session.zk() else {
             return;
         };
@@ -466,8 +469,7 @@ impl HoldBackend for Session {
         // watcher (ZooKeeper sends a session's watch events before the
         // reply that follows them), whereas a watcher dropped unfired costs
         // a request to remove it on the server, before the delete.
-        data.released.store(true, Ordering::Release);
-        let _stop_watch = lock(&data.node_watch).take();
+        let _stop_watch = data.node.release();
         let inner = &self.client.inner;
         if let (Some(marker), Some(delay_zk)) = (&data.marker, self.delay_zk()) {
             // The marker first: a contender woken by the node's deletion
@@ -481,7 +483,9 @@ impl HoldBackend for Session {
             // Closed: its nodes went with it.
             return Ok(false);
         };
-        let deleted = inner.bounded("release", zk.delete(&data.node, None)).await;
+        let deleted = inner
+            .bounded("release", zk.delete(&data.node.path, None))
+            .await;
         drop((zk, gate));
         match deleted {
             Ok(()) => Ok(true),
@@ -493,7 +497,7 @@ impl HoldBackend for Session {
                 // Keep trying in the background while the session lives:
                 // the delete is safe to repeat, and the session's end
                 // takes the node anyway.
-                let (me, node) = (self.me.clone(), data.node.clone());
+                let (me, node) = (self.me.clone(), data.node.path.clone());
                 self.spawn(Box::pin(async move {
                     for pause in palisade_core::retry_pauses(
                         Duration::from_millis(50),
