@@ -182,7 +182,9 @@ pub(crate) struct LeaderArgs {
     #[arg(long)]
     watch: bool,
 
-    /// With --watch, how often the lock service is read.
+    /// With --watch, how often a lock service that cannot watch (Redis,
+    /// PostgreSQL, MariaDB) is read; etcd and ZooKeeper are read on their
+    /// watches' events.
     #[arg(long, default_value = "200ms", value_parser = parse_duration, value_name = "DURATION")]
     every: Duration,
 

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{Generation, LockError, LockName, Mode};
+use crate::{Changes, Generation, LockError, LockName, Mode};
 
 /// One hold of a lock, as the lock service shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,6 +153,22 @@ pub trait Inspect: Send + Sync + 'static {
     /// Every lock whose name starts with `prefix` that is held, waited for
     /// or in a lock-delay, sorted by name. An empty prefix lists them all.
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<LockInfo>, LockError>> + Send;
+
+    /// Hints at every change of the holders of the locks whose names start
+    /// with `prefix` (a grant, a release, a lease's end): once this
+    /// resolves, no such change goes without a hint after it. The provided
+    /// method hints every `every` (polling); a backend whose service can
+    /// watch (etcd watches, ZooKeeper watches, the embedded service's own
+    /// state) pushes hints instead ([`Changes::pushed`]), and falls back
+    /// to `every` only while its watch is down.
+    fn changes(
+        &self,
+        prefix: &str,
+        every: Duration,
+    ) -> impl Future<Output = Result<Changes, LockError>> + Send {
+        let _ = prefix;
+        std::future::ready(Ok(Changes::every(every)))
+    }
 
     /// [`Inspect::inspect`] for each of `names`, in their order, keeping the
     /// locks that are held, waited for or in a lock-delay: what

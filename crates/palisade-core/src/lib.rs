@@ -37,6 +37,7 @@
 //!   idempotent retries.
 //! - [`LockError`], [`SequencerError`]: what can go wrong, typed.
 
+mod changes;
 mod columns;
 mod duration;
 mod encoding;
@@ -61,6 +62,7 @@ mod sequencer;
 mod signing;
 mod suspend_clock;
 
+pub use changes::{ChangeSender, Changes};
 pub use columns::two_columns;
 pub use duration::{format_duration, parse_duration};
 pub use encoding::percent_decode;

@@ -1,7 +1,9 @@
 //! [`AnyInspector`]: the inspection API ([`Inspect`], [`ForceRelease`]) of
 //! whichever lock service a [`LockSpec`] chose. No session, no signing key.
 
-use palisade_core::{ForceRelease, Generation, Inspect, LockError, LockInfo, LockName};
+use std::time::Duration;
+
+use palisade_core::{Changes, ForceRelease, Generation, Inspect, LockError, LockInfo, LockName};
 
 use crate::connect::{AnyClient, each_service};
 use crate::error::{SelectError, refuse};
@@ -43,6 +45,10 @@ impl Inspect for AnyInspector {
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>, LockError> {
         each_service!(&self.0, inner => inner.list(prefix).await)
+    }
+
+    async fn changes(&self, prefix: &str, every: Duration) -> Result<Changes, LockError> {
+        each_service!(&self.0, inner => inner.changes(prefix, every).await)
     }
 }
 

@@ -3,12 +3,12 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_core::holds::Waiters;
 use palisade_core::{
-    FloorRaised, Generation, Inspect, LiveCheck, Liveness, LockError, LockInfo, LockName, Mode,
-    RaiseFloor, RaiseFloorError, Sequencer, SessionOptions, SharedLiveCheck, Signer,
+    Changes, FloorRaised, Generation, Inspect, LiveCheck, Liveness, LockError, LockInfo, LockName,
+    Mode, RaiseFloor, RaiseFloorError, Sequencer, SessionOptions, SharedLiveCheck, Signer,
 };
 use tokio::time::Instant;
 
@@ -204,6 +204,12 @@ impl Inspect for EmbeddedLockClient {
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>, LockError> {
         Ok(self.inner.lock_state().list(prefix, Instant::now()))
+    }
+
+    /// Pushed by the service itself at every change of holders, of any
+    /// name (so also of names outside `prefix`): it never needs `every`.
+    async fn changes(&self, _prefix: &str, _every: Duration) -> Result<Changes, LockError> {
+        Ok(self.inner.lock_state().holders_changed.subscribe())
     }
 }
 

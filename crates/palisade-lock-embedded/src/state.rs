@@ -16,8 +16,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_core::{
-    Generation, Holder, LeaseTracker, LockError, LockInfo, LockName, LostReason, Mode, Sequencer,
-    SessionOptions, Signer, name_has_prefix,
+    ChangeSender, Generation, Holder, LeaseTracker, LockError, LockInfo, LockName, LostReason,
+    Mode, Sequencer, SessionOptions, Signer, name_has_prefix,
 };
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -104,6 +104,9 @@ pub(crate) struct ServiceState {
     /// created again never sees a generation it has seen before, while the
     /// service keeps no memory for idle names.
     generation_floor: u64,
+    /// Hints observers ([`Inspect::changes`](palisade_core::Inspect::changes))
+    /// at every change of holders, of any name.
+    pub(crate) holders_changed: ChangeSender,
 }
 
 /// One lock name.
@@ -250,6 +253,7 @@ impl ServiceState {
             next_session: 1,
             next_waiter: 1,
             generation_floor: 0,
+            holders_changed: ChangeSender::new(),
         }
     }
 
@@ -295,6 +299,7 @@ impl ServiceState {
                         true
                     }
                 });
+                self.holders_changed.notify();
             }
             touched.insert(name);
         }
@@ -447,6 +452,7 @@ impl ServiceState {
                 not_owner()
             })?;
         let hold = entry.holders.swap_remove(position);
+        self.holders_changed.notify();
         hold.tracker.release();
         tracing::info!(lock = %name, generation = generation.get(), mode = %hold.sequencer.mode(), "released");
         if let Some(record) = self.sessions.get_mut(&session) {
@@ -544,6 +550,8 @@ impl ServiceState {
                     .position(|hold| hold.session == session)
                 {
                     let hold = entry.holders.swap_remove(position);
+                    self.holders_changed.notify();
+                    self.holders_changed.notify();
                     hold.tracker.lose(LostReason::Revoked);
                     tracing::warn!(lock = %name, generation = hold.sequencer.generation().get(), end = end.as_str(), "lease lost: hold removed");
                 }
@@ -857,6 +865,7 @@ impl ServiceState {
             tracker: tracker.clone(),
         });
         record.held.insert(name.clone());
+        self.holders_changed.notify();
         tracing::info!(lock = %name, generation = generation.get(), %mode, holder = %record.holder_id, "granted");
         Ok(Grant { sequencer, tracker })
     }
@@ -871,6 +880,7 @@ impl ServiceState {
                 .position(|hold| hold.session == session)
             {
                 entry.holders.swap_remove(position).tracker.release();
+                self.holders_changed.notify();
             }
         }
         if let Some(record) = self.sessions.get_mut(&session) {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
 use palisade_core::{
-    ForceRelease, Generation, Holder, Inspect, LockError, LockInfo, LockName, Waiter,
+    Changes, ForceRelease, Generation, Holder, Inspect, LockError, LockInfo, LockName, Waiter,
 };
 
 use crate::client::{ClientInner, Resend};
@@ -60,6 +60,16 @@ impl Inspect for EtcdLockClient {
             }
         }
         Ok(locks)
+    }
+
+    /// An etcd watch on the range of the locks `prefix` selects.
+    async fn changes(&self, prefix: &str, every: Duration) -> Result<Changes, LockError> {
+        let key = format!(
+            "{}/{}",
+            self.inner.config.prefix(),
+            LockName::key_segment_prefix(prefix)
+        );
+        crate::changes::changes(self.inner.clone(), key, every).await
     }
 }
 

@@ -52,6 +52,7 @@
 //! ```
 
 mod acquire;
+mod changes;
 mod client;
 mod config;
 mod errors;

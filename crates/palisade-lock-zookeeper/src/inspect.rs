@@ -4,7 +4,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use palisade_core::{
-    ForceRelease, Generation, Holder, Inspect, LockError, LockInfo, LockName, Waiter,
+    Changes, ForceRelease, Generation, Holder, Inspect, LockError, LockInfo, LockName, Waiter,
     name_has_prefix,
 };
 use zookeeper_client as zk;
@@ -183,6 +183,16 @@ impl Inspect for ZkLockClient {
             names.sort();
             client.inspect_active(names).await
         }
+    }
+
+    /// A persistent recursive watch on the lock root, on the reader
+    /// session, keeping the events of the locks `prefix` selects.
+    fn changes(
+        &self,
+        prefix: &str,
+        every: Duration,
+    ) -> impl Future<Output = Result<Changes, LockError>> + Send {
+        crate::changes::changes(self.inner.clone(), prefix.to_owned(), every)
     }
 }
 

@@ -55,6 +55,7 @@
 //! ```
 
 mod acquire;
+mod changes;
 mod client;
 mod config;
 mod errors;

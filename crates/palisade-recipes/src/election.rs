@@ -14,15 +14,15 @@
 //! current leader's.
 //!
 //! This needs nothing of a backend beyond [`Lock`] and [`Inspect`], so it
-//! runs on every backend with an inspection API. Observing reads at an
-//! interval ([`Election::with_poll_interval`]): no core trait watches a
-//! lock's holder yet.
+//! runs on every backend with an inspection API. Observing reads again on
+//! each of [`Inspect::changes`]'s hints: the service's own watch where it
+//! has one, every [`Election::with_poll_interval`] where it has none.
 
 use std::time::Duration;
 
 use futures::Stream;
 use palisade_core::{
-    Generation, Inspect, LeaseWatch, Lock, LockError, LockGuard, LockName, Mode, Sequencer,
+    Changes, Generation, Inspect, LeaseWatch, Lock, LockError, LockGuard, LockName, Mode, Sequencer,
 };
 
 use crate::error::RecipeError;
@@ -66,7 +66,8 @@ pub struct Leader {
 }
 
 impl Election {
-    /// An election named `name`; observers read it every 100 ms.
+    /// An election named `name`; observers of a lock service that cannot
+    /// watch read it every 100 ms.
     pub fn new(name: LockName) -> Self {
         Election {
             name,
@@ -74,7 +75,9 @@ impl Election {
         }
     }
 
-    /// Sets how often [`Election::observe`] reads the lock service.
+    /// Sets how often [`Election::observe`] reads a lock service that
+    /// cannot watch (Redis, PostgreSQL, MariaDB), or one that can while
+    /// its watch is down.
     pub fn with_poll_interval(mut self, interval: Duration) -> Self {
         self.poll = interval;
         self
@@ -142,29 +145,52 @@ impl Election {
 
     /// A stream of who leads: the leader now, then each change (a new
     /// term, a new value, or nobody), in the order the lock service made
-    /// them, read every poll interval. A term whose leader has not yet
-    /// published its value is reported once it has.
+    /// them. Read again on each hint of [`Inspect::changes`]: pushed by the
+    /// service's own watch where it has one (etcd, ZooKeeper, the embedded
+    /// service), every poll interval where it has none. A term whose
+    /// leader has not yet published its value is reported once it has.
     pub fn observe<I: Inspect>(
         &self,
         inspector: I,
     ) -> impl Stream<Item = Result<Option<Leader>, RecipeError>> + Send + 'static {
         let election = self.clone();
         futures::stream::unfold(
-            (inspector, None::<Option<Leader>>),
-            move |(inspector, last)| {
+            (inspector, None::<Changes>, None::<Option<Leader>>),
+            move |(inspector, changes, last)| {
                 let election = election.clone();
                 async move {
+                    // Hints first, so that no change after the first read
+                    // goes unseen.
+                    let mut changes = match changes {
+                        Some(changes) => changes,
+                        None => {
+                            let prefix = election.name.as_str();
+                            match inspector.changes(prefix, election.poll).await {
+                                Ok(changes) => changes,
+                                Err(error) => {
+                                    return Some((Err(error.into()), (inspector, None, last)));
+                                }
+                            }
+                        }
+                    };
                     loop {
+                        if let Err(error) = changes.next().await {
+                            return Some((Err(error.into()), (inspector, None, last)));
+                        }
                         match election.leader(&inspector).await {
-                            Err(error) => return Some((Err(error), (inspector, last))),
+                            Err(error) => {
+                                return Some((Err(error), (inspector, Some(changes), last)));
+                            }
                             Ok(Some(Leader { value: None, .. })) => {}
                             Ok(now) if last.as_ref() != Some(&now) => {
                                 tracing::debug!(election = %election.name, leader = ?now, "leader changed");
-                                return Some((Ok(now.clone()), (inspector, Some(now))));
+                                return Some((
+                                    Ok(now.clone()),
+                                    (inspector, Some(changes), Some(now)),
+                                ));
                             }
                             Ok(_) => {}
                         }
-                        tokio::time::sleep(election.poll).await;
                     }
                 }
             },

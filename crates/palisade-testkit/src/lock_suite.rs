@@ -120,6 +120,13 @@ pub trait SuiteInspect: SuiteBackend {
     fn can_list(&self) -> bool {
         true
     }
+
+    /// Whether the service can watch, so that [`Inspect::changes`] must
+    /// push its hints rather than poll (etcd, ZooKeeper, the embedded
+    /// service).
+    fn watches(&self) -> bool {
+        false
+    }
 }
 
 /// A backend whose client raises generation floors ([`RaiseFloor`]):

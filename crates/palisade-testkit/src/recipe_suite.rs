@@ -14,7 +14,7 @@
 //! | case | checks |
 //! | --- | --- |
 //! | [`one_leader_per_term`] | contending candidates: never two leaders at once; terms only grow |
-//! | [`observer_sees_every_change`] | an observer sees each leader, value, resignation and takeover, in order; a lost leadership is signalled and its term refused |
+//! | [`observer_sees_every_change`] | an observer sees each leader, value, resignation and takeover, in order, on hints alone where the service watches; a lost leadership is signalled and its term refused |
 //! | [`paused_leader_is_fenced`] | a leader whose lease ended wakes after a new election: the fenced store refuses its write |
 //! | [`unpublishable_value_refused`] | a value no lock name can carry is refused before anything is taken |
 //! | [`at_most_n_permits`] | contending sessions: never more than N permit holders |
@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use palisade_core::op::Op;
-use palisade_core::{BoxError, LockName, Sequencer};
+use palisade_core::{BoxError, Inspect, LockName, Sequencer};
 use palisade_recipes::{Election, Leader, RecipeError, SegmentStore, Semaphore, Striped};
 use palisade_store::{Durability, Store, StoreConfig};
 use tokio::time::Instant;
@@ -189,8 +189,26 @@ where
     B::Inspector: Clone,
 {
     let case = Case::recipe(backend, "observer_sees_every_change");
-    let election =
-        Election::new(case.name("election")).with_poll_interval(Duration::from_millis(20));
+    // A service that watches is not polled: its observer reads once an
+    // hour but on a hint, so a change its watch misses fails the case.
+    let name = case.name("election");
+    let pushed = match backend
+        .inspector()
+        .changes(name.as_str(), Duration::from_millis(20))
+        .await
+    {
+        Ok(changes) => changes.is_pushed(),
+        Err(error) => case.fail(format_args!("watching the election: {error}")),
+    };
+    if backend.watches() && !pushed {
+        case.fail("the inspector polls, but this backend's service can watch");
+    }
+    let poll = if pushed {
+        Duration::from_secs(3600)
+    } else {
+        Duration::from_millis(20)
+    };
+    let election = Election::new(name).with_poll_interval(poll);
     let mut observer = Box::pin(election.observe(backend.inspector().clone()));
     let mut next = async |what: &str| -> Option<Leader> {
         match case

@@ -6,7 +6,7 @@
 use std::any::Any;
 use std::time::Duration;
 
-use palisade_core::{Inspect, LockError, LockInfo, LockName, SessionOptions};
+use palisade_core::{Changes, Inspect, LockError, LockInfo, LockName, SessionOptions};
 use palisade_lock_any::{AnyClient, AnyInspector, AnyLock, LockSpec};
 use palisade_lock_embedded::EmbeddedLockClient;
 use palisade_testkit::lock_suite::{SuiteBackend, SuiteInspect};
@@ -44,6 +44,13 @@ impl Inspect for Inspector {
         match self {
             Inspector::Embedded(inner) => inner.list(prefix).await,
             Inspector::Any(inner) => inner.list(prefix).await,
+        }
+    }
+
+    async fn changes(&self, prefix: &str, every: Duration) -> Result<Changes, LockError> {
+        match self {
+            Inspector::Embedded(inner) => inner.changes(prefix, every).await,
+            Inspector::Any(inner) => inner.changes(prefix, every).await,
         }
     }
 }
@@ -119,6 +126,10 @@ impl SuiteInspect for Backend {
 
     fn inspector(&self) -> &Inspector {
         &self.inspector
+    }
+
+    fn watches(&self) -> bool {
+        matches!(self.name, "embedded" | "etcd" | "zookeeper")
     }
 }
 
