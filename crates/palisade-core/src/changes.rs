@@ -7,6 +7,7 @@
 //! nothing changed; what must never happen is a change with no hint after
 //! it, once the [`Changes`] exists.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -97,6 +98,44 @@ impl ChangeSender {
     pub async fn closed(&self) {
         self.0.closed().await;
     }
+
+    /// While the service's watch is down: hints at once (events may have
+    /// been missed), then every `every` while `open` sets the watch again
+    /// (a failed attempt is tried again after `every`), and once more when
+    /// it has. `None` once every observer is gone.
+    pub async fn reopen<T, E, F>(&self, every: Duration, mut open: impl FnMut() -> F) -> Option<T>
+    where
+        E: std::fmt::Display,
+        F: Future<Output = Result<T, E>>,
+    {
+        self.notify();
+        let mut ticks = tokio::time::interval(every.max(Duration::from_millis(1)));
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            let opening = open();
+            let mut opening = std::pin::pin!(opening);
+            let opened = loop {
+                tokio::select! {
+                    () = self.closed() => return None,
+                    _ = ticks.tick() => self.notify(),
+                    opened = &mut opening => break opened,
+                }
+            };
+            match opened {
+                Ok(watch) => {
+                    self.notify();
+                    return Some(watch);
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "setting a changes watch again failed");
+                    tokio::select! {
+                        () = self.closed() => return None,
+                        () = tokio::time::sleep(every) => {}
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Default for ChangeSender {
@@ -145,5 +184,31 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), sender.closed())
             .await
             .expect("closed once the observer is dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reopening_hints_while_down_and_once_the_watch_is_back() {
+        let (sender, mut changes) = Changes::pushed();
+        changes.next().await.unwrap();
+        let mut attempts = 0;
+        let reopened = sender
+            .reopen(Duration::from_millis(100), || {
+                attempts += 1;
+                let attempt = attempts;
+                async move {
+                    match attempt {
+                        3 => Ok(attempt),
+                        _ => Err("refused"),
+                    }
+                }
+            })
+            .await;
+        assert_eq!(reopened, Some(3));
+        changes.next().await.unwrap();
+        drop(changes);
+        let gone = sender
+            .reopen(Duration::from_millis(100), || async { Err::<(), _>("refused") })
+            .await;
+        assert_eq!(gone, None, "no observer left: reopening stops");
     }
 }

@@ -75,30 +75,9 @@ async fn follow(
             }
         }
         tracing::debug!(key, "a changes watch broke; reopening it");
-        // Down: hint now (events may be lost), then every `every` until the
-        // watch is back, and once more when it is.
-        let mut ticks = tokio::time::interval(every.max(Duration::from_millis(1)));
-        stream = loop {
-            let opening = open(&inner, &key);
-            tokio::pin!(opening);
-            let opened = loop {
-                tokio::select! {
-                    () = sender.closed() => return,
-                    _ = ticks.tick() => sender.notify(),
-                    opened = &mut opening => break opened,
-                }
-            };
-            match opened {
-                Ok(stream) => break stream,
-                Err(error) => {
-                    tracing::debug!(key, %error, "reopening a changes watch failed");
-                    tokio::select! {
-                        () = sender.closed() => return,
-                        () = tokio::time::sleep(every) => sender.notify(),
-                    }
-                }
-            }
-        };
-        sender.notify();
+        match sender.reopen(every, || open(&inner, &key)).await {
+            Some(reopened) => stream = reopened,
+            None => return,
+        }
     }
 }

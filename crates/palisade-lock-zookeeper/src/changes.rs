@@ -66,7 +66,6 @@ async fn follow(
     sender: ChangeSender,
     mut watcher: zk::PersistentWatcher,
 ) {
-    let every = every.max(Duration::from_millis(1));
     loop {
         // Follow the watch until its session ends or the observer leaves.
         loop {
@@ -84,23 +83,10 @@ async fn follow(
             }
         }
         tracing::debug!(prefix, "a changes watch's session ended; watching again");
-        sender.notify();
-        watcher = loop {
-            tokio::select! {
-                () = sender.closed() => return,
-                registered = register(&inner) => match registered {
-                    Ok(watcher) => break watcher,
-                    Err(error) => {
-                        tracing::debug!(prefix, %error, "watching the locks again failed");
-                        tokio::select! {
-                            () = sender.closed() => return,
-                            () = tokio::time::sleep(every) => sender.notify(),
-                        }
-                    }
-                },
-            }
-        };
-        sender.notify();
+        match sender.reopen(every, || register(&inner)).await {
+            Some(registered) => watcher = registered,
+            None => return,
+        }
     }
 }
 
