@@ -207,7 +207,9 @@ mod tests {
         changes.next().await.unwrap();
         drop(changes);
         let gone = sender
-            .reopen(Duration::from_millis(100), || async { Err::<(), _>("refused") })
+            .reopen(Duration::from_millis(100), || async {
+                Err::<(), _>("refused")
+            })
             .await;
         assert_eq!(gone, None, "no observer left: reopening stops");
     }

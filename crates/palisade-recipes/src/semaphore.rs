@@ -9,8 +9,8 @@
 //! before it takes a permit and again after (two clients that start
 //! together each see the other's permit, so neither goes on).
 //!
-//! A free permit is taken at once, starting from a random one. When none is
-//! free, the client queues on every permit at once and keeps the first
+//! A free permit is taken at once, starting from a random one of those the
+//! count check's listing found free. When none is free, the client queues on every permit at once and keeps the first
 //! granted, dropping the other requests (a dropped acquisition leaves no
 //! queue entry behind: point 5 of [`Lock`]); waiting is the backends' own,
 //! event-driven where theirs is.
@@ -107,10 +107,15 @@ impl Semaphore {
         session: &L,
         inspector: &I,
     ) -> Result<Option<Permit<L::Guard>>, RecipeError> {
-        self.check_count(inspector).await?;
+        // The count check's listing also says which permits are held: only
+        // the others are tried (one may have been taken since: the next is).
+        let held = self.check_count(inspector).await?;
         let n = self.permits.len();
         let start = rand::random_range(0..n);
         for index in (start..n).chain(0..start) {
+            if held[index] {
+                continue;
+            }
             if let Some(guard) = session
                 .try_acquire(&self.permits[index], Mode::Exclusive)
                 .await?
@@ -163,19 +168,28 @@ impl Semaphore {
             .count())
     }
 
-    /// Refuses when permits of this name are in use with another count.
-    async fn check_count<I: Inspect>(&self, inspector: &I) -> Result<(), RecipeError> {
+    /// Refuses when permits of this name are in use with another count;
+    /// else which of ours are held, by index.
+    async fn check_count<I: Inspect>(&self, inspector: &I) -> Result<Vec<bool>, RecipeError> {
         let prefix = format!("{}{PERMITS}", self.name);
+        let mut held = vec![false; self.permits.len()];
         for info in inspector.list(&prefix).await? {
-            let theirs = info
+            let Some((theirs, index)) = info
                 .name
                 .as_str()
                 .strip_prefix(&prefix)
                 .and_then(|rest| rest.split_once('/'))
-                .and_then(|(count, _)| count.parse::<u32>().ok());
-            if let Some(theirs) = theirs
-                && theirs != self.permits()
-            {
+            else {
+                continue;
+            };
+            let Ok(theirs) = theirs.parse::<u32>() else {
+                continue;
+            };
+            if theirs == self.permits() {
+                if let Some(slot) = index.parse::<usize>().ok().and_then(|i| held.get_mut(i)) {
+                    *slot |= !info.holders.is_empty();
+                }
+            } else {
                 tracing::warn!(semaphore = %self.name, ours = self.permits(), theirs, "permit count mismatch");
                 return Err(RecipeError::PermitCountMismatch {
                     name: self.name.clone(),
@@ -184,7 +198,7 @@ impl Semaphore {
                 });
             }
         }
-        Ok(())
+        Ok(held)
     }
 
     /// Checks the count again with the permit held, so that of two clients
