@@ -9,9 +9,11 @@
 //! watch's registration: once [`changes`] returns, no such change goes
 //! without a hint. ZooKeeper does not replay a persistent watch's events
 //! missed while disconnected (ZOOKEEPER-4698): the observer is hinted on
-//! the disconnect and again on the reconnect. When the reader session ends,
-//! the watch is set again on a new one; while it cannot be, hints come
-//! every `every`, as without a watch.
+//! the disconnect, and on the reconnect the watch is set again (the client
+//! library does not set persistent watches again by itself) and the
+//! observer hinted once more. When the reader session ends, the watch is
+//! set on a new one; while it cannot be, hints come every `every`, as
+//! without a watch.
 //!
 //! [`Inspect::changes`]: palisade_core::Inspect::changes
 
@@ -64,29 +66,37 @@ async fn follow(
     prefix: String,
     every: Duration,
     sender: ChangeSender,
-    mut watcher: zk::PersistentWatcher,
+    watcher: zk::PersistentWatcher,
 ) {
+    let mut watcher = Some(watcher);
     loop {
-        // Follow the watch until its session ends or the observer leaves.
-        loop {
+        // Follow the watch until it needs setting again or the observer
+        // leaves.
+        while let Some(following) = watcher.as_mut() {
             let event = tokio::select! {
                 () = sender.closed() => return,
-                event = watcher.changed() => event,
+                event = following.changed() => event,
             };
-            match event.event_type {
-                zk::EventType::Session if event.session_state.is_terminated() => break,
-                // A disconnect may lose events, and the reconnect follows
-                // them: read again on both.
-                zk::EventType::Session => sender.notify(),
+            match (event.event_type, event.session_state) {
+                (zk::EventType::Session, state) if state.is_terminated() => break,
+                // Reconnected: the client library does not set persistent
+                // watches again on a reconnect, and ZooKeeper would not
+                // replay what was missed anyway.
+                (zk::EventType::Session, zk::SessionState::SyncConnected) => break,
+                (zk::EventType::Session, _) => sender.notify(),
                 _ if concerns(inner.layout.root(), &event.path, &prefix) => sender.notify(),
                 _ => {}
             }
         }
-        tracing::debug!(prefix, "a changes watch's session ended; watching again");
-        match sender.reopen(every, || register(&inner)).await {
-            Some(registered) => watcher = registered,
+        tracing::debug!(prefix, "setting a changes watch again");
+        // Dropped first: dropping sends its removal, and the server keeps
+        // one persistent watch per path and session, so the removal must
+        // go before the new registration.
+        drop(watcher.take());
+        watcher = Some(match sender.reopen(every, || register(&inner)).await {
+            Some(registered) => registered,
             None => return,
-        }
+        });
     }
 }
 

@@ -3,6 +3,7 @@
 //! `PALISADE_ETCD_ENDPOINTS`). No test here mocks etcd.
 
 mod cancel;
+mod changes;
 mod cluster;
 mod conformance;
 mod errors;

@@ -2,6 +2,7 @@
 //! processes started on loopback by the testkit (or the ZooKeeper named by
 //! `PALISADE_ZOOKEEPER`). No test here mocks ZooKeeper.
 
+mod changes;
 mod conformance;
 mod crash;
 mod fixtures;
