@@ -21,8 +21,8 @@
 use palisade_core::Mode;
 use palisade_core::marks::Marks;
 use redis_module::{
-    CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, RedisError, RedisResult,
-    RedisString, RedisValue,
+    CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, KeyType, RedisError,
+    RedisResult, RedisString, RedisValue,
 };
 
 mod request;
@@ -172,7 +172,7 @@ fn copy(result: CallResult<'_>) -> Reply {
 /// marks.
 struct Record {
     marks: Marks,
-    seq: Vec<u8>,
+    seq: i64,
 }
 
 impl<'ctx> Fence<'ctx> {
@@ -201,28 +201,51 @@ impl<'ctx> Fence<'ctx> {
         )
     }
 
+    /// Reads the marks record through the key API (an `RM_Call` costs
+    /// microseconds, as much as the rest of a request).
     fn read_marks(&self, key: &[u8]) -> Option<Record> {
-        let Reply::Array(fields) = self.call("HMGET", &[key, b"x", b"s", b"n"]) else {
-            return None;
+        let record = self.ctx.open_key(&self.ctx.create_string(key));
+        let field = |name: &str| -> Option<Vec<u8>> {
+            match record.hash_get(name).ok()? {
+                Some(value) => Some(value.as_slice().to_vec()),
+                None => Some(b"0".to_vec()),
+            }
         };
-        let mut fields = fields.into_iter().map(|field| match field {
-            Reply::Null => Some(b"0".to_vec()),
-            other => other.bytes(),
-        });
-        let (x, s, n) = (fields.next()??, fields.next()??, fields.next()??);
-        integer(&n)?;
+        let (x, s, n) = match record.key_type() {
+            KeyType::Empty => (b"0".to_vec(), b"0".to_vec(), b"0".to_vec()),
+            KeyType::Hash => (field("x")?, field("s")?, field("n")?),
+            _ => return None,
+        };
         Some(Record {
             marks: Marks {
                 exclusive: decimal(&x, true)?,
                 shared: decimal(&s, true)?,
             },
-            seq: n,
+            seq: integer(&n)?,
         })
     }
 
+    /// Sets fields of the marks record (key API), replicated as `HSET`.
+    fn write_record(&self, key: &[u8], fields: &[(&str, String)]) {
+        let name = self.ctx.create_string(key);
+        let record = self.ctx.open_key_writable(&name);
+        let mut replicated: Vec<&[u8]> = vec![key];
+        for (field, value) in fields {
+            record.hash_set(field, self.ctx.create_string(value.as_str()));
+            replicated.push(field.as_bytes());
+            replicated.push(value.as_bytes());
+        }
+        self.ctx.replicate("HSET", replicated.as_slice());
+    }
+
     fn write_marks(&self, key: &[u8], marks: Marks) {
-        let (x, s) = (marks.exclusive.to_string(), marks.shared.to_string());
-        self.call_write("HSET", &[key, b"x", x.as_bytes(), b"s", s.as_bytes()]);
+        self.write_record(
+            key,
+            &[
+                ("x", marks.exclusive.to_string()),
+                ("s", marks.shared.to_string()),
+            ],
+        );
     }
 
     /// One request: the rule, then every op checked against what the ops
@@ -331,12 +354,11 @@ impl<'ctx> Fence<'ctx> {
             self.write_marks(marks_key, after);
         }
         let seq = if writes {
-            match self.call_write("HINCRBY", &[marks_key, b"n", b"1"]) {
-                Reply::Int(seq) => RedisValue::Integer(seq),
-                _ => return bad("corrupt marks record"),
-            }
+            let seq = record.seq + 1;
+            self.write_record(marks_key, &[("n", seq.to_string())]);
+            RedisValue::Integer(seq)
         } else {
-            text(record.seq)
+            text(record.seq.to_string())
         };
         for (op, result) in request.ops.iter().zip(&mut results) {
             let key = op.key;
@@ -377,18 +399,15 @@ impl<'ctx> Fence<'ctx> {
     /// What `key` holds, as far as `op` needs to know: a counter's value
     /// comes with its kind (one `GET`).
     fn kind(&self, key: &[u8], op: &OpKind<'_>) -> Kind {
-        if matches!(op, OpKind::Incr { .. }) {
-            return match self.call("GET", &[key]) {
-                Reply::Bytes(value) => Kind::String(Some(value)),
-                Reply::Null => Kind::None,
-                _ => Kind::Other("other".into()),
-            };
-        }
-        match self.call("TYPE", &[key]).bytes() {
-            Some(name) if name == b"none" => Kind::None,
-            Some(name) if name == b"string" => Kind::String(None),
-            Some(name) => Kind::Other(String::from_utf8_lossy(&name).into_owned()),
-            None => Kind::Other("other".into()),
+        let data = self.ctx.open_key(&self.ctx.create_string(key));
+        match data.key_type() {
+            KeyType::Empty => Kind::None,
+            KeyType::String if matches!(op, OpKind::Incr { .. }) => {
+                Kind::String(data.read().ok().flatten().map(<[u8]>::to_vec))
+            }
+            KeyType::String => Kind::String(None),
+            KeyType::Hash => Kind::Other("hash".into()),
+            _ => Kind::Other("other".into()),
         }
     }
 }

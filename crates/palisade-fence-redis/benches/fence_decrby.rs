@@ -125,10 +125,13 @@ async fn run() {
         "| clients | plain DECRBY | module (PALISADE.FENCE) | module / plain | function (FCALL) | function / plain |"
     );
     println!("|---:|---:|---:|---:|---:|---:|");
+    let mut busy_rows = Vec::new();
     for clients in [1usize, 32] {
         let (mut plain, mut module, mut function_fenced) = (Vec::new(), Vec::new(), Vec::new());
+        let mut busy = [Vec::new(), Vec::new(), Vec::new()];
         for _ in 0..rounds {
             let (connection, keys_plain) = (manager.clone(), keys.clone());
+            let cpu = redis_cpu(&redis);
             plain.push(
                 measure(clients, secs, move |client| {
                     let (mut connection, key) = (connection.clone(), keys_plain[client].clone());
@@ -143,15 +146,32 @@ async fn run() {
                 })
                 .await,
             );
+            let cpu = busy_since(&redis, cpu, secs, &mut busy[0]);
             module.push(fenced(clients, secs, &fence, &keys, &sequencers).await);
+            let cpu = busy_since(&redis, cpu, secs, &mut busy[1]);
             function_fenced.push(fenced(clients, secs, &function, &keys, &sequencers).await);
+            busy_since(&redis, cpu, secs, &mut busy[2]);
         }
         let (plain, module, function) = (median(plain), median(module), median(function_fenced));
+        let [busy_plain, busy_module, busy_function] = busy.map(median);
         println!(
             "| {clients} | {plain:.0}/s | {module:.0}/s | {:.2} × | {function:.0}/s | {:.2} × |",
             module / plain,
             function / plain
         );
+        busy_rows.push(format!(
+            "| {clients} | {:.0} % | {:.0} % | {:.0} % |",
+            busy_plain * 100.0,
+            busy_module * 100.0,
+            busy_function * 100.0
+        ));
+    }
+    println!();
+    println!("Redis's thread busy during each variant (INFO cpu, user + sys, over the round)");
+    println!("| clients | plain | module | function |");
+    println!("|---:|---:|---:|---:|");
+    for row in busy_rows {
+        println!("{row}");
     }
     server_time(
         &redis,
@@ -162,6 +182,27 @@ async fn run() {
         &sequencers[0],
     )
     .await;
+}
+
+/// Redis's CPU time so far (`INFO cpu`, user + sys of the main thread's
+/// process), in seconds.
+fn redis_cpu(redis: &RedisServer) -> f64 {
+    let info = redis.command(&["INFO", "cpu"]).expect("INFO cpu");
+    info.lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            matches!(name, "used_cpu_sys" | "used_cpu_user")
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// Pushes the share of `secs` Redis was busy since `before`; Redis's CPU
+/// time now.
+fn busy_since(redis: &RedisServer, before: f64, secs: u64, into: &mut Vec<f64>) -> f64 {
+    let now = redis_cpu(redis);
+    into.push((now - before) / secs as f64);
+    now
 }
 
 /// Fenced `DECRBY`s per second through `fence`.
