@@ -201,8 +201,8 @@ impl<'ctx> Fence<'ctx> {
         )
     }
 
-    /// Reads the marks record through the key API (an `RM_Call` costs
-    /// microseconds, as much as the rest of a request).
+    /// Reads the marks record through the key API (an `RM_Call` makes a
+    /// temporary client and parses its reply back).
     fn read_marks(&self, key: &[u8]) -> Option<Record> {
         let record = self.ctx.open_key(&self.ctx.create_string(key));
         let field = |name: &str| -> Option<Vec<u8>> {
