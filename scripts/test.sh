@@ -71,6 +71,9 @@ command -v chromedriver >/dev/null || missing+=(chromium-driver)
 [[ -x /usr/share/zookeeper/bin/zkServer.sh ]] || missing+=(zookeeper)
 command -v java         >/dev/null || missing+=(default-jre-headless)
 /usr/bin/python3 -c 'import kazoo' 2>/dev/null || missing+=(python3-kazoo)
+# libclang for bindgen, which generates the Redis module API's bindings
+# when palisade-fence-redis-module builds (redis-module's build script).
+compgen -G '/usr/lib/llvm-*/lib/libclang.so' >/dev/null || missing+=(libclang-dev)
 # The linker: links the test binaries several times faster than ld.
 command -v mold         >/dev/null || missing+=(mold)
 # moto's S3 for the object-store tests: the testkit pip-installs it into a venv under target/ on first use, once per run.

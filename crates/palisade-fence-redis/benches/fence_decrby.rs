@@ -1,24 +1,27 @@
-//! Fenced `DECRBY` (the `palisade_fence_apply` function: the rule, the
-//! marks, the write sequence and the decrement in one call) against plain
-//! `DECRBY`, through the same client (one multiplexed `ConnectionManager`),
-//! at 1 and 32 clients, in one run. Like with like: the plain commands of
+//! Fenced `DECRBY` (the rule, the marks, the write sequence and the
+//! decrement in one call) through the module's `PALISADE.FENCE` and
+//! through the function's `palisade_fence_apply`, against plain `DECRBY`,
+//! through the same client (one multiplexed `ConnectionManager`), at 1 and
+//! 32 clients, in one run. Like with like: the plain commands of
 //! concurrent clients are pipelined on the one socket; the fence groups
-//! concurrent requests into one `FCALL` per round trip.
+//! concurrent requests into one call per round trip.
 //!
 //! Run with: `cargo bench -p palisade-fence-redis --bench fence_decrby`
-//! (starts its own `redis-server` on a free port, no persistence). Each
-//! variant runs `PALISADE_BENCH_ROUNDS` (3) interleaved rounds of
-//! `PALISADE_BENCH_SECS` (3) seconds per client count; the figure is the
-//! median round. Each client decrements its own key under its own lock at
-//! a steady generation (the holder's steady state: the marks are read, not
-//! rewritten; the write sequence is raised).
+//! (starts its own `redis-server` on a free port, no persistence, with the
+//! module that cargo builds beside the bench binary, or the one
+//! `PALISADE_REDIS_MODULE` names). Each variant runs
+//! `PALISADE_BENCH_ROUNDS` (3) interleaved rounds of `PALISADE_BENCH_SECS`
+//! (3) seconds per client count; the figure is the median round. Each
+//! client decrements its own key under its own lock at a steady generation
+//! (the holder's steady state: the marks are read, not rewritten; the
+//! write sequence is raised).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use palisade_core::{Generation, LockName, Mode, Sequencer};
-use palisade_fence_redis::RedisFence;
-use palisade_testkit::redis::RedisServer;
+use palisade_fence_redis::{FenceOptions, RedisFence};
+use palisade_testkit::redis::{RedisOptions, RedisServer};
 use tokio::time::Instant;
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -74,13 +77,26 @@ fn main() {
 async fn run() {
     let rounds = env_number("PALISADE_BENCH_ROUNDS", 3);
     let secs = env_number("PALISADE_BENCH_SECS", 3);
-    let redis = RedisServer::start();
+    let module = std::env::var_os("PALISADE_REDIS_MODULE").map_or_else(
+        || {
+            std::env::current_exe()
+                .expect("the bench binary's path")
+                .with_file_name("libpalisade_fence_redis_module.so")
+        },
+        Into::into,
+    );
+    let redis = RedisServer::spawn(RedisOptions::default().with_module(module));
     let manager = redis::Client::open(redis.url())
         .expect("a URL")
         .get_connection_manager()
         .await
         .expect("connect");
     let fence = RedisFence::new(manager.clone()).await.expect("the fence");
+    assert!(fence.uses_module(), "the module is loaded");
+    let function =
+        RedisFence::with_options(manager.clone(), FenceOptions::default().with_module(false))
+            .await
+            .expect("the fence through the function");
     let locks: Vec<LockName> = (0..32)
         .map(|client| LockName::new(format!("bench/decrby/{client}")).expect("a lock name"))
         .collect();
@@ -105,12 +121,17 @@ async fn run() {
             .expect("seed the stock");
     }
     println!("fenced DECRBY vs plain DECRBY, same ConnectionManager, {rounds} rounds of {secs} s");
-    println!("| clients | plain DECRBY | fenced DECRBY | fenced / plain |");
-    println!("|---:|---:|---:|---:|");
+    println!(
+        "| clients | plain DECRBY | module (PALISADE.FENCE) | module / plain | function (FCALL) | function / plain |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let mut busy_rows = Vec::new();
     for clients in [1usize, 32] {
-        let (mut plain, mut fenced) = (Vec::new(), Vec::new());
+        let (mut plain, mut module, mut function_fenced) = (Vec::new(), Vec::new(), Vec::new());
+        let mut busy = [Vec::new(), Vec::new(), Vec::new()];
         for _ in 0..rounds {
             let (connection, keys_plain) = (manager.clone(), keys.clone());
+            let cpu = redis_cpu(&redis);
             plain.push(
                 measure(clients, secs, move |client| {
                     let (mut connection, key) = (connection.clone(), keys_plain[client].clone());
@@ -125,44 +146,98 @@ async fn run() {
                 })
                 .await,
             );
-            let (fence, keys_fenced, sequencers) =
-                (fence.clone(), keys.clone(), sequencers.clone());
-            fenced.push(
-                measure(clients, secs, move |client| {
-                    let (fence, key, sequencers) = (
-                        fence.clone(),
-                        keys_fenced[client].clone(),
-                        sequencers.clone(),
-                    );
-                    async move {
-                        fence
-                            .decr_by(&sequencers[client], key, 1)
-                            .await
-                            .expect("no failure")
-                            .expect("a steady holder is accepted");
-                    }
-                })
-                .await,
-            );
+            let cpu = busy_since(&redis, cpu, secs, &mut busy[0]);
+            module.push(fenced(clients, secs, &fence, &keys, &sequencers).await);
+            let cpu = busy_since(&redis, cpu, secs, &mut busy[1]);
+            function_fenced.push(fenced(clients, secs, &function, &keys, &sequencers).await);
+            busy_since(&redis, cpu, secs, &mut busy[2]);
         }
-        let (plain, fenced) = (median(plain), median(fenced));
+        let (plain, module, function) = (median(plain), median(module), median(function_fenced));
+        let [busy_plain, busy_module, busy_function] = busy.map(median);
         println!(
-            "| {clients} | {plain:.0}/s | {fenced:.0}/s | {:.2} × |",
-            fenced / plain
+            "| {clients} | {plain:.0}/s | {module:.0}/s | {:.2} × | {function:.0}/s | {:.2} × |",
+            module / plain,
+            function / plain
         );
+        busy_rows.push(format!(
+            "| {clients} | {:.0} % | {:.0} % | {:.0} % |",
+            busy_plain * 100.0,
+            busy_module * 100.0,
+            busy_function * 100.0
+        ));
     }
-    server_time(&redis, &manager, &fence, &keys[0], &sequencers[0]).await;
+    println!();
+    println!("Redis's thread busy during each variant (INFO cpu, user + sys, over the round)");
+    println!("| clients | plain | module | function |");
+    println!("|---:|---:|---:|---:|");
+    for row in busy_rows {
+        println!("{row}");
+    }
+    server_time(
+        &redis,
+        &manager,
+        &fence,
+        &function,
+        &keys[0],
+        &sequencers[0],
+    )
+    .await;
+}
+
+/// Redis's CPU time so far (`INFO cpu`, user + sys of the main thread's
+/// process), in seconds.
+fn redis_cpu(redis: &RedisServer) -> f64 {
+    let info = redis.command(&["INFO", "cpu"]).expect("INFO cpu");
+    info.lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            matches!(name, "used_cpu_sys" | "used_cpu_user")
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// Pushes the share of `secs` Redis was busy since `before`; Redis's CPU
+/// time now.
+fn busy_since(redis: &RedisServer, before: f64, secs: u64, into: &mut Vec<f64>) -> f64 {
+    let now = redis_cpu(redis);
+    into.push((now - before) / secs as f64);
+    now
+}
+
+/// Fenced `DECRBY`s per second through `fence`.
+async fn fenced(
+    clients: usize,
+    secs: u64,
+    fence: &RedisFence,
+    keys: &Arc<Vec<String>>,
+    sequencers: &Arc<Vec<Sequencer>>,
+) -> f64 {
+    let (fence, keys, sequencers) = (fence.clone(), keys.clone(), sequencers.clone());
+    measure(clients, secs, move |client| {
+        let (fence, key, sequencers) = (fence.clone(), keys[client].clone(), sequencers.clone());
+        async move {
+            fence
+                .decr_by(&sequencers[client], key, 1)
+                .await
+                .expect("no failure")
+                .expect("a steady holder is accepted");
+        }
+    })
+    .await
 }
 
 /// Redis's own CPU time per call (`INFO commandstats`, `usec_per_call`)
-/// of plain `DECRBY`, the fenced `DECRBY`, an empty function call, and an
+/// of plain `DECRBY`, the fenced `DECRBY` (module and function), an empty
+/// script, and an
 /// HMAC-SHA256 over a signed sequencer's fields in Lua (checked against
 /// Rust's `hmac`): what verifying signatures inside the function would add
 /// to every call, in Redis's one thread.
 async fn server_time(
     redis: &RedisServer,
     manager: &redis::aio::ConnectionManager,
-    fence: &RedisFence,
+    module: &RedisFence,
+    function: &RedisFence,
     key: &str,
     sequencer: &Sequencer,
 ) {
@@ -211,6 +286,7 @@ async fn server_time(
     let mut rows = Vec::new();
     for (what, command) in [
         ("plain DECRBY", "decrby"),
+        ("fenced DECRBY (PALISADE.FENCE)", "palisade.fence"),
         ("fenced DECRBY (palisade_fence_apply)", "fcall"),
         ("an empty script (EVALSHA)", "evalsha"),
         (
@@ -242,6 +318,7 @@ async fn server_time(
                         .expect("hmac");
                 }
                 _ => {
+                    let fence = if command == "fcall" { function } else { module };
                     fence
                         .decr_by(sequencer, key.to_owned(), 1)
                         .await

@@ -69,11 +69,35 @@ impl FenceConnection {
         command.query_async(&mut self.clone()).await
     }
 
-    /// Sends `pipeline` as one batch on one connection: on a cluster to the
-    /// node of its first keyed command, so a `WAIT` after an `FCALL` counts
-    /// the replicas of the node that ran it.
-    pub(crate) async fn pipeline(&self, pipeline: &Pipeline) -> RedisResult<Vec<Value>> {
-        pipeline.query_async(&mut self.clone()).await
+    /// Sends `command` to the primary serving `slot` (the one server when
+    /// not a cluster): the client cannot find the keys of a module
+    /// command such as `PALISADE.FENCE` by itself.
+    pub(crate) async fn query_in_slot(&self, slot: u16, command: &Cmd) -> RedisResult<Value> {
+        if self.is_cluster() {
+            return self.on_slot(slot, command).await?.extract_error();
+        }
+        self.query(command).await
+    }
+
+    /// Sends `pipeline` as one batch on one connection, on a cluster to the
+    /// primary serving `slot`, so a `WAIT` after a fenced call counts the
+    /// replicas of the node that ran it.
+    pub(crate) async fn pipeline_in_slot(
+        &self,
+        slot: u16,
+        pipeline: &Pipeline,
+    ) -> RedisResult<Vec<Value>> {
+        let FenceConnection::Cluster(connection) = self else {
+            return pipeline.query_async(&mut self.clone()).await;
+        };
+        let node = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+        connection
+            .clone()
+            .route_pipeline(pipeline.clone(), 0, pipeline.len(), node)
+            .await?
+            .into_iter()
+            .map(Value::extract_error)
+            .collect()
     }
 
     /// Runs `command` on every primary (the one server, or each cluster

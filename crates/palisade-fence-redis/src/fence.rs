@@ -16,7 +16,7 @@ use redis::Value;
 
 use crate::connection::FenceConnection;
 use crate::error::from_redis;
-use crate::install::{Target, ensure_everywhere, ensure_on};
+use crate::install::{MODULE_COMMAND, Target, ensure_everywhere, ensure_on, module_everywhere};
 use crate::keys::LockKeys;
 use crate::ops::{Batch, Op, Reply, Step, encode};
 use crate::{RedisFenceError, TRACE_TARGET};
@@ -78,6 +78,12 @@ pub struct FenceOptions {
     /// rule. Off, only what Redis holds decides.
     #[setters(rename = "with_remembered_marks")]
     remember_marks: bool,
+    /// Whether fenced calls go through the module's `PALISADE.FENCE` when
+    /// every primary has it loaded (default on): the same rule, answers
+    /// and marks records as the function, at the cost of a native command
+    /// (`docs/benchmarks.md`). Off, or without the module, the function.
+    #[setters(rename = "with_module")]
+    use_module: bool,
 }
 
 impl Default for FenceOptions {
@@ -89,6 +95,7 @@ impl Default for FenceOptions {
             call_timeout: Duration::from_secs(5),
             upgrade_library: false,
             remember_marks: true,
+            use_module: true,
         }
     }
 }
@@ -200,6 +207,9 @@ struct Inner {
     counters: Counters,
     /// Requests waiting for the call in flight (group commit).
     queue: Queue,
+    /// Fenced calls go through the module (found on every primary at
+    /// connect, and allowed by the options).
+    module: bool,
 }
 
 /// What the function answered to an apply call.
@@ -247,6 +257,19 @@ impl RedisFence {
             operation: "load the library",
             after: bound,
         })??;
+        let module = options.use_module
+            && tokio::time::timeout(options.call_timeout, module_everywhere(&connection))
+                .await
+                .map_err(|_| RedisFenceError::Timeout {
+                    operation: "look for the module",
+                    after: options.call_timeout,
+                })??;
+        tracing::info!(
+            target: TRACE_TARGET,
+            module,
+            "fenced calls go through {}",
+            if module { MODULE_COMMAND } else { "the palisade_fence function" }
+        );
         Ok(RedisFence {
             inner: Arc::new(Inner {
                 connection,
@@ -254,6 +277,7 @@ impl RedisFence {
                 seen: Mutex::new(HashMap::new()),
                 counters: Counters::default(),
                 queue: Queue::default(),
+                module,
             }),
         })
     }
@@ -286,6 +310,12 @@ impl RedisFence {
     /// A data key of `lock`, in its slot: `{<segment>}:<name>`.
     pub fn data_key(&self, lock: &LockName, name: &str) -> String {
         self.keys(lock).data_key(name)
+    }
+
+    /// Whether fenced calls go through the module's `PALISADE.FENCE`
+    /// (else through the function).
+    pub fn uses_module(&self) -> bool {
+        self.inner.module
     }
 
     /// The counters so far.
@@ -663,7 +693,7 @@ impl RedisFence {
         let connection = &self.inner.connection;
         let Some((replicas, timeout)) = self.inner.options.replicas.filter(|_| wait) else {
             return connection
-                .query(command)
+                .query_in_slot(keys.slot(), command)
                 .await
                 .map_err(|error| from_redis("fcall", error));
         };
@@ -674,7 +704,7 @@ impl RedisFence {
             .arg(replicas)
             .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
         let mut answers = connection
-            .pipeline(&pipeline)
+            .pipeline_in_slot(keys.slot(), &pipeline)
             .await
             .map_err(|error| from_redis("fcall", error))?;
         let acknowledged = match answers.pop() {

@@ -173,6 +173,32 @@ pub(crate) async fn ensure_everywhere(
     Ok(loaded)
 }
 
+/// The module's command (crate `palisade-fence-redis-module`).
+pub(crate) const MODULE_COMMAND: &str = "PALISADE.FENCE";
+
+/// Whether every primary has the module loaded (`COMMAND INFO
+/// palisade.fence` names the command): only then do fenced calls use it,
+/// so all of a cluster's slots answer alike. Managed Redis services load
+/// no modules; they get the function.
+pub(crate) async fn module_everywhere(
+    connection: &FenceConnection,
+) -> Result<bool, RedisFenceError> {
+    let mut info = redis::cmd("COMMAND");
+    info.arg("INFO").arg(MODULE_COMMAND);
+    let nodes = connection
+        .on_every_primary(&info)
+        .await
+        .map_err(|error| from_redis("look for the module", error))?;
+    let mut everywhere = !nodes.is_empty();
+    for (node, answer) in nodes {
+        let answer = answer.map_err(|error| from_redis("look for the module", error))?;
+        let present = matches!(&answer, Value::Array(entries) if matches!(entries.first(), Some(Value::Array(_))));
+        tracing::debug!(target: crate::TRACE_TARGET, node, present, "the {MODULE_COMMAND} module");
+        everywhere &= present;
+    }
+    Ok(everywhere)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

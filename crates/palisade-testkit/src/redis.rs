@@ -87,6 +87,14 @@ impl RedisOptions {
         self.tls = Some(tls);
         self
     }
+
+    /// Loads the module at `path` (`--loadmodule`), e.g. the Redis fence's
+    /// `libpalisade_fence_redis_module.so`; a restart loads it again.
+    pub fn with_module(mut self, path: impl AsRef<Path>) -> Self {
+        self.extra_args.push("--loadmodule".into());
+        self.extra_args.push(path.as_ref().display().to_string());
+        self
+    }
 }
 
 /// TLS for a spawned server: `--port 0 --tls-port <free>`, so the server

@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 
 use super::RedisFence;
 use crate::RedisFenceError;
+use crate::install::MODULE_COMMAND;
 use crate::keys::LockKeys;
 
 /// The version of the argument layout `palisade_fence_apply` takes.
@@ -193,13 +194,20 @@ impl RedisFence {
         .await;
     }
 
-    /// One `FCALL palisade_fence_apply` carrying `requests` (all in one hash
-    /// slot on a cluster): one answer per request, in order.
+    /// One `FCALL palisade_fence_apply` (or the module's `PALISADE.FENCE`,
+    /// the same arguments after the name) carrying `requests` (all in one
+    /// hash slot on a cluster): one answer per request, in order.
     async fn send_call(&self, requests: &[Prepared]) -> Result<Vec<Value>, RedisFenceError> {
         let first = &requests[0];
-        let mut command = redis::cmd("FCALL");
         let key_count: usize = requests.iter().map(|request| request.call_keys.len()).sum();
-        command.arg("palisade_fence_apply").arg(key_count);
+        let mut command = if self.inner.module {
+            redis::cmd(MODULE_COMMAND)
+        } else {
+            let mut command = redis::cmd("FCALL");
+            command.arg("palisade_fence_apply");
+            command
+        };
+        command.arg(key_count);
         for request in requests {
             for key in &request.call_keys {
                 command.arg(key.as_ref());

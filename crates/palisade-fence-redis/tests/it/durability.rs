@@ -5,19 +5,10 @@
 
 use std::time::Duration;
 
-use palisade_fence_redis::{FenceOptions, RedisFence, RedisFenceError};
+use palisade_fence_redis::{Batch, FenceOptions, RedisFenceError};
 use palisade_testkit::redis::{Persistence, RedisOptions, RedisServer};
 
-use crate::common::{accepted, exclusive, marks, stale, unique_lock};
-
-async fn fence_with(redis: &RedisServer, options: FenceOptions) -> RedisFence {
-    let connection = redis::Client::open(redis.url())
-        .unwrap()
-        .get_connection_manager()
-        .await
-        .unwrap();
-    RedisFence::with_options(connection, options).await.unwrap()
-}
+use crate::common::{accepted, connect_with, exclusive, marks, stale, unique_lock, with_module};
 
 fn memoryless() -> FenceOptions {
     FenceOptions::default().with_remembered_marks(false)
@@ -41,7 +32,7 @@ async fn after_restart<T>(mut call: impl AsyncFnMut() -> Result<T, RedisFenceErr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_aof_always_marks_and_data_survive_kill_9() {
     let mut redis = RedisServer::spawn(RedisOptions::persistence(Persistence::AofAlways));
-    let fence = fence_with(&redis, memoryless()).await;
+    let fence = connect_with(&redis, memoryless()).await;
     let lock = unique_lock("aof");
     let stock = fence.data_key(&lock, "stock");
     accepted(
@@ -67,8 +58,8 @@ async fn with_aof_always_marks_and_data_survive_kill_9() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_persistence_a_restart_is_detected_and_seen_marks_are_put_back() {
     let mut redis = RedisServer::spawn(RedisOptions::persistence(Persistence::None));
-    let remembering = fence_with(&redis, FenceOptions::default()).await;
-    let forgetting = fence_with(&redis, memoryless()).await;
+    let remembering = connect_with(&redis, FenceOptions::default()).await;
+    let forgetting = connect_with(&redis, memoryless()).await;
     let (seen, unseen, floored) = (
         unique_lock("seen"),
         unique_lock("unseen"),
@@ -191,7 +182,7 @@ async fn wait_confirms_a_replica_or_says_the_write_is_not_replicated() {
     let options = FenceOptions::default()
         .with_replicas(1, Duration::from_millis(300))
         .with_call_timeout(Duration::from_secs(5));
-    let fence = fence_with(&primary, options).await;
+    let fence = connect_with(&primary, options).await;
     let lock = unique_lock("wait");
     let key = fence.data_key(&lock, "k");
     accepted(
@@ -231,7 +222,7 @@ async fn a_failover_to_a_replica_that_missed_a_raise_is_repaired_with_raise_floo
     let mut primary = RedisServer::spawn(RedisOptions::default());
     let replica = replica_of(&primary);
     wait_in_sync(&replica).await;
-    let fence = fence_with(&primary, memoryless()).await;
+    let fence = connect_with(&primary, memoryless()).await;
     let lock = unique_lock("failover");
     let key = fence.data_key(&lock, "k");
     accepted(
@@ -248,7 +239,7 @@ async fn a_failover_to_a_replica_that_missed_a_raise_is_repaired_with_raise_floo
     fence.admit(&exclusive(&lock, 7)).await.unwrap().unwrap();
     primary.kill().unwrap();
 
-    let promoted = fence_with(&replica, memoryless()).await;
+    let promoted = connect_with(&replica, memoryless()).await;
     let (went_back, _) = promoted.marks(&lock).await.unwrap();
     assert_eq!(
         went_back,
@@ -265,5 +256,50 @@ async fn a_failover_to_a_replica_that_missed_a_raise_is_repaired_with_raise_floo
     accepted(
         promoted.set(&exclusive(&lock, 7), key, "v7").await,
         "holder 7",
+    );
+}
+
+/// The module's writes reach a replica (and the AOF) as the plain commands
+/// they are: a replica without the module holds the same data and marks,
+/// and a fence over it (through the function) refuses what the primary
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_modules_writes_replicate_to_a_replica_without_it() {
+    let primary = RedisServer::spawn(with_module(RedisOptions::default()));
+    let replica = replica_of(&primary);
+    wait_in_sync(&replica).await;
+    let options = FenceOptions::default().with_replicas(1, Duration::from_secs(2));
+    let fence = connect_with(&primary, options).await;
+    assert!(fence.uses_module());
+    let lock = unique_lock("module-replica");
+    let stock = fence.data_key(&lock, "stock");
+    let orders = fence.data_key(&lock, "orders");
+    accepted(
+        fence.set(&exclusive(&lock, 4), stock.clone(), "10").await,
+        "seed",
+    );
+    let batch =
+        Batch::new()
+            .decr_by_keeping(stock.clone(), 3, 0)
+            .hset(orders.clone(), "o1", "alice");
+    let sold = accepted(fence.batch(&exclusive(&lock, 5), &batch).await, "a sale");
+    assert_eq!(sold.seq, 2);
+    let on_replica = |args: &[&str]| replica.command(args).unwrap();
+    assert_eq!(on_replica(&["GET", &stock]), "7");
+    assert_eq!(on_replica(&["HGET", &orders, "o1"]), "alice");
+    let marks_key = fence.keys(&lock).marks().to_owned();
+    assert_eq!(on_replica(&["HGET", &marks_key, "x"]), "5");
+    assert_eq!(on_replica(&["HGET", &marks_key, "n"]), "2");
+    assert!(
+        !on_replica(&["MODULE", "LIST"]).contains("palisade"),
+        "the replica runs without the module"
+    );
+    // Promoted, the replica's marks refuse the superseded holder.
+    on_replica(&["REPLICAOF", "NO", "ONE"]);
+    let promoted = connect_with(&replica, FenceOptions::default()).await;
+    assert!(!promoted.uses_module());
+    stale(
+        promoted.decr_by(&exclusive(&lock, 4), stock, 1).await,
+        "the superseded holder on the promoted replica",
     );
 }
