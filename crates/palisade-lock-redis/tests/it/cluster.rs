@@ -1,6 +1,8 @@
-//! The Redis backend on a real 3-master Redis Cluster on loopback: the
-//! conformance suite, keys of one lock in one slot, locks spread over every
-//! master, hand-offs notified across the cluster bus, mutual exclusion.
+//! The Redis backend on a real Redis Cluster on loopback, three masters
+//! with a replica each: the conformance suite, keys of one lock in one
+//! slot, locks spread over every master, hand-offs notified across the
+//! cluster bus, mutual exclusion. The tests that kill connections or pause
+//! every node start their own 3-master cluster.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,10 +23,9 @@ fn cluster_config(cluster: &RedisCluster, prefix: &str) -> RedisConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_cluster() {
     common::trace();
-    let cluster = RedisCluster::start();
-    let cluster = Arc::new(cluster);
+    let cluster = Arc::new(RedisCluster::start_with_replicas());
 
-    println!("conformance suite on the cluster");
+    println!("conformance suite on the cluster with replicas");
     let prefix = unique_prefix("cluster-suite");
     let client = client_with(cluster_config(&cluster, &prefix)).await;
     palisade_testkit::lock_suite::test_all(common::SuiteRedis {
@@ -42,7 +43,9 @@ async fn keys_of_a_lock_share_a_slot_and_locks_spread_over_masters(cluster: &Red
     let prefix = unique_prefix("cluster-spread");
     let client = client_with(cluster_config(cluster, &prefix)).await;
     let session = client.session(options(Duration::from_secs(5))).unwrap();
-    let keys_before: Vec<u64> = (0..3).map(|node| dbsize(cluster, node)).collect();
+    let masters = masters(cluster);
+    assert_eq!(masters.len(), 3, "three masters");
+    let keys_before: Vec<u64> = masters.iter().map(|&node| dbsize(cluster, node)).collect();
     for index in 0..30 {
         let name = LockName::new(format!("spread/{index}")).unwrap();
         let slots: Vec<String> = client
@@ -67,11 +70,20 @@ async fn keys_of_a_lock_share_a_slot_and_locks_spread_over_masters(cluster: &Red
         guard.release().await.unwrap();
     }
     // Each lock leaves its generation counter on the master of its slot.
-    for (node, before) in keys_before.iter().enumerate() {
+    for (&node, before) in masters.iter().zip(&keys_before) {
         let added = dbsize(cluster, node) - before;
         assert!(added > 0, "master {node} got none of the 30 locks");
         println!("master {node}: {added} lock counters");
     }
+}
+
+fn masters(cluster: &RedisCluster) -> Vec<usize> {
+    let topology = cluster.topology().unwrap();
+    topology
+        .into_iter()
+        .filter(|(_, node)| node.is_master)
+        .map(|(index, _)| index)
+        .collect()
 }
 
 fn dbsize(cluster: &RedisCluster, node: usize) -> u64 {
