@@ -292,6 +292,60 @@ impl Connection {
         }
     }
 
+    /// The address of every master of a cluster, from `CLUSTER SLOTS`; one
+    /// `None` for a single server (the server itself).
+    pub(crate) async fn masters(&self) -> Result<Vec<Option<(String, u16)>>, RedisError> {
+        let Connection::Cluster(_) = self else {
+            return Ok(vec![None]);
+        };
+        let reply = self
+            .query(&redis::cmd("CLUSTER").arg("SLOTS").clone())
+            .await?;
+        let mut masters: Vec<Option<(String, u16)>> = Vec::new();
+        if let Value::Array(ranges) = reply {
+            for range in ranges {
+                // [first slot, last slot, [host, port, id, ...], replicas...]
+                let Value::Array(parts) = range else { continue };
+                let Some(Value::Array(master)) = parts.get(2) else {
+                    continue;
+                };
+                let (Some(host), Some(Value::Int(port))) = (master.first(), master.get(1)) else {
+                    continue;
+                };
+                let host = match host {
+                    Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                    Value::SimpleString(text) => text.clone(),
+                    _ => continue,
+                };
+                let address = Some((host, u16::try_from(*port).unwrap_or_default()));
+                if !masters.contains(&address) {
+                    masters.push(address);
+                }
+            }
+        }
+        Ok(masters)
+    }
+
+    /// Sends `command` to the cluster node at `node` (host, port), or to the
+    /// single server when `node` is `None`.
+    pub(crate) async fn query_on(
+        &self,
+        node: Option<&(String, u16)>,
+        command: Cmd,
+    ) -> Result<Value, RedisError> {
+        match (self, node) {
+            (Connection::Cluster(cluster), Some((host, port))) => {
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                });
+                cluster.clone().route_command(command, routing).await
+            }
+            _ => self.query(&command).await,
+        }
+    }
+
     /// Puts every script in the server's script cache, so the first calls
     /// are `EVALSHA` hits. Only for a single server: a cluster node gets a
     /// script the first time one of its locks needs it (`EVAL` fallback).

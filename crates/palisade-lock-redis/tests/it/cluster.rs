@@ -69,6 +69,19 @@ async fn keys_of_a_lock_share_a_slot_and_locks_spread_over_masters(cluster: &Red
         );
         guard.release().await.unwrap();
     }
+    // Listing walks every master: held locks on all three are found.
+    let mut held = Vec::new();
+    for index in 0..9 {
+        let name = LockName::new(format!("listed/{index}")).unwrap();
+        held.push(session.acquire(&name, Mode::Exclusive).await.unwrap());
+    }
+    let listed = palisade_core::Inspect::list(&client, "listed/")
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 9, "{listed:?}");
+    for guard in held {
+        guard.release().await.unwrap();
+    }
     // Each lock leaves its generation counter on the master of its slot.
     for (&node, before) in masters.iter().zip(&keys_before) {
         let added = dbsize(cluster, node) - before;
