@@ -673,6 +673,18 @@ impl RedisCluster {
         Err(last_error)
     }
 
+    /// The nodes serving slots as masters, as the first running node sees
+    /// them (a replica it has not yet heard of as one shows as a master
+    /// without slots, and is left out).
+    pub fn masters(&self) -> Vec<usize> {
+        self.topology()
+            .expect("read the cluster topology")
+            .into_iter()
+            .filter(|(_, node)| node.is_master && !node.failed && !node.slots.is_empty())
+            .map(|(index, _)| index)
+            .collect()
+    }
+
     /// The slot of `key` (`CLUSTER KEYSLOT`).
     pub fn keyslot(&self, key: &str) -> u16 {
         let index = self.running().next().expect("a running node");
@@ -699,18 +711,26 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("no master serves slot {slot}"))
     }
 
-    /// The replica of master `index`.
+    /// The replica of master `index`, once the first running node has
+    /// heard of it (gossip may lag the replica's own view by a moment).
     pub fn replica_of(&self, index: usize) -> usize {
-        let topology = self.topology().expect("read the cluster topology");
-        let (_, master) = topology
-            .iter()
-            .find(|(node, _)| *node == index)
-            .unwrap_or_else(|| panic!("node {index} is not in the cluster"));
-        topology
-            .iter()
-            .find(|(_, node)| node.master_id.as_deref() == Some(master.id.as_str()))
-            .map(|(replica, _)| *replica)
-            .unwrap_or_else(|| panic!("node {index} has no replica"))
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let topology = self.topology().expect("read the cluster topology");
+            let master = topology
+                .iter()
+                .find(|(node, _)| *node == index)
+                .map(|(_, node)| node.id.clone());
+            let replica = topology.iter().find(|(_, node)| {
+                master.is_some() && node.master_id.as_deref() == master.as_deref()
+            });
+            if let Some((replica, _)) = replica {
+                return *replica;
+            }
+            assert!(Instant::now() < deadline, "node {index} has no replica");
+            // Gossip settles on the nodes' own timers; no event to wait on.
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Kills node `index` with SIGKILL: a master lost with whatever its

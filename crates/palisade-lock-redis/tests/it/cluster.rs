@@ -43,7 +43,7 @@ async fn keys_of_a_lock_share_a_slot_and_locks_spread_over_masters(cluster: &Red
     let prefix = unique_prefix("cluster-spread");
     let client = client_with(cluster_config(cluster, &prefix)).await;
     let session = client.session(options(Duration::from_secs(5))).unwrap();
-    let masters = masters(cluster);
+    let masters = cluster.masters();
     assert_eq!(masters.len(), 3, "three masters");
     let keys_before: Vec<u64> = masters.iter().map(|&node| dbsize(cluster, node)).collect();
     for index in 0..30 {
@@ -88,15 +88,6 @@ async fn keys_of_a_lock_share_a_slot_and_locks_spread_over_masters(cluster: &Red
         assert!(added > 0, "master {node} got none of the 30 locks");
         println!("master {node}: {added} lock counters");
     }
-}
-
-fn masters(cluster: &RedisCluster) -> Vec<usize> {
-    let topology = cluster.topology().unwrap();
-    topology
-        .into_iter()
-        .filter(|(_, node)| node.is_master)
-        .map(|(index, _)| index)
-        .collect()
 }
 
 fn dbsize(cluster: &RedisCluster, node: usize) -> u64 {
