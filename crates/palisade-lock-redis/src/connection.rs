@@ -249,7 +249,12 @@ impl Connection {
             let builder = ClusterClientBuilder::new(config.endpoints.urls.clone())
                 .connection_timeout(config.connect_timeout)
                 .response_timeout(config.response_timeout)
-                .retries(2);
+                .retries(2)
+                // The driver's own waits before following TRYAGAIN or
+                // CLUSTERDOWN start at 1.28 s, beyond a call's timeout; keep
+                // them as short as this crate's resends (see `eval`).
+                .min_retry_wait(millis(RESEND_FIRST_PAUSE))
+                .max_retry_wait(millis(RESEND_MAX_PAUSE));
             #[cfg(feature = "tls")]
             let builder = match config.endpoints.tls.certificates() {
                 Some(certificates) => builder.certs(certificates),
@@ -386,10 +391,11 @@ impl Connection {
                     Err(error) if resend_after(script, &error) => {
                         let pause = pauses.next().unwrap_or(RESEND_MAX_PAUSE);
                         // The connection to the node dropped (a killed
-                        // connection, a restarted node): the client
-                        // reconnects in the background; send again once it
-                        // may have. Bounded by the timeout below.
-                        tracing::debug!(backend = BACKEND, script = script.name, %error, ?pause, "connection dropped; sending again");
+                        // connection, a restarted node), or the cluster
+                        // asked to try again (a slot in migration, a
+                        // failover): send again once it may be over.
+                        // Bounded by the timeout below.
+                        tracing::debug!(backend = BACKEND, script = script.name, %error, ?pause, "not answered; sending again");
                         tokio::time::sleep(pause).await;
                     }
                     other => return other,
@@ -442,18 +448,34 @@ impl Connection {
     }
 }
 
+fn millis(pause: Duration) -> u64 {
+    u64::try_from(pause.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// The first pause before a script is sent again on a dropped connection.
 const RESEND_FIRST_PAUSE: Duration = Duration::from_millis(10);
 /// The longest pause between two resends.
 const RESEND_MAX_PAUSE: Duration = Duration::from_millis(200);
 
-/// Whether a script call that failed with `error` is sent again: when the
-/// connection dropped before an answer came (the client reconnects on its
-/// own), and either the script answers the same when run twice or Redis
-/// refused the connection (it cannot have run it).
+/// Whether a script call that failed with `error` is sent again:
+///
+/// - when a cluster node refused to run it for now: `TRYAGAIN` (the lock's
+///   slot is being migrated and its keys are split between two nodes),
+///   `CLUSTERDOWN` or `MASTERDOWN` (a failover is under way). Redis ran
+///   nothing, so any script may go again;
+/// - when the connection dropped before an answer came (the client
+///   reconnects on its own), and either the script answers the same when
+///   run twice or Redis refused the connection (it cannot have run it).
 fn resend_after(script: &LuaScript, error: &RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    let not_run = matches!(
+        error.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown | ServerErrorKind::MasterDown
+        )
+    );
     let dropped = error.is_connection_dropped() || error.is_connection_refusal();
-    dropped && (script.resendable || error.is_connection_refusal())
+    not_run || (dropped && (script.resendable || error.is_connection_refusal()))
 }
 
 #[cfg(test)]

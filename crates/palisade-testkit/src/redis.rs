@@ -820,7 +820,7 @@ impl RedisCluster {
             if keys.is_empty() {
                 break;
             }
-            let mut migrate = vec![host, port, "", "0", "5000", "KEYS"];
+            let mut migrate = vec!["MIGRATE", host, port, "", "0", "5000", "KEYS"];
             migrate.extend(keys);
             self.command(from, &migrate)?;
         }
