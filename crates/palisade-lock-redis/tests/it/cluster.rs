@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use palisade_core::{LiveCheck, Liveness, Lock, LockError, LockGuard, LockName, Mode};
-use palisade_lock_redis::{RedisConfig, RedisLockClient};
+use palisade_lock_redis::{RedisConfig, RedisLock, RedisLockClient};
 use palisade_testkit::redis::RedisCluster;
 use tokio::time::Instant;
 
@@ -100,18 +100,8 @@ fn dbsize(cluster: &RedisCluster, node: usize) -> u64 {
 /// scripts on the other masters reach it over the cluster bus. The waiter
 /// re-checks only every 30 s, so each grant must come by notification.
 async fn handoffs_are_notified_from_every_master(cluster: &RedisCluster) {
-    let prefix = unique_prefix("cluster-handoff");
-    let config = cluster_config(cluster, &prefix).with_waiter_recheck(Duration::from_secs(30));
-    let (holder_client, waiter_client) =
-        (client_with(config.clone()).await, client_with(config).await);
-    let holder = holder_client
-        .session(options(Duration::from_secs(30)))
-        .unwrap();
-    let waiter = Arc::new(
-        waiter_client
-            .session(options(Duration::from_secs(30)))
-            .unwrap(),
-    );
+    let (_holder_client, holder, waiter_client, waiter) =
+        holder_and_waiter(cluster, "cluster-handoff").await;
     const NAMES: usize = 12;
     for index in 0..NAMES {
         let name = LockName::new(format!("handoff/{index}")).unwrap();
@@ -133,6 +123,26 @@ async fn handoffs_are_notified_from_every_master(cluster: &RedisCluster) {
     let stats = waiter_client.stats();
     assert_eq!(stats.handoffs, NAMES as u64);
     assert_eq!(stats.rechecks, 0);
+}
+
+/// A holder's client and session, and a waiter's, on `cluster` under a
+/// fresh prefix; the waiter re-checks only every 30 s, so a grant it gets
+/// sooner came by notification.
+async fn holder_and_waiter(
+    cluster: &RedisCluster,
+    tag: &str,
+) -> (RedisLockClient, RedisLock, RedisLockClient, Arc<RedisLock>) {
+    let prefix = unique_prefix(tag);
+    let config = cluster_config(cluster, &prefix).with_waiter_recheck(Duration::from_secs(30));
+    let (holder_client, waiter_client) =
+        (client_with(config.clone()).await, client_with(config).await);
+    let holder = holder_client
+        .session(options(Duration::from_secs(30)))
+        .unwrap();
+    let waiter = waiter_client
+        .session(options(Duration::from_secs(30)))
+        .unwrap();
+    (holder_client, holder, waiter_client, Arc::new(waiter))
 }
 
 async fn wait_for_queue(client: &RedisLockClient, queued_before: u64) {
@@ -343,18 +353,8 @@ async fn a_waiter_rides_through_masters_that_stop_answering() {
 /// notification: no wake-up is lost, and neither side sees an error.
 /// Twice, so the slot moves away and on again.
 async fn a_slot_migrated_during_a_hold_and_a_wait(cluster: &RedisCluster) {
-    let prefix = unique_prefix("cluster-migrate");
-    let config = cluster_config(cluster, &prefix).with_waiter_recheck(Duration::from_secs(30));
-    let (holder_client, waiter_client) =
-        (client_with(config.clone()).await, client_with(config).await);
-    let holder = holder_client
-        .session(options(Duration::from_secs(30)))
-        .unwrap();
-    let waiter = Arc::new(
-        waiter_client
-            .session(options(Duration::from_secs(30)))
-            .unwrap(),
-    );
+    let (holder_client, holder, waiter_client, waiter) =
+        holder_and_waiter(cluster, "cluster-migrate").await;
     let name = LockName::new("migrating").unwrap();
     let slot = cluster.keyslot(holder_client.keys(&name).lock());
     for round in 0..2 {
