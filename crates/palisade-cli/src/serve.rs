@@ -45,8 +45,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "PALISADE_ETCD_ENDPOINTS")]
     etcd_endpoints: Option<String>,
 
-    /// Redis URL for `--live-check redis` (password and TLS in the URL;
-    /// `redis+cluster://HOST:PORT,...` for a Redis Cluster).
+    /// Redis URL for `--live-check redis` (password and TLS in the URL).
     #[arg(long, env = "PALISADE_REDIS_URL", hide_env_values = true)]
     redis_url: Option<String>,
 
