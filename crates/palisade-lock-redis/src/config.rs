@@ -257,6 +257,9 @@ pub struct RedisConfig {
     /// `u64::MAX`) before they can move a mark. The key id travels in the
     /// signature, so keys can be rotated.
     pub(crate) signer: Option<ConfiguredSigner>,
+    /// Counter generations on a cluster, which [`RedisConfig::validate`]
+    /// refuses otherwise: only for tests that show why.
+    pub(crate) counter_on_cluster: bool,
 }
 
 /// A [`Signer`] inside a configuration that compares by value.
@@ -307,6 +310,7 @@ impl RedisConfig {
             waiter_recheck: None,
             generation_scheme: GenerationScheme::default(),
             signer: None,
+            counter_on_cluster: false,
         }
     }
 
@@ -439,6 +443,15 @@ impl RedisConfig {
             .unwrap_or_else(|| (ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(2)))
     }
 
+    /// Allows counter generations on a cluster, which [`RedisConfig::validate`]
+    /// refuses: for the tests that show a failover handing out a
+    /// generation twice.
+    #[cfg(feature = "testing")]
+    pub fn with_counter_on_cluster_unsafe(mut self) -> Self {
+        self.counter_on_cluster = true;
+        self
+    }
+
     /// Checks what can be checked without connecting.
     pub fn validate(&self) -> Result<(), RedisLockError> {
         let invalid = |reason: String| Err(RedisLockError::InvalidConfig { reason });
@@ -481,6 +494,15 @@ impl RedisConfig {
             .is_some_and(|interval| interval.is_zero())
         {
             return invalid("the waiter re-check interval must be positive".into());
+        }
+        if self.is_cluster()
+            && self.generation_scheme == GenerationScheme::Counter
+            && !self.counter_on_cluster
+        {
+            return invalid(
+                "counter generations on a Redis Cluster are refused: a failover to a replica that missed the last increments hands out the same generation again, to a second holder the resource server cannot tell apart; use the clock scheme (the default)"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -576,6 +598,21 @@ mod tests {
                 .is_err()
         );
         assert!(RedisConfig::cluster(["redis://a", "redis://b"]).is_cluster());
+        let counter = RedisConfig::cluster(["redis://a"])
+            .with_generation_scheme(GenerationScheme::Counter)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            counter.contains("counter generations on a Redis Cluster"),
+            "{counter}"
+        );
+        assert!(
+            RedisConfig::new("redis://a")
+                .with_generation_scheme(GenerationScheme::Counter)
+                .validate()
+                .is_ok()
+        );
     }
 
     #[test]
