@@ -76,8 +76,9 @@ pub struct BackendArgs {
     #[arg(long, env = "PALISADE_ETCD_ENDPOINTS", value_name = "ENDPOINTS")]
     pub etcd_endpoints: Option<String>,
 
-    /// Redis URL (`redis://[user:password@]host:port[/db]`), or a Redis
-    /// Cluster's (`redis+cluster://[user:password@]host:port,host:port`).
+    /// Redis URL (`redis://[user:password@]host:port[/db]`), or the seed
+    /// nodes of a Redis Cluster
+    /// (`redis+cluster://[user:password@]host:port,host:port`).
     /// Repeat it for `--backend redlock`, once per independent master.
     #[arg(
         long,

@@ -198,6 +198,29 @@ pub enum GenerationScheme {
     Counter,
 }
 
+/// How a release tells the next waiter that it was granted the lock.
+///
+/// Either way a lost message costs only time: a waiter looks at the lock
+/// again after a bounded interval (`waiter_recheck`), and the acquire
+/// script reports a grant made meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum WakeUps {
+    /// The topology's default: [`WakeUps::ClientChannel`] on a single
+    /// server, [`WakeUps::ShardChannels`] on a cluster.
+    #[default]
+    Default,
+    /// One pub/sub channel per client (its inbox), subscribed once on one
+    /// node: every hand-off is a `PUBLISH`, which a cluster copies to every
+    /// node over its bus.
+    ClientChannel,
+    /// A shard channel per lock and client (Redis 7 `SSUBSCRIBE`/
+    /// `SPUBLISH`, named with the lock's hash tag), subscribed while a
+    /// waiter of this client waits on that lock: a hand-off is delivered
+    /// by the lock's own shard only. Cluster only.
+    ShardChannels,
+}
+
 /// Where Redis is and how to talk to it: everything shared by the sessions
 /// of one [`RedisLockClient`](crate::RedisLockClient).
 ///
@@ -260,6 +283,9 @@ pub struct RedisConfig {
     /// Counter generations on a cluster, which [`RedisConfig::validate`]
     /// refuses otherwise: only for tests that show why.
     pub(crate) counter_on_cluster: bool,
+    /// How waiters hear of their grants.
+    #[setters(generate)]
+    pub(crate) wake_ups: WakeUps,
 }
 
 /// A [`Signer`] inside a configuration that compares by value.
@@ -311,6 +337,7 @@ impl RedisConfig {
             generation_scheme: GenerationScheme::default(),
             signer: None,
             counter_on_cluster: false,
+            wake_ups: WakeUps::Default,
         }
     }
 
@@ -408,6 +435,16 @@ impl RedisConfig {
         self.cluster || self.endpoints.len() > 1
     }
 
+    /// The wake-up path in use: [`WakeUps::Default`] resolved for the
+    /// topology.
+    pub fn wake_ups(&self) -> WakeUps {
+        match self.wake_ups {
+            WakeUps::Default if self.is_cluster() => WakeUps::ShardChannels,
+            WakeUps::Default => WakeUps::ClientChannel,
+            chosen => chosen,
+        }
+    }
+
     /// The key prefix.
     pub fn key_prefix(&self) -> &str {
         &self.key_prefix
@@ -494,6 +531,11 @@ impl RedisConfig {
             .is_some_and(|interval| interval.is_zero())
         {
             return invalid("the waiter re-check interval must be positive".into());
+        }
+        if self.wake_ups == WakeUps::ShardChannels && !self.is_cluster() {
+            return invalid(
+                "shard-channel wake-ups need a Redis Cluster (a single server has one inbox channel per client)".into(),
+            );
         }
         if self.is_cluster()
             && self.generation_scheme == GenerationScheme::Counter

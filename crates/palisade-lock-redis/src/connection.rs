@@ -246,31 +246,7 @@ impl Connection {
             }
         }
         if config.is_cluster() {
-            let builder = ClusterClientBuilder::new(config.endpoints.urls.clone())
-                .connection_timeout(config.connect_timeout)
-                .response_timeout(config.response_timeout)
-                .retries(2)
-                // The driver's own waits before following TRYAGAIN or
-                // CLUSTERDOWN start at 1.28 s, beyond a call's timeout; keep
-                // them as short as this crate's resends (see `eval`).
-                .min_retry_wait(millis(RESEND_FIRST_PAUSE))
-                .max_retry_wait(millis(RESEND_MAX_PAUSE));
-            #[cfg(feature = "tls")]
-            let builder = match config.endpoints.tls.certificates() {
-                Some(certificates) => builder.certs(certificates),
-                None => builder,
-            };
-            let client = builder
-                .build()
-                .map_err(|source| RedisLockError::InvalidUrl {
-                    url: config
-                        .endpoints
-                        .iter()
-                        .map(|u| redact_url(u))
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    source,
-                })?;
+            let client = cluster_client(config, |builder| builder)?;
             let connected = client.get_async_connection();
             Ok(Connection::Cluster(
                 within_connect_timeout(config, connected, unavailable).await?,
@@ -446,6 +422,40 @@ impl Connection {
             other => other,
         }
     }
+}
+
+/// A cluster client for `config`'s seeds, timeouts and TLS material;
+/// `adapt` adds what one use needs (the shard-channel inbox: RESP3 and a
+/// push sender).
+pub(crate) fn cluster_client(
+    config: &RedisConfig,
+    adapt: impl FnOnce(ClusterClientBuilder) -> ClusterClientBuilder,
+) -> Result<redis::cluster::ClusterClient, RedisLockError> {
+    let builder = ClusterClientBuilder::new(config.endpoints.urls.clone())
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.response_timeout)
+        .retries(2)
+        // The driver's own waits before following TRYAGAIN or CLUSTERDOWN
+        // start at 1.28 s, beyond a call's timeout; keep them as short as
+        // this crate's resends (see `eval`).
+        .min_retry_wait(millis(RESEND_FIRST_PAUSE))
+        .max_retry_wait(millis(RESEND_MAX_PAUSE));
+    #[cfg(feature = "tls")]
+    let builder = match config.endpoints.tls.certificates() {
+        Some(certificates) => builder.certs(certificates),
+        None => builder,
+    };
+    adapt(builder)
+        .build()
+        .map_err(|source| RedisLockError::InvalidUrl {
+            url: config
+                .endpoints
+                .iter()
+                .map(|u| redact_url(u))
+                .collect::<Vec<_>>()
+                .join(","),
+            source,
+        })
 }
 
 fn millis(pause: Duration) -> u64 {

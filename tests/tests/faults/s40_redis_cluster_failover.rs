@@ -5,14 +5,15 @@
 //! Two contenders work on the lock while the replica copies everything.
 //! Then the replica is stopped (SIGSTOP) and the master drops its link
 //! (`CLIENT KILL TYPE replica`), so what the master grants next exists on
-//! the master only; holder `a` is granted the lock, has its
-//! write in hand and is stopped too. The master dies, the replica resumes
-//! and is elected in its place, without `a`'s lock key and without the
-//! counter increments since it stopped (asserted: the key is absent): `a`
-//! still believes it holds (its lease is 30 s), and a contender is granted
-//! the same lock by the new master. The contenders'
-//! queue entries went with the old master; they wait again and carry on.
-//! Then `a` resumes and its write goes out, late.
+//! the master only: the contenders' next three grants, then holder `a`'s,
+//! who has its write in hand and is stopped too, as are the contenders.
+//! The master dies, the replica resumes and is elected in its place,
+//! without `a`'s lock entry and without the counter increments since it
+//! stopped (asserted): `a` still believes it holds (its lease is 30 s),
+//! and a new client `d` is granted the same lock by the new master and
+//! writes. Then `a` resumes and its write goes out, late; the contenders
+//! resume with their holds and queue entries gone with the old master,
+//! wait again and carry on.
 //!
 //! With the default server-clock generations the new master's grants are
 //! above `a`'s (the clock went on while the counter fell behind): I-TOKEN
@@ -40,8 +41,12 @@ use crate::{EXIT, STEP, TTL, live_within};
 const PROMOTION: Duration = Duration::from_secs(60);
 
 /// `a`'s lease: well beyond the promotion, so `a` still holds (in its own
-/// view) when a contender is granted the lock by the new master.
+/// view) when `d` is granted the lock by the new master.
 const A_TTL: Duration = Duration::from_secs(30);
+
+/// Contenders' grants the master makes after the replica's link is cut,
+/// before `a`'s.
+const MISSED_GRANTS: usize = 3;
 
 struct Failover {
     report: Report,
@@ -91,37 +96,66 @@ async fn master_killed_under_contention(tag: &str, counter: bool) -> anyhow::Res
     // And its link is cut: what the master sent before is still in the
     // socket for the replica to read when it resumes, nothing after.
     cluster.command(master, &["CLIENT", "KILL", "TYPE", "replica"])?;
+    // The contenders take the lock a few more times on the master alone,
+    // so the replica misses several increments, not only `a`'s.
+    run.drain_feed();
+    let mut grants = 0;
+    run.wait_any(STEP, |_, line| {
+        grants += usize::from(matches!(line, ClientLine::Granted { .. }));
+        (grants >= MISSED_GRANTS).then_some(())
+    })
+    .await?;
     // `a`'s lease outlasts the failover: when the new master grants the
     // lock, two holders believe they hold it.
     let a_config = base.clone().gate().writes_per_hold(2).ttl(A_TTL);
     let mut a = run.spawn_client(&binaries, "a", &a_config)?;
     let held = a.wait_holding(STEP).await?;
     a.pause()?;
+    // The contenders stop too, wherever they are (holding, waiting): the
+    // first grant of the new master goes to a client that asks after the
+    // failover, `d`. In the mutation row that grant repeats a generation
+    // the old master had already handed out, which the checker counts
+    // only for an acquire sent after that earlier grant completed (a
+    // contender's acquire pending across the failover overlaps it).
+    for other in &others {
+        other.pause()?;
+    }
+    // `a`'s entry (its random token, its generation): what the promoted
+    // replica must not have. A contender's grant by the new master makes
+    // a different one.
+    let a_entry = cluster.command(master, &["GET", &key])?;
     cluster.kill(master)?;
     cluster.resume(replica)?;
     let took = tokio::task::block_in_place(|| cluster.wait_for_promotion(replica, PROMOTION));
     eprintln!("[{tag}] replica promoted {took:?} after the master died");
     anyhow::ensure!(
-        cluster.command(replica, &["EXISTS", &key])? == "0",
-        "the promoted replica has a's lock key: the failover lost nothing"
+        cluster.command(replica, &["GET", &key])? != a_entry,
+        "the promoted replica has a's lock entry {a_entry:?}: the failover lost nothing"
     );
     anyhow::ensure!(took < A_TTL / 2, "promoted within a's lease");
 
-    // A contender is granted the lock by the new master and writes.
+    // A new client is granted the lock by the new master and writes.
     run.drain_feed();
+    let d = run.spawn_client(&binaries, "d", &base.clone().writes_per_hold(3))?;
     let newer = run
         .wait_any(STEP, |client, line| match line {
-            ClientLine::Wrote { generation, .. } if client != "a" => Some(*generation),
+            ClientLine::Wrote { generation, .. } if client == "d" => Some(*generation),
             _ => None,
         })
         .await?;
     a.resume()?;
     let mut late = LateWrites::default();
     late_write(&mut a, held, newer, &mut late).await?;
+    // The contenders wake with their holds and queue entries gone with the
+    // old master: they wait again and carry on.
+    for other in &others {
+        other.resume()?;
+    }
     run.heal(fault)?;
 
     a.stop_and_wait(EXIT).await?;
     run.wait_recovered(STEP).await?;
+    others.push(d);
     stop_clients(others.iter_mut(), EXIT).await?;
 
     let scheme = if counter { "counter" } else { "server-clock" };

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use palisade_core::{LiveCheck, Liveness, Lock, LockError, LockGuard, LockName, Mode};
-use palisade_lock_redis::{RedisConfig, RedisLock, RedisLockClient};
+use palisade_lock_redis::{RedisConfig, RedisLock, RedisLockClient, WakeUps};
 use palisade_testkit::redis::RedisCluster;
 use tokio::time::Instant;
 
@@ -36,9 +36,13 @@ async fn redis_cluster() {
     .await;
 
     keys_of_a_lock_share_a_slot_and_locks_spread_over_masters(&cluster).await;
-    handoffs_are_notified_from_every_master(&cluster).await;
+    for wake_ups in [WakeUps::ShardChannels, WakeUps::ClientChannel] {
+        handoffs_are_notified_from_every_master(&cluster, wake_ups).await;
+    }
     mutual_exclusion_across_clients(&cluster).await;
-    a_slot_migrated_during_a_hold_and_a_wait(&cluster).await;
+    for wake_ups in [WakeUps::ShardChannels, WakeUps::ClientChannel] {
+        a_slot_migrated_during_a_hold_and_a_wait(&cluster, wake_ups).await;
+    }
 }
 
 async fn keys_of_a_lock_share_a_slot_and_locks_spread_over_masters(cluster: &RedisCluster) {
@@ -99,9 +103,13 @@ fn dbsize(cluster: &RedisCluster, node: usize) -> u64 {
 /// Every client subscribes its inbox on one node; grants published by
 /// scripts on the other masters reach it over the cluster bus. The waiter
 /// re-checks only every 30 s, so each grant must come by notification.
-async fn handoffs_are_notified_from_every_master(cluster: &RedisCluster) {
+///
+/// With shard channels, the waiter's channel is subscribed on the master
+/// of the lock's slot while it waits, and nowhere else.
+async fn handoffs_are_notified_from_every_master(cluster: &RedisCluster, wake_ups: WakeUps) {
+    println!("hand-offs, {wake_ups:?}");
     let (_holder_client, holder, waiter_client, waiter) =
-        holder_and_waiter(cluster, "cluster-handoff").await;
+        holder_and_waiter(cluster, "cluster-handoff", wake_ups).await;
     const NAMES: usize = 12;
     for index in 0..NAMES {
         let name = LockName::new(format!("handoff/{index}")).unwrap();
@@ -112,6 +120,16 @@ async fn handoffs_are_notified_from_every_master(cluster: &RedisCluster) {
             tokio::spawn(async move { waiter.acquire(&name, Mode::Exclusive).await })
         };
         wait_for_queue(&waiter_client, queued_before).await;
+        let slot = cluster.keyslot(waiter_client.keys(&name).lock());
+        let on_master = shard_channels(cluster, cluster.master_of_slot(slot));
+        match wake_ups {
+            WakeUps::ShardChannels => assert!(
+                on_master.iter().any(|channel| channel
+                    .starts_with(&waiter_client.keys(&name).lock().replace(":lock", ":inbox:"))),
+                "the waiter's shard channel is subscribed on its slot's master: {on_master:?}"
+            ),
+            _ => assert!(on_master.is_empty(), "no shard channel: {on_master:?}"),
+        }
         held.release().await.unwrap();
         let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
             .await
@@ -131,9 +149,12 @@ async fn handoffs_are_notified_from_every_master(cluster: &RedisCluster) {
 async fn holder_and_waiter(
     cluster: &RedisCluster,
     tag: &str,
+    wake_ups: WakeUps,
 ) -> (RedisLockClient, RedisLock, RedisLockClient, Arc<RedisLock>) {
     let prefix = unique_prefix(tag);
-    let config = cluster_config(cluster, &prefix).with_waiter_recheck(Duration::from_secs(30));
+    let config = cluster_config(cluster, &prefix)
+        .with_waiter_recheck(Duration::from_secs(30))
+        .with_wake_ups(wake_ups);
     let (holder_client, waiter_client) =
         (client_with(config.clone()).await, client_with(config).await);
     let holder = holder_client
@@ -352,9 +373,14 @@ async fn a_waiter_rides_through_masters_that_stop_answering() {
 /// master. The waiter re-checks only every 30 s, so the grant must come by
 /// notification: no wake-up is lost, and neither side sees an error.
 /// Twice, so the slot moves away and on again.
-async fn a_slot_migrated_during_a_hold_and_a_wait(cluster: &RedisCluster) {
+///
+/// A shard channel moves with its slot: the old master unsubscribes the
+/// waiter's client, which subscribes again on the new one and has the
+/// waiter look at the lock at once (at most one re-check per move).
+async fn a_slot_migrated_during_a_hold_and_a_wait(cluster: &RedisCluster, wake_ups: WakeUps) {
+    println!("slot migration, {wake_ups:?}");
     let (holder_client, holder, waiter_client, waiter) =
-        holder_and_waiter(cluster, "cluster-migrate").await;
+        holder_and_waiter(cluster, "cluster-migrate", wake_ups).await;
     let name = LockName::new("migrating").unwrap();
     let slot = cluster.keyslot(holder_client.keys(&name).lock());
     for round in 0..2 {
@@ -409,11 +435,25 @@ async fn a_slot_migrated_during_a_hold_and_a_wait(cluster: &RedisCluster) {
         );
         granted.release().await.unwrap();
     }
-    assert_eq!(
-        waiter_client.stats().rechecks,
-        0,
-        "every grant was notified"
-    );
+    let rechecks = waiter_client.stats().rechecks;
+    match wake_ups {
+        WakeUps::ShardChannels => assert!(
+            rechecks <= 2,
+            "at most one re-check per move, prompted by the moved channel: {rechecks}"
+        ),
+        _ => assert_eq!(rechecks, 0, "every grant was notified"),
+    }
+}
+
+/// The shard channels node `index` has subscribers for.
+fn shard_channels(cluster: &RedisCluster, index: usize) -> Vec<String> {
+    cluster
+        .command(index, &["PUBSUB", "SHARDCHANNELS"])
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .filter(|line| !line.is_empty())
+        .collect()
 }
 
 /// How many `TRYAGAIN` errors node `index` has replied (`INFO errorstats`).
