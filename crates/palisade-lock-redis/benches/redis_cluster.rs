@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
 use palisade_lock_redis::{RedisConfig, RedisLockClient, WakeUps};
+use palisade_testkit::bench::env_number;
 use palisade_testkit::redis::{RedisCluster, RedisServer, command_at};
 use tokio::time::Instant;
 
@@ -123,13 +124,6 @@ fn redis_cpu(nodes: &[String]) -> f64 {
                 .sum::<f64>()
         })
         .sum()
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
 }
 
 fn main() {

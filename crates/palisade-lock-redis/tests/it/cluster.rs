@@ -231,16 +231,8 @@ async fn mutual_exclusion_across_clients(cluster: &RedisCluster) {
 async fn a_waiter_survives_losing_its_connections_to_the_masters() {
     common::trace();
     let cluster = RedisCluster::start();
-    let prefix = unique_prefix("cluster-conn-loss");
-    let config = cluster_config(&cluster, &prefix).with_waiter_recheck(Duration::from_secs(30));
-    let (holder_client, waiter_client) =
-        (client_with(config.clone()).await, client_with(config).await);
-    let holder = holder_client
-        .session(options(Duration::from_secs(30)))
-        .unwrap();
-    let waiter = waiter_client
-        .session(options(Duration::from_secs(30)))
-        .unwrap();
+    let (_holder_client, holder, waiter_client, waiter) =
+        holder_and_waiter(&cluster, "cluster-conn-loss", WakeUps::Default).await;
     let name = LockName::new("conn-loss").unwrap();
     for round in 0..3 {
         let held = holder.acquire(&name, Mode::Exclusive).await.unwrap();
