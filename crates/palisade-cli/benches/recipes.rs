@@ -25,6 +25,7 @@ use nix::unistd::Pid;
 use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
 use palisade_lock_any::{AnyClient, AnyInspector, LockSpec};
 use palisade_recipes::Semaphore;
+use palisade_testkit::bench::env_number;
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::redis::RedisServer;
 use palisade_testkit::sql::SqlServer;
@@ -38,13 +39,6 @@ const PERMITS: u32 = 4;
 /// killed: there is no event for "queued" outside the standby.
 const QUEUE_SETTLE: Duration = Duration::from_millis(500);
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
-}
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()

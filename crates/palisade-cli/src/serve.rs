@@ -45,7 +45,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "PALISADE_ETCD_ENDPOINTS")]
     etcd_endpoints: Option<String>,
 
-    /// Redis URL for `--live-check redis` (password and TLS in the URL).
+    /// Redis URL for `--live-check redis` (password and TLS in the URL;
+    /// `redis+cluster://HOST:PORT,...` for a Redis Cluster).
     #[arg(long, env = "PALISADE_REDIS_URL", hide_env_values = true)]
     redis_url: Option<String>,
 

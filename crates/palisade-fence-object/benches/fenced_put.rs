@@ -25,17 +25,11 @@ use bytes::Bytes;
 use object_store::ObjectStoreExt as _;
 use palisade_core::{Generation, LockName, Mode, Sequencer};
 use palisade_fence_object::{FencedLog, ObjectFence, Path, S3Config};
+use palisade_testkit::bench::env_number;
 use palisade_testkit::s3::S3Server;
 use tokio::time::Instant;
 
 const CLIENTS: usize = 4;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 #[derive(Clone, Copy, Debug)]
 enum Way {

@@ -12,17 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use palisade_core::{Generation, LockName, Mode, Sequencer};
+use palisade_testkit::bench::env_number;
 use palisade_testkit::sql::SqlServer;
 use tokio::time::Instant;
 
 const CLIENTS: usize = 32;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn sequencer(client: usize) -> Sequencer {
     Sequencer::new(

@@ -76,8 +76,10 @@ pub struct BackendArgs {
     #[arg(long, env = "PALISADE_ETCD_ENDPOINTS", value_name = "ENDPOINTS")]
     pub etcd_endpoints: Option<String>,
 
-    /// Redis URL (`redis://[user:password@]host:port[/db]`). Repeat it
-    /// for `--backend redlock`, once per independent master.
+    /// Redis URL (`redis://[user:password@]host:port[/db]`), or the seed
+    /// nodes of a Redis Cluster
+    /// (`redis+cluster://[user:password@]host:port,host:port`).
+    /// Repeat it for `--backend redlock`, once per independent master.
     #[arg(
         long,
         env = "PALISADE_REDIS_URL",
@@ -280,6 +282,8 @@ impl BackendArgs {
                 }
             },
             BackendKind::Redis => match (self.redis_url.as_slice(), local) {
+                // `--redis-url redis+cluster://...` names a cluster.
+                ([url], _) if url.contains("+cluster://") => url.parse()?,
                 ([url], _) => LockSpec::redis(url.clone()),
                 ([], true) => LockSpec::redis(LOCAL_REDIS_URL),
                 ([], false) => return Err(missing("--redis-url", "PALISADE_REDIS_URL")),
@@ -513,6 +517,30 @@ mod tests {
         let error = mismatch.spec(Defaults::None).unwrap_err().to_string();
         assert!(error.contains("--backend mariadb"), "{error}");
         assert!(!error.contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn a_redis_cluster_is_one_url_as_backend_or_redis_url() {
+        let expected = Service::RedisCluster {
+            nodes: vec!["redis://a:7000".into(), "redis://b:7001".into()],
+        };
+        for args in [
+            &["--backend", "redis+cluster://a:7000,b:7001"][..],
+            &["--redis-url", "redis+cluster://a:7000,b:7001"][..],
+            &[
+                "--backend",
+                "redis",
+                "--redis-url",
+                "redis+cluster://a:7000,b:7001",
+            ][..],
+        ] {
+            let spec = flags(args).spec(Defaults::None).unwrap();
+            assert_eq!(spec.service(), &expected, "{args:?}");
+        }
+        let error = flags(&["--redis-url", "redis+cluster://a:7000/2"])
+            .spec(Defaults::None)
+            .unwrap_err();
+        assert!(error.to_string().contains("no databases"), "{error}");
     }
 
     #[test]

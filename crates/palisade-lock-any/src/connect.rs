@@ -238,7 +238,12 @@ impl AnyClient {
             #[cfg(feature = "etcd")]
             Service::Etcd { endpoints } => connect_etcd(spec, endpoints).await,
             #[cfg(feature = "redis")]
-            Service::Redis { url } => connect_redis(spec, url).await,
+            Service::Redis { url } => connect_redis(spec, redis_config(spec, url)).await,
+            #[cfg(feature = "redis")]
+            Service::RedisCluster { nodes } => {
+                let seeds = palisade_lock_redis::RedisConfig::cluster(nodes.iter().cloned());
+                connect_redis(spec, configure_redis(spec, seeds)).await
+            }
             #[cfg(feature = "redis")]
             Service::Redlock { masters } => connect_redlock(spec, masters).await,
             #[cfg(feature = "sql")]
@@ -383,8 +388,17 @@ async fn connect_etcd(spec: &LockSpec, endpoints: &str) -> Result<AnyClient, Sel
 
 #[cfg(feature = "redis")]
 pub(crate) fn redis_config(spec: &LockSpec, url: &str) -> palisade_lock_redis::RedisConfig {
-    use palisade_lock_redis::{GenerationScheme, RedisConfig};
-    let mut config = RedisConfig::new(url).with_generation_scheme(match spec.redis_generations() {
+    configure_redis(spec, palisade_lock_redis::RedisConfig::new(url))
+}
+
+/// `config` (one server's or a cluster's) with `spec`'s Redis settings.
+#[cfg(feature = "redis")]
+fn configure_redis(
+    spec: &LockSpec,
+    config: palisade_lock_redis::RedisConfig,
+) -> palisade_lock_redis::RedisConfig {
+    use palisade_lock_redis::GenerationScheme;
+    let mut config = config.with_generation_scheme(match spec.redis_generations() {
         crate::RedisGenerations::Clock => GenerationScheme::ServerClock,
         crate::RedisGenerations::Counter => GenerationScheme::Counter,
     });
@@ -410,12 +424,14 @@ pub(crate) fn redis_error_text(error: &palisade_lock_redis::RedisLockError) -> S
 }
 
 #[cfg(feature = "redis")]
-async fn connect_redis(spec: &LockSpec, url: &str) -> Result<AnyClient, SelectError> {
+async fn connect_redis(
+    spec: &LockSpec,
+    mut config: palisade_lock_redis::RedisConfig,
+) -> Result<AnyClient, SelectError> {
     use palisade_lock_redis::RedisLockClient;
     let unreachable = |error: palisade_lock_redis::RedisLockError| {
         SelectError::unreachable(spec, &redis_error_text(&error))
     };
-    let mut config = redis_config(spec, url);
     let client = RedisLockClient::connect(config.clone())
         .await
         .map_err(unreachable)?;

@@ -70,7 +70,7 @@ pub(crate) fn scrub_spec(spec: &LockSpec, text: &str) -> String {
         Service::Embedded => text.to_owned(),
         Service::Etcd { endpoints } => scrub(text, endpoints),
         Service::Redis { url } | Service::Sql { url, .. } => scrub(text, url),
-        Service::Redlock { masters } => masters
+        Service::Redlock { masters } | Service::RedisCluster { nodes: masters } => masters
             .iter()
             .fold(text.to_owned(), |text, url| scrub(&text, url)),
         Service::ZooKeeper { connect } => scrub(text, connect),

@@ -5,7 +5,7 @@
 //! the demos alike. A [`LockSpec`] says which service, where, and how its
 //! sessions sign; it comes from the backend flags ([`BackendArgs`], feature
 //! `clap`) or from one URL (`etcd://h:2379,h2:2379`, `redis://h:6379`,
-//! `redlock://a,b,c`, `postgres://...`, `mysql://...`,
+//! `redis+cluster://a,b`, `redlock://a,b,c`, `postgres://...`, `mysql://...`,
 //! `zookeeper://h:2181,h2:2181/chroot`, `embedded:`).
 //! From a spec:
 //!

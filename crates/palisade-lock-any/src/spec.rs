@@ -172,6 +172,12 @@ pub enum Service {
         /// Its URL, password and all.
         url: String,
     },
+    /// A Redis Cluster, seeded from these nodes (`redis://` or `rediss://`
+    /// URLs, credentials and all); the client finds the rest.
+    RedisCluster {
+        /// One URL per seed node.
+        nodes: Vec<String>,
+    },
     /// Redlock over independent Redis masters.
     Redlock {
         /// One URL per master.
@@ -197,7 +203,7 @@ impl Service {
         match self {
             Service::Embedded => BackendKind::Embedded,
             Service::Etcd { .. } => BackendKind::Etcd,
-            Service::Redis { .. } => BackendKind::Redis,
+            Service::Redis { .. } | Service::RedisCluster { .. } => BackendKind::Redis,
             Service::Redlock { .. } => BackendKind::Redlock,
             Service::Sql { kind, .. } => *kind,
             Service::ZooKeeper { .. } => BackendKind::ZooKeeper,
@@ -213,6 +219,10 @@ impl fmt::Display for Service {
             Service::Embedded => f.write_str("the embedded lock service (in this process)"),
             Service::Etcd { endpoints } => write!(f, "etcd at {}", redact_url(endpoints)),
             Service::Redis { url } => write!(f, "Redis at {}", redact_url(url)),
+            Service::RedisCluster { nodes } => {
+                let nodes: Vec<String> = nodes.iter().map(|url| redact_url(url)).collect();
+                write!(f, "the Redis Cluster at {}", nodes.join(", "))
+            }
             Service::Redlock { masters } => {
                 let masters: Vec<String> = masters.iter().map(|url| redact_url(url)).collect();
                 write!(f, "the Redlock masters {}", masters.join(", "))
@@ -240,6 +250,7 @@ impl fmt::Debug for Service {
 /// | `embedded:` | the in-process backend |
 /// | `etcd://h:2379,h2:2379[/prefix]` | etcd; a path is the key prefix |
 /// | `redis://[user:pass@]h:6379[/db]`, `rediss://...` | one Redis |
+/// | `redis+cluster://[user:pass@]h1:7000,h2:7000`, `rediss+cluster://...` | a Redis Cluster seeded from these nodes |
 /// | `redlock://h1:6379,h2:6379,h3:6379` | Redlock, one master per host |
 /// | `postgres://user@h:5432/db`, `postgresql://...` | PostgreSQL's lock table |
 /// | `mysql://user@h:3306/db`, `mariadb://...` | MariaDB's lock table |
@@ -296,6 +307,14 @@ impl LockSpec {
     /// One Redis server at `url`.
     pub fn redis(url: impl Into<String>) -> Self {
         LockSpec::new(Service::Redis { url: url.into() })
+    }
+
+    /// A Redis Cluster seeded from `nodes`, one `redis://` (or `rediss://`)
+    /// URL each.
+    pub fn redis_cluster(nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        LockSpec::new(Service::RedisCluster {
+            nodes: nodes.into_iter().map(Into::into).collect(),
+        })
     }
 
     /// Redlock over `masters`, one URL each (at least three, checked when
@@ -426,6 +445,7 @@ impl LockSpec {
                 format!("etcd://{}", hosts.join(","))
             }
             Service::Redis { url } | Service::Sql { url, .. } => url.clone(),
+            Service::RedisCluster { nodes } => cluster_url(nodes),
             Service::Redlock { masters } => {
                 let hosts: Vec<&str> = masters
                     .iter()
@@ -475,6 +495,9 @@ impl FromStr for LockSpec {
                 })
             }
             Some("redis" | "rediss") => Ok(LockSpec::redis(text)),
+            Some(cluster @ ("redis+cluster" | "rediss+cluster")) => {
+                parse_redis_cluster(text, cluster, after(&format!("{cluster}:")))
+            }
             Some("redlock") => {
                 let hosts = after("redlock:").trim_end_matches('/');
                 let masters: Vec<String> = hosts
@@ -493,11 +516,47 @@ impl FromStr for LockSpec {
             Some("postgres" | "postgresql" | "mysql" | "mariadb") => LockSpec::sql(text),
             Some("zookeeper") => parse_zookeeper(text, after("zookeeper:")),
             _ => Err(SelectError::invalid(format!(
-                "`{}` names no lock service: expected embedded:, etcd://HOST:PORT[,...][/PREFIX], redis://..., rediss://..., redlock://HOST:PORT,..., postgres://..., mysql://... or zookeeper://HOST:PORT[,...][/CHROOT]",
+                "`{}` names no lock service: expected embedded:, etcd://HOST:PORT[,...][/PREFIX], redis://..., rediss://..., redis+cluster://HOST:PORT,..., redlock://HOST:PORT,..., postgres://..., mysql://... or zookeeper://HOST:PORT[,...][/CHROOT]",
                 redact_url(text)
             ))),
         }
     }
+}
+
+/// `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]` (or
+/// `rediss+cluster://`): one `redis://` URL per node, each with the
+/// credentials. `rest` is what follows the scheme.
+fn parse_redis_cluster(text: &str, scheme: &str, rest: &str) -> Result<LockSpec, SelectError> {
+    let (credentials, hosts) = match rest.rsplit_once('@') {
+        Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+        None => (String::new(), rest),
+    };
+    if hosts.is_empty() || hosts.contains(['/', '?', '#']) || hosts.split(',').any(str::is_empty) {
+        return Err(SelectError::invalid(format!(
+            "{}: expected {scheme}://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...] (a cluster has no databases)",
+            redact_url(text)
+        )));
+    }
+    let node_scheme = scheme.trim_end_matches("+cluster");
+    Ok(LockSpec::redis_cluster(hosts.split(',').map(|host| {
+        format!("{node_scheme}://{credentials}{host}")
+    })))
+}
+
+/// The `redis+cluster://` URL of `nodes`, which [`parse_redis_cluster`]
+/// made (one scheme, one set of credentials).
+fn cluster_url(nodes: &[String]) -> String {
+    let split = |url: &str| -> (String, String, String) {
+        let (scheme, rest) = url.split_once("://").unwrap_or(("redis", url));
+        let (credentials, host) = match rest.rsplit_once('@') {
+            Some((credentials, host)) => (format!("{credentials}@"), host),
+            None => (String::new(), rest),
+        };
+        (scheme.to_owned(), credentials, host.to_owned())
+    };
+    let (scheme, credentials, _) = split(nodes.first().map_or("", String::as_str));
+    let hosts: Vec<String> = nodes.iter().map(|url| split(url).2).collect();
+    format!("{scheme}+cluster://{credentials}{}", hosts.join(","))
 }
 
 /// `zookeeper://HOST:PORT[,HOST:PORT...][/CHROOT][?node-names=FORM]`,
@@ -589,6 +648,20 @@ mod tests {
                 ]
             }
         );
+        let cluster = parse("redis+cluster://:pw@a:7000,b:7001");
+        assert_eq!(cluster.kind(), BackendKind::Redis);
+        assert_eq!(
+            cluster.service(),
+            &Service::RedisCluster {
+                nodes: vec!["redis://:pw@a:7000".into(), "redis://:pw@b:7001".into()]
+            }
+        );
+        assert_eq!(
+            parse("rediss+cluster://a:7000").service(),
+            &Service::RedisCluster {
+                nodes: vec!["rediss://a:7000".into()]
+            }
+        );
         assert_eq!(parse("postgresql://u@h/db").kind(), BackendKind::Postgres);
         assert_eq!(parse("mysql://u@h/db").kind(), BackendKind::MariaDb);
         assert_eq!(parse("mariadb://u@h/db").kind(), BackendKind::MariaDb);
@@ -616,6 +689,8 @@ mod tests {
             "etcd://a:2379,b:2379",
             "redis://u:secret@h:6379/1",
             "redlock://a:1,b:2,c:3",
+            "redis+cluster://u:secret@a:7000,b:7001",
+            "rediss+cluster://a:7000",
             "postgres://u:secret@h:5432/db",
             "mysql://root@h:3306/test",
             "zookeeper://a:2181,b:2181/chroot",
@@ -642,7 +717,9 @@ mod tests {
             "zookeeper://a:2181,,b:2181",
             "zookeeper://a:2181?node-names=zk",
             "zookeeper://a:2181?chroot=/x",
-            "redis+cluster://h:7000",
+            "redis+cluster://",
+            "redis+cluster://h:7000,,h:7001",
+            "redis+cluster://h:7000/1",
             "http://h",
             "etcd://",
             "etcd://a,,b",
@@ -667,6 +744,14 @@ mod tests {
             assert!(!shown.contains("hunter2"), "{shown}");
             assert!(!shown.contains("s3cret"), "{shown}");
             assert!(!shown.contains("07070707"), "{shown}");
+        }
+        let cluster = parse("redis+cluster://app:hunter2@a:7000,b:7001");
+        for shown in [cluster.to_string(), format!("{cluster:?}")] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(
+                shown.contains("a:7000") && shown.contains("b:7001"),
+                "{shown}"
+            );
         }
         let masters = LockSpec::redlock(["redis://:pw1@a", "redis://:pw2@b"]).to_string();
         assert!(

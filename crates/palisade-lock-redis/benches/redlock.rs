@@ -16,15 +16,9 @@ use std::time::Duration;
 
 use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
 use palisade_lock_redis::{RedisConfig, RedisLockClient, RedlockClient, RedlockConfig};
+use palisade_testkit::bench::env_number;
 use palisade_testkit::redis::{RedisOptions, RedisServer};
 use tokio::time::Instant;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Cycles per second of `cycle`, run back to back for `duration`.
 async fn rate<F, Fut>(duration: Duration, mut cycle: F) -> f64

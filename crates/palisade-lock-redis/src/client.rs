@@ -16,7 +16,7 @@ use redis::Value;
 use crate::connection::Connection;
 use crate::error::{BACKEND, bad_reply};
 use crate::inbox::Inbox;
-use crate::keys::{LockKeys, inbox_channel};
+use crate::keys::LockKeys;
 use crate::scripts::ScriptName;
 use crate::scripts::Scripts;
 use crate::{GenerationScheme, RedisConfig, RedisLiveCheck, RedisLock, RedisLockError};
@@ -153,6 +153,9 @@ pub(crate) struct Attempt {
     pub(crate) ttl: Duration,
     pub(crate) lock_delay: Duration,
     pub(crate) waiter_ttl: Duration,
+    /// Where a hand-off is published for this attempt, recorded in its
+    /// queue entry.
+    pub(crate) channel: String,
 }
 
 pub(crate) fn mode_arg(mode: Mode) -> &'static str {
@@ -176,12 +179,7 @@ impl RedisLockClient {
             .load_scripts(&scripts, config.response_timeout)
             .await?;
         let client_id = format!("{:016x}", rand::random::<u64>());
-        let inbox = Inbox::start(
-            &config.endpoints,
-            inbox_channel(&config.key_prefix, &client_id),
-            config.connect_timeout,
-        )
-        .await?;
+        let inbox = Inbox::start(&config, &client_id).await?;
         let issuer = match config.issuer() {
             Some(issuer) => issuer.to_owned(),
             None => format!(
@@ -348,7 +346,7 @@ impl RedisLockClient {
             &delay,
             &attempt.lease,
             &attempt.holder,
-            self.inner.inbox.channel(),
+            &attempt.channel,
             if enqueue { "1" } else { "0" },
             &waiter_ttl,
             self.clock_arg(),

@@ -198,6 +198,29 @@ pub enum GenerationScheme {
     Counter,
 }
 
+/// How a release tells the next waiter that it was granted the lock.
+///
+/// Either way a lost message costs only time: a waiter looks at the lock
+/// again after a bounded interval (`waiter_recheck`), and the acquire
+/// script reports a grant made meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum WakeUps {
+    /// The topology's default: [`WakeUps::ClientChannel`] on a single
+    /// server, [`WakeUps::ShardChannels`] on a cluster.
+    #[default]
+    Default,
+    /// One pub/sub channel per client (its inbox), subscribed once on one
+    /// node: every hand-off is a `PUBLISH`, which a cluster copies to every
+    /// node over its bus.
+    ClientChannel,
+    /// A shard channel per lock and client (Redis 7 `SSUBSCRIBE`/
+    /// `SPUBLISH`, named with the lock's hash tag), subscribed while a
+    /// waiter of this client waits on that lock: a hand-off is delivered
+    /// by the lock's own shard only. Cluster only.
+    ShardChannels,
+}
+
 /// Where Redis is and how to talk to it: everything shared by the sessions
 /// of one [`RedisLockClient`](crate::RedisLockClient).
 ///
@@ -257,6 +280,12 @@ pub struct RedisConfig {
     /// `u64::MAX`) before they can move a mark. The key id travels in the
     /// signature, so keys can be rotated.
     pub(crate) signer: Option<ConfiguredSigner>,
+    /// Counter generations on a cluster, which [`RedisConfig::validate`]
+    /// refuses otherwise: only for tests that show why.
+    pub(crate) counter_on_cluster: bool,
+    /// How waiters hear of their grants.
+    #[setters(generate)]
+    pub(crate) wake_ups: WakeUps,
 }
 
 /// A [`Signer`] inside a configuration that compares by value.
@@ -307,6 +336,8 @@ impl RedisConfig {
             waiter_recheck: None,
             generation_scheme: GenerationScheme::default(),
             signer: None,
+            counter_on_cluster: false,
+            wake_ups: WakeUps::Default,
         }
     }
 
@@ -404,6 +435,16 @@ impl RedisConfig {
         self.cluster || self.endpoints.len() > 1
     }
 
+    /// The wake-up path in use: [`WakeUps::Default`] resolved for the
+    /// topology.
+    pub fn wake_ups(&self) -> WakeUps {
+        match self.wake_ups {
+            WakeUps::Default if self.is_cluster() => WakeUps::ShardChannels,
+            WakeUps::Default => WakeUps::ClientChannel,
+            chosen => chosen,
+        }
+    }
+
     /// The key prefix.
     pub fn key_prefix(&self) -> &str {
         &self.key_prefix
@@ -437,6 +478,15 @@ impl RedisConfig {
     pub fn waiter_recheck_for(&self, ttl: Duration) -> Duration {
         self.waiter_recheck
             .unwrap_or_else(|| (ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(2)))
+    }
+
+    /// Allows counter generations on a cluster, which [`RedisConfig::validate`]
+    /// refuses: for the tests that show a failover handing out a
+    /// generation twice.
+    #[cfg(feature = "testing")]
+    pub fn with_counter_on_cluster_unsafe(mut self) -> Self {
+        self.counter_on_cluster = true;
+        self
     }
 
     /// Checks what can be checked without connecting.
@@ -481,6 +531,20 @@ impl RedisConfig {
             .is_some_and(|interval| interval.is_zero())
         {
             return invalid("the waiter re-check interval must be positive".into());
+        }
+        if self.wake_ups == WakeUps::ShardChannels && !self.is_cluster() {
+            return invalid(
+                "shard-channel wake-ups need a Redis Cluster (a single server has one inbox channel per client)".into(),
+            );
+        }
+        if self.is_cluster()
+            && self.generation_scheme == GenerationScheme::Counter
+            && !self.counter_on_cluster
+        {
+            return invalid(
+                "counter generations on a Redis Cluster are refused: a failover to a replica that missed the last increments hands out the same generation again, to a second holder the resource server cannot tell apart; use the clock scheme (the default)"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -576,6 +640,21 @@ mod tests {
                 .is_err()
         );
         assert!(RedisConfig::cluster(["redis://a", "redis://b"]).is_cluster());
+        let counter = RedisConfig::cluster(["redis://a"])
+            .with_generation_scheme(GenerationScheme::Counter)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            counter.contains("counter generations on a Redis Cluster"),
+            "{counter}"
+        );
+        assert!(
+            RedisConfig::new("redis://a")
+                .with_generation_scheme(GenerationScheme::Counter)
+                .validate()
+                .is_ok()
+        );
     }
 
     #[test]

@@ -246,26 +246,7 @@ impl Connection {
             }
         }
         if config.is_cluster() {
-            let builder = ClusterClientBuilder::new(config.endpoints.urls.clone())
-                .connection_timeout(config.connect_timeout)
-                .response_timeout(config.response_timeout)
-                .retries(2);
-            #[cfg(feature = "tls")]
-            let builder = match config.endpoints.tls.certificates() {
-                Some(certificates) => builder.certs(certificates),
-                None => builder,
-            };
-            let client = builder
-                .build()
-                .map_err(|source| RedisLockError::InvalidUrl {
-                    url: config
-                        .endpoints
-                        .iter()
-                        .map(|u| redact_url(u))
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    source,
-                })?;
+            let client = cluster_client(config, |builder| builder)?;
             let connected = client.get_async_connection();
             Ok(Connection::Cluster(
                 within_connect_timeout(config, connected, unavailable).await?,
@@ -289,6 +270,60 @@ impl Connection {
         match self {
             Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
             Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
+        }
+    }
+
+    /// The address of every master of a cluster, from `CLUSTER SLOTS`; one
+    /// `None` for a single server (the server itself).
+    pub(crate) async fn masters(&self) -> Result<Vec<Option<(String, u16)>>, RedisError> {
+        let Connection::Cluster(_) = self else {
+            return Ok(vec![None]);
+        };
+        let reply = self
+            .query(&redis::cmd("CLUSTER").arg("SLOTS").clone())
+            .await?;
+        let mut masters: Vec<Option<(String, u16)>> = Vec::new();
+        if let Value::Array(ranges) = reply {
+            for range in ranges {
+                // [first slot, last slot, [host, port, id, ...], replicas...]
+                let Value::Array(parts) = range else { continue };
+                let Some(Value::Array(master)) = parts.get(2) else {
+                    continue;
+                };
+                let (Some(host), Some(Value::Int(port))) = (master.first(), master.get(1)) else {
+                    continue;
+                };
+                let host = match host {
+                    Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                    Value::SimpleString(text) => text.clone(),
+                    _ => continue,
+                };
+                let address = Some((host, u16::try_from(*port).unwrap_or_default()));
+                if !masters.contains(&address) {
+                    masters.push(address);
+                }
+            }
+        }
+        Ok(masters)
+    }
+
+    /// Sends `command` to the cluster node at `node` (host, port), or to the
+    /// single server when `node` is `None`.
+    pub(crate) async fn query_on(
+        &self,
+        node: Option<&(String, u16)>,
+        command: Cmd,
+    ) -> Result<Value, RedisError> {
+        match (self, node) {
+            (Connection::Cluster(cluster), Some((host, port))) => {
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                });
+                cluster.clone().route_command(command, routing).await
+            }
+            _ => self.query(&command).await,
         }
     }
 
@@ -332,10 +367,11 @@ impl Connection {
                     Err(error) if resend_after(script, &error) => {
                         let pause = pauses.next().unwrap_or(RESEND_MAX_PAUSE);
                         // The connection to the node dropped (a killed
-                        // connection, a restarted node): the client
-                        // reconnects in the background; send again once it
-                        // may have. Bounded by the timeout below.
-                        tracing::debug!(backend = BACKEND, script = script.name, %error, ?pause, "connection dropped; sending again");
+                        // connection, a restarted node), or the cluster
+                        // asked to try again (a slot in migration, a
+                        // failover): send again once it may be over.
+                        // Bounded by the timeout below.
+                        tracing::debug!(backend = BACKEND, script = script.name, %error, ?pause, "not answered; sending again");
                         tokio::time::sleep(pause).await;
                     }
                     other => return other,
@@ -388,18 +424,68 @@ impl Connection {
     }
 }
 
+/// A cluster client for `config`'s seeds, timeouts and TLS material;
+/// `adapt` adds what one use needs (the shard-channel inbox: RESP3 and a
+/// push sender).
+pub(crate) fn cluster_client(
+    config: &RedisConfig,
+    adapt: impl FnOnce(ClusterClientBuilder) -> ClusterClientBuilder,
+) -> Result<redis::cluster::ClusterClient, RedisLockError> {
+    let builder = ClusterClientBuilder::new(config.endpoints.urls.clone())
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.response_timeout)
+        .retries(2)
+        // The driver's own waits before following TRYAGAIN or CLUSTERDOWN
+        // start at 1.28 s, beyond a call's timeout; keep them as short as
+        // this crate's resends (see `eval`).
+        .min_retry_wait(millis(RESEND_FIRST_PAUSE))
+        .max_retry_wait(millis(RESEND_MAX_PAUSE));
+    #[cfg(feature = "tls")]
+    let builder = match config.endpoints.tls.certificates() {
+        Some(certificates) => builder.certs(certificates),
+        None => builder,
+    };
+    adapt(builder)
+        .build()
+        .map_err(|source| RedisLockError::InvalidUrl {
+            url: config
+                .endpoints
+                .iter()
+                .map(|u| redact_url(u))
+                .collect::<Vec<_>>()
+                .join(","),
+            source,
+        })
+}
+
+fn millis(pause: Duration) -> u64 {
+    u64::try_from(pause.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// The first pause before a script is sent again on a dropped connection.
 const RESEND_FIRST_PAUSE: Duration = Duration::from_millis(10);
 /// The longest pause between two resends.
 const RESEND_MAX_PAUSE: Duration = Duration::from_millis(200);
 
-/// Whether a script call that failed with `error` is sent again: when the
-/// connection dropped before an answer came (the client reconnects on its
-/// own), and either the script answers the same when run twice or Redis
-/// refused the connection (it cannot have run it).
+/// Whether a script call that failed with `error` is sent again:
+///
+/// - when a cluster node refused to run it for now: `TRYAGAIN` (the lock's
+///   slot is being migrated and its keys are split between two nodes),
+///   `CLUSTERDOWN` or `MASTERDOWN` (a failover is under way). Redis ran
+///   nothing, so any script may go again;
+/// - when the connection dropped before an answer came (the client
+///   reconnects on its own), and either the script answers the same when
+///   run twice or Redis refused the connection (it cannot have run it).
 fn resend_after(script: &LuaScript, error: &RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    let not_run = matches!(
+        error.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown | ServerErrorKind::MasterDown
+        )
+    );
     let dropped = error.is_connection_dropped() || error.is_connection_refusal();
-    dropped && (script.resendable || error.is_connection_refusal())
+    not_run || (dropped && (script.resendable || error.is_connection_refusal()))
 }
 
 #[cfg(test)]

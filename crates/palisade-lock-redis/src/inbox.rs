@@ -1,21 +1,24 @@
-//! The client's inbox: one pub/sub subscription that carries every grant
-//! made to this client's waiters.
+//! Where a client's waiters hear about their grants.
 //!
-//! A waiter does not subscribe to anything itself. When the release script
-//! hands a lock to a queued waiter, it publishes `"<lease id> granted
-//! <generation> <server ms> <proof>"` on the channel recorded in the
-//! waiter's queue entry: its client's inbox. The inbox task routes the
-//! message to the waiting future by lease id; the proof,
+//! A waiter does not poll. When the release script hands a lock to a
+//! queued waiter, it publishes `"<lease id> granted <generation> <server
+//! ms> <proof>"` on the channel recorded in the waiter's queue entry. The
+//! client routes the message to the waiting future by lease id; the proof,
 //! `sha1hex("<owner token> <generation>")`, lets that future check that the
 //! grant is its own (the lease id is public, the token is not). So waiting
 //! costs no request at all, and a hand-off costs the release script plus
 //! one message.
 //!
-//! Messages can be lost (the subscription drops and reconnects). Nothing
-//! depends on them for correctness: the acquire script also reports a grant
-//! made while the notification was lost, and waiters look again after a
-//! bounded time. After every (re)subscription the inbox tells all waiters to
-//! look again at once.
+//! Two paths ([`WakeUps`]): one channel per client, subscribed once on
+//! one node ([`ClientInbox`], here), or on a cluster a shard channel per
+//! lock and client, subscribed while the client has a waiter on that lock
+//! ([`ShardInbox`](crate::shard_inbox::ShardInbox)).
+//!
+//! Messages can be lost (the subscription drops and reconnects, a slot
+//! moves). Nothing depends on them for correctness: the acquire script
+//! also reports a grant made while the notification was lost, and waiters
+//! look again after a bounded time. After every (re)subscription the
+//! waiters it serves are told to look again at once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,9 +28,11 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::RedisLockError;
 use crate::config::Endpoints;
 use crate::error::BACKEND;
+use crate::keys::{LockKeys, inbox_channel};
+use crate::shard_inbox::{Interest, ShardInbox};
+use crate::{RedisConfig, RedisLockError, WakeUps};
 
 /// What the inbox tells a waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,11 +67,85 @@ impl Notice {
     }
 }
 
-type Routes = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Notice>>>>;
+/// Lease id of each waiting acquire → its notice sender.
+pub(crate) type Routes = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Notice>>>>;
 
-/// The subscription and the routing table.
+/// The wake-up path of a client.
 #[derive(Debug)]
-pub(crate) struct Inbox {
+pub(crate) enum Inbox {
+    /// One channel for the client.
+    Client(ClientInbox),
+    /// A shard channel per lock waited on.
+    Shard(ShardInbox),
+}
+
+impl Inbox {
+    /// Starts the path `config` asks for, subscribed and ready.
+    pub(crate) async fn start(
+        config: &RedisConfig,
+        client_id: &str,
+    ) -> Result<Self, RedisLockError> {
+        Ok(match config.wake_ups() {
+            WakeUps::ShardChannels => Inbox::Shard(ShardInbox::start(config, client_id).await?),
+            _ => Inbox::Client(
+                ClientInbox::start(
+                    &config.endpoints,
+                    inbox_channel(&config.key_prefix, client_id),
+                    config.connect_timeout,
+                )
+                .await?,
+            ),
+        })
+    }
+
+    /// The channel a waiter on the lock with `keys` records in its queue
+    /// entry.
+    pub(crate) fn channel(&self, keys: &LockKeys) -> String {
+        match self {
+            Inbox::Client(inbox) => inbox.channel.clone(),
+            Inbox::Shard(inbox) => inbox.channel(keys),
+        }
+    }
+
+    /// Whether grants can arrive right now. Waiters shorten their re-check
+    /// interval while they cannot.
+    pub(crate) fn is_connected(&self) -> bool {
+        match self {
+            Inbox::Client(inbox) => *inbox.connected.borrow(),
+            Inbox::Shard(inbox) => inbox.is_connected(),
+        }
+    }
+
+    /// Registers a waiter under `lease` for grants on `channel`, before
+    /// its acquire is sent: once this returns, a grant published on the
+    /// channel reaches it (unless the subscription could not be made in
+    /// time; the waiter then re-checks on its bounded interval).
+    pub(crate) async fn register(&self, lease: &str, channel: &str) -> Registration {
+        let routes = match self {
+            Inbox::Client(inbox) => &inbox.routes,
+            Inbox::Shard(inbox) => inbox.routes(),
+        };
+        let (sender, notices) = mpsc::unbounded_channel();
+        routes
+            .lock()
+            .expect("inbox routes poisoned")
+            .insert(lease.to_owned(), sender);
+        let interest = match self {
+            Inbox::Client(_) => None,
+            Inbox::Shard(inbox) => Some(inbox.subscribe(lease, channel).await),
+        };
+        Registration {
+            lease: lease.to_owned(),
+            routes: routes.clone(),
+            notices,
+            _interest: interest,
+        }
+    }
+}
+
+/// One channel per client: the subscription and the routing table.
+#[derive(Debug)]
+pub(crate) struct ClientInbox {
     /// The channel name, recorded in every queue entry of this client.
     channel: String,
     /// Lease id of each waiting acquire → its notice sender.
@@ -78,7 +157,7 @@ pub(crate) struct Inbox {
     task: JoinHandle<()>,
 }
 
-impl Drop for Inbox {
+impl Drop for ClientInbox {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -90,6 +169,8 @@ pub(crate) struct Registration {
     routes: Routes,
     /// Notices for this waiter.
     pub(crate) notices: mpsc::UnboundedReceiver<Notice>,
+    /// Keeps the lock's shard channel subscribed while this waiter waits.
+    _interest: Option<Interest>,
 }
 
 impl Drop for Registration {
@@ -101,7 +182,7 @@ impl Drop for Registration {
     }
 }
 
-impl Inbox {
+impl ClientInbox {
     /// Subscribes to `channel` on the first reachable URL and keeps the
     /// subscription up in the background. Returns once the first
     /// subscription is confirmed, so no grant can be missed from the start.
@@ -159,36 +240,12 @@ impl Inbox {
             routes.clone(),
             connected_tx,
         ));
-        Ok(Inbox {
+        Ok(ClientInbox {
             channel,
             routes,
             connected,
             task,
         })
-    }
-
-    /// The channel to record in queue entries.
-    pub(crate) fn channel(&self) -> &str {
-        &self.channel
-    }
-
-    /// Whether the subscription is up.
-    pub(crate) fn is_connected(&self) -> bool {
-        *self.connected.borrow()
-    }
-
-    /// Registers a waiter under `lease` before its acquire is sent.
-    pub(crate) fn register(&self, lease: &str) -> Registration {
-        let (sender, notices) = mpsc::unbounded_channel();
-        self.routes
-            .lock()
-            .expect("inbox routes poisoned")
-            .insert(lease.to_owned(), sender);
-        Registration {
-            lease: lease.to_owned(),
-            routes: self.routes.clone(),
-            notices,
-        }
     }
 }
 
@@ -250,7 +307,7 @@ async fn run(
     }
 }
 
-fn broadcast_recheck(routes: &Routes) {
+pub(crate) fn broadcast_recheck(routes: &Routes) {
     for sender in routes.lock().expect("inbox routes poisoned").values() {
         let _ = sender.send(Notice::Recheck);
     }
@@ -258,7 +315,7 @@ fn broadcast_recheck(routes: &Routes) {
 
 /// Routes one message: `"<lease> granted <generation> <server ms> <proof>"` or
 /// `"<lease> recheck"`. Anything else is ignored (and logged).
-fn dispatch(routes: &Routes, payload: &[u8]) {
+pub(crate) fn dispatch(routes: &Routes, payload: &[u8]) {
     let Some((lease, notice)) = parse_notice(payload) else {
         tracing::warn!(backend = BACKEND, payload = %String::from_utf8_lossy(payload), "unreadable inbox message");
         return;

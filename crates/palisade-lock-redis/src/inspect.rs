@@ -4,9 +4,8 @@
 //! One read-only script per lock returns its exclusive holder (never its
 //! secret owner token), its live shared holders, its live queue and its
 //! lock-delay, all at one instant of Redis's clock. Listing walks the
-//! keyspace with `SCAN` on a single Redis; a Redis Cluster spreads locks
-//! over nodes that one `SCAN` cannot see, so listing there is refused
-//! rather than answered incompletely.
+//! keyspace with `SCAN`: on a single Redis, or on every master of a Redis
+//! Cluster (from `CLUSTER SLOTS`), since each holds only its slots' locks.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -38,48 +37,59 @@ impl Inspect for RedisLockClient {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>, LockError> {
-        if self.inner.config.is_cluster() {
-            return Err(LockError::Backend {
-                backend: BACKEND,
-                source: "listing locks needs one Redis: on a Redis Cluster, inspect locks by name (`palisade locks show NAME`)".into(),
-            });
-        }
         let key_prefix = &self.inner.config.key_prefix;
         let pattern = format!(
             "{}{{{}*",
             glob_escape(key_prefix),
             LockName::key_segment_prefix(prefix)
         );
-        let timeout = self.inner.config.response_timeout;
         let mut names = BTreeSet::new();
-        let mut cursor = 0_u64;
-        loop {
-            let mut scan = redis::cmd("SCAN");
-            scan.arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000);
-            let reply = self
-                .inner
-                .connection
-                .query(&scan)
-                .await
-                .map_err(|error| crate::error::from_redis("scan", timeout, error))?;
-            let (next, keys) = parse_scan(&reply).ok_or_else(|| bad_reply("scan", &reply))?;
-            for key in keys {
+        for node in self.inner.connection.masters().await.map_err(|error| {
+            crate::error::from_redis("cluster slots", self.inner.config.response_timeout, error)
+        })? {
+            for key in self.scan(node.as_ref(), &pattern).await? {
                 if let Some(name) = name_of(key_prefix, &key) {
                     if name_has_prefix(&name, prefix) {
                         names.insert(name);
                     }
                 }
             }
+        }
+        self.inspect_active(names).await
+    }
+}
+
+impl RedisLockClient {
+    /// Every key matching `pattern` on `node` (a cluster master's address;
+    /// `None` on a single Redis), by `SCAN`.
+    async fn scan(
+        &self,
+        node: Option<&(String, u16)>,
+        pattern: &str,
+    ) -> Result<Vec<String>, LockError> {
+        let timeout = self.inner.config.response_timeout;
+        let mut found = Vec::new();
+        let mut cursor = 0_u64;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let reply = self
+                .inner
+                .connection
+                .query_on(node, scan)
+                .await
+                .map_err(|error| crate::error::from_redis("scan", timeout, error))?;
+            let (next, keys) = parse_scan(&reply).ok_or_else(|| bad_reply("scan", &reply))?;
+            found.extend(keys);
             if next == 0 {
-                break;
+                return Ok(found);
             }
             cursor = next;
         }
-        self.inspect_active(names).await
     }
 }
 

@@ -16,6 +16,9 @@
 //! <prefix>{<segment>}:queue       waiters, in arrival order
 //! <prefix>{<segment>}:waiters     waiters' entries, with their deadline
 //! <prefix>inbox:<client id>       pub/sub channel: grants for one client
+//! <prefix>{<segment>}:inbox:<client id>
+//!                                 shard channel: grants of this lock for
+//!                                 one client (cluster wake-ups)
 //! ```
 
 use palisade_core::LockName;
@@ -77,6 +80,16 @@ impl LockKeys {
     /// The shared holders (a sorted set of tokens scored by expiry).
     pub fn readers(&self) -> &str {
         &self.keys[4]
+    }
+
+    /// The shard channel on which the client `client_id` hears of grants
+    /// of this lock (cluster wake-ups): the lock's hash tag, so it lives in
+    /// the lock's slot.
+    pub(crate) fn inbox_channel(&self, client_id: &str) -> String {
+        let tag = self.keys[0]
+            .strip_suffix(":lock")
+            .expect("the lock key ends in :lock");
+        format!("{tag}:inbox:{client_id}")
     }
 
     /// All eight keys, in script order.

@@ -79,9 +79,10 @@ mod live_check;
 pub mod redlock;
 pub mod scripts;
 mod session;
+mod shard_inbox;
 
 pub use client::{ClientStats, RedisLockClient};
-pub use config::{GenerationScheme, RedisConfig};
+pub use config::{GenerationScheme, RedisConfig, WakeUps};
 pub use error::RedisLockError;
 pub use guard::RedisGuard;
 pub use keys::LockKeys;

@@ -193,6 +193,18 @@ local function parse_waiter(entry)
            delay = tonumber(delay), lease = lease, holder = holder, channel = channel }
 end
 
+-- Tells a waiter's client: a channel with the lock's hash tag lives in the
+-- lock's slot and is a shard channel (a cluster's per-lock wake-ups,
+-- delivered within the slot's shard); any other is the client's inbox,
+-- published to every node of a cluster.
+local function notify(channel, message)
+  if string.find(channel, '{', 1, true) then
+    redis.call('SPUBLISH', channel, message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
+
 local function owns(value, token)
   return value and string.sub(value, 1, #token + 1) == token .. ' '
 end
@@ -326,7 +338,7 @@ local function promote(clock_mode)
       -- The proof binds the grant to the waiter's secret owner token, which
       -- never leaves Redis and its owner: only the granted attempt can
       -- check it, and nobody can forge a grant for it.
-      redis.call('PUBLISH', waiter.channel, waiter.lease .. ' granted ' .. int(generation) .. ' ' .. int(now_ms)
+      notify(waiter.channel, waiter.lease .. ' granted ' .. int(generation) .. ' ' .. int(now_ms)
         .. ' ' .. redis.sha1hex(token .. ' ' .. int(generation)))
       if waiter.mode == 'x' then return end
     end
@@ -523,7 +535,7 @@ if dropped == 1 then
   local waiting = redis.call('HVALS', K_WAITERS)
   for i = 1, #waiting do
     local waiter = parse_waiter(waiting[i])
-    if waiter then redis.call('PUBLISH', waiter.channel, waiter.lease .. ' recheck') end
+    if waiter then notify(waiter.channel, waiter.lease .. ' recheck') end
   end
 end
 promote(clock_mode)

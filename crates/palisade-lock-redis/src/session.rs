@@ -255,8 +255,10 @@ impl SessionInner {
         let client = &self.client;
         let ttl = self.options.ttl();
         let recheck = client.config().waiter_recheck_for(ttl);
+        let keys = client.keys(name);
         let attempt = Attempt {
-            keys: client.keys(name),
+            channel: client.inner.inbox.channel(&keys),
+            keys,
             token: random_hex::<16>(),
             lease: random_hex::<8>(),
             holder: self.holder.clone(),
@@ -265,7 +267,16 @@ impl SessionInner {
             lock_delay: self.options.lock_delay(),
             waiter_ttl: recheck * 4 + Duration::from_secs(1),
         };
-        let mut registration = wait.then(|| client.inner.inbox.register(&attempt.lease));
+        let mut registration = match wait {
+            true => Some(
+                client
+                    .inner
+                    .inbox
+                    .register(&attempt.lease, &attempt.channel)
+                    .await,
+            ),
+            false => None,
+        };
         let mut cleanup = AttemptCleanup {
             client: client.clone(),
             attempt: attempt.clone(),
@@ -547,6 +558,7 @@ impl HoldBackend for SessionInner {
                         ttl: self.options.ttl(),
                         lock_delay: Duration::ZERO,
                         waiter_ttl: Duration::ZERO,
+                        channel: String::new(),
                     },
                     armed: true,
                     in_flight: maybe_applied(&error),

@@ -35,6 +35,7 @@
 //! `palisade-recipes` for the recipes the recipe suite drives. Backends
 //! and engines depend on it as a dev-dependency, never the other way round.
 
+pub mod bench;
 pub mod changes_case;
 pub mod engine_suite;
 pub mod etcd;

@@ -1,6 +1,7 @@
 //! Real Redis servers for tests: a single server (with or without
 //! persistence, restartable on the same directory after `kill -9`) and a
-//! 3-master Redis Cluster, all on 127.0.0.1.
+//! Redis Cluster (3 masters, with or without a replica each), all on
+//! 127.0.0.1.
 //!
 //! ```no_run
 //! use palisade_testkit::redis::RedisServer;
@@ -523,17 +524,44 @@ fn wait_until_ready(
     }
 }
 
-/// A 3-master Redis Cluster on loopback, made with `redis-cli --cluster
-/// create`, or the external one named by `PALISADE_REDIS_CLUSTER_URLS`.
+/// A Redis Cluster on loopback, made with `redis-cli --cluster create`:
+/// three masters ([`RedisCluster::start`]), or three masters with one
+/// replica each ([`RedisCluster::start_with_replicas`]), or the external
+/// cluster named by `PALISADE_REDIS_CLUSTER_URLS`.
+///
+/// Nodes are numbered by their place in [`RedisCluster::urls`]. Which node
+/// is a master changes with a failover, so tests ask
+/// ([`RedisCluster::master_of_slot`], [`RedisCluster::replica_of`]) rather
+/// than assume. A spawned cluster with replicas can lose a master
+/// ([`RedisCluster::kill`]) and have its replica promoted
+/// ([`RedisCluster::wait_for_promotion`]), and can move a slot between
+/// masters ([`RedisCluster::migrate_slot`]).
 #[derive(Debug)]
 pub struct RedisCluster {
     urls: Vec<String>,
-    nodes: Vec<ChildProcess>,
-    _dir: Option<TempDir>,
+    nodes: Vec<Option<ChildProcess>>,
+    dir: Option<TempDir>,
+}
+
+/// One node as `CLUSTER NODES` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNode {
+    /// The node id.
+    pub id: String,
+    /// `127.0.0.1:<port>`.
+    pub address: String,
+    /// Whether it serves slots as a master (not failed).
+    pub is_master: bool,
+    /// Whether the cluster takes it for failed (`fail` flag).
+    pub failed: bool,
+    /// The id of its master, for a replica.
+    pub master_id: Option<String>,
+    /// The slot ranges it serves, inclusive.
+    pub slots: Vec<(u16, u16)>,
 }
 
 impl RedisCluster {
-    /// Starts the cluster and waits until every node reports
+    /// Three masters and no replicas; waits until every node reports
     /// `cluster_state:ok`.
     ///
     /// # Panics
@@ -541,17 +569,33 @@ impl RedisCluster {
     /// When `redis-server` or `redis-cli` is missing (with an install hint)
     /// or the cluster cannot be formed.
     pub fn start() -> RedisCluster {
+        RedisCluster::start_nodes(0)
+    }
+
+    /// Three masters with one replica each (six processes), the layout a
+    /// production cluster runs; waits until every node reports
+    /// `cluster_state:ok` and every replica has finished its first sync.
+    ///
+    /// A replica takes over whatever its offset (`cluster-replica-validity
+    /// -factor 0`), so a failover can lose writes the master acknowledged:
+    /// the case the fault tests are about. Panics as
+    /// [`RedisCluster::start`].
+    pub fn start_with_replicas() -> RedisCluster {
+        RedisCluster::start_nodes(1)
+    }
+
+    fn start_nodes(replicas: usize) -> RedisCluster {
         if let Some(urls) = std::env::var_os(REDIS_CLUSTER_URLS_ENV) {
-            let urls = urls
+            let urls: Vec<String> = urls
                 .to_string_lossy()
                 .split(',')
                 .map(|url| url.trim().to_owned())
                 .filter(|url| !url.is_empty())
                 .collect();
             return RedisCluster {
+                nodes: urls.iter().map(|_| None).collect(),
                 urls,
-                nodes: Vec::new(),
-                _dir: None,
+                dir: None,
             };
         }
         let server = process::require_binary("redis-server");
@@ -562,12 +606,12 @@ impl RedisCluster {
             .expect("create a temporary directory for the cluster");
         let mut nodes = Vec::new();
         let mut urls = Vec::new();
-        for index in 0..3 {
+        for index in 0..3 * (1 + replicas) {
             let node_dir = dir.path().join(format!("node{index}"));
             std::fs::create_dir_all(&node_dir).expect("create a node directory");
             let (child, port) = start_cluster_node(&server, &node_dir)
                 .unwrap_or_else(|error| panic!("cluster node {index} did not start: {error}"));
-            nodes.push(child);
+            nodes.push(Some(child));
             urls.push(format!("redis://127.0.0.1:{port}"));
         }
         let addresses: Vec<String> = urls
@@ -578,7 +622,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
             .expect("run redis-cli --cluster create");
@@ -591,9 +635,9 @@ impl RedisCluster {
         let cluster = RedisCluster {
             urls,
             nodes,
-            _dir: Some(dir),
+            dir: Some(dir),
         };
-        cluster.wait_until_ok(Duration::from_secs(20));
+        cluster.wait_until_ok(Duration::from_secs(30));
         cluster
     }
 
@@ -602,9 +646,9 @@ impl RedisCluster {
         &self.urls
     }
 
-    /// The PIDs of spawned nodes (empty for an external cluster).
+    /// The PIDs of spawned, running nodes (empty for an external cluster).
     pub fn pids(&self) -> Vec<u32> {
-        self.nodes.iter().map(ChildProcess::pid).collect()
+        self.nodes.iter().flatten().map(ChildProcess::pid).collect()
     }
 
     /// Runs one command on node `index` (see [`RedisServer::command`]).
@@ -612,17 +656,224 @@ impl RedisCluster {
         command_at(&self.urls[index], args)
     }
 
+    /// The topology as the first running node sees it, in `urls` order
+    /// (a node it does not know yet is left out).
+    pub fn topology(&self) -> io::Result<Vec<(usize, ClusterNode)>> {
+        let mut last_error = io::Error::other("no node is running");
+        for index in self.running() {
+            match self.command(index, &["CLUSTER", "NODES"]) {
+                Ok(text) => {
+                    let nodes = parse_cluster_nodes(&text);
+                    return Ok(self
+                        .urls
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(index, url)| {
+                            let address = url.trim_start_matches("redis://");
+                            let node = nodes.iter().find(|node| node.address == address)?;
+                            Some((index, node.clone()))
+                        })
+                        .collect());
+                }
+                Err(error) => last_error = error,
+            }
+        }
+        Err(last_error)
+    }
+
+    /// The nodes serving slots as masters, as the first running node sees
+    /// them (a replica it has not yet heard of as one shows as a master
+    /// without slots, and is left out).
+    pub fn masters(&self) -> Vec<usize> {
+        self.topology()
+            .expect("read the cluster topology")
+            .into_iter()
+            .filter(|(_, node)| node.is_master && !node.failed && !node.slots.is_empty())
+            .map(|(index, _)| index)
+            .collect()
+    }
+
+    /// The slot of `key` (`CLUSTER KEYSLOT`).
+    pub fn keyslot(&self, key: &str) -> u16 {
+        let index = self.running().next().expect("a running node");
+        self.command(index, &["CLUSTER", "KEYSLOT", key])
+            .and_then(|slot| slot.parse().map_err(io::Error::other))
+            .unwrap_or_else(|error| panic!("CLUSTER KEYSLOT {key}: {error}"))
+    }
+
+    /// The node serving `slot` as a master, as the first running node sees
+    /// it.
+    pub fn master_of_slot(&self, slot: u16) -> usize {
+        self.topology()
+            .expect("read the cluster topology")
+            .into_iter()
+            .find(|(_, node)| {
+                node.is_master
+                    && !node.failed
+                    && node
+                        .slots
+                        .iter()
+                        .any(|&(low, high)| (low..=high).contains(&slot))
+            })
+            .map(|(index, _)| index)
+            .unwrap_or_else(|| panic!("no master serves slot {slot}"))
+    }
+
+    /// The replica of master `index`, once the first running node has
+    /// heard of it (gossip may lag the replica's own view by a moment).
+    pub fn replica_of(&self, index: usize) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let topology = self.topology().expect("read the cluster topology");
+            let master = topology
+                .iter()
+                .find(|(node, _)| *node == index)
+                .map(|(_, node)| node.id.clone());
+            let replica = topology.iter().find(|(_, node)| {
+                master.is_some() && node.master_id.as_deref() == master.as_deref()
+            });
+            if let Some((replica, _)) = replica {
+                return *replica;
+            }
+            assert!(Instant::now() < deadline, "node {index} has no replica");
+            // Gossip settles on the nodes' own timers; no event to wait on.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills node `index` with SIGKILL: a master lost with whatever its
+    /// replica had not received yet.
+    pub fn kill(&mut self, index: usize) -> io::Result<()> {
+        match self.nodes[index].take() {
+            Some(mut child) => child.kill(),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("cannot kill node {index}: external or not running"),
+            )),
+        }
+    }
+
+    /// Pauses node `index` (SIGSTOP).
+    pub fn pause(&self, index: usize) -> io::Result<()> {
+        self.node(index)?.pause()
+    }
+
+    /// Resumes a paused node (SIGCONT).
+    pub fn resume(&self, index: usize) -> io::Result<()> {
+        self.node(index)?.resume()
+    }
+
+    /// Waits until `replica` is a master serving slots and every running
+    /// node reports `cluster_state:ok` again (after its master was killed).
+    /// Returns how long the promotion took.
+    pub fn wait_for_promotion(&self, replica: usize, timeout: Duration) -> Duration {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        loop {
+            let promoted = self
+                .command(replica, &["ROLE"])
+                .map(|role| role.starts_with("master"))
+                .unwrap_or(false);
+            if promoted && self.all_ok() {
+                return started.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {replica} not promoted after {timeout:?}"
+            );
+            // Failure detection and the election run on the nodes' own
+            // timers; there is no event to wait on.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Moves `slot`, with its keys, to master `to`: `CLUSTER SETSLOT ...
+    /// IMPORTING` on the target, `MIGRATING` on the source, `MIGRATE` of
+    /// each key, then `SETSLOT ... NODE` on every master. Between the steps
+    /// clients get `ASK` and `TRYAGAIN` redirections, which is the point.
+    ///
+    /// `between` runs after the slot is marked migrating and before any
+    /// key moves, so a test can act while the slot is in flight.
+    pub fn migrate_slot(&self, slot: u16, to: usize, between: impl FnOnce()) -> io::Result<()> {
+        let from = self.master_of_slot(slot);
+        if from == to {
+            return Ok(());
+        }
+        let topology = self.topology()?;
+        let id = |index: usize| -> io::Result<String> {
+            topology
+                .iter()
+                .find(|(node, _)| *node == index)
+                .map(|(_, node)| node.id.clone())
+                .ok_or_else(|| io::Error::other(format!("node {index} is not in the cluster")))
+        };
+        let (from_id, to_id) = (id(from)?, id(to)?);
+        let slot_text = slot.to_string();
+        self.command(
+            to,
+            &["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &from_id],
+        )?;
+        self.command(
+            from,
+            &["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &to_id],
+        )?;
+        between();
+        let to_address = self.urls[to].trim_start_matches("redis://");
+        let (host, port) = to_address
+            .split_once(':')
+            .ok_or_else(|| io::Error::other(format!("bad address {to_address}")))?;
+        loop {
+            let keys = self.command(from, &["CLUSTER", "GETKEYSINSLOT", &slot_text, "100"])?;
+            let keys: Vec<&str> = keys.lines().filter(|key| !key.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = vec!["MIGRATE", host, port, "", "0", "5000", "KEYS"];
+            migrate.extend(keys);
+            self.command(from, &migrate)?;
+        }
+        for (index, node) in &topology {
+            if node.is_master && !node.failed {
+                self.command(*index, &["CLUSTER", "SETSLOT", &slot_text, "NODE", &to_id])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn node(&self, index: usize) -> io::Result<&ChildProcess> {
+        self.nodes[index].as_ref().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("node {index} is external or not running"),
+            )
+        })
+    }
+
+    /// Spawned nodes still running, or every node of an external cluster.
+    fn running(&self) -> impl Iterator<Item = usize> + '_ {
+        let external = self.dir.is_none();
+        (0..self.urls.len()).filter(move |&index| external || self.nodes[index].is_some())
+    }
+
+    /// Every running node says `cluster_state:ok`, and every replica's
+    /// link to its master is up (its first sync is done).
+    fn all_ok(&self) -> bool {
+        self.running().all(|index| {
+            let ok = self
+                .command(index, &["CLUSTER", "INFO"])
+                .map(|info| info.contains("cluster_state:ok"))
+                .unwrap_or(false);
+            let synced = self
+                .command(index, &["INFO", "replication"])
+                .map(|info| !info.contains("role:slave") || info.contains("master_link_status:up"))
+                .unwrap_or(false);
+            ok && synced
+        })
+    }
+
     fn wait_until_ok(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        loop {
-            let all_ok = self.urls.iter().all(|url| {
-                command_at(url, &["CLUSTER", "INFO"])
-                    .map(|info| info.contains("cluster_state:ok"))
-                    .unwrap_or(false)
-            });
-            if all_ok {
-                return;
-            }
+        while !self.all_ok() {
             assert!(
                 Instant::now() < deadline,
                 "redis cluster not ok after {timeout:?}"
@@ -631,6 +882,35 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// The nodes in `CLUSTER NODES` text.
+fn parse_cluster_nodes(text: &str) -> Vec<ClusterNode> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 8 {
+                return None;
+            }
+            let flags: Vec<&str> = fields[2].split(',').collect();
+            let slots = fields[8..]
+                .iter()
+                .filter(|range| !range.starts_with('['))
+                .filter_map(|range| {
+                    let (low, high) = range.split_once('-').unwrap_or((range, range));
+                    Some((low.parse().ok()?, high.parse().ok()?))
+                })
+                .collect();
+            Some(ClusterNode {
+                id: fields[0].to_owned(),
+                address: fields[1].split('@').next().unwrap_or_default().to_owned(),
+                is_master: flags.contains(&"master"),
+                failed: flags.contains(&"fail"),
+                master_id: (fields[3] != "-").then(|| fields[3].to_owned()),
+                slots,
+            })
+        })
+        .collect()
 }
 
 fn start_cluster_node(binary: &Path, dir: &Path) -> io::Result<(ChildProcess, u16)> {
@@ -656,6 +936,13 @@ fn start_cluster_node(binary: &Path, dir: &Path) -> io::Result<(ChildProcess, u1
                 "nodes.conf",
                 "--cluster-node-timeout",
                 "2000",
+                // A replica with any offset may take over: failovers that
+                // lose acknowledged writes are what the tests are about.
+                "--cluster-replica-validity-factor",
+                "0",
+                // A replica's first sync starts at once, not after 5 s.
+                "--repl-diskless-sync-delay",
+                "0",
                 "--save",
                 "",
                 "--appendonly",
@@ -859,6 +1146,21 @@ mod tests {
         assert_eq!(commandstat_calls(info, "evalsha"), 12);
         assert_eq!(commandstat_calls(info, "eval"), 2);
         assert_eq!(commandstat_calls(info, "publish"), 0);
+    }
+
+    #[test]
+    fn cluster_nodes_are_parsed() {
+        let text = "a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 [93-<-b2]\n\
+                    b2 127.0.0.1:7001@17001 slave a1 0 0 1 connected\n\
+                    c3 127.0.0.1:7002@17002 master,fail - 0 0 2 disconnected 5461 5462-10922\n";
+        let nodes = parse_cluster_nodes(text);
+        assert_eq!(nodes.len(), 3);
+        assert!(nodes[0].is_master && !nodes[0].failed);
+        assert_eq!(nodes[0].slots, vec![(0, 5460)]);
+        assert_eq!(nodes[1].master_id.as_deref(), Some("a1"));
+        assert_eq!(nodes[1].address, "127.0.0.1:7001");
+        assert!(nodes[2].failed);
+        assert_eq!(nodes[2].slots, vec![(5461, 5461), (5462, 10922)]);
     }
 
     #[test]

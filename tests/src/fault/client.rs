@@ -89,6 +89,11 @@ impl ClientConfig {
         ClientConfig::new("redis", url.to_owned(), server)
     }
 
+    /// A Redis Cluster client, seeded from every node in `urls`.
+    pub fn redis_cluster(urls: &[String], server: &str) -> Self {
+        ClientConfig::new("redis", urls.join(","), server)
+    }
+
     /// An etcd client.
     pub fn etcd(endpoints: &[String], server: &str) -> Self {
         ClientConfig::new("etcd", endpoints.join(","), server)

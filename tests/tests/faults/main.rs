@@ -4,8 +4,9 @@
 //! PostgreSQL store's failover to a synchronous standby 18, PostgreSQL
 //! killed and restarted under the PostgreSQL store 19, a replica of the
 //! PostgreSQL store stopped mid fenced reads 20, Redis killed and
-//! restarted under the flash sale fenced inside Redis 22, and the mutation
-//! check).
+//! restarted under the flash sale fenced inside Redis 22, a Redis Cluster
+//! master killed and its replica promoted without the last grants 40, and
+//! the mutation check).
 //!
 //! Every scenario runs real processes on loopback: etcd, Redis, PostgreSQL
 //! (alone or a primary with its standby) or MariaDB from the testkit, the resource server
@@ -36,6 +37,7 @@ mod s18_postgres_failover;
 mod s19_postgres_restart;
 mod s20_postgres_paused_replica;
 mod s22_redis_fence_restart;
+mod s40_redis_cluster_failover;
 mod story;
 
 use std::time::Duration;

@@ -1,5 +1,6 @@
 //! The demos as checks: the GC-pause story and the flash sale of
-//! `palisade-demo`, on the embedded backend, real etcd, Redis, PostgreSQL and ZooKeeper, with
+//! `palisade-demo`, on the embedded backend, real etcd, Redis (one server
+//! and a cluster with replicas), PostgreSQL and ZooKeeper, with
 //! both pause variants where they apply; the flash sale with its stock
 //! in a real PostgreSQL table, fenced by `palisade_fence_sql`, and in a real
 //! Redis, fenced by `palisade_fence_redis`; and the flash sale
@@ -27,7 +28,7 @@ use palisade_demo::{
     LockSpec, PauseVariant, flash_sale, gc_pause,
 };
 use palisade_testkit::etcd::EtcdServer;
-use palisade_testkit::redis::RedisServer;
+use palisade_testkit::redis::{RedisCluster, RedisServer};
 use palisade_testkit::sql::SqlServer;
 use palisade_testkit::zookeeper::ZooKeeperServer;
 
@@ -329,6 +330,21 @@ async fn gc_pause_on_redis_with_sigstop() -> anyhow::Result<()> {
     let redis = RedisServer::start();
     let backend = on_redis(redis.url());
     gc_pause_checked(server_pause(backend, PauseVariant::Sigstop)).await
+}
+
+/// A Redis Cluster with a replica per master, named as on the command line
+/// (`--backend redis+cluster://HOST:PORT,...`), client A stopped with
+/// SIGSTOP in a process of its own.
+#[tokio::test]
+async fn gc_pause_on_a_redis_cluster_with_sigstop() -> anyhow::Result<()> {
+    let cluster = RedisCluster::start_with_replicas();
+    let nodes: Vec<&str> = cluster
+        .urls()
+        .iter()
+        .map(|url| url.trim_start_matches("redis://"))
+        .collect();
+    let spec: LockSpec = format!("redis+cluster://{}", nodes.join(",")).parse()?;
+    gc_pause_checked(server_pause(spec.into(), PauseVariant::Sigstop)).await
 }
 
 /// ZooKeeper with client A paused in-process: its keep-alive stops and its

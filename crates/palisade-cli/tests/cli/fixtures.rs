@@ -229,6 +229,9 @@ pub(crate) async fn next_line<R: AsyncRead + Unpin>(
 pub(crate) enum Backend {
     Etcd(Box<EtcdServer>),
     Redis(RedisServer),
+    /// A Redis Cluster with a replica per master, shared by the cases of
+    /// one test (`--redis-url redis+cluster://...`).
+    RedisCluster(std::sync::Arc<palisade_testkit::redis::RedisCluster>),
     /// Three independent Redis masters for `--backend redlock`.
     Redlock(Vec<RedisServer>),
     /// PostgreSQL or MariaDB.
@@ -270,6 +273,7 @@ impl Backend {
         match self {
             Backend::Etcd(_) => "etcd",
             Backend::Redis(_) => "redis",
+            Backend::RedisCluster(_) => "redis-cluster",
             Backend::Redlock(_) => "redlock",
             Backend::Sql(sql) => match sql.dialect() {
                 palisade_testkit::sql::Dialect::Postgres => "postgres",
@@ -299,6 +303,19 @@ impl Backend {
                 "--redis-url".into(),
                 redis.url(),
             ],
+            Backend::RedisCluster(cluster) => {
+                let nodes: Vec<&str> = cluster
+                    .urls()
+                    .iter()
+                    .map(|url| url.trim_start_matches("redis://"))
+                    .collect();
+                vec![
+                    "--backend".into(),
+                    "redis".into(),
+                    "--redis-url".into(),
+                    format!("redis+cluster://{}", nodes.join(",")),
+                ]
+            }
             Backend::Redlock(masters) => {
                 let mut flags = vec!["--backend".into(), "redlock".into()];
                 for master in masters {
@@ -352,6 +369,17 @@ impl Backend {
                 );
                 let deleted = redis
                     .command(&["DEL", keys.lock()])
+                    .expect("DEL the lock key");
+                assert_eq!(deleted.trim(), "1", "the lock key existed");
+            }
+            Backend::RedisCluster(cluster) => {
+                let keys = palisade_lock_redis::LockKeys::new(
+                    palisade_lock_redis::RedisConfig::DEFAULT_KEY_PREFIX,
+                    sequencer.lock(),
+                );
+                let master = cluster.master_of_slot(cluster.keyslot(keys.lock()));
+                let deleted = cluster
+                    .command(master, &["DEL", keys.lock()])
                     .expect("DEL the lock key");
                 assert_eq!(deleted.trim(), "1", "the lock key existed");
             }

@@ -27,7 +27,7 @@ async fn unlock(backend: &Backend, name: &LockName, extra: &[&str]) -> crate::fi
     finish(command).await
 }
 
-async fn forced_unlock_fences_the_paused_holder(backend: Backend) {
+pub(crate) async fn forced_unlock_fences_the_paused_holder(backend: Backend) {
     let served = serve().await;
     let name = unique_name(backend.name(), "force-unlock");
     let a = PausedHolder::start(&backend, &served, &name, "60s").await;

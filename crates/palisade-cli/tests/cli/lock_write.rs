@@ -12,7 +12,7 @@ use crate::fixtures::{
 /// The command under the lock writes with `$PALISADE_SEQUENCER`; the value
 /// is readable afterwards and the marks show the lock's generation. A
 /// second run gets a newer generation and passes its exit code through.
-async fn lock_then_put(backend: Backend) {
+pub(crate) async fn lock_then_put(backend: Backend) {
     let served = serve().await;
     let name = unique_name(backend.name(), "put");
     let files = scratch();
@@ -116,7 +116,7 @@ async fn lock_then_put_on_mariadb() {
 /// Holder 1 writes; holder 2 (newer generation) writes; holder 1's
 /// sequencer, used late, is refused with exit code 4 and a message naming
 /// both generations, and changes nothing.
-async fn stale_sequencer_is_refused(backend: Backend) {
+pub(crate) async fn stale_sequencer_is_refused(backend: Backend) {
     let served = serve().await;
     let name = unique_name(backend.name(), "stale");
 

@@ -29,6 +29,9 @@
 //!   its term fenced; `palisade leader`.
 //! - `live_check`: `palisade serve --live-check etcd|redis|postgres`: a
 //!   holder whose lease ended is refused before a newer one writes.
+//! - `redis_cluster`: `lock`, `put`, `locks show`, `unlock --force`,
+//!   `raise-floor` and `serve --live-check` on a Redis Cluster with
+//!   replicas (`--redis-url redis+cluster://...`).
 
 mod bad_input;
 mod data;
@@ -44,6 +47,7 @@ mod lock_write;
 mod meta;
 mod metrics_listen;
 mod object;
+mod redis_cluster;
 mod redis_fence;
 mod redis_tls;
 mod regression;

@@ -126,7 +126,7 @@ async fn signs_from_the_environment_as_the_lock_service(backend: &Backend) {
     assert_eq!(seen.signature().map(|s| s.key_id()), Some("k2"));
     let own_issuer = match backend {
         Backend::Etcd(_) => "etcd-",
-        Backend::Redis(_) => "redis@",
+        Backend::Redis(_) | Backend::RedisCluster(_) => "redis@",
         Backend::Redlock(_) => "redlock@",
         Backend::Sql(_) => "postgres@127.0.0.1:",
         Backend::ZooKeeper(_) => "zookeeper-",

@@ -1,12 +1,16 @@
-//! The fence on a 3-master Redis Cluster: the library on every primary,
-//! the rule table, the paused holder, concurrent holders, and keys outside
-//! the lock's slot refused.
+//! The fence on a Redis Cluster with a replica per master: the library on
+//! every primary, the rule table, the paused holder, concurrent holders,
+//! a master killed and its replica promoted (marks and library carried
+//! over, the older holder still refused), and keys outside the lock's
+//! slot refused.
 
 use palisade_fence_redis::{RedisFence, RedisFenceError, slot};
 use palisade_lock_redis::RedisConfig;
 use palisade_testkit::redis::RedisCluster;
 
-use crate::common::{accepted, exclusive, unique_lock};
+use std::time::Duration;
+
+use crate::common::{accepted, exclusive, stale, unique_lock};
 use crate::rule_table::{rule_table_mismatches, without_memory};
 use crate::single::{concurrent_writers, late_sale_after_a_fence, late_sale_after_a_sale};
 
@@ -18,23 +22,21 @@ async fn cluster_fence(cluster: &RedisCluster) -> RedisFence {
         .expect("the fence on the cluster")
 }
 
-/// `GET key` on whichever node serves it (following one redirect).
+/// `GET key` on the master serving it.
 fn get(cluster: &RedisCluster, key: &str) -> String {
-    for node in 0..cluster.urls().len() {
-        match cluster.command(node, &["GET", key]) {
-            Ok(value) => return value,
-            Err(error) if error.to_string().contains("MOVED") => continue,
-            Err(error) => panic!("GET {key}: {error}"),
-        }
-    }
-    panic!("no node serves {key}")
+    let master = cluster.master_of_slot(cluster.keyslot(key));
+    cluster
+        .command(master, &["GET", key])
+        .unwrap_or_else(|error| panic!("GET {key}: {error}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_fence_holds_on_a_three_master_cluster() {
-    let cluster = RedisCluster::start();
+async fn the_fence_holds_on_a_cluster_with_replicas_and_after_a_failover() {
+    let mut cluster = RedisCluster::start_with_replicas();
     let fence = cluster_fence(&cluster).await;
-    for node in 0..3 {
+    let masters = cluster.masters();
+    assert_eq!(masters.len(), 3);
+    for node in masters {
         let list = cluster
             .command(node, &["FUNCTION", "LIST", "LIBRARYNAME", "palisade_fence"])
             .unwrap();
@@ -55,6 +57,49 @@ async fn the_fence_holds_on_a_three_master_cluster() {
         get(&cluster, key)
     })
     .await;
+
+    failover_keeps_the_marks_that_reached_the_replica(&mut cluster).await;
+}
+
+/// Holder 5 writes and its mark reaches the replica (`WAIT 1`); the master
+/// is killed and the replica promoted. On the new master the library is
+/// there, holder 4 is refused as stale, holder 6 is accepted.
+async fn failover_keeps_the_marks_that_reached_the_replica(cluster: &mut RedisCluster) {
+    let fence = cluster_fence(cluster).await;
+    let lock = unique_lock("cluster-failover");
+    let keys = fence.keys(&lock);
+    let stock = keys.data_key("stock");
+    accepted(
+        fence.set(&exclusive(&lock, 5), stock.clone(), "5").await,
+        "holder 5",
+    );
+    let master = cluster.master_of_slot(keys.slot());
+    let replica = cluster.replica_of(master);
+    let copies = cluster.command(master, &["WAIT", "1", "5000"]).unwrap();
+    assert_eq!(copies, "1", "the replica acknowledged the mark");
+    cluster.kill(master).unwrap();
+    let took = cluster.wait_for_promotion(replica, Duration::from_secs(60));
+    println!("replica promoted {took:?} after the master died");
+    let list = cluster
+        .command(
+            replica,
+            &["FUNCTION", "LIST", "LIBRARYNAME", "palisade_fence"],
+        )
+        .unwrap();
+    assert!(list.contains("palisade_fence_apply"), "{list}");
+
+    // A fresh connection learns the new topology.
+    let fence = cluster_fence(cluster).await;
+    let marks = stale(
+        fence.set(&exclusive(&lock, 4), stock.clone(), "4").await,
+        "holder 4 after the failover",
+    );
+    assert_eq!(marks.exclusive, 5, "{marks:?}");
+    accepted(
+        fence.set(&exclusive(&lock, 6), stock.clone(), "6").await,
+        "holder 6",
+    );
+    assert_eq!(get(cluster, &stock), "6");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
 //! The recipe suite (`palisade_testkit::recipe_suite`) on every lock
 //! backend there is, each against a real server the testkit starts
-//! (embedded, etcd, Redis, Redlock for striping, PostgreSQL, MariaDB,
-//! ZooKeeper), through `palisade-lock-any` as the CLI reaches them.
+//! (embedded, etcd, Redis, a Redis Cluster with replicas, Redlock for
+//! striping, PostgreSQL, MariaDB, ZooKeeper), through `palisade-lock-any`
+//! as the CLI reaches them.
 
 use std::any::Any;
 use std::time::Duration;
@@ -161,6 +162,17 @@ async fn recipes_on_etcd() {
 async fn recipes_on_redis() {
     let redis = palisade_testkit::redis::RedisServer::start();
     let backend = Backend::start("redis", LockSpec::redis(redis.url()), SHORT, redis).await;
+    recipe_suite::test_all(&backend).await;
+}
+
+/// A Redis Cluster with a replica per master: the lock and its
+/// publications or permits hash to different slots, and listing walks
+/// every master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recipes_on_redis_cluster() {
+    let cluster = palisade_testkit::redis::RedisCluster::start_with_replicas();
+    let spec = LockSpec::redis_cluster(cluster.urls().to_vec());
+    let backend = Backend::start("redis-cluster", spec, SHORT, cluster).await;
     recipe_suite::test_all(&backend).await;
 }
 
