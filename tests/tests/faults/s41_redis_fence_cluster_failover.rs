@@ -138,7 +138,9 @@ async fn flash_sale_with_a_failover(tag: &str, wait: bool) -> anyhow::Result<Sal
     })
     .await?;
     let fault = if wait {
-        format!("SIGSTOP buyer a (generation {held}) holding its sale; SIGKILL the master, replica promoted")
+        format!(
+            "SIGSTOP buyer a (generation {held}) holding its sale; SIGKILL the master, replica promoted"
+        )
     } else {
         format!(
             "SIGSTOP buyer a (generation {held}) holding its sale; SIGSTOP the replica, cut its link; SIGKILL the master; SIGCONT the replica, promoted"
