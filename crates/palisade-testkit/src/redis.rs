@@ -832,8 +832,10 @@ impl RedisCluster {
             migrate.extend(keys);
             self.command(from, &migrate)?;
         }
+        // Masters serving slots: a replica the first node has not yet heard
+        // of as one shows as a master without slots, and refuses SETSLOT.
         for (index, node) in &topology {
-            if node.is_master && !node.failed {
+            if node.is_master && !node.failed && !node.slots.is_empty() {
                 self.command(*index, &["CLUSTER", "SETSLOT", &slot_text, "NODE", &to_id])?;
             }
         }

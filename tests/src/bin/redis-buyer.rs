@@ -28,7 +28,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use palisade::redis::{RedisConfig, RedisLockClient};
 use palisade::{Lock, LockGuard, LockName, Mode, Refused, SessionOptions};
-use palisade_fence_redis::{Batch, RedisFence};
+use palisade_fence_redis::{Batch, FenceConnection, FenceOptions, RedisFence};
 use palisade_tests::history::{Event, OpKind, Phase, Recorder};
 use tokio::sync::{mpsc, watch};
 
@@ -36,9 +36,17 @@ use tokio::sync::{mpsc, watch};
 #[derive(Debug, Parser)]
 #[command(name = "redis-buyer")]
 struct Args {
-    /// The Redis holding the stock and the locks.
+    /// The Redis holding the stock and the locks; with `--cluster`, the
+    /// cluster's seed URLs, comma-separated.
     #[arg(long)]
     redis: String,
+    /// `--redis` names a Redis Cluster.
+    #[arg(long)]
+    cluster: bool,
+    /// After every sale, wait until this many replicas have it (`WAIT`,
+    /// at most 2 s).
+    #[arg(long)]
+    replicas: Option<u64>,
     /// The lock guarding the stock.
     #[arg(long)]
     lock: String,
@@ -84,13 +92,27 @@ async fn main() -> anyhow::Result<()> {
         .with_keepalive_interval(ttl / 4)
         .with_safety_margin(ttl / 4);
     let lock = LockName::new(args.lock.as_str())?;
-    let locks = RedisLockClient::connect(RedisConfig::new(&args.redis))
-        .await?
-        .session(options)?;
-    let connection = palisade_fence_redis::redis::Client::open(args.redis.as_str())?
-        .get_connection_manager()
-        .await?;
-    let fence = RedisFence::new(connection.clone()).await?;
+    let urls: Vec<&str> = args.redis.split(',').collect();
+    let config = match args.cluster {
+        true => RedisConfig::cluster(urls.iter().copied()),
+        false => RedisConfig::new(&args.redis),
+    };
+    let locks = RedisLockClient::connect(config).await?.session(options)?;
+    let connection: FenceConnection = match args.cluster {
+        true => palisade_fence_redis::redis::cluster::ClusterClient::new(urls)?
+            .get_async_connection()
+            .await?
+            .into(),
+        false => palisade_fence_redis::redis::Client::open(args.redis.as_str())?
+            .get_connection_manager()
+            .await?
+            .into(),
+    };
+    let fence_options = match args.replicas {
+        Some(replicas) => FenceOptions::default().with_replicas(replicas, Duration::from_secs(2)),
+        None => FenceOptions::default(),
+    };
+    let fence = RedisFence::with_options(connection.clone(), fence_options).await?;
     let stock = fence.data_key(&lock, "stock");
     say("READY");
     let id = args.client_id.as_str();
@@ -150,10 +172,7 @@ async fn main() -> anyhow::Result<()> {
             // connection's socket with it. Reconnect (a PING, until it
             // answers) so the sale itself meets a live connection.
             for _ in 0..100 {
-                let ping: Result<String, _> = palisade_fence_redis::redis::cmd("PING")
-                    .query_async(&mut connection.clone())
-                    .await;
-                if ping.is_ok() {
+                if ping(&connection).await {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -209,4 +228,17 @@ async fn main() -> anyhow::Result<()> {
     }
     say(format!("DONE {operations}"));
     Ok(())
+}
+
+/// Whether Redis answers a `PING` on `connection` (on a cluster: the node
+/// the driver picks).
+async fn ping(connection: &FenceConnection) -> bool {
+    let ping = palisade_fence_redis::redis::cmd("PING");
+    let answer: Result<String, _> = match connection.clone() {
+        FenceConnection::Manager(mut manager) => ping.query_async(&mut manager).await,
+        FenceConnection::Multiplexed(mut multiplexed) => ping.query_async(&mut multiplexed).await,
+        FenceConnection::Cluster(mut cluster) => ping.query_async(&mut cluster).await,
+        _ => return false,
+    };
+    answer.is_ok()
 }

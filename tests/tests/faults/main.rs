@@ -5,8 +5,9 @@
 //! killed and restarted under the PostgreSQL store 19, a replica of the
 //! PostgreSQL store stopped mid fenced reads 20, Redis killed and
 //! restarted under the flash sale fenced inside Redis 22, a Redis Cluster
-//! master killed and its replica promoted without the last grants 40, and
-//! the mutation check).
+//! master killed and its replica promoted without the last grants 40, the
+//! same failover under the flash sale fenced inside Redis 41, the slot of
+//! a contended lock moved between masters 42, and the mutation check).
 //!
 //! Every scenario runs real processes on loopback: etcd, Redis, PostgreSQL
 //! (alone or a primary with its standby) or MariaDB from the testkit, the resource server
@@ -38,6 +39,8 @@ mod s19_postgres_restart;
 mod s20_postgres_paused_replica;
 mod s22_redis_fence_restart;
 mod s40_redis_cluster_failover;
+mod s41_redis_fence_cluster_failover;
+mod s42_redis_cluster_slot_migration;
 mod story;
 
 use std::time::Duration;
