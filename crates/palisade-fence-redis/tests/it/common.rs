@@ -106,7 +106,14 @@ pub(crate) async fn single() -> (RedisServer, RedisFence) {
 /// A fence over `redis` with `options`.
 pub(crate) async fn connect_with(redis: &RedisServer, options: FenceOptions) -> RedisFence {
     let client = palisade_fence_redis::redis::Client::open(redis.url()).unwrap();
-    let connection = client.get_connection_manager().await.unwrap();
+    // Replies may take as long as a call's `WAIT` (the driver's default
+    // response timeout would cut a 2 s `WAIT` short).
+    let config = palisade_fence_redis::redis::aio::ConnectionManagerConfig::new()
+        .set_response_timeout(Some(std::time::Duration::from_secs(10)));
+    let connection = client
+        .get_connection_manager_with_config(config)
+        .await
+        .unwrap();
     RedisFence::with_options(connection, options)
         .await
         .expect("connect the fence")

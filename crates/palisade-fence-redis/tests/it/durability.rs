@@ -159,12 +159,13 @@ fn replica_of(primary: &RedisServer) -> RedisServer {
     })
 }
 
-async fn wait_in_sync(replica: &RedisServer) {
+/// Until the replica's link is up in its own view and `primary` counts it
+/// online (only then does `WAIT` count it).
+async fn wait_in_sync(primary: &RedisServer, replica: &RedisServer) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !replica
-        .command(&["INFO", "replication"])
-        .unwrap()
-        .contains("master_link_status:up")
+    let info = |server: &RedisServer| server.command(&["INFO", "replication"]).unwrap();
+    while !(info(replica).contains("master_link_status:up")
+        && info(primary).contains("state=online"))
     {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -178,9 +179,11 @@ async fn wait_in_sync(replica: &RedisServer) {
 async fn wait_confirms_a_replica_or_says_the_write_is_not_replicated() {
     let primary = RedisServer::spawn(RedisOptions::default());
     let replica = replica_of(&primary);
-    wait_in_sync(&replica).await;
+    wait_in_sync(&primary, &replica).await;
+    // The replica's acknowledgement is a round trip on a loaded machine:
+    // 300 ms once was not enough; the refusal below waits the same time.
     let options = FenceOptions::default()
-        .with_replicas(1, Duration::from_millis(300))
+        .with_replicas(1, Duration::from_secs(2))
         .with_call_timeout(Duration::from_secs(5));
     let fence = connect_with(&primary, options).await;
     let lock = unique_lock("wait");
@@ -221,7 +224,7 @@ async fn wait_confirms_a_replica_or_says_the_write_is_not_replicated() {
 async fn a_failover_to_a_replica_that_missed_a_raise_is_repaired_with_raise_floor() {
     let mut primary = RedisServer::spawn(RedisOptions::default());
     let replica = replica_of(&primary);
-    wait_in_sync(&replica).await;
+    wait_in_sync(&primary, &replica).await;
     let fence = connect_with(&primary, memoryless()).await;
     let lock = unique_lock("failover");
     let key = fence.data_key(&lock, "k");
@@ -267,7 +270,7 @@ async fn a_failover_to_a_replica_that_missed_a_raise_is_repaired_with_raise_floo
 async fn the_modules_writes_replicate_to_a_replica_without_it() {
     let primary = RedisServer::spawn(with_module(RedisOptions::default()));
     let replica = replica_of(&primary);
-    wait_in_sync(&replica).await;
+    wait_in_sync(&primary, &replica).await;
     let options = FenceOptions::default().with_replicas(1, Duration::from_secs(2));
     let fence = connect_with(&primary, options).await;
     assert!(fence.uses_module());
