@@ -471,8 +471,10 @@ const RESEND_MAX_PAUSE: Duration = Duration::from_millis(200);
 ///
 /// - when a cluster node refused to run it for now: `TRYAGAIN` (the lock's
 ///   slot is being migrated and its keys are split between two nodes),
-///   `CLUSTERDOWN` or `MASTERDOWN` (a failover is under way). Redis ran
-///   nothing, so any script may go again;
+///   `CLUSTERDOWN` or `MASTERDOWN` (a failover is under way), or sent it
+///   elsewhere and the driver's own redirections ran out (`MOVED`, `ASK`,
+///   while a slot's new owner is still settling). Redis ran nothing, so
+///   any script may go again;
 /// - when the connection dropped before an answer came (the client
 ///   reconnects on its own), and either the script answers the same when
 ///   run twice or Redis refused the connection (it cannot have run it).
@@ -481,7 +483,11 @@ fn resend_after(script: &LuaScript, error: &RedisError) -> bool {
     let not_run = matches!(
         error.kind(),
         ErrorKind::Server(
-            ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown | ServerErrorKind::MasterDown
+            ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::Moved
+                | ServerErrorKind::Ask
         )
     );
     let dropped = error.is_connection_dropped() || error.is_connection_refusal();

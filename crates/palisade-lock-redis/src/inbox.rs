@@ -107,12 +107,12 @@ impl Inbox {
         }
     }
 
-    /// Whether grants can arrive right now. Waiters shorten their re-check
-    /// interval while they cannot.
-    pub(crate) fn is_connected(&self) -> bool {
+    /// Whether a grant published on `channel` can reach this client right
+    /// now. Waiters shorten their re-check interval while it cannot.
+    pub(crate) fn is_listening(&self, channel: &str) -> bool {
         match self {
             Inbox::Client(inbox) => *inbox.connected.borrow(),
-            Inbox::Shard(inbox) => inbox.is_connected(),
+            Inbox::Shard(inbox) => inbox.is_listening(channel),
         }
     }
 

@@ -371,7 +371,7 @@ impl SessionInner {
                         .as_mut()
                         .expect("only waiting acquires are queued");
                     let mut sleep_for = hint.map_or(recheck, |hint| hint.min(recheck));
-                    if !client.inner.inbox.is_connected() {
+                    if !client.inner.inbox.is_listening(&attempt.channel) {
                         sleep_for = sleep_for.min(Duration::from_millis(100));
                     }
                     tokio::select! {

@@ -34,6 +34,14 @@ use crate::{RedisConfig, RedisLockError};
 /// a lock waited on again soon costs no new subscription.
 const IDLE_BEFORE_UNSUBSCRIBE: Duration = Duration::from_secs(5);
 
+/// When the waiters of a channel the server dropped look again, after
+/// the first look at once.
+const FOLLOW_UPS: [Duration; 3] = [
+    Duration::from_millis(250),
+    Duration::from_secs(1),
+    Duration::from_secs(3),
+];
+
 /// How often idle channels are dropped and failed subscriptions retried.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
@@ -180,8 +188,17 @@ impl ShardInbox {
         &self.shared.routes
     }
 
-    pub(crate) fn is_connected(&self) -> bool {
+    /// Whether a grant published on `channel` now would reach this client:
+    /// the connection is up and the channel's subscription confirmed.
+    pub(crate) fn is_listening(&self, channel: &str) -> bool {
         self.shared.connected.load(Ordering::Relaxed)
+            && self
+                .shared
+                .channels
+                .lock()
+                .expect("shard channels poisoned")
+                .get(channel)
+                .is_some_and(|entry| *entry.confirmed.borrow())
     }
 
     /// Notes `lease`'s interest in `channel` and returns once the channel
@@ -336,6 +353,7 @@ impl Shared {
                 if wanted {
                     tracing::info!(backend = BACKEND, %channel, "shard channel unsubscribed by the server (slot moved?); subscribing again");
                     self.recheck(Some(&channel));
+                    self.follow_up(&channel);
                     self.resubscribe(channel);
                 }
             }
@@ -351,6 +369,26 @@ impl Shared {
         }
     }
 
+    /// Has the waiters on `channel` look again a few times over the next
+    /// seconds: while a slot moves, the nodes' views of its owner settle
+    /// on their own schedule, and a subscription made meanwhile can sit on
+    /// a node that no longer publishes there. This bounds what such a
+    /// subscription can cost a waiter to [`FOLLOW_UPS`]' last delay.
+    fn follow_up(self: &Arc<Self>, channel: &str) {
+        let (shared, channel) = (Arc::downgrade(self), channel.to_owned());
+        tokio::spawn(async move {
+            let mut waited = Duration::ZERO;
+            for after in FOLLOW_UPS {
+                tokio::time::sleep(after - waited).await;
+                waited = after;
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                shared.recheck(Some(&channel));
+            }
+        });
+    }
+
     fn resubscribe(self: &Arc<Self>, channel: String) {
         {
             let mut channels = self.channels.lock().expect("shard channels poisoned");
@@ -363,8 +401,11 @@ impl Shared {
         tokio::spawn(async move {
             let subscribed =
                 tokio::time::timeout(SWEEP_EVERY * 2, shared.ssubscribe(&channel)).await;
-            if !matches!(subscribed, Ok(Ok(()))) {
-                shared.retry_later(&channel);
+            match subscribed {
+                // A grant published before the subscription was confirmed
+                // (the release raced the move) was lost: look again now.
+                Ok(Ok(())) => shared.recheck(Some(&channel)),
+                _ => shared.retry_later(&channel),
             }
         });
     }

@@ -368,7 +368,8 @@ async fn a_waiter_rides_through_masters_that_stop_answering() {
 ///
 /// A shard channel moves with its slot: the old master unsubscribes the
 /// waiter's client, which subscribes again on the new one and has the
-/// waiter look at the lock at once (at most two re-checks per move).
+/// waiter look at the lock at once, again when it is subscribed on the
+/// new one, and a few times over the next 3 s.
 async fn a_slot_migrated_during_a_hold_and_a_wait(cluster: &RedisCluster, wake_ups: WakeUps) {
     println!("slot migration, {wake_ups:?}");
     let (holder_client, holder, waiter_client, waiter) =
@@ -430,12 +431,13 @@ async fn a_slot_migrated_during_a_hold_and_a_wait(cluster: &RedisCluster, wake_u
     let rechecks = waiter_client.stats().rechecks;
     match wake_ups {
         // Each re-check was prompted by the moved channel, not by the
-        // 30 s timer (the grants came within 10 s). A move can drop the
-        // channel twice: its resubscription may reach the source before
-        // every master has taken the slot's new owner.
+        // 30 s timer (the grants came within 10 s): at once, when it is
+        // confirmed again, and three follow-ups over 3 s; a move can drop
+        // the channel twice (its resubscription may reach the source
+        // before every master has taken the slot's new owner).
         WakeUps::ShardChannels => assert!(
-            rechecks <= 4,
-            "at most two re-checks per move, each prompted by the moved channel: {rechecks}"
+            rechecks <= 20,
+            "at most ten re-checks per move, each prompted by the moved channel: {rechecks}"
         ),
         _ => assert_eq!(rechecks, 0, "every grant was notified"),
     }
