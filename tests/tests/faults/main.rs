@@ -41,6 +41,7 @@ mod s22_redis_fence_restart;
 mod s40_redis_cluster_failover;
 mod s41_redis_fence_cluster_failover;
 mod s42_redis_cluster_slot_migration;
+mod sale;
 mod story;
 
 use std::time::Duration;

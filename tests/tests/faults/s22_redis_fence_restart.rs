@@ -23,11 +23,10 @@ use std::time::Duration;
 
 use palisade::LockName;
 use palisade_testkit::redis::{Persistence, RedisOptions, RedisServer};
-use palisade_tests::fault::{
-    ClientLine, ClientProcess, FaultRun, FinalState, Invariant, Report, Scenario,
-};
+use palisade_tests::fault::{ClientLine, ClientProcess, FaultRun, Invariant};
 
-use crate::{EXIT, STEP, live_within};
+use crate::sale::{Row, Sale, finish};
+use crate::{STEP, live_within};
 
 /// The stock at the start.
 const STOCK: u64 = 40;
@@ -70,19 +69,6 @@ async fn redis_restart_without_persistence_under_the_fenced_flash_sale_is_caught
         "the checker reports the sales Redis forgot: {report}"
     );
     Ok(())
-}
-
-#[derive(Debug)]
-struct Sale {
-    report: Report,
-    /// What became of `a`'s late sale: `stale` or `accepted`.
-    late: String,
-    /// Sales acknowledged to the buyers.
-    acknowledged: u64,
-    /// Acknowledged sales beyond the stock.
-    oversold: u64,
-    /// The stock left in Redis.
-    left: u64,
 }
 
 async fn flash_sale_with_a_restart(tag: &str, persistence: Persistence) -> anyhow::Result<Sale> {
@@ -129,52 +115,6 @@ async fn flash_sale_with_a_restart(tag: &str, persistence: Persistence) -> anyho
     }
     redis.kill()?;
     redis.restart()?;
-    a.resume()?;
-    a.go()?;
-    let late = a
-        .wait_for(STEP, |line| match line {
-            ClientLine::Wrote { generation, .. } if *generation == held => Some("accepted"),
-            ClientLine::Refused {
-                generation, detail, ..
-            } if *generation == held => Some(if detail == "stale" { "stale" } else { "other" }),
-            ClientLine::GaveUp { generation, .. } if *generation == held => Some("unknown"),
-            _ => None,
-        })
-        .await?
-        .to_owned();
-    for other in &others {
-        other.resume()?;
-    }
-    run.heal(&fault)?;
-    // Everyone sells until the stock (or what Redis kept of it) runs out.
-    for buyer in others.iter_mut().chain([&mut a]) {
-        let status = buyer.wait_exit(EXIT).await?;
-        anyhow::ensure!(
-            status.success(),
-            "buyer {} exited with {status}",
-            buyer.id()
-        );
-    }
-
-    let events = run.events()?;
-    let mut final_state = FinalState::new();
-    let mut acknowledged: u64 = 0;
-    for event in &events {
-        let Some(key) = &event.key else { continue };
-        if event.phase == palisade_tests::history::Phase::Ok {
-            acknowledged += 1;
-        }
-        let value = redis.command(&["GET", &tag_key(key)])?;
-        final_state.insert(
-            (event.lock.clone(), key.clone()),
-            Some(value).filter(|value| !value.is_empty()),
-        );
-    }
-    let left: u64 = redis
-        .command(&["GET", &tag_key("stock")])?
-        .parse()
-        .unwrap_or(0);
-    let oversold = acknowledged.saturating_sub(STOCK);
     let backend = match persistence {
         Persistence::AofAlways => "redis fence, AOF always",
         Persistence::None => "redis fence, appendonly no",
@@ -187,19 +127,12 @@ async fn flash_sale_with_a_restart(tag: &str, persistence: Persistence) -> anyho
         Persistence::AofAlways => live_within(TTL + Duration::from_secs(20)),
         Persistence::None => Default::default(),
     };
-    let report = run.judge(
-        &events,
-        &final_state,
-        &options,
-        &Scenario::new(name, backend).note(format!(
-            "late sale {late}; {acknowledged} sales acknowledged of {STOCK}, {oversold} oversold, {left} left"
-        )),
-    )?;
-    Ok(Sale {
-        report,
-        late,
-        acknowledged,
-        oversold,
-        left,
-    })
+    let row = Row {
+        name,
+        backend,
+        options,
+        stock: STOCK,
+    };
+    let get = |key: &str| redis.command(&["GET", &tag_key(key)]);
+    finish(&mut run, a, others, held, &fault, get, row).await
 }

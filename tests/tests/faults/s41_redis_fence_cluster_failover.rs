@@ -28,11 +28,10 @@ use std::time::Duration;
 
 use palisade::LockName;
 use palisade_testkit::redis::RedisCluster;
-use palisade_tests::fault::{
-    ClientLine, ClientProcess, FaultRun, FinalState, Invariant, Report, Scenario,
-};
+use palisade_tests::fault::{ClientLine, ClientProcess, FaultRun, Invariant};
 
-use crate::{EXIT, STEP, live_within};
+use crate::sale::{Row, Sale, finish};
+use crate::{STEP, live_within};
 
 /// The stock at the start.
 const STOCK: u64 = 40;
@@ -77,19 +76,6 @@ async fn redis_cluster_failover_without_wait_under_the_fenced_flash_sale_is_caug
         "the checker reports the acknowledged sale the failover lost: {report}"
     );
     Ok(())
-}
-
-#[derive(Debug)]
-struct Sale {
-    report: Report,
-    /// What became of `a`'s late sale: `stale` or `accepted`.
-    late: String,
-    /// Sales acknowledged to the buyers.
-    acknowledged: u64,
-    /// Acknowledged sales beyond the stock.
-    oversold: u64,
-    /// The stock left in Redis.
-    left: u64,
 }
 
 async fn flash_sale_with_a_failover(tag: &str, wait: bool) -> anyhow::Result<Sale> {
@@ -174,53 +160,6 @@ async fn flash_sale_with_a_failover(tag: &str, wait: bool) -> anyhow::Result<Sal
         // sale: an operator gives it one (another master's replica).
         tokio::task::block_in_place(|| give_a_replica(&cluster, replica))?;
     }
-    a.resume()?;
-    a.go()?;
-    let late = a
-        .wait_for(STEP, |line| match line {
-            ClientLine::Wrote { generation, .. } if *generation == held => Some("accepted"),
-            ClientLine::Refused {
-                generation, detail, ..
-            } if *generation == held => Some(if detail == "stale" { "stale" } else { "other" }),
-            ClientLine::GaveUp { generation, .. } if *generation == held => Some("unknown"),
-            _ => None,
-        })
-        .await?
-        .to_owned();
-    for other in &others {
-        other.resume()?;
-    }
-    run.heal(&fault)?;
-    // Everyone sells until the stock (or what the new master has of it)
-    // runs out.
-    for buyer in others.iter_mut().chain([&mut a]) {
-        let status = buyer.wait_exit(EXIT).await?;
-        anyhow::ensure!(
-            status.success(),
-            "buyer {} exited with {status}",
-            buyer.id()
-        );
-    }
-
-    let events = run.events()?;
-    let mut final_state = FinalState::new();
-    let mut acknowledged: u64 = 0;
-    for event in &events {
-        let Some(key) = &event.key else { continue };
-        if event.phase == palisade_tests::history::Phase::Ok {
-            acknowledged += 1;
-        }
-        let value = cluster.command(replica, &["GET", &tag_key(key)])?;
-        final_state.insert(
-            (event.lock.clone(), key.clone()),
-            Some(value).filter(|value| !value.is_empty()),
-        );
-    }
-    let left: u64 = cluster
-        .command(replica, &["GET", &tag_key("stock")])?
-        .parse()
-        .unwrap_or(0);
-    let oversold = acknowledged.saturating_sub(STOCK);
     let (name, backend, options) = if wait {
         (
             "41 Redis Cluster master killed under the fenced flash sale (stock in Redis)",
@@ -234,21 +173,14 @@ async fn flash_sale_with_a_failover(tag: &str, wait: bool) -> anyhow::Result<Sal
             Default::default(),
         )
     };
-    let report = run.judge(
-        &events,
-        &final_state,
-        &options,
-        &Scenario::new(name, backend).note(format!(
-            "late sale {late}; {acknowledged} sales acknowledged of {STOCK}, {oversold} oversold, {left} left"
-        )),
-    )?;
-    Ok(Sale {
-        report,
-        late,
-        acknowledged,
-        oversold,
-        left,
-    })
+    let row = Row {
+        name,
+        backend,
+        options,
+        stock: STOCK,
+    };
+    let get = |key: &str| cluster.command(replica, &["GET", &tag_key(key)]);
+    finish(&mut run, a, others, held, &fault, get, row).await
 }
 
 /// Re-attaches another master's replica to `master` (`CLUSTER
