@@ -4,7 +4,7 @@
 //! the checker judges the sales against what Redis holds.
 
 use palisade_tests::fault::{
-    CheckOptions, ClientLine, ClientProcess, FaultRun, FinalState, Report, Scenario,
+    CheckOptions, ClientLine, ClientProcess, FaultRun, FinalState, Invariant, Report, Scenario,
 };
 use palisade_tests::history::Phase;
 
@@ -23,6 +23,44 @@ pub(crate) struct Sale {
     pub(crate) oversold: u64,
     /// The stock left in Redis.
     pub(crate) left: u64,
+    /// The stock at the start.
+    pub(crate) stock: u64,
+}
+
+impl Sale {
+    /// The fence held: the checker's invariants, `a` refused, every item
+    /// sold exactly once.
+    pub(crate) fn assert_sold_out_safely(&self) {
+        let report = &self.report;
+        report.assert_safe();
+        report.assert_holds(&[Invariant::Live]);
+        assert_eq!(self.late, "stale", "a's late sale is refused: {self:?}");
+        assert_eq!(self.oversold, 0, "{self:?}");
+        assert_eq!(
+            (self.acknowledged, self.left),
+            (self.stock, 0),
+            "every item sold once: {self:?}"
+        );
+    }
+
+    /// The regression row: the newer mark was lost (`why`), `a`'s late
+    /// sale landed, and the checker reports it and the sales lost
+    /// (`lost`).
+    pub(crate) fn assert_caught(&self, why: &str, lost: &str) {
+        let report = &self.report;
+        assert_eq!(
+            self.late, "accepted",
+            "{why}, a's late sale lands: {self:?}"
+        );
+        assert!(
+            report.count(Invariant::Stale) >= 1,
+            "the checker reports the stale sale: {report}"
+        );
+        assert!(
+            report.lost_writes() >= 1,
+            "the checker reports {lost}: {report}"
+        );
+    }
 }
 
 /// How the row is named and judged.
@@ -104,5 +142,6 @@ pub(crate) async fn finish(
         acknowledged,
         oversold,
         left,
+        stock: row.stock,
     })
 }
