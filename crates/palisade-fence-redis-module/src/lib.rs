@@ -16,51 +16,44 @@
 //! target/<profile>/libpalisade_fence_redis_module.so` (or `MODULE LOAD`).
 //! Its writes reach replicas and the append-only file as the plain
 //! commands they are (`HSET`, `INCRBY`, ... in one `MULTI`), so replicas
-//! and an AOF replay do not need the module.
+//! and an AOF replay do not need the module. It reads and writes keys in
+//! place through the key API (no `RM_Call`) and writes its answer
+//! straight to the client: a fenced `DECRBY` costs Redis about 1 µs more
+//! than a plain one (docs/benchmarks.md, "Redis fence").
+
+use std::ffi::CStr;
+use std::os::raw::c_char;
 
 use palisade_core::Mode;
 use palisade_core::marks::Marks;
-use redis_module::{
-    CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, KeyType, RedisError,
-    RedisResult, RedisString, RedisValue,
-};
+use redis_module::{Context, KeyType, RedisError, RedisResult, RedisString, RedisValue, raw};
 
+mod key;
 mod request;
 
+use key::{Effect, Key, propagate};
 use request::{EXACT, OpKind, Request, decimal, integer};
 
-/// The version of the argument layout taken (the function's `PROTOCOL`).
-const PROTOCOL: &[u8] = b"2";
+/// The version of the argument layout taken: the function's requests
+/// (its `PROTOCOL` 2) packed one per argument (see `request.rs`).
+const PROTOCOL: &[u8] = b"3";
 
 fn fail(message: &str) -> RedisError {
     RedisError::String(format!("PALISADE {message}"))
 }
 
-fn text(value: impl Into<Vec<u8>>) -> RedisValue {
-    RedisValue::StringBuffer(value.into())
-}
-
-fn number(value: u64) -> RedisValue {
-    text(value.to_string())
-}
-
-/// A request's own error (the call's other requests go on).
-fn bad(message: &str) -> RedisValue {
-    RedisValue::Array(vec![text("error"), text(format!("PALISADE {message}"))])
-}
-
-/// `PALISADE.FENCE numkeys key... 2 count (size base arg...)...`: one
-/// answer per request, in order (see `palisade_fence.lua`, `apply`).
+/// `PALISADE.FENCE numkeys key... 3 count (base request)...`: the
+/// answers to the requests, in order, in one string (see [`Out`]).
 /// Redis learns the keys through the keys position API (`getkeys-api`):
 /// the key specs Redis 7.0 accepts from a module cannot be set through
 /// the module API's safe surface.
 fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let args: Vec<&[u8]> = args.iter().map(|arg| arg.as_slice()).collect();
-    let key_count = args
+    let bytes: Vec<&[u8]> = args.iter().map(|arg| arg.as_slice()).collect();
+    let key_count = bytes
         .get(1)
         .and_then(|count| decimal(count, true))
         .and_then(|count| usize::try_from(count).ok())
-        .filter(|count| 2 + count <= args.len());
+        .filter(|count| 2 + count <= bytes.len());
     if ctx.is_keys_position_request() {
         // Where the keys are (`getkeys-api`): Redis Cluster checks that
         // they share a slot and that this node serves it, ACLs check them.
@@ -70,101 +63,104 @@ fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::NoReply);
     }
     let key_count = key_count.ok_or_else(|| fail("bad key count"))?;
-    let (keys, args) = args[2..].split_at(key_count);
+    let names = &args[2..2 + key_count];
+    let (keys, args) = bytes[2..].split_at(key_count);
     if args.first() != Some(&PROTOCOL) {
-        return Err(fail("protocol is not 2"));
+        return Err(fail("protocol is not 3"));
     }
     let count = args
         .get(1)
         .and_then(|count| decimal(count, false))
         .and_then(|count| usize::try_from(count).ok())
+        .filter(|count| args.len() == 2 + 2 * count)
         .ok_or_else(|| fail("bad request count"))?;
-    let mut requests = Vec::with_capacity(count.min(args.len()));
-    let mut at = 2;
-    for index in 0..count {
-        let size = args.get(at).and_then(|size| decimal(size, true));
-        let base = args.get(at + 1).and_then(|base| decimal(base, true));
-        let bounds = size.zip(base).and_then(|(size, base)| {
-            let size = usize::try_from(size).ok().filter(|size| *size >= 6)?;
-            let end = (at + 2)
-                .checked_add(size)
-                .filter(|end| *end <= args.len())?;
-            Some((usize::try_from(base).ok()?, end))
-        });
-        let Some((base, end)) = bounds else {
-            return Err(fail(&format!("request {index}: bad size or key base")));
-        };
-        requests.push((base, &args[at + 2..end]));
-        at = end;
+    let mut requests = Vec::with_capacity(count);
+    for (index, pair) in args[2..].chunks_exact(2).enumerate() {
+        let base = decimal(pair[0], true)
+            .and_then(|base| usize::try_from(base).ok())
+            .filter(|base| *base < keys.len())
+            .ok_or_else(|| fail(&format!("request {index}: bad key base")))?;
+        requests.push((base, pair[1]));
     }
-    if at != args.len() {
-        return Err(fail("arguments do not match the requests"));
-    }
-    let mut fence = Fence::new(ctx);
-    Ok(RedisValue::Array(
-        requests
-            .into_iter()
-            .map(
-                |(base, request)| match request::parse(keys, base, request) {
-                    Ok(request) => fence.apply(&request),
-                    Err(message) => bad(&message),
-                },
-            )
-            .collect(),
-    ))
-}
-
-/// The commands a call sends, as the function sends them with
-/// `redis.call`: writes replicated as themselves, errors as replies.
-struct Fence<'ctx> {
-    ctx: &'ctx Context,
-    write: CallOptions,
-    read: CallOptions,
-}
-
-/// A reply's content, copied out of Redis's reply object.
-enum Reply {
-    Int(i64),
-    Bytes(Vec<u8>),
-    Null,
-    Array(Vec<Reply>),
-    Error(String),
-}
-
-impl Reply {
-    fn bytes(self) -> Option<Vec<u8>> {
-        match self {
-            Reply::Bytes(bytes) => Some(bytes),
-            _ => None,
+    let mut out = Out {
+        text: Vec::with_capacity(64 * count),
+        fresh: true,
+    };
+    for (base, request) in requests {
+        match request::parse(keys, base, request) {
+            Ok(request) => apply(ctx, names, keys, &request, &mut out),
+            Err(message) => out.error(&message),
         }
     }
-
-    fn into_value(self) -> RedisValue {
-        match self {
-            Reply::Int(value) => RedisValue::Integer(value),
-            Reply::Bytes(bytes) => RedisValue::StringBuffer(bytes),
-            Reply::Null => RedisValue::Null,
-            Reply::Array(items) => {
-                RedisValue::Array(items.into_iter().map(Reply::into_value).collect())
-            }
-            Reply::Error(message) => RedisValue::SimpleString(message),
-        }
-    }
+    raw::reply_with_string_buffer(
+        ctx.get_raw(),
+        out.text.as_ptr().cast::<c_char>(),
+        out.text.len(),
+    );
+    Ok(RedisValue::NoReply)
 }
 
-fn copy(result: CallResult<'_>) -> Reply {
-    match result {
-        Ok(CallReply::I64(value)) => Reply::Int(value.to_i64()),
-        Ok(CallReply::String(value)) => Reply::Bytes(value.as_bytes().to_vec()),
-        Ok(CallReply::Array(items)) => Reply::Array(
-            (0..items.len())
-                .filter_map(|at| items.get(at))
-                .map(copy)
-                .collect(),
-        ),
-        Ok(CallReply::Null(_)) => Reply::Null,
-        Ok(_) => Reply::Error("unexpected reply".into()),
-        Err(error) => Reply::Error(error.to_utf8_string().unwrap_or_default()),
+/// The answers of one call, as one string: a line per request, its
+/// tokens separated by a space:
+///
+/// ```text
+/// answer = ("ok" SP x SP s SP seq SP restored *(SP result)
+///          / "stale" SP x SP s SP restored / "short" SP op SP current
+///          / "shared_on_write" / "wrongtype" SP op / "notinteger" SP op
+///          / "error" SP bytes) LF
+/// result = ":" integer / "$" bytes / "_"
+/// bytes  = length ":" <length bytes>
+/// ```
+struct Out {
+    text: Vec<u8>,
+    /// No token yet on this line.
+    fresh: bool,
+}
+
+impl Out {
+    fn word(&mut self, word: &str) {
+        if !self.fresh {
+            self.text.push(b' ');
+        }
+        self.fresh = false;
+        self.text.extend_from_slice(word.as_bytes());
+    }
+
+    fn number(&mut self, value: impl itoa::Integer) {
+        self.word(itoa::Buffer::new().format(value));
+    }
+
+    fn bytes(&mut self, prefix: &str, bytes: &[u8]) {
+        self.word(prefix);
+        self.text
+            .extend_from_slice(itoa::Buffer::new().format(bytes.len()).as_bytes());
+        self.text.push(b':');
+        self.text.extend_from_slice(bytes);
+    }
+
+    fn int(&mut self, value: i64) {
+        self.word(":");
+        self.text
+            .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+    }
+
+    fn end(&mut self) {
+        self.text.push(b'\n');
+        self.fresh = true;
+    }
+
+    /// A request's own error (the call's other requests go on).
+    fn error(&mut self, message: &str) {
+        self.word("error");
+        self.bytes("", format!("PALISADE {message}").as_bytes());
+        self.end();
+    }
+
+    /// A refusal that names its op.
+    fn refusal(&mut self, code: &str, index: usize) {
+        self.word(code);
+        self.number(index);
+        self.end();
     }
 }
 
@@ -175,263 +171,270 @@ struct Record {
     seq: i64,
 }
 
-impl<'ctx> Fence<'ctx> {
-    fn new(ctx: &'ctx Context) -> Self {
-        Fence {
-            ctx,
-            write: CallOptionsBuilder::new()
-                .replicate()
-                .errors_as_replies()
-                .build(),
-            read: CallOptionsBuilder::new().errors_as_replies().build(),
+fn read_marks(key: &Key) -> Option<Record> {
+    let (x, s, n) = match key.kind() {
+        KeyType::Empty => (Some(0), Some(0), Some(0)),
+        KeyType::Hash => {
+            let [x, s, n] = key.marks_fields(|value| (decimal(value, true), integer(value)));
+            let field =
+                |field: Option<(Option<u64>, Option<i64>)>| field.unwrap_or((Some(0), Some(0)));
+            (field(x).0, field(s).0, field(n).1)
         }
-    }
-
-    fn call(&self, command: &str, args: &[&[u8]]) -> Reply {
-        copy(
-            self.ctx
-                .call_ext::<_, CallResult<'_>>(command, &self.read, args),
-        )
-    }
-
-    fn call_write(&self, command: &str, args: &[&[u8]]) -> Reply {
-        copy(
-            self.ctx
-                .call_ext::<_, CallResult<'_>>(command, &self.write, args),
-        )
-    }
-
-    /// Reads the marks record through the key API (an `RM_Call` makes a
-    /// temporary client and parses its reply back).
-    fn read_marks(&self, key: &[u8]) -> Option<Record> {
-        let record = self.ctx.open_key(&self.ctx.create_string(key));
-        let field = |name: &str| -> Option<Vec<u8>> {
-            match record.hash_get(name).ok()? {
-                Some(value) => Some(value.as_slice().to_vec()),
-                None => Some(b"0".to_vec()),
-            }
-        };
-        let (x, s, n) = match record.key_type() {
-            KeyType::Empty => (b"0".to_vec(), b"0".to_vec(), b"0".to_vec()),
-            KeyType::Hash => (field("x")?, field("s")?, field("n")?),
-            _ => return None,
-        };
-        Some(Record {
-            marks: Marks {
-                exclusive: decimal(&x, true)?,
-                shared: decimal(&s, true)?,
-            },
-            seq: integer(&n)?,
-        })
-    }
-
-    /// Sets fields of the marks record (key API), replicated as `HSET`.
-    fn write_record(&self, key: &[u8], fields: &[(&str, String)]) {
-        let name = self.ctx.create_string(key);
-        let record = self.ctx.open_key_writable(&name);
-        let mut replicated: Vec<&[u8]> = vec![key];
-        for (field, value) in fields {
-            record.hash_set(field, self.ctx.create_string(value.as_str()));
-            replicated.push(field.as_bytes());
-            replicated.push(value.as_bytes());
-        }
-        self.ctx.replicate("HSET", replicated.as_slice());
-    }
-
-    fn write_marks(&self, key: &[u8], marks: Marks) {
-        self.write_record(
-            key,
-            &[
-                ("x", marks.exclusive.to_string()),
-                ("s", marks.shared.to_string()),
-            ],
-        );
-    }
-
-    /// One request: the rule, then every op checked against what the ops
-    /// before it leave behind, then (only if all pass) the writes.
-    fn apply(&mut self, request: &Request<'_>) -> RedisValue {
-        let writes = request.ops.iter().any(|op| op.kind.writes());
-        if writes && request.mode != Mode::Exclusive {
-            return RedisValue::Array(vec![text("shared_on_write")]);
-        }
-        let Some(record) = self.read_marks(request.marks_key) else {
-            return bad("corrupt marks record");
-        };
-        // Put back what Redis lost: the floors are marks this client saw.
-        let floor = request.floor;
-        let restored =
-            record.marks.exclusive < floor.exclusive || record.marks.shared < floor.shared;
-        let before = Marks {
-            exclusive: record.marks.exclusive.max(floor.exclusive),
-            shared: record.marks.shared.max(floor.shared),
-        };
-        let Some(after) = before.admit(request.mode, request.generation) else {
-            if restored {
-                self.write_marks(request.marks_key, before);
-            }
-            return RedisValue::Array(vec![
-                text("stale"),
-                number(before.exclusive),
-                number(before.shared),
-                RedisValue::Integer(restored.into()),
-            ]);
-        };
-
-        // Each key's kind and (counters) value as the ops so far leave it.
-        let mut state: Vec<(&[u8], Kind)> = Vec::new();
-        let mut results: Vec<RedisValue> = Vec::with_capacity(request.ops.len());
-        for (index, op) in request.ops.iter().enumerate() {
-            let at = match state.iter().position(|(key, _)| *key == op.key) {
-                Some(at) => at,
-                None => {
-                    state.push((op.key, self.kind(op.key, &op.kind)));
-                    state.len() - 1
-                }
-            };
-            let kind = &mut state[at].1;
-            if let Some(needs) = op.kind.needs() {
-                if !matches!(kind, Kind::None) && kind.name() != needs {
-                    return answer("wrongtype", index);
-                }
-            }
-            let result = match &op.kind {
-                OpKind::Set(value) => {
-                    let result = if matches!(kind, Kind::None) {
-                        "created"
-                    } else {
-                        "replaced"
-                    };
-                    *kind = Kind::String(Some(value.to_vec()));
-                    text(result)
-                }
-                OpKind::Del => {
-                    let result = if matches!(kind, Kind::None) {
-                        "absent"
-                    } else {
-                        "deleted"
-                    };
-                    *kind = Kind::None;
-                    text(result)
-                }
-                OpKind::Incr { by, floor } => {
-                    if let Kind::String(value @ None) = kind {
-                        *value = self.call("GET", &[op.key]).bytes();
-                    }
-                    let current = match kind {
-                        Kind::None => Some(0),
-                        Kind::String(Some(value)) => integer(value),
-                        _ => None,
-                    };
-                    let Some(current) = current else {
-                        return answer("notinteger", index);
-                    };
-                    let new = current + by;
-                    if !(-EXACT..=EXACT).contains(&new) {
-                        return answer("notinteger", index);
-                    }
-                    if floor.is_some_and(|floor| new < floor) {
-                        return RedisValue::Array(vec![
-                            text("short"),
-                            RedisValue::Integer(index as i64),
-                            RedisValue::Integer(current),
-                        ]);
-                    }
-                    *kind = Kind::String(Some(new.to_string().into_bytes()));
-                    RedisValue::Integer(new)
-                }
-                OpKind::HSet(..) => {
-                    *kind = Kind::Other("hash".into());
-                    RedisValue::Null
-                }
-                OpKind::HDel(_) | OpKind::Get | OpKind::HGet(_) => RedisValue::Null,
-            };
-            results.push(result);
-        }
-
-        let marks_key = request.marks_key;
-        if restored || after != before {
-            self.write_marks(marks_key, after);
-        }
-        let seq = if writes {
-            let seq = record.seq + 1;
-            self.write_record(marks_key, &[("n", seq.to_string())]);
-            RedisValue::Integer(seq)
-        } else {
-            text(record.seq.to_string())
-        };
-        for (op, result) in request.ops.iter().zip(&mut results) {
-            let key = op.key;
-            match &op.kind {
-                OpKind::Set(value) => {
-                    self.call_write("SET", &[key, value]);
-                }
-                OpKind::Del => {
-                    self.call_write("DEL", &[key]);
-                }
-                OpKind::Incr { by, .. } => {
-                    self.call_write("INCRBY", &[key, by.to_string().as_bytes()]);
-                }
-                OpKind::HSet(field, value) => {
-                    let created =
-                        matches!(self.call_write("HSET", &[key, field, value]), Reply::Int(1));
-                    *result = text(if created { "created" } else { "replaced" });
-                }
-                OpKind::HDel(field) => {
-                    let deleted = matches!(self.call_write("HDEL", &[key, field]), Reply::Int(1));
-                    *result = text(if deleted { "deleted" } else { "absent" });
-                }
-                OpKind::Get => *result = self.call("GET", &[key]).into_value(),
-                OpKind::HGet(field) => *result = self.call("HGET", &[key, field]).into_value(),
-            }
-        }
-        let mut reply = vec![
-            text("ok"),
-            number(after.exclusive),
-            number(after.shared),
-            seq,
-            RedisValue::Integer(restored.into()),
-        ];
-        reply.extend(results);
-        RedisValue::Array(reply)
-    }
-
-    /// What `key` holds, as far as `op` needs to know: a counter's value
-    /// comes with its kind (one `GET`).
-    fn kind(&self, key: &[u8], op: &OpKind<'_>) -> Kind {
-        let data = self.ctx.open_key(&self.ctx.create_string(key));
-        match data.key_type() {
-            KeyType::Empty => Kind::None,
-            KeyType::String if matches!(op, OpKind::Incr { .. }) => {
-                Kind::String(data.read().ok().flatten().map(<[u8]>::to_vec))
-            }
-            KeyType::String => Kind::String(None),
-            KeyType::Hash => Kind::Other("hash".into()),
-            _ => Kind::Other("other".into()),
-        }
-    }
+        _ => return None,
+    };
+    Some(Record {
+        marks: Marks {
+            exclusive: x?,
+            shared: s?,
+        },
+        seq: n?,
+    })
 }
 
-/// A key's kind; a string's value once a counter op has read it.
+/// Sets fields of the marks record, replicated as one `HSET`.
+fn write_record(ctx: &Context, name: &RedisString, fields: &[(&CStr, i128)]) {
+    if fields.is_empty() {
+        return;
+    }
+    Key::open(ctx, name, true).hash_set_numbers(fields);
+    propagate(ctx, Effect::Numbers(name, fields));
+}
+
+fn mark_fields(marks: Marks) -> [(&'static CStr, i128); 2] {
+    [
+        (c"x", i128::from(marks.exclusive)),
+        (c"s", i128::from(marks.shared)),
+    ]
+}
+
+/// A key's kind as the ops so far leave it; a string's value once a
+/// counter op has read it.
+#[derive(Clone, Copy)]
 enum Kind {
     None,
-    String(Option<Vec<u8>>),
-    Other(String),
+    String(Counter),
+    Hash,
+    Other,
+}
+
+#[derive(Clone, Copy)]
+enum Counter {
+    Unread,
+    Int(i64),
+    NotInt,
 }
 
 impl Kind {
-    fn name(&self) -> &str {
+    fn name(self) -> &'static str {
         match self {
             Kind::None => "none",
             Kind::String(_) => "string",
-            Kind::Other(name) => name,
+            Kind::Hash => "hash",
+            Kind::Other => "other",
+        }
+    }
+
+    /// What `key` holds, as far as `op` needs to know: a counter's value
+    /// comes with its kind.
+    fn of(key: &Key, op: &OpKind<'_>) -> Kind {
+        match key.kind() {
+            KeyType::Empty => Kind::None,
+            KeyType::String if matches!(op, OpKind::Incr { .. }) => Kind::String(counter(key)),
+            KeyType::String => Kind::String(Counter::Unread),
+            KeyType::Hash => Kind::Hash,
+            _ => Kind::Other,
         }
     }
 }
 
-/// A request's refusal that names its op.
-fn answer(code: &str, index: usize) -> RedisValue {
-    RedisValue::Array(vec![text(code), RedisValue::Integer(index as i64)])
+fn counter(key: &Key) -> Counter {
+    match key.string().and_then(integer) {
+        Some(value) => Counter::Int(value),
+        None => Counter::NotInt,
+    }
+}
+
+/// What the plan decided for an op, before anything is written.
+enum Planned {
+    Text(&'static str),
+    Counter(i64),
+    Later,
+}
+
+/// One request: the rule, then every op checked against what the ops
+/// before it leave behind, then (only if all pass) the writes.
+fn apply(
+    ctx: &Context,
+    names: &[RedisString],
+    keys: &[&[u8]],
+    request: &Request<'_>,
+    out: &mut Out,
+) {
+    let writes = request.ops.iter().any(|op| op.kind.writes());
+    if writes && request.mode != Mode::Exclusive {
+        out.word("shared_on_write");
+        out.end();
+        return;
+    }
+    let marks_name = &names[request.marks];
+    let Some(record) = read_marks(&Key::open(ctx, marks_name, false)) else {
+        out.error("corrupt marks record");
+        return;
+    };
+    // Put back what Redis lost: the floors are marks this client saw.
+    let floor = request.floor;
+    let restored = record.marks.exclusive < floor.exclusive || record.marks.shared < floor.shared;
+    let before = Marks {
+        exclusive: record.marks.exclusive.max(floor.exclusive),
+        shared: record.marks.shared.max(floor.shared),
+    };
+    let Some(after) = before.admit(request.mode, request.generation) else {
+        if restored {
+            write_record(ctx, marks_name, &mark_fields(before));
+        }
+        out.word("stale");
+        out.number(before.exclusive);
+        out.number(before.shared);
+        out.number(u8::from(restored));
+        out.end();
+        return;
+    };
+
+    let mut state: Vec<(&[u8], Kind)> = Vec::new();
+    let mut plan = Vec::with_capacity(request.ops.len());
+    for (index, op) in request.ops.iter().enumerate() {
+        let name = keys[op.key];
+        let at = match state.iter().position(|(key, _)| *key == name) {
+            Some(at) => at,
+            None => {
+                let kind = Kind::of(&Key::open(ctx, &names[op.key], false), &op.kind);
+                state.push((name, kind));
+                state.len() - 1
+            }
+        };
+        let kind = &mut state[at].1;
+        if let Some(needs) = op.kind.needs() {
+            if !matches!(kind, Kind::None) && kind.name() != needs {
+                return out.refusal("wrongtype", index);
+            }
+        }
+        plan.push(match &op.kind {
+            OpKind::Set(value) => {
+                let result = if matches!(kind, Kind::None) {
+                    "created"
+                } else {
+                    "replaced"
+                };
+                *kind = Kind::String(match integer(value) {
+                    Some(value) => Counter::Int(value),
+                    None => Counter::NotInt,
+                });
+                Planned::Text(result)
+            }
+            OpKind::Del => {
+                let result = if matches!(kind, Kind::None) {
+                    "absent"
+                } else {
+                    "deleted"
+                };
+                *kind = Kind::None;
+                Planned::Text(result)
+            }
+            OpKind::Incr { by, floor } => {
+                if let Kind::String(value @ Counter::Unread) = kind {
+                    *value = counter(&Key::open(ctx, &names[op.key], false));
+                }
+                let current = match kind {
+                    Kind::None => Some(0),
+                    Kind::String(Counter::Int(value)) => Some(*value),
+                    _ => None,
+                };
+                let Some(current) = current else {
+                    return out.refusal("notinteger", index);
+                };
+                let new = current + by;
+                if !(-EXACT..=EXACT).contains(&new) {
+                    return out.refusal("notinteger", index);
+                }
+                if floor.is_some_and(|floor| new < floor) {
+                    out.word("short");
+                    out.number(index);
+                    out.number(current);
+                    out.end();
+                    return;
+                }
+                *kind = Kind::String(Counter::Int(new));
+                Planned::Counter(new)
+            }
+            OpKind::HSet(..) => {
+                *kind = Kind::Hash;
+                Planned::Later
+            }
+            OpKind::HDel(_) | OpKind::Get | OpKind::HGet(_) => Planned::Later,
+        });
+    }
+
+    // Admitted, every op possible: write the marks, then the ops in order.
+    let mut fields: Vec<(&CStr, i128)> = Vec::with_capacity(3);
+    if restored || after != before {
+        fields.extend(mark_fields(after));
+    }
+    let seq = record.seq + i64::from(writes);
+    if writes {
+        fields.push((c"n", seq.into()));
+    }
+    write_record(ctx, marks_name, &fields);
+    out.word("ok");
+    out.number(after.exclusive);
+    out.number(after.shared);
+    out.number(seq);
+    out.number(u8::from(restored));
+    for (op, planned) in request.ops.iter().zip(plan) {
+        let name = &names[op.key];
+        let open = |write| Key::open(ctx, name, write);
+        match (&op.kind, planned) {
+            (OpKind::Set(value), Planned::Text(result)) => {
+                open(true).set(value);
+                propagate(ctx, Effect::Set(name, value));
+                out.bytes("$", result.as_bytes());
+            }
+            (OpKind::Del, Planned::Text(result)) => {
+                if result == "deleted" {
+                    open(true).delete();
+                    propagate(ctx, Effect::Del(name));
+                }
+                out.bytes("$", result.as_bytes());
+            }
+            (OpKind::Incr { by, .. }, Planned::Counter(new)) => {
+                open(true).set_counter(new);
+                propagate(ctx, Effect::IncrBy(name, *by));
+                out.int(new);
+            }
+            (OpKind::HSet(field, value), _) => {
+                let created = open(true).hash_set(field, value);
+                propagate(ctx, Effect::HSet(name, field, value));
+                out.bytes("$", if created { b"created" } else { b"replaced" });
+            }
+            (OpKind::HDel(field), _) => {
+                let deleted = open(true).hash_del(field);
+                if deleted {
+                    propagate(ctx, Effect::HDel(name, field));
+                }
+                out.bytes("$", if deleted { b"deleted" } else { b"absent" });
+            }
+            (OpKind::Get, _) => match open(false).string() {
+                Some(value) => out.bytes("$", value),
+                None => out.word("_"),
+            },
+            (OpKind::HGet(field), _) => match open(false).hash_get(field) {
+                Some(value) => out.bytes("$", &value),
+                None => out.word("_"),
+            },
+            // The plan made one of the above for each op.
+            (_, _) => out.word("_"),
+        }
+    }
+    out.end();
 }
 
 /// The module's entry points (`RedisModule_OnLoad`), generated. The

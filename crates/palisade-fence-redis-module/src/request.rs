@@ -1,6 +1,22 @@
-//! One fenced request of a `PALISADE.FENCE` call, parsed: the layout of
-//! `palisade_fence_apply`'s requests (see `palisade_fence.lua`), checked
+//! One fenced request of a `PALISADE.FENCE` call, parsed and checked
 //! before anything is read or written.
+//!
+//! A request is one argument (protocol 3): the fields of
+//! `palisade_fence_apply`'s requests (see `palisade_fence.lua`) packed,
+//! so that Redis and the client handle one string per request rather
+//! than a dozen:
+//!
+//! ```text
+//! request = marks SP mode SP generation SP floor-x SP floor-s *(SP op)
+//! op      = "set" SP key SP bytes / "del" SP key / "get" SP key
+//!         / "incr" SP key SP integer SP (integer / "-")
+//!         / "hset" SP key SP bytes SP bytes
+//!         / "hdel" SP key SP bytes / "hget" SP key SP bytes
+//! bytes   = length ":" <length bytes>
+//! ```
+//!
+//! `marks` and `key` are 1-based indexes into the request's keys; numbers
+//! are canonical decimals.
 
 use palisade_core::marks::Marks;
 use palisade_core::{Generation, Mode};
@@ -10,10 +26,11 @@ use palisade_core::{Generation, Mode};
 /// the same.
 pub(crate) const EXACT: i64 = (1 << 53) - 1;
 
-/// An op of a request; `key` is the data key.
+/// An op of a request; `key` is the data key's place among the call's
+/// keys.
 #[derive(Debug)]
 pub(crate) struct Op<'a> {
-    pub(crate) key: &'a [u8],
+    pub(crate) key: usize,
     pub(crate) kind: OpKind<'a>,
 }
 
@@ -48,7 +65,8 @@ impl OpKind<'_> {
 /// before, and the ops.
 #[derive(Debug)]
 pub(crate) struct Request<'a> {
-    pub(crate) marks_key: &'a [u8],
+    /// The marks record's place among the call's keys.
+    pub(crate) marks: usize,
     pub(crate) mode: Mode,
     pub(crate) generation: Generation,
     pub(crate) floor: Marks,
@@ -64,101 +82,147 @@ pub(crate) fn decimal(text: &[u8], zero_ok: bool) -> Option<u64> {
     if text
         .first()
         .is_none_or(|first| !(b'1'..=b'9').contains(first))
-        || !text.iter().all(u8::is_ascii_digit)
     {
         return None;
     }
-    std::str::from_utf8(text).ok()?.parse().ok()
+    text.iter().try_fold(0u64, |value, digit| {
+        let digit = digit.checked_sub(b'0').filter(|digit| *digit <= 9)?;
+        value.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
 /// A canonical Redis integer within ±[`EXACT`].
 pub(crate) fn integer(text: &[u8]) -> Option<i64> {
-    let digits = text.strip_prefix(b"-").unwrap_or(text);
-    if text != b"0" && decimal(digits, false).is_none() {
-        return None;
-    }
-    let value: i64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+    let (negative, digits) = match text.strip_prefix(b"-") {
+        Some(digits) => (true, digits),
+        None => (false, text),
+    };
+    let magnitude = i64::try_from(decimal(digits, !negative)?).ok()?;
+    let value = if negative { -magnitude } else { magnitude };
     (-EXACT..=EXACT).contains(&value).then_some(value)
 }
 
-/// Parses request `a` (key indexes count from 1 past `base`, the keys of
-/// the requests before it); `Err` is the request's own error message.
+/// Reads a packed request: tokens separated by one space.
+struct Cursor<'a> {
+    rest: &'a [u8],
+    started: bool,
+}
+
+impl<'a> Cursor<'a> {
+    /// The separator before every token but the first.
+    fn separator(&mut self) -> Option<()> {
+        if self.started {
+            self.rest = self.rest.strip_prefix(b" ")?;
+        }
+        self.started = true;
+        Some(())
+    }
+
+    fn token(&mut self) -> Option<&'a [u8]> {
+        self.separator()?;
+        let end = self
+            .rest
+            .iter()
+            .position(|byte| *byte == b' ')
+            .unwrap_or(self.rest.len());
+        let (token, rest) = self.rest.split_at(end);
+        self.rest = rest;
+        (!token.is_empty()).then_some(token)
+    }
+
+    /// `length ":" bytes`.
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        self.separator()?;
+        let colon = self.rest.iter().position(|byte| *byte == b':')?;
+        let len = usize::try_from(decimal(&self.rest[..colon], true)?).ok()?;
+        let start = colon + 1;
+        let end = start
+            .checked_add(len)
+            .filter(|end| *end <= self.rest.len())?;
+        let bytes = &self.rest[start..end];
+        self.rest = &self.rest[end..];
+        Some(bytes)
+    }
+
+    fn is_done(&self) -> bool {
+        self.rest.is_empty()
+    }
+}
+
+/// Parses `packed` (key indexes count from 1 past `base`, the keys of the
+/// requests before it); `Err` is the request's own error message.
 pub(crate) fn parse<'a>(
-    keys: &[&'a [u8]],
+    keys: &[&[u8]],
     base: usize,
-    a: &[&'a [u8]],
+    packed: &'a [u8],
 ) -> Result<Request<'a>, String> {
-    let key_at = |index: &[u8]| -> Option<&'a [u8]> {
+    let key_at = |index: &[u8]| -> Option<usize> {
         let index = usize::try_from(decimal(index, false)?).ok()?;
-        keys.get(base.checked_add(index)? - 1).copied()
+        let at = base.checked_add(index)? - 1;
+        (at < keys.len()).then_some(at)
     };
-    let marks_key = key_at(a[0]).ok_or("bad marks record index")?;
-    let mode = match a[1] {
-        b"x" => Mode::Exclusive,
-        b"s" => Mode::Shared,
+    let mut cursor = Cursor {
+        rest: packed,
+        started: false,
+    };
+    let marks = cursor
+        .token()
+        .and_then(key_at)
+        .ok_or("bad marks record index")?;
+    let mode = match cursor.token() {
+        Some(b"x") => Mode::Exclusive,
+        Some(b"s") => Mode::Shared,
         _ => return Err("mode must be x or s".into()),
     };
-    let generation = decimal(a[2], false).and_then(Generation::new);
-    let floor_x = decimal(a[3], true);
-    let floor_s = decimal(a[4], true);
+    let generation = cursor
+        .token()
+        .and_then(|token| decimal(token, false))
+        .and_then(Generation::new);
+    let floor_x = cursor.token().and_then(|token| decimal(token, true));
+    let floor_s = cursor.token().and_then(|token| decimal(token, true));
     let (Some(generation), Some(exclusive), Some(shared)) = (generation, floor_x, floor_s) else {
         return Err("bad generation or floor".into());
     };
-    let count = decimal(a[5], true)
-        .and_then(|count| usize::try_from(count).ok())
-        .ok_or("bad op count")?;
-    let mut ops = Vec::with_capacity(count.min(a.len()));
-    let mut at = 6;
-    for index in 0..count {
-        let arg = |offset: usize| a.get(at + offset).copied();
-        let (Some(code), Some(key)) = (arg(0), arg(1)) else {
-            return Err("arguments do not match the ops".into());
-        };
-        let arity = match code {
-            b"del" | b"get" => 0,
-            b"set" | b"hdel" | b"hget" => 1,
-            b"incr" | b"hset" => 2,
-            _ => {
-                return Err(format!("unknown op {}", String::from_utf8_lossy(code)));
-            }
-        };
-        let key = key_at(key)
-            .filter(|key| *key != marks_key)
+    let mut ops = Vec::with_capacity(1);
+    while !cursor.is_done() {
+        let index = ops.len();
+        let bad = || format!("op {index}: bad arguments");
+        let code = cursor.token().ok_or_else(bad)?;
+        let key = cursor
+            .token()
+            .and_then(key_at)
+            .filter(|key| keys[*key] != keys[marks])
             .ok_or_else(|| format!("op {index}: bad key index"))?;
-        let (Some(first), Some(second)) = (
-            arg(2).or((arity < 1).then_some(b"")),
-            arg(3).or((arity < 2).then_some(b"")),
-        ) else {
-            return Err("arguments do not match the ops".into());
-        };
         let kind = match code {
-            b"set" => OpKind::Set(first),
+            b"set" => OpKind::Set(cursor.bytes().ok_or_else(bad)?),
             b"del" => OpKind::Del,
+            b"get" => OpKind::Get,
             b"incr" => {
-                let by = integer(first);
-                let floor = if second.is_empty() {
-                    Some(None)
-                } else {
-                    integer(second).map(Some)
+                let by = cursor.token().and_then(integer);
+                let floor = match cursor.token() {
+                    Some(b"-") => Some(None),
+                    Some(floor) => integer(floor).map(Some),
+                    None => None,
                 };
                 let (Some(by), Some(floor)) = (by, floor) else {
                     return Err(format!("op {index}: bad increment or floor"));
                 };
                 OpKind::Incr { by, floor }
             }
-            b"hset" => OpKind::HSet(first, second),
-            b"hdel" => OpKind::HDel(first),
-            b"get" => OpKind::Get,
-            _ => OpKind::HGet(first),
+            b"hset" => {
+                let field = cursor.bytes().ok_or_else(bad)?;
+                OpKind::HSet(field, cursor.bytes().ok_or_else(bad)?)
+            }
+            b"hdel" => OpKind::HDel(cursor.bytes().ok_or_else(bad)?),
+            b"hget" => OpKind::HGet(cursor.bytes().ok_or_else(bad)?),
+            _ => {
+                return Err(format!("unknown op {}", String::from_utf8_lossy(code)));
+            }
         };
         ops.push(Op { key, kind });
-        at += 2 + arity;
-    }
-    if at != a.len() {
-        return Err("arguments do not match the ops".into());
     }
     Ok(Request {
-        marks_key,
+        marks,
         mode,
         generation,
         floor: Marks { exclusive, shared },
@@ -200,11 +264,9 @@ mod tests {
     #[test]
     fn requests_name_their_keys_by_index_and_match_their_ops() {
         let keys: Vec<&[u8]> = vec![b"other", b"m", b"{a}:k"];
-        let args: Vec<&[u8]> = vec![
-            b"1", b"x", b"7", b"0", b"3", b"2", b"incr", b"2", b"-1", b"0", b"get", b"2",
-        ];
-        let request = parse(&keys, 1, &args).unwrap();
-        assert_eq!(request.marks_key, b"m");
+        let packed = b"1 x 7 0 3 incr 2 -1 0 get 2 set 2 5:a b:c hset 2 0: 1:  incr 2 1 -";
+        let request = parse(&keys, 1, packed).unwrap();
+        assert_eq!(keys[request.marks], b"m");
         assert_eq!(
             request.floor,
             Marks {
@@ -219,15 +281,31 @@ mod tests {
                 floor: Some(0)
             }
         ));
-        assert_eq!(request.ops[1].key, b"{a}:k");
-        let mut short = args.clone();
-        short.pop();
-        assert!(parse(&keys, 1, &short).is_err());
-        let mut marks_as_data = args.clone();
-        marks_as_data[11] = b"1";
+        assert_eq!(keys[request.ops[1].key], b"{a}:k");
+        assert!(matches!(request.ops[2].kind, OpKind::Set(b"a b:c")));
+        assert!(matches!(request.ops[3].kind, OpKind::HSet(b"", b" ")));
+        assert!(matches!(
+            request.ops[4].kind,
+            OpKind::Incr { by: 1, floor: None }
+        ));
+        for bad in [
+            &b"1 x 7 0 3 incr 2 -1"[..],
+            b"1 x 7 0 3 set 2 6:a",
+            b"1 x 7 0 3 get 2 ",
+            b"1 x 7 0  3",
+            b"1 x 0 0 3",
+            b"1 y 7 0 3",
+            b"1 x 7 0 3 get 3",
+        ] {
+            assert!(
+                parse(&keys, 1, bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
         assert_eq!(
-            parse(&keys, 1, &marks_as_data).unwrap_err(),
-            "op 1: bad key index"
+            parse(&keys, 1, b"1 x 7 0 3 get 1").unwrap_err(),
+            "op 0: bad key index"
         );
     }
 }

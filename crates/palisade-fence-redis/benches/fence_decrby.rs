@@ -4,7 +4,10 @@
 //! through the same client (one multiplexed `ConnectionManager`), at 1 and
 //! 32 clients, in one run. Like with like: the plain commands of
 //! concurrent clients are pipelined on the one socket; the fence groups
-//! concurrent requests into one call per round trip.
+//! the requests that queue behind its calls in flight. A fourth column
+//! sends the module's command for one request directly (a prepared
+//! `redis::Cmd`, no fence client): what the command costs on the wire and
+//! in Redis, apart from the client's own work.
 //!
 //! Run with: `cargo bench -p palisade-fence-redis --bench fence_decrby`
 //! (starts its own `redis-server` on a free port, no persistence, with the
@@ -91,7 +94,13 @@ async fn run() {
         .get_connection_manager()
         .await
         .expect("connect");
-    let fence = RedisFence::new(manager.clone()).await.expect("the fence");
+    let fence = RedisFence::with_options(
+        manager.clone(),
+        FenceOptions::default()
+            .with_calls_in_flight(env_number("PALISADE_BENCH_IN_FLIGHT", 2) as usize),
+    )
+    .await
+    .expect("the fence");
     assert!(fence.uses_module(), "the module is loaded");
     let function =
         RedisFence::with_options(manager.clone(), FenceOptions::default().with_module(false))
@@ -122,13 +131,14 @@ async fn run() {
     }
     println!("fenced DECRBY vs plain DECRBY, same ConnectionManager, {rounds} rounds of {secs} s");
     println!(
-        "| clients | plain DECRBY | module (PALISADE.FENCE) | module / plain | function (FCALL) | function / plain |"
+        "| clients | plain DECRBY | module (PALISADE.FENCE) | module / plain | requests per call | the module's command sent directly | direct / plain | function (FCALL) | function / plain |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut busy_rows = Vec::new();
     for clients in [1usize, 32] {
         let (mut plain, mut module, mut function_fenced) = (Vec::new(), Vec::new(), Vec::new());
-        let mut busy = [Vec::new(), Vec::new(), Vec::new()];
+        let (mut direct, mut per_call) = (Vec::new(), Vec::new());
+        let mut busy = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
         for _ in 0..rounds {
             let (connection, keys_plain) = (manager.clone(), keys.clone());
             let cpu = redis_cpu(&redis);
@@ -147,29 +157,36 @@ async fn run() {
                 .await,
             );
             let cpu = busy_since(&redis, cpu, secs, &mut busy[0]);
-            module.push(fenced(clients, secs, &fence, &keys, &sequencers).await);
+            let (rate, requests_per_call) = fenced(clients, secs, &fence, &keys, &sequencers).await;
+            module.push(rate);
+            per_call.push(requests_per_call);
             let cpu = busy_since(&redis, cpu, secs, &mut busy[1]);
-            function_fenced.push(fenced(clients, secs, &function, &keys, &sequencers).await);
-            busy_since(&redis, cpu, secs, &mut busy[2]);
+            direct.push(directly(clients, secs, &manager, &fence, &locks, &keys).await);
+            let cpu = busy_since(&redis, cpu, secs, &mut busy[2]);
+            function_fenced.push(fenced(clients, secs, &function, &keys, &sequencers).await.0);
+            busy_since(&redis, cpu, secs, &mut busy[3]);
         }
         let (plain, module, function) = (median(plain), median(module), median(function_fenced));
-        let [busy_plain, busy_module, busy_function] = busy.map(median);
+        let (direct, per_call) = (median(direct), median(per_call));
+        let [busy_plain, busy_module, busy_direct, busy_function] = busy.map(median);
         println!(
-            "| {clients} | {plain:.0}/s | {module:.0}/s | {:.2} × | {function:.0}/s | {:.2} × |",
+            "| {clients} | {plain:.0}/s | {module:.0}/s | {:.2} × | {per_call:.1} | {direct:.0}/s | {:.2} × | {function:.0}/s | {:.2} × |",
             module / plain,
+            direct / plain,
             function / plain
         );
         busy_rows.push(format!(
-            "| {clients} | {:.0} % | {:.0} % | {:.0} % |",
+            "| {clients} | {:.0} % | {:.0} % | {:.0} % | {:.0} % |",
             busy_plain * 100.0,
             busy_module * 100.0,
+            busy_direct * 100.0,
             busy_function * 100.0
         ));
     }
     println!();
     println!("Redis's thread busy during each variant (INFO cpu, user + sys, over the round)");
-    println!("| clients | plain | module | function |");
-    println!("|---:|---:|---:|---:|");
+    println!("| clients | plain | module | module's command directly | function |");
+    println!("|---:|---:|---:|---:|---:|");
     for row in busy_rows {
         println!("{row}");
     }
@@ -205,16 +222,19 @@ fn busy_since(redis: &RedisServer, before: f64, secs: u64, into: &mut Vec<f64>) 
     now
 }
 
-/// Fenced `DECRBY`s per second through `fence`.
+/// Fenced `DECRBY`s per second through `fence`, and how many requests
+/// rode in each call.
 async fn fenced(
     clients: usize,
     secs: u64,
     fence: &RedisFence,
     keys: &Arc<Vec<String>>,
     sequencers: &Arc<Vec<Sequencer>>,
-) -> f64 {
-    let (fence, keys, sequencers) = (fence.clone(), keys.clone(), sequencers.clone());
-    measure(clients, secs, move |client| {
+) -> (f64, f64) {
+    let before = fence.stats();
+    let (counted, keys, sequencers) = (fence.clone(), keys.clone(), sequencers.clone());
+    let fence = fence.clone();
+    let rate = measure(clients, secs, move |client| {
         let (fence, key, sequencers) = (fence.clone(), keys[client].clone(), sequencers.clone());
         async move {
             fence
@@ -222,6 +242,55 @@ async fn fenced(
                 .await
                 .expect("no failure")
                 .expect("a steady holder is accepted");
+        }
+    })
+    .await;
+    let after = counted.stats();
+    let calls = (after.calls - before.calls).max(1);
+    (
+        rate,
+        (after.accepted - before.accepted) as f64 / calls as f64,
+    )
+}
+
+/// `PALISADE.FENCE` for one fenced `DECRBY` per call, built once per
+/// client and sent as it is (the arguments the fence sends, at the
+/// holders' steady generation).
+async fn directly(
+    clients: usize,
+    secs: u64,
+    manager: &redis::aio::ConnectionManager,
+    fence: &RedisFence,
+    locks: &[LockName],
+    keys: &[String],
+) -> f64 {
+    let commands: Arc<Vec<redis::Cmd>> = Arc::new(
+        locks
+            .iter()
+            .zip(keys)
+            .map(|(lock, key)| {
+                let mut command = redis::cmd("PALISADE.FENCE");
+                command
+                    .arg(2)
+                    .arg(fence.keys(lock).marks())
+                    .arg(key)
+                    .arg(3)
+                    .arg(1)
+                    .arg(0)
+                    .arg(format!("1 x {} 0 0 incr 2 -1 -", Generation::MIN.get()));
+                command
+            })
+            .collect(),
+    );
+    let connection = manager.clone();
+    measure(clients, secs, move |client| {
+        let (mut connection, commands) = (connection.clone(), commands.clone());
+        async move {
+            let answer: Vec<u8> = commands[client]
+                .query_async(&mut connection)
+                .await
+                .expect("PALISADE.FENCE");
+            assert!(answer.starts_with(b"ok "), "accepted");
         }
     })
     .await

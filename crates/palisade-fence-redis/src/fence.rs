@@ -18,10 +18,11 @@ use crate::connection::FenceConnection;
 use crate::error::from_redis;
 use crate::install::{MODULE_COMMAND, Target, ensure_everywhere, ensure_on, module_everywhere};
 use crate::keys::LockKeys;
-use crate::ops::{Batch, Op, Reply, Step, encode};
+use crate::ops::{Batch, Op, Reply, Step, Token, encode};
 use crate::{RedisFenceError, TRACE_TARGET};
 
 mod group;
+mod packed;
 
 use group::{PROTOCOL, Prepared, Queue};
 
@@ -84,6 +85,13 @@ pub struct FenceOptions {
     /// (`docs/benchmarks.md`). Off, or without the module, the function.
     #[setters(rename = "with_module")]
     use_module: bool,
+    /// The most calls in flight at once (default 2); the requests that
+    /// come while that many are out queue and go together as the next
+    /// call (group commit). 1 keeps one call in flight. Order between
+    /// calls in flight cannot let a stale write through: Redis judges and
+    /// applies each request atomically, whichever call carries it.
+    #[setters(rename = "with_calls_in_flight")]
+    calls_in_flight: usize,
 }
 
 impl Default for FenceOptions {
@@ -96,6 +104,7 @@ impl Default for FenceOptions {
             upgrade_library: false,
             remember_marks: true,
             use_module: true,
+            calls_in_flight: 2,
         }
     }
 }
@@ -123,6 +132,9 @@ impl FenceOptions {
         }
         if self.call_timeout.is_zero() {
             return invalid("the call timeout must be positive".into());
+        }
+        if self.calls_in_flight == 0 {
+            return invalid("at least one call must be allowed in flight".into());
         }
         if let Some((replicas, timeout)) = self.replicas {
             if replicas == 0 || timeout.is_zero() {
@@ -168,6 +180,13 @@ struct Counters {
     calls: AtomicU64,
 }
 
+/// What a fence keeps of a lock it has fenced.
+#[derive(Debug)]
+struct Seen {
+    keys: Arc<LockKeys>,
+    marks: Marks,
+}
+
 /// The most locks whose marks one fence remembers. Past it the memory is
 /// cleared: forgetting loses only the restoring of lost marks, never
 /// safety against what Redis still holds.
@@ -199,11 +218,12 @@ pub struct RedisFence {
 struct Inner {
     connection: FenceConnection,
     options: FenceOptions,
-    /// The highest marks each lock has been answered with here. Sent with
-    /// every call as a floor: if Redis lost a mark raise (restart without
-    /// persistence, failover to a replica that missed it), the function
-    /// puts back what this process saw before applying the rule.
-    seen: Mutex<HashMap<LockName, Marks>>,
+    /// Per lock: its keys (worked out once), and the highest marks it has
+    /// been answered with here. The marks go with every call as a floor:
+    /// if Redis lost a mark raise (restart without persistence, failover
+    /// to a replica that missed it), the function puts back what this
+    /// process saw before applying the rule.
+    seen: Mutex<HashMap<LockName, Seen>>,
     counters: Counters,
     /// Requests waiting for the call in flight (group commit).
     queue: Queue,
@@ -213,6 +233,7 @@ struct Inner {
 }
 
 /// What the function answered to an apply call.
+#[derive(Debug)]
 enum Answer {
     Ok {
         marks: Marks,
@@ -579,33 +600,31 @@ impl RedisFence {
                 presented: sequencer.generation(),
             }));
         }
-        let keys = self.keys(lock);
+        let (keys, floor) = self.remembered(lock);
         for step in &steps {
             keys.check(step.key())?;
         }
-        let (call_keys, op_args) = encode(keys.marks(), &steps)?;
-        let floor = self.remembered(lock);
-        let number = |value: u64| Bytes::from(value.to_string());
-        let mut args = Vec::with_capacity(5 + op_args.len());
-        args.extend([
-            Bytes::from_static(b"1"),
-            Bytes::from_static(match sequencer.mode() {
-                Mode::Exclusive => b"x",
-                Mode::Shared => b"s",
+        let (call_keys, ops) = encode(keys.marks(), &steps)?;
+        let mut tokens = Vec::with_capacity(5 + ops.len());
+        tokens.extend([
+            Token::Word("1"),
+            Token::Word(match sequencer.mode() {
+                Mode::Exclusive => "x",
+                Mode::Shared => "s",
             }),
-            number(sequencer.generation().get()),
-            number(floor.exclusive),
-            number(floor.shared),
+            Token::Unsigned(sequencer.generation().get()),
+            Token::Unsigned(floor.exclusive),
+            Token::Unsigned(floor.shared),
         ]);
-        args.extend(op_args);
-        let value = self
+        tokens.extend(ops);
+        let answer = self
             .submit(Prepared {
                 keys,
                 call_keys,
-                args,
+                tokens,
+                ops: steps.len(),
             })
             .await?;
-        let answer = parse_answer(&value)?;
         let generation = sequencer.generation().get();
         let mode = sequencer.mode();
         match answer {
@@ -725,30 +744,52 @@ impl RedisFence {
         Ok(answers.pop().unwrap_or(Value::Nil))
     }
 
-    fn remembered(&self, lock: &LockName) -> Marks {
-        if !self.inner.options.remember_marks {
-            return Marks::ZERO;
+    /// `lock`'s keys, and the marks to send as its floor.
+    fn remembered(&self, lock: &LockName) -> (Arc<LockKeys>, Marks) {
+        let mut seen = self.seen();
+        let floor = |marks| {
+            if self.inner.options.remember_marks {
+                marks
+            } else {
+                Marks::ZERO
+            }
+        };
+        if let Some(known) = seen.get(lock) {
+            return (Arc::clone(&known.keys), floor(known.marks));
         }
-        let seen = self
-            .inner
-            .seen
-            .lock()
-            .expect("the marks memory is never poisoned");
-        seen.get(lock).copied().unwrap_or(Marks::ZERO)
+        let keys = Arc::new(self.keys(lock));
+        Self::keep(&mut seen, lock, Arc::clone(&keys), Marks::ZERO);
+        (keys, Marks::ZERO)
     }
 
     fn remember(&self, lock: &LockName, marks: Marks) {
-        let mut seen = self
-            .inner
+        let mut seen = self.seen();
+        match seen.get_mut(lock) {
+            Some(known) => {
+                known.marks.exclusive = known.marks.exclusive.max(marks.exclusive);
+                known.marks.shared = known.marks.shared.max(marks.shared);
+            }
+            None => Self::keep(&mut seen, lock, Arc::new(self.keys(lock)), marks),
+        }
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<LockName, Seen>> {
+        self.inner
             .seen
             .lock()
-            .expect("the marks memory is never poisoned");
-        if seen.len() >= REMEMBERED_LOCKS && !seen.contains_key(lock) {
+            .expect("the marks memory is never poisoned")
+    }
+
+    fn keep(
+        seen: &mut HashMap<LockName, Seen>,
+        lock: &LockName,
+        keys: Arc<LockKeys>,
+        marks: Marks,
+    ) {
+        if seen.len() >= REMEMBERED_LOCKS {
             seen.clear();
         }
-        let entry = seen.entry(lock.clone()).or_insert(Marks::ZERO);
-        entry.exclusive = entry.exclusive.max(marks.exclusive);
-        entry.shared = entry.shared.max(marks.shared);
+        seen.insert(lock.clone(), Seen { keys, marks });
     }
 
     fn after(&self, lock: &LockName, marks: Marks, restored: bool) {

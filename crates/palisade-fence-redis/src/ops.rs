@@ -208,21 +208,72 @@ impl Step {
     }
 }
 
-/// `KEYS` and the op part of `ARGV` for `palisade_fence_apply`: the data
-/// keys once each after the marks record, and per step its code, its key's
-/// index in `KEYS` (1-based) and its arguments.
+/// One field of a request, rendered as the function's argument
+/// ([`Token::argument`]) or packed for the module ([`pack`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Token {
+    Word(&'static str),
+    Number(i64),
+    Unsigned(u64),
+    /// An increment without a floor.
+    NoFloor,
+    Bytes(Bytes),
+}
+
+impl Token {
+    /// The function's argument for this field.
+    pub(crate) fn argument(&self) -> Bytes {
+        match self {
+            Token::Word(word) => Bytes::from_static(word.as_bytes()),
+            Token::Number(value) => Bytes::from(value.to_string()),
+            Token::Unsigned(value) => Bytes::from(value.to_string()),
+            Token::NoFloor => Bytes::new(),
+            Token::Bytes(bytes) => bytes.clone(),
+        }
+    }
+}
+
+/// `tokens` as the module's packed request (protocol 3): separated by a
+/// space, bytes as `length:bytes`, no floor as `-`.
+pub(crate) fn pack(tokens: &[Token]) -> Vec<u8> {
+    let mut packed = Vec::with_capacity(48);
+    for (index, token) in tokens.iter().enumerate() {
+        if index > 0 {
+            packed.push(b' ');
+        }
+        match token {
+            Token::Word(word) => packed.extend_from_slice(word.as_bytes()),
+            Token::Number(value) => {
+                packed.extend_from_slice(itoa::Buffer::new().format(*value).as_bytes())
+            }
+            Token::Unsigned(value) => {
+                packed.extend_from_slice(itoa::Buffer::new().format(*value).as_bytes())
+            }
+            Token::NoFloor => packed.push(b'-'),
+            Token::Bytes(bytes) => {
+                packed.extend_from_slice(itoa::Buffer::new().format(bytes.len()).as_bytes());
+                packed.push(b':');
+                packed.extend_from_slice(bytes);
+            }
+        }
+    }
+    packed
+}
+
+/// `KEYS` and the ops of a request: the data keys once each after the
+/// marks record, and per step its code, its key's index in `KEYS`
+/// (1-based) and its arguments.
 pub(crate) fn encode(
     marks: &str,
     steps: &[Step],
-) -> Result<(Vec<Bytes>, Vec<Bytes>), RedisFenceError> {
+) -> Result<(Vec<Bytes>, Vec<Token>), RedisFenceError> {
     if steps.len() > MAX_OPS {
         return Err(RedisFenceError::Invalid {
             reason: format!("{} ops; at most {MAX_OPS} go in one call", steps.len()),
         });
     }
     let mut keys: Vec<Bytes> = vec![Bytes::copy_from_slice(marks.as_bytes())];
-    let mut args: Vec<Bytes> = vec![Bytes::from(steps.len().to_string())];
-    let number = |value: i64| Bytes::from(value.to_string());
+    let mut tokens: Vec<Token> = Vec::with_capacity(4 * steps.len());
     for (index, step) in steps.iter().enumerate() {
         let key = step.key();
         if key.is_empty() {
@@ -237,13 +288,13 @@ pub(crate) fn encode(
                 keys.len() - 1
             }
         };
-        let mut push = |code: &'static str, rest: &[Bytes]| {
-            args.push(Bytes::from_static(code.as_bytes()));
-            args.push(Bytes::from((position + 1).to_string()));
-            args.extend_from_slice(rest);
+        let mut push = |code: &'static str, rest: &[Token]| {
+            tokens.push(Token::Word(code));
+            tokens.push(Token::Unsigned(position as u64 + 1));
+            tokens.extend_from_slice(rest);
         };
         match step {
-            Step::Write(Op::Set { value, .. }) => push("set", std::slice::from_ref(value)),
+            Step::Write(Op::Set { value, .. }) => push("set", &[Token::Bytes(value.clone())]),
             Step::Write(Op::Del { .. }) => push("del", &[]),
             Step::Write(Op::IncrBy { by, at_least, .. }) => {
                 for value in std::iter::once(*by).chain(*at_least) {
@@ -255,18 +306,19 @@ pub(crate) fn encode(
                         });
                     }
                 }
-                let floor = at_least.map_or_else(Bytes::new, number);
-                push("incr", &[number(*by), floor]);
+                let floor = at_least.map_or(Token::NoFloor, Token::Number);
+                push("incr", &[Token::Number(*by), floor]);
             }
-            Step::Write(Op::HSet { field, value, .. }) => {
-                push("hset", &[field.clone(), value.clone()])
-            }
-            Step::Write(Op::HDel { field, .. }) => push("hdel", std::slice::from_ref(field)),
+            Step::Write(Op::HSet { field, value, .. }) => push(
+                "hset",
+                &[Token::Bytes(field.clone()), Token::Bytes(value.clone())],
+            ),
+            Step::Write(Op::HDel { field, .. }) => push("hdel", &[Token::Bytes(field.clone())]),
             Step::Get { .. } => push("get", &[]),
-            Step::HGet { field, .. } => push("hget", std::slice::from_ref(field)),
+            Step::HGet { field, .. } => push("hget", &[Token::Bytes(field.clone())]),
         }
     }
-    Ok((keys, args))
+    Ok((keys, tokens))
 }
 
 #[cfg(test)]
@@ -294,14 +346,19 @@ mod tests {
                 key: "{a}:stock".into(),
             }])
             .collect();
-        let (keys, args) = encode("p:{a}:marks", &steps).unwrap();
+        let (keys, tokens) = encode("p:{a}:marks", &steps).unwrap();
         assert_eq!(text(&keys), ["p:{a}:marks", "{a}:stock", "{a}:orders"]);
+        let arguments: Vec<Bytes> = tokens.iter().map(Token::argument).collect();
         assert_eq!(
-            text(&args),
+            text(&arguments),
             [
-                "4", "incr", "2", "-1", "0", "hset", "3", "o1", "alice", "incr", "2", "5", "",
-                "get", "2"
+                "incr", "2", "-1", "0", "hset", "3", "o1", "alice", "incr", "2", "5", "", "get",
+                "2"
             ]
+        );
+        assert_eq!(
+            String::from_utf8(pack(&tokens)).unwrap(),
+            "incr 2 -1 0 hset 3 2:o1 5:alice incr 2 5 - get 2"
         );
     }
 

@@ -1,6 +1,9 @@
-//! Group commit: the fenced requests that queue while the fence's previous
-//! call is in flight go to Redis together, as one `FCALL` (one per hash
-//! slot on a cluster). The function judges and applies each request on its
+//! Group commit: up to `calls_in_flight` calls are in flight on a fence
+//! ([`crate::FenceOptions`], default 2; more than one keeps the pipeline
+//! full while the client handles an answer and the callers it wakes queue
+//! again); the
+//! fenced requests that queue while they are go to Redis together, as one
+//! `FCALL` (one per hash slot on a cluster), when one of them finishes. The function judges and applies each request on its
 //! own, in arrival order, and answers each its own result, so a request's
 //! guarantees are those of a call of its own; only Redis's per-call cost
 //! (the round trip, the Lua call's setup) is shared.
@@ -13,13 +16,19 @@ use bytes::Bytes;
 use redis::Value;
 use tokio::sync::oneshot;
 
-use super::RedisFence;
+use super::{Answer, RedisFence, packed, parse_answer};
 use crate::RedisFenceError;
 use crate::install::MODULE_COMMAND;
 use crate::keys::LockKeys;
+use crate::ops::{self, Token};
 
 /// The version of the argument layout `palisade_fence_apply` takes.
 pub(super) const PROTOCOL: &str = "2";
+
+/// The module's layout: the function's requests packed one per argument,
+/// all answers in one string (`palisade-fence-redis-module`,
+/// `request.rs`; [`super::packed`]).
+const MODULE_PROTOCOL: &str = "3";
 
 /// The most arguments one grouped call carries (a request that is larger
 /// on its own still goes, alone): a bound on how long one call holds
@@ -27,27 +36,32 @@ pub(super) const PROTOCOL: &str = "2";
 const GROUP_ARGS: usize = 4096;
 
 /// One request, encoded: its lock's keys, its `KEYS` (the marks record
-/// first) and its arguments (key indexes counted from its first key).
+/// first), its fields (key indexes counted from its first key) and how
+/// many ops they hold.
 #[derive(Debug)]
 pub(super) struct Prepared {
-    pub(super) keys: LockKeys,
+    pub(super) keys: std::sync::Arc<LockKeys>,
     pub(super) call_keys: Vec<Bytes>,
-    pub(super) args: Vec<Bytes>,
+    pub(super) tokens: Vec<Token>,
+    pub(super) ops: usize,
 }
+
+/// A request's own answer: a failure of its call, or of its own.
+type Answered = Result<Answer, RedisFenceError>;
 
 /// A request waiting for the call in flight to finish.
 struct Waiting {
     request: Prepared,
-    answer: oneshot::Sender<Result<Value, RedisFenceError>>,
+    answer: oneshot::Sender<Answered>,
 }
 
 /// Where a request goes: behind the call in flight, or out now.
 enum Place {
-    Queued(oneshot::Receiver<Result<Value, RedisFenceError>>),
+    Queued(oneshot::Receiver<Answered>),
     Turn(Prepared),
 }
 
-/// The queue: `busy` while a call is in flight.
+/// The queue, and how many calls are in flight.
 #[derive(Default)]
 pub(super) struct Queue {
     state: std::sync::Mutex<State>,
@@ -61,11 +75,11 @@ impl std::fmt::Debug for Queue {
 
 #[derive(Default)]
 struct State {
-    busy: bool,
+    in_flight: usize,
     waiting: Vec<Waiting>,
 }
 
-/// The right to send: whoever holds it is the one call in flight. Dropped
+/// The right to send: whoever holds it is a call in flight. Dropped
 /// (answered, failed or cancelled), it hands what queued meanwhile to a
 /// new task as the next call.
 struct Turn {
@@ -76,14 +90,14 @@ impl Drop for Turn {
     fn drop(&mut self) {
         let mut state = self.fence.queue_state();
         if state.waiting.is_empty() {
-            state.busy = false;
+            state.in_flight -= 1;
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             // No runtime to send from (it is shutting down): the waiting
             // requests are dropped unsent and their callers told so.
             state.waiting.clear();
-            state.busy = false;
+            state.in_flight -= 1;
             return;
         };
         let group = take_group(&mut state.waiting);
@@ -104,7 +118,7 @@ fn take_group(waiting: &mut Vec<Waiting>) -> Vec<Waiting> {
     let mut size = 0;
     let mut count = 0;
     for item in waiting.iter() {
-        size += item.request.args.len() + 2;
+        size += item.request.tokens.len() + 3;
         if count > 0 && size > GROUP_ARGS {
             break;
         }
@@ -123,9 +137,10 @@ impl RedisFence {
             .expect("the request queue is never poisoned")
     }
 
-    /// Sends `request` now if no call is in flight; else queues it for the
-    /// next grouped call. The request's own answer.
-    pub(super) async fn submit(&self, request: Prepared) -> Result<Value, RedisFenceError> {
+    /// Sends `request` now if fewer than `calls_in_flight` calls are in
+    /// flight; else queues it for the next grouped call. The request's own
+    /// answer.
+    pub(super) async fn submit(&self, request: Prepared) -> Answered {
         let receiver = match self.queue_or_take_turn(request) {
             Place::Queued(receiver) => receiver,
             Place::Turn(request) => {
@@ -134,7 +149,7 @@ impl RedisFence {
                 };
                 let answer = self.send_call(std::slice::from_ref(&request)).await;
                 drop(turn);
-                return answer.and_then(|mut answers| answers.pop().ok_or_else(short_answer));
+                return answer.and_then(|mut answers| answers.pop().ok_or_else(short_answer)?);
             }
         };
         receiver.await.unwrap_or_else(|_| {
@@ -146,12 +161,12 @@ impl RedisFence {
         })
     }
 
-    /// Queues `request` behind the call in flight, or takes the turn to
+    /// Queues `request` behind the calls in flight, or takes a turn to
     /// send it now.
     fn queue_or_take_turn(&self, request: Prepared) -> Place {
         let mut state = self.queue_state();
-        if !state.busy {
-            state.busy = true;
+        if state.in_flight < self.inner.options.calls_in_flight {
+            state.in_flight += 1;
             return Place::Turn(request);
         }
         let (answer, receiver) = oneshot::channel();
@@ -181,7 +196,7 @@ impl RedisFence {
                 Ok(values) => {
                     for (value, answer) in values.into_iter().zip(answers) {
                         // A caller that stopped waiting no longer wants it.
-                        let _ = answer.send(Ok(value));
+                        let _ = answer.send(value);
                     }
                 }
                 Err(error) => {
@@ -195,12 +210,13 @@ impl RedisFence {
     }
 
     /// One `FCALL palisade_fence_apply` (or the module's `PALISADE.FENCE`,
-    /// the same arguments after the name) carrying `requests` (all in one
-    /// hash slot on a cluster): one answer per request, in order.
-    async fn send_call(&self, requests: &[Prepared]) -> Result<Vec<Value>, RedisFenceError> {
+    /// its requests packed) carrying `requests` (all in one hash slot on
+    /// a cluster): one answer per request, in order.
+    async fn send_call(&self, requests: &[Prepared]) -> Result<Vec<Answered>, RedisFenceError> {
         let first = &requests[0];
         let key_count: usize = requests.iter().map(|request| request.call_keys.len()).sum();
-        let mut command = if self.inner.module {
+        let module = self.inner.module;
+        let mut command = if module {
             redis::cmd(MODULE_COMMAND)
         } else {
             let mut command = redis::cmd("FCALL");
@@ -213,12 +229,24 @@ impl RedisFence {
                 command.arg(key.as_ref());
             }
         }
-        command.arg(PROTOCOL).arg(requests.len());
+        command
+            .arg(if module { MODULE_PROTOCOL } else { PROTOCOL })
+            .arg(requests.len());
         let mut base = 0;
         for request in requests {
-            command.arg(request.args.len()).arg(base);
-            for arg in &request.args {
-                command.arg(arg.as_ref());
+            if module {
+                command.arg(base).arg(ops::pack(&request.tokens));
+            } else {
+                // The header (5 fields), the op count, the ops.
+                let (header, ops) = request.tokens.split_at(5.min(request.tokens.len()));
+                command.arg(request.tokens.len() + 1).arg(base);
+                for token in header {
+                    command.arg(token.argument().as_ref());
+                }
+                command.arg(request.ops);
+                for token in ops {
+                    command.arg(token.argument().as_ref());
+                }
             }
             base += request.call_keys.len();
         }
@@ -226,8 +254,14 @@ impl RedisFence {
         if requests.len() > 1 {
             tracing::trace!(target: crate::TRACE_TARGET, requests = requests.len(), "grouped call");
         }
-        match self.send(&first.keys, command, true).await? {
-            Value::Array(answers) if answers.len() == requests.len() => Ok(answers),
+        let value = self.send(&first.keys, command, true).await?;
+        if module {
+            return packed::answers(&value, requests.len());
+        }
+        match value {
+            Value::Array(answers) if answers.len() == requests.len() => {
+                Ok(answers.iter().map(parse_answer).collect())
+            }
             other => Err(RedisFenceError::Protocol(format!(
                 "palisade_fence_apply answered {other:?} to {} requests",
                 requests.len()

@@ -1,0 +1,360 @@
+//! The key API calls the fence makes, each a direct read or write of one
+//! key. `RM_Call` would cost a temporary client, argument objects and a
+//! reply parsed back per command (most of a fenced write's time in Redis
+//! when the module used it); the key API reads and writes in place.
+//!
+//! Every `unsafe` block here calls the module API on the command's own
+//! context, on the thread Redis runs the command on, with pointers Redis
+//! gave or that this module created and frees.
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_longlong};
+use std::ptr;
+
+use redis_module::{Context, KeyType, RedisString, raw};
+
+/// An open key; closed when dropped (a key opened for writing signals
+/// `WATCH`ers then, as a command's write does).
+pub(crate) struct Key {
+    ctx: *mut raw::RedisModuleCtx,
+    inner: *mut raw::RedisModuleKey,
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        raw::close_key(self.inner);
+    }
+}
+
+/// A string the module created; freed when dropped.
+struct Owned {
+    ctx: *mut raw::RedisModuleCtx,
+    inner: *mut raw::RedisModuleString,
+}
+
+impl Owned {
+    fn new(ctx: *mut raw::RedisModuleCtx, bytes: &[u8]) -> Owned {
+        // SAFETY: `bytes` is valid for its length; Redis copies it.
+        let inner = unsafe {
+            raw::RedisModule_CreateString.expect("RedisModule_CreateString")(
+                ctx,
+                bytes.as_ptr().cast::<c_char>(),
+                bytes.len(),
+            )
+        };
+        Owned { ctx, inner }
+    }
+
+    fn number(ctx: *mut raw::RedisModuleCtx, value: i128) -> Owned {
+        Owned::new(ctx, itoa::Buffer::new().format(value).as_bytes())
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // SAFETY: created by this module on this context, freed once.
+        unsafe {
+            raw::RedisModule_FreeString.expect("RedisModule_FreeString")(self.ctx, self.inner)
+        }
+    }
+}
+
+/// The bytes of a string Redis holds (valid while it is not changed).
+fn bytes<'a>(string: *mut raw::RedisModuleString) -> &'a [u8] {
+    let mut len = 0;
+    // SAFETY: `string` is a live string; the pointer is valid for `len`.
+    unsafe {
+        let at = raw::RedisModule_StringPtrLen.expect("RedisModule_StringPtrLen")(string, &mut len);
+        std::slice::from_raw_parts(at.cast::<u8>(), len)
+    }
+}
+
+impl Key {
+    pub(crate) fn open(ctx: &Context, name: &RedisString, write: bool) -> Key {
+        let mode = if write {
+            raw::KeyMode::READ | raw::KeyMode::WRITE
+        } else {
+            raw::KeyMode::READ
+        };
+        Key {
+            ctx: ctx.get_raw(),
+            inner: raw::open_key(ctx.get_raw(), name.inner, mode),
+        }
+    }
+
+    pub(crate) fn kind(&self) -> KeyType {
+        // SAFETY: an open key.
+        unsafe { raw::RedisModule_KeyType.expect("RedisModule_KeyType")(self.inner) }.into()
+    }
+
+    /// A string key's value (`None`: not a string, or no key).
+    pub(crate) fn string(&self) -> Option<&[u8]> {
+        if self.kind() != KeyType::String {
+            return None;
+        }
+        let mut len = 0;
+        let at = raw::string_dma(self.inner, &mut len, raw::KeyMode::READ);
+        // SAFETY: a string key's buffer, valid for `len` while unchanged.
+        (!at.is_null()).then(|| unsafe { std::slice::from_raw_parts(at.cast::<u8>(), len) })
+    }
+
+    /// The marks record's fields `x`, `s` and `n` (one `HGET` of three
+    /// fields), as `f` reads them (`None`: the field is not there).
+    pub(crate) fn marks_fields<T>(&self, f: impl Fn(&[u8]) -> T) -> [Option<T>; 3] {
+        let mut values: [*mut raw::RedisModuleString; 3] = [ptr::null_mut(); 3];
+        let [x, s, n] = &mut values;
+        // SAFETY: three C field names, each with its out pointer, then
+        // the terminator.
+        unsafe {
+            raw::RedisModule_HashGet.expect("RedisModule_HashGet")(
+                self.inner,
+                raw::REDISMODULE_HASH_CFIELDS as c_int,
+                c"x".as_ptr(),
+                x as *mut _,
+                c"s".as_ptr(),
+                s as *mut _,
+                c"n".as_ptr(),
+                n as *mut _,
+                ptr::null::<c_char>(),
+            )
+        };
+        values.map(|value| {
+            (!value.is_null()).then(|| {
+                let owned = Owned {
+                    ctx: self.ctx,
+                    inner: value,
+                };
+                f(bytes(owned.inner))
+            })
+        })
+    }
+
+    /// Sets decimal fields of a hash (created if absent).
+    pub(crate) fn hash_set_numbers(&self, fields: &[(&CStr, i128)]) {
+        for (name, value) in fields {
+            let value = Owned::number(self.ctx, *value);
+            // SAFETY: one C field name, its value, the terminator.
+            unsafe {
+                raw::RedisModule_HashSet.expect("RedisModule_HashSet")(
+                    self.inner,
+                    raw::REDISMODULE_HASH_CFIELDS as c_int,
+                    name.as_ptr(),
+                    value.inner,
+                    ptr::null::<c_char>(),
+                )
+            };
+        }
+    }
+
+    /// `HSET key field value` on a hash (or no key): whether the field
+    /// was new.
+    pub(crate) fn hash_set(&self, field: &[u8], value: &[u8]) -> bool {
+        let (field, value) = (Owned::new(self.ctx, field), Owned::new(self.ctx, value));
+        // Without COUNT_ALL Redis counts updated fields only.
+        // SAFETY: one field, its value, the terminator.
+        let updated = unsafe {
+            raw::RedisModule_HashSet.expect("RedisModule_HashSet")(
+                self.inner,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.inner,
+                value.inner,
+                ptr::null::<c_char>(),
+            )
+        };
+        updated == 0
+    }
+
+    /// `HDEL key field`: whether the field was there.
+    pub(crate) fn hash_del(&self, field: &[u8]) -> bool {
+        let field = Owned::new(self.ctx, field);
+        // SAFETY: one field, the delete marker, the terminator.
+        let deleted = unsafe {
+            raw::RedisModule_HashSet.expect("RedisModule_HashSet")(
+                self.inner,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.inner,
+                raw::REDISMODULE_HASH_DELETE,
+                ptr::null::<c_char>(),
+            )
+        };
+        deleted == 1
+    }
+
+    /// `HGET key field`, copied out.
+    pub(crate) fn hash_get(&self, field: &[u8]) -> Option<Vec<u8>> {
+        if self.kind() != KeyType::Hash {
+            return None;
+        }
+        let field = Owned::new(self.ctx, field);
+        let mut value: *mut raw::RedisModuleString = ptr::null_mut();
+        // SAFETY: one field, one out pointer, the terminator.
+        unsafe {
+            raw::RedisModule_HashGet.expect("RedisModule_HashGet")(
+                self.inner,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.inner,
+                &mut value as *mut _,
+                ptr::null::<c_char>(),
+            )
+        };
+        (!value.is_null()).then(|| {
+            let value = Owned {
+                ctx: self.ctx,
+                inner: value,
+            };
+            bytes(value.inner).to_vec()
+        })
+    }
+
+    /// `SET key value`: whatever was there (any type, any TTL) replaced.
+    pub(crate) fn set(&self, value: &[u8]) {
+        let value = Owned::new(self.ctx, value);
+        raw::string_set(self.inner, value.inner);
+    }
+
+    /// Writes a counter's new value in place: the key's TTL stays, as
+    /// with `INCRBY` (created when there is no key).
+    pub(crate) fn set_counter(&self, value: i64) {
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(value).as_bytes();
+        let mut len = 0;
+        if raw::string_truncate(self.inner, digits.len()) != raw::Status::Ok {
+            return;
+        }
+        let at = raw::string_dma(self.inner, &mut len, raw::KeyMode::WRITE);
+        if !at.is_null() && len == digits.len() {
+            // SAFETY: the string's own buffer, `len` bytes, just sized.
+            unsafe { std::slice::from_raw_parts_mut(at.cast::<u8>(), len) }.copy_from_slice(digits);
+        }
+    }
+
+    pub(crate) fn delete(&self) {
+        // SAFETY: a key open for writing.
+        unsafe { raw::RedisModule_DeleteKey.expect("RedisModule_DeleteKey")(self.inner) };
+    }
+}
+
+/// What a command replicates of its effect (to replicas and the AOF; all
+/// of one call in one `MULTI`): the plain commands, so that neither needs
+/// the module.
+pub(crate) enum Effect<'a> {
+    /// `HSET key field value ...` of decimal fields.
+    Numbers(&'a RedisString, &'a [(&'a CStr, i128)]),
+    Set(&'a RedisString, &'a [u8]),
+    Del(&'a RedisString),
+    IncrBy(&'a RedisString, i64),
+    HSet(&'a RedisString, &'a [u8], &'a [u8]),
+    HDel(&'a RedisString, &'a [u8]),
+}
+
+/// Replicates `effect` and tells keyspace subscribers, as the command it
+/// stands for would.
+pub(crate) fn propagate(ctx: &Context, effect: Effect<'_>) {
+    // SAFETY: the API's table, filled in when the module loaded.
+    let replicate = unsafe { raw::RedisModule_Replicate }.expect("RedisModule_Replicate");
+    let notify = |class: raw::NotifyEvent, event: &CStr, key: &RedisString| {
+        // SAFETY: a C event name and a live key name.
+        unsafe {
+            raw::RedisModule_NotifyKeyspaceEvent.expect("RedisModule_NotifyKeyspaceEvent")(
+                ctx.get_raw(),
+                class.bits(),
+                event.as_ptr(),
+                key.inner,
+            )
+        };
+    };
+    // SAFETY (each call): the format names the arguments that follow,
+    // `s` a live string, `b` a pointer and its length, `l` a long long.
+    match effect {
+        Effect::Numbers(key, fields) => {
+            let mut digits = fields.iter().map(|(name, value)| {
+                let mut buffer = itoa::Buffer::new();
+                (*name, buffer.format(*value).as_bytes().to_vec())
+            });
+            let mut next = || digits.next().unwrap_or((c"", Vec::new()));
+            let ((a, x), (b, y), (c, z)) = (next(), next(), next());
+            let format = match fields.len() {
+                1 => c"scb",
+                2 => c"scbcb",
+                _ => c"scbcbcb",
+            };
+            // Unused trailing arguments are not read (the format ends).
+            unsafe {
+                replicate(
+                    ctx.get_raw(),
+                    c"HSET".as_ptr(),
+                    format.as_ptr(),
+                    key.inner,
+                    a.as_ptr(),
+                    x.as_ptr(),
+                    x.len(),
+                    b.as_ptr(),
+                    y.as_ptr(),
+                    y.len(),
+                    c.as_ptr(),
+                    z.as_ptr(),
+                    z.len(),
+                )
+            };
+            notify(raw::NotifyEvent::HASH, c"hset", key);
+        }
+        Effect::Set(key, value) => {
+            unsafe {
+                replicate(
+                    ctx.get_raw(),
+                    c"SET".as_ptr(),
+                    c"sb".as_ptr(),
+                    key.inner,
+                    value.as_ptr(),
+                    value.len(),
+                )
+            };
+            notify(raw::NotifyEvent::STRING, c"set", key);
+        }
+        Effect::Del(key) => {
+            unsafe { replicate(ctx.get_raw(), c"DEL".as_ptr(), c"s".as_ptr(), key.inner) };
+            notify(raw::NotifyEvent::GENERIC, c"del", key);
+        }
+        Effect::IncrBy(key, by) => {
+            unsafe {
+                replicate(
+                    ctx.get_raw(),
+                    c"INCRBY".as_ptr(),
+                    c"sl".as_ptr(),
+                    key.inner,
+                    by as c_longlong,
+                )
+            };
+            notify(raw::NotifyEvent::STRING, c"incrby", key);
+        }
+        Effect::HSet(key, field, value) => {
+            unsafe {
+                replicate(
+                    ctx.get_raw(),
+                    c"HSET".as_ptr(),
+                    c"sbb".as_ptr(),
+                    key.inner,
+                    field.as_ptr(),
+                    field.len(),
+                    value.as_ptr(),
+                    value.len(),
+                )
+            };
+            notify(raw::NotifyEvent::HASH, c"hset", key);
+        }
+        Effect::HDel(key, field) => {
+            unsafe {
+                replicate(
+                    ctx.get_raw(),
+                    c"HDEL".as_ptr(),
+                    c"sb".as_ptr(),
+                    key.inner,
+                    field.as_ptr(),
+                    field.len(),
+                )
+            };
+            notify(raw::NotifyEvent::HASH, c"hdel", key);
+        }
+    }
+}
