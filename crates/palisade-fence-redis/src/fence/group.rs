@@ -81,7 +81,8 @@ struct State {
 
 /// The right to send: whoever holds it is a call in flight. Dropped
 /// (answered, failed or cancelled), it hands what queued meanwhile to a
-/// new task as the next call.
+/// new task, which sends it and then whatever queued behind it, group
+/// after group, until the queue is empty.
 struct Turn {
     fence: RedisFence,
 }
@@ -100,15 +101,22 @@ impl Drop for Turn {
             state.in_flight -= 1;
             return;
         };
-        let group = take_group(&mut state.waiting);
+        let mut group = take_group(&mut state.waiting);
         drop(state);
         let fence = self.fence.clone();
         runtime.spawn(async move {
-            let turn = Turn {
+            // Cancelled (the runtime shutting down), this turn hands on.
+            let _turn = Turn {
                 fence: fence.clone(),
             };
-            fence.send_group(group).await;
-            drop(turn);
+            loop {
+                fence.send_group(group).await;
+                let mut state = fence.queue_state();
+                if state.waiting.is_empty() {
+                    return;
+                }
+                group = take_group(&mut state.waiting);
+            }
         });
     }
 }
@@ -177,36 +185,38 @@ impl RedisFence {
     /// Sends a group (one call per hash slot on a cluster, concurrently)
     /// and hands each request its answer.
     async fn send_group(&self, group: Vec<Waiting>) {
-        let cluster = self.inner.connection.is_cluster();
+        if !self.inner.connection.is_cluster() {
+            return self.send_part(group).await;
+        }
         let mut by_slot: BTreeMap<u16, Vec<Waiting>> = BTreeMap::new();
         for waiting in group {
-            let slot = if cluster {
-                waiting.request.keys.slot()
-            } else {
-                0
-            };
-            by_slot.entry(slot).or_default().push(waiting);
+            by_slot
+                .entry(waiting.request.keys.slot())
+                .or_default()
+                .push(waiting);
         }
-        futures::future::join_all(by_slot.into_values().map(|part| async move {
-            let (requests, answers): (Vec<Prepared>, Vec<_>) = part
-                .into_iter()
-                .map(|waiting| (waiting.request, waiting.answer))
-                .unzip();
-            match self.send_call(&requests).await {
-                Ok(values) => {
-                    for (value, answer) in values.into_iter().zip(answers) {
-                        // A caller that stopped waiting no longer wants it.
-                        let _ = answer.send(value);
-                    }
-                }
-                Err(error) => {
-                    for (request, answer) in requests.iter().zip(answers) {
-                        let _ = answer.send(Err(error.for_lock(request.keys.lock())));
-                    }
+        futures::future::join_all(by_slot.into_values().map(|part| self.send_part(part))).await;
+    }
+
+    /// Sends one call carrying `part` (one slot's requests).
+    async fn send_part(&self, part: Vec<Waiting>) {
+        let (requests, answers): (Vec<Prepared>, Vec<_>) = part
+            .into_iter()
+            .map(|waiting| (waiting.request, waiting.answer))
+            .unzip();
+        match self.send_call(&requests).await {
+            Ok(values) => {
+                for (value, answer) in values.into_iter().zip(answers) {
+                    // A caller that stopped waiting no longer wants it.
+                    let _ = answer.send(value);
                 }
             }
-        }))
-        .await;
+            Err(error) => {
+                for (request, answer) in requests.iter().zip(answers) {
+                    let _ = answer.send(Err(error.for_lock(request.keys.lock())));
+                }
+            }
+        }
     }
 
     /// One `FCALL palisade_fence_apply` (or the module's `PALISADE.FENCE`,
