@@ -134,60 +134,82 @@ async fn run() {
         "| clients | plain DECRBY | module (PALISADE.FENCE) | module / plain | requests per call | the module's command sent directly | direct / plain | function (FCALL) | function / plain |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let mut busy_rows = Vec::new();
+    let mut cpu_rows = Vec::new();
     for clients in [1usize, 32] {
         let (mut plain, mut module, mut function_fenced) = (Vec::new(), Vec::new(), Vec::new());
         let (mut direct, mut per_call) = (Vec::new(), Vec::new());
-        let mut busy = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+        // Per variant: (Redis µs, client µs) of CPU per request, each round.
+        let mut cpu: [Vec<(f64, f64)>; 4] = Default::default();
         for _ in 0..rounds {
             let (connection, keys_plain) = (manager.clone(), keys.clone());
-            let cpu = redis_cpu(&redis);
             plain.push(
-                measure(clients, secs, move |client| {
-                    let (mut connection, key) = (connection.clone(), keys_plain[client].clone());
-                    async move {
-                        let _: i64 = redis::cmd("DECRBY")
-                            .arg(key)
-                            .arg(1)
-                            .query_async(&mut connection)
-                            .await
-                            .expect("DECRBY");
-                    }
+                cpu_of(&redis, secs, &mut cpu[0], async {
+                    measure(clients, secs, move |client| {
+                        let (mut connection, key) =
+                            (connection.clone(), keys_plain[client].clone());
+                        async move {
+                            let _: i64 = redis::cmd("DECRBY")
+                                .arg(key)
+                                .arg(1)
+                                .query_async(&mut connection)
+                                .await
+                                .expect("DECRBY");
+                        }
+                    })
+                    .await
                 })
                 .await,
             );
-            let cpu = busy_since(&redis, cpu, secs, &mut busy[0]);
-            let (rate, requests_per_call) = fenced(clients, secs, &fence, &keys, &sequencers).await;
-            module.push(rate);
+            let mut requests_per_call = 0.0;
+            module.push(
+                cpu_of(&redis, secs, &mut cpu[1], async {
+                    let (rate, per) = fenced(clients, secs, &fence, &keys, &sequencers).await;
+                    requests_per_call = per;
+                    rate
+                })
+                .await,
+            );
             per_call.push(requests_per_call);
-            let cpu = busy_since(&redis, cpu, secs, &mut busy[1]);
-            direct.push(directly(clients, secs, &manager, &fence, &locks, &keys).await);
-            let cpu = busy_since(&redis, cpu, secs, &mut busy[2]);
-            function_fenced.push(fenced(clients, secs, &function, &keys, &sequencers).await.0);
-            busy_since(&redis, cpu, secs, &mut busy[3]);
+            direct.push(
+                cpu_of(
+                    &redis,
+                    secs,
+                    &mut cpu[2],
+                    directly(clients, secs, &manager, &fence, &locks, &keys),
+                )
+                .await,
+            );
+            function_fenced.push(
+                cpu_of(&redis, secs, &mut cpu[3], async {
+                    fenced(clients, secs, &function, &keys, &sequencers).await.0
+                })
+                .await,
+            );
         }
         let (plain, module, function) = (median(plain), median(module), median(function_fenced));
         let (direct, per_call) = (median(direct), median(per_call));
-        let [busy_plain, busy_module, busy_direct, busy_function] = busy.map(median);
         println!(
             "| {clients} | {plain:.0}/s | {module:.0}/s | {:.2} × | {per_call:.1} | {direct:.0}/s | {:.2} × | {function:.0}/s | {:.2} × |",
             module / plain,
             direct / plain,
             function / plain
         );
-        busy_rows.push(format!(
-            "| {clients} | {:.0} % | {:.0} % | {:.0} % | {:.0} % |",
-            busy_plain * 100.0,
-            busy_module * 100.0,
-            busy_direct * 100.0,
-            busy_function * 100.0
+        let [plain, module, direct, function] = cpu.map(|rounds| {
+            let redis = median(rounds.iter().map(|(redis, _)| *redis).collect());
+            let client = median(rounds.iter().map(|(_, client)| *client).collect());
+            format!("{redis:.1} + {client:.1}")
+        });
+        cpu_rows.push(format!(
+            "| {clients} | {plain} | {module} | {direct} | {function} |"
         ));
     }
     println!();
-    println!("Redis's thread busy during each variant (INFO cpu, user + sys, over the round)");
+    println!(
+        "CPU per request, µs: Redis (INFO cpu) + the client process (/proc/self/stat: the bench, redis-rs and the fence), over each round"
+    );
     println!("| clients | plain | module | module's command directly | function |");
     println!("|---:|---:|---:|---:|---:|");
-    for row in busy_rows {
+    for row in cpu_rows {
         println!("{row}");
     }
     server_time(
@@ -214,12 +236,37 @@ fn redis_cpu(redis: &RedisServer) -> f64 {
         .sum()
 }
 
-/// Pushes the share of `secs` Redis was busy since `before`; Redis's CPU
-/// time now.
-fn busy_since(redis: &RedisServer, before: f64, secs: u64, into: &mut Vec<f64>) -> f64 {
-    let now = redis_cpu(redis);
-    into.push((now - before) / secs as f64);
-    now
+/// This process's CPU time so far (user + system, `/proc/self/stat`), in
+/// seconds.
+fn own_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // After the command name in parentheses: state is field 3, utime 14.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |at: usize| fields[at - 3].parse::<f64>().expect("a tick count");
+    // The kernel's USER_HZ, 100 on Linux.
+    (ticks(14) + ticks(15)) / 100.0
+}
+
+/// Runs `run` (a rate per second over `secs`); pushes the CPU per request
+/// of Redis and of this process, in µs.
+async fn cpu_of(
+    redis: &RedisServer,
+    secs: u64,
+    into: &mut Vec<(f64, f64)>,
+    run: impl std::future::Future<Output = f64>,
+) -> f64 {
+    let (redis_before, own_before) = (redis_cpu(redis), own_cpu());
+    let rate = run.await;
+    let requests = rate * secs as f64;
+    into.push((
+        (redis_cpu(redis) - redis_before) * 1e6 / requests,
+        (own_cpu() - own_before) * 1e6 / requests,
+    ));
+    rate
 }
 
 /// Fenced `DECRBY`s per second through `fence`, and how many requests
