@@ -9,7 +9,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_longlong};
+use std::os::raw::{c_char, c_int};
 use std::ptr;
 
 use redis_module::{Context, KeyType, RedisString, raw};
@@ -251,110 +251,81 @@ pub(crate) enum Effect<'a> {
 /// Replicates `effect` and tells keyspace subscribers, as the command it
 /// stands for would.
 pub(crate) fn propagate(ctx: &Context, effect: Effect<'_>) {
-    // SAFETY: the API's table, filled in when the module loaded.
-    let replicate = unsafe { raw::RedisModule_Replicate }.expect("RedisModule_Replicate");
-    let notify = |class: raw::NotifyEvent, event: &CStr, key: &RedisString| {
-        // SAFETY: a C event name and a live key name.
-        unsafe {
-            raw::RedisModule_NotifyKeyspaceEvent.expect("RedisModule_NotifyKeyspaceEvent")(
-                ctx.get_raw(),
-                class.bits(),
-                event.as_ptr(),
-                key.inner,
-            )
-        };
-    };
-    // SAFETY (each call): the format names the arguments that follow,
-    // `s` a live string, `b` a pointer and its length, `l` a long long.
-    match effect {
+    // Room for the decimals of up to three fields.
+    let mut digits = [itoa::Buffer::new(); 3];
+    let (command, class, event, key, args): (_, _, _, _, Vec<&[u8]>) = match effect {
         Effect::Numbers(key, fields) => {
-            let mut digits = fields.iter().map(|(name, value)| {
-                let mut buffer = itoa::Buffer::new();
-                (*name, buffer.format(*value).as_bytes().to_vec())
-            });
-            let mut next = || digits.next().unwrap_or((c"", Vec::new()));
-            let ((a, x), (b, y), (c, z)) = (next(), next(), next());
-            let format = match fields.len() {
-                1 => c"scb",
-                2 => c"scbcb",
-                _ => c"scbcbcb",
-            };
-            // Unused trailing arguments are not read (the format ends).
-            unsafe {
-                replicate(
-                    ctx.get_raw(),
-                    c"HSET".as_ptr(),
-                    format.as_ptr(),
-                    key.inner,
-                    a.as_ptr(),
-                    x.as_ptr(),
-                    x.len(),
-                    b.as_ptr(),
-                    y.as_ptr(),
-                    y.len(),
-                    c.as_ptr(),
-                    z.as_ptr(),
-                    z.len(),
-                )
-            };
-            notify(raw::NotifyEvent::HASH, c"hset", key);
+            let args = fields
+                .iter()
+                .zip(&mut digits)
+                .flat_map(|((name, value), buffer)| {
+                    [name.to_bytes(), buffer.format(*value).as_bytes()]
+                })
+                .collect();
+            (c"HSET", raw::NotifyEvent::HASH, c"hset", key, args)
         }
-        Effect::Set(key, value) => {
-            unsafe {
-                replicate(
-                    ctx.get_raw(),
-                    c"SET".as_ptr(),
-                    c"sb".as_ptr(),
-                    key.inner,
-                    value.as_ptr(),
-                    value.len(),
-                )
-            };
-            notify(raw::NotifyEvent::STRING, c"set", key);
-        }
-        Effect::Del(key) => {
-            unsafe { replicate(ctx.get_raw(), c"DEL".as_ptr(), c"s".as_ptr(), key.inner) };
-            notify(raw::NotifyEvent::GENERIC, c"del", key);
-        }
+        Effect::Set(key, value) => (c"SET", raw::NotifyEvent::STRING, c"set", key, vec![value]),
+        Effect::Del(key) => (c"DEL", raw::NotifyEvent::GENERIC, c"del", key, vec![]),
         Effect::IncrBy(key, by) => {
-            unsafe {
-                replicate(
-                    ctx.get_raw(),
-                    c"INCRBY".as_ptr(),
-                    c"sl".as_ptr(),
-                    key.inner,
-                    by as c_longlong,
-                )
-            };
-            notify(raw::NotifyEvent::STRING, c"incrby", key);
+            let by = digits[0].format(by).as_bytes();
+            (
+                c"INCRBY",
+                raw::NotifyEvent::STRING,
+                c"incrby",
+                key,
+                vec![by],
+            )
         }
-        Effect::HSet(key, field, value) => {
-            unsafe {
-                replicate(
-                    ctx.get_raw(),
-                    c"HSET".as_ptr(),
-                    c"sbb".as_ptr(),
-                    key.inner,
-                    field.as_ptr(),
-                    field.len(),
-                    value.as_ptr(),
-                    value.len(),
-                )
-            };
-            notify(raw::NotifyEvent::HASH, c"hset", key);
-        }
-        Effect::HDel(key, field) => {
-            unsafe {
-                replicate(
-                    ctx.get_raw(),
-                    c"HDEL".as_ptr(),
-                    c"sb".as_ptr(),
-                    key.inner,
-                    field.as_ptr(),
-                    field.len(),
-                )
-            };
-            notify(raw::NotifyEvent::HASH, c"hdel", key);
-        }
-    }
+        Effect::HSet(key, field, value) => (
+            c"HSET",
+            raw::NotifyEvent::HASH,
+            c"hset",
+            key,
+            vec![field, value],
+        ),
+        Effect::HDel(key, field) => (c"HDEL", raw::NotifyEvent::HASH, c"hdel", key, vec![field]),
+    };
+    replicate(ctx, command, key, &args);
+    // SAFETY: a C event name and a live key name.
+    unsafe {
+        raw::RedisModule_NotifyKeyspaceEvent.expect("RedisModule_NotifyKeyspaceEvent")(
+            ctx.get_raw(),
+            class.bits(),
+            event.as_ptr(),
+            key.inner,
+        )
+    };
+}
+
+/// `RM_Replicate(command key args...)`, at most six arguments.
+fn replicate(ctx: &Context, command: &CStr, key: &RedisString, args: &[&[u8]]) {
+    const FORMATS: [&CStr; 7] = [
+        c"s", c"sb", c"sbb", c"sbbb", c"sbbbb", c"sbbbbb", c"sbbbbbb",
+    ];
+    let format = FORMATS[args.len()];
+    let arg = |at: usize| args.get(at).copied().unwrap_or_default();
+    let (a, b, c, d, e, f) = (arg(0), arg(1), arg(2), arg(3), arg(4), arg(5));
+    // SAFETY: the API's table is filled in when the module loads; the
+    // format names the arguments that are read (`s` a live string, each
+    // `b` a pointer and its length), the ones after it are not.
+    unsafe {
+        raw::RedisModule_Replicate.expect("RedisModule_Replicate")(
+            ctx.get_raw(),
+            command.as_ptr(),
+            format.as_ptr(),
+            key.inner,
+            a.as_ptr(),
+            a.len(),
+            b.as_ptr(),
+            b.len(),
+            c.as_ptr(),
+            c.len(),
+            d.as_ptr(),
+            d.len(),
+            e.as_ptr(),
+            e.len(),
+            f.as_ptr(),
+            f.len(),
+        )
+    };
 }
