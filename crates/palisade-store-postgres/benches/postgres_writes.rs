@@ -21,17 +21,20 @@
 //! `PALISADE_BENCH_SECS` sets the seconds per cell (default 5);
 //! `PALISADE_BENCH_ROUNDS` how many times the cells are run, interleaved
 //! (default 2; the report gives the best of each); `PALISADE_BENCH_CELLS`
-//! a comma-separated subset of `raw-tx,raw-stmt,engine,http` (default all),
+//! a comma-separated subset of `pgbench,raw-tx,raw-stmt,engine,http`
+//! (default all),
 //! e.g. to profile one cell alone. The server shares the load generator's
 //! runtime (two workers on this machine), so every cell runs on the same
 //! threads; `PALISADE_BENCH_SERVER_RUNTIME=own` gives the server a runtime
 //! and a pool of its own instead, as `palisade serve` has in its own
 //! process.
 //!
-//! Each cell also prints where the CPU went, per write: this process (the
-//! load generator, plus the server in the HTTP cell) and PostgreSQL (the
-//! postmaster and its backends), both from `/proc/<pid>/schedstat`, and
-//! how often this process's threads were switched in.
+//! Each cell also prints where the CPU went, per write: the load generator
+//! (this process, plus the server in the HTTP cell; pgbench's own process
+//! in its cell) and PostgreSQL (the postmaster and its backends), both from
+//! `/proc/<pid>/schedstat`; how often the load generator's threads were
+//! switched in; and how many writes each WAL flush made durable
+//! (`pg_stat_wal.wal_sync`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -84,6 +87,8 @@ struct Figures {
     postgres_us: f64,
     /// Times this process's threads were switched in, per write.
     switches: f64,
+    /// Writes per WAL flush (`pg_stat_wal.wal_sync`).
+    per_flush: f64,
 }
 
 /// CPU nanoseconds and switches-in so far, from `/proc/<pid>/schedstat`
@@ -143,18 +148,168 @@ impl Usage {
     }
 }
 
-/// Runs one cell between two readings of [`Usage`].
-async fn metered(postgres: u32, cell: impl Future<Output = Figures>) -> Figures {
-    let before = Usage::now(postgres);
+/// WAL flushes so far (`pg_stat_wal.wal_sync`).
+async fn wal_syncs(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT wal_sync FROM pg_stat_wal")
+        .fetch_one(pool)
+        .await
+        .expect("pg_stat_wal (PostgreSQL 14 or later)")
+}
+
+/// Runs one cell between two readings of [`Usage`] and of the WAL
+/// flushes. A cell whose load generator is another process (pgbench)
+/// reports that process's CPU and switches, and PostgreSQL's (its
+/// backends exit with it), itself.
+async fn metered(postgres: u32, pool: &PgPool, cell: impl Future<Output = Figures>) -> Figures {
+    let (before, syncs_before) = (Usage::now(postgres), wal_syncs(pool).await);
     let figures = cell.await;
-    let after = Usage::now(postgres);
+    let (after, syncs_after) = (Usage::now(postgres), wal_syncs(pool).await);
     let writes = figures.writes.max(1) as f64;
     let per_write = |delta: u64, scale: f64| delta as f64 / scale / writes;
+    let external = figures.process_us > 0.0;
     Figures {
-        process_us: per_write(after.process_ns - before.process_ns, 1e3),
-        postgres_us: per_write(after.postgres_ns.saturating_sub(before.postgres_ns), 1e3),
-        switches: per_write(after.process_switches - before.process_switches, 1.0),
+        process_us: if external {
+            figures.process_us
+        } else {
+            per_write(after.process_ns - before.process_ns, 1e3)
+        },
+        postgres_us: if external {
+            figures.postgres_us
+        } else {
+            per_write(after.postgres_ns.saturating_sub(before.postgres_ns), 1e3)
+        },
+        switches: if external {
+            figures.switches
+        } else {
+            per_write(after.process_switches - before.process_switches, 1.0)
+        },
+        per_flush: writes / (syncs_after - syncs_before).max(1) as f64,
         ..figures
+    }
+}
+
+/// The newest `/usr/lib/postgresql/<version>/bin/pgbench` (Debian's
+/// `postgresql` packages ship it).
+fn pgbench_path() -> std::path::PathBuf {
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let path = entry.ok()?.path().join("bin/pgbench");
+            path.exists().then_some(path)
+        })
+        .collect();
+    found.sort_by_key(|path| {
+        path.components()
+            .nth(4)
+            .and_then(|version| version.as_os_str().to_str()?.parse::<u32>().ok())
+    });
+    found.pop().expect(
+        "pgbench is not installed: `apt-get install postgresql` (it ships /usr/lib/postgresql/<version>/bin/pgbench)",
+    )
+}
+
+/// pgbench running the upsert in `BEGIN; ...; END` from 32 clients, each
+/// on its own lock (`client_id`) and a random one of its keys.
+async fn pgbench(url: &str, postgres: u32, duration: Duration) -> Figures {
+    let postgres_before = Usage::now(postgres).postgres_ns;
+    let script = std::env::temp_dir().join(format!("palisade-pgbench-{}.sql", std::process::id()));
+    std::fs::write(
+        &script,
+        format!(
+            "\\set k random(0, {})\n\
+             BEGIN;\n\
+             INSERT INTO palisade_store_data (lock_name, key, value) \
+             VALUES ('bench/pgbench/c' || :client_id, convert_to('k' || :k, 'UTF8'), convert_to(:v, 'UTF8')) \
+             ON CONFLICT (lock_name, key) DO UPDATE SET value = EXCLUDED.value;\n\
+             END;\n",
+            KEYS_PER_CLIENT - 1
+        ),
+    )
+    .expect("write the pgbench script");
+    let value = String::from_utf8(value()).expect("an ASCII value");
+    let mut child = tokio::process::Command::new(pgbench_path())
+        .args([
+            "-n",
+            "-c",
+            &CLIENTS.to_string(),
+            "-j",
+            "2",
+            "-M",
+            "prepared",
+        ])
+        .args(["-T", &duration.as_secs().to_string()])
+        .arg("-D")
+        .arg(format!("v={value}"))
+        .arg("-f")
+        .arg(&script)
+        .arg(url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start pgbench");
+    let pid = child.id().expect("pgbench's pid");
+    // Its CPU and switches, and PostgreSQL's, read while it runs (its
+    // backends and its /proc entries are gone once it exits).
+    let stat = std::path::PathBuf::from(format!("/proc/{pid}/task"));
+    let read = || {
+        let mut total = (0u64, 0u64);
+        for task in std::fs::read_dir(&stat).into_iter().flatten().flatten() {
+            if let Some((on_cpu, runs)) = schedstat(&task.path().join("schedstat")) {
+                total.0 += on_cpu;
+                total.1 += runs;
+            }
+        }
+        total
+    };
+    let mut last = read();
+    let mut postgres_last = postgres_before;
+    let mut ticks = tokio::time::interval(Duration::from_millis(100));
+    let output = loop {
+        tokio::select! {
+            output = child.wait() => break output.expect("pgbench ran"),
+            _ = ticks.tick() => {
+                let now = read();
+                if now.0 > 0 {
+                    last = now;
+                    postgres_last = postgres_last.max(Usage::now(postgres).postgres_ns);
+                }
+            }
+        }
+    };
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_string(&mut stdout)
+            .await
+            .expect("pgbench's output");
+    }
+    if let Some(mut err) = child.stderr.take() {
+        err.read_to_string(&mut stderr)
+            .await
+            .expect("pgbench's errors");
+    }
+    let _ = std::fs::remove_file(&script);
+    assert!(output.success(), "pgbench failed: {stdout}{stderr}");
+    let number = |prefix: &str| -> f64 {
+        stdout
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(prefix))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no `{prefix}` in pgbench's output:\n{stdout}"))
+    };
+    let writes = number("number of transactions actually processed:") as usize;
+    Figures {
+        writes,
+        per_second: number("tps ="),
+        // pgbench gives the mean, not the median.
+        p50_us: (number("latency average =") * 1000.0) as u32,
+        process_us: last.0 as f64 / 1e3 / writes.max(1) as f64,
+        postgres_us: postgres_last.saturating_sub(postgres_before) as f64
+            / 1e3
+            / writes.max(1) as f64,
+        switches: last.1 as f64 / writes.max(1) as f64,
+        ..Figures::default()
     }
 }
 
@@ -346,8 +501,12 @@ async fn http_puts(addr: SocketAddr, duration: Duration) -> Figures {
 }
 
 /// The cells, by the name `PALISADE_BENCH_CELLS` knows them by.
-const CELLS: [(&str, &str); 4] = [
-    ("raw-tx", "raw transaction (BEGIN; upsert; COMMIT)"),
+const CELLS: [(&str, &str); 5] = [
+    ("pgbench", "pgbench (BEGIN; upsert; END), the baseline"),
+    (
+        "raw-tx",
+        "raw transaction (BEGIN; upsert; COMMIT), in-repo client",
+    ),
     ("raw-stmt", "raw statement (auto-committed upsert)"),
     ("engine", "engine in-process (Engine::write)"),
     ("http", "engine through HTTP (PUT)"),
@@ -458,8 +617,9 @@ async fn main() {
     let mut best = vec![Figures::default(); cells.len()];
     for round in 1..=rounds {
         for (index, cell) in cells.iter().enumerate() {
-            let figures = metered(postgres, async {
+            let figures = metered(postgres, &pool, async {
                 match *cell {
+                    "pgbench" => pgbench(&url, postgres, duration).await,
                     "raw-tx" => raw_transactions(&pool, duration).await,
                     "raw-stmt" => raw_statements(&pool, duration).await,
                     "engine" => engine_writes(&engine, duration).await,
@@ -468,13 +628,14 @@ async fn main() {
             })
             .await;
             println!(
-                "round {round}  {:<42} {:>8.0} writes/s  p50 {:>6} µs  CPU/write: process {:>4.0} µs, PostgreSQL {:>4.0} µs; switches/write {:.1}",
+                "round {round}  {:<52} {:>8.0} writes/s  p50 {:>6} µs  CPU/write: load generator {:>4.0} µs, PostgreSQL {:>4.0} µs; switches/write {:.1}; writes/WAL flush {:.1}",
                 name(cell),
                 figures.per_second,
                 figures.p50_us,
                 figures.process_us,
                 figures.postgres_us,
                 figures.switches,
+                figures.per_flush,
             );
             if figures.per_second > best[index].per_second {
                 best[index] = figures;
@@ -484,14 +645,14 @@ async fn main() {
     println!();
     let baseline = cells
         .iter()
-        .position(|cell| *cell == "raw-tx")
+        .position(|cell| *cell == "pgbench")
         .map(|index| best[index].per_second);
     for (cell, figure) in cells.iter().zip(&best) {
         let ratio = baseline.map_or_else(String::new, |baseline| {
-            format!("  = {:.2} × raw transaction", figure.per_second / baseline)
+            format!("  = {:.2} × pgbench", figure.per_second / baseline)
         });
         println!(
-            "best  {:<42} {:>8.0} writes/s  p50 {:>6} µs{ratio}",
+            "best  {:<52} {:>8.0} writes/s  p50 {:>6} µs{ratio}",
             name(cell),
             figure.per_second,
             figure.p50_us,
