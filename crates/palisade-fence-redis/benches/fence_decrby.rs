@@ -24,15 +24,9 @@ use std::time::Duration;
 
 use palisade_core::{Generation, LockName, Mode, Sequencer};
 use palisade_fence_redis::{FenceOptions, RedisFence};
+use palisade_testkit::bench::env_number;
 use palisade_testkit::redis::{RedisOptions, RedisServer};
 use tokio::time::Instant;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Runs `clients` loops of `one` for `secs`; calls per second.
 async fn measure<F, Fut>(clients: usize, secs: u64, one: F) -> f64
@@ -96,8 +90,7 @@ async fn run() {
         .expect("connect");
     let fence = RedisFence::with_options(
         manager.clone(),
-        FenceOptions::default()
-            .with_calls_in_flight(env_number("PALISADE_BENCH_IN_FLIGHT", 2) as usize),
+        FenceOptions::default().with_calls_in_flight(env_number("PALISADE_BENCH_IN_FLIGHT", 2)),
     )
     .await
     .expect("the fence");

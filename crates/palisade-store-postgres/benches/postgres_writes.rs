@@ -44,6 +44,7 @@ use palisade_core::{Generation, LockName, Mode, Sequencer};
 use palisade_server::{AppState, run};
 use palisade_store::{Engine, Op, Store, StoreConfig, WriteRequest};
 use palisade_store_postgres::{PostgresConfig, PostgresEngine};
+use palisade_testkit::bench::env_number;
 use palisade_testkit::sql::SqlServer;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -554,13 +555,6 @@ fn serve_on_own_runtime(
     });
     let serving = tokio::task::spawn_blocking(move || serving.join().unwrap());
     (addr.recv().unwrap(), stop, serving)
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 #[tokio::main]
