@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use palisade_core::{Generation, LockName, Mode, Sequencer};
 use palisade_fence_redis::{FenceOptions, RedisFence};
-use palisade_testkit::bench::env_number;
+use palisade_testkit::bench::{env_number, process_cpu};
 use palisade_testkit::redis::{RedisOptions, RedisServer};
 use tokio::time::Instant;
 
@@ -229,21 +229,6 @@ fn redis_cpu(redis: &RedisServer) -> f64 {
         .sum()
 }
 
-/// This process's CPU time so far (user + system, `/proc/self/stat`), in
-/// seconds.
-fn own_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    // After the command name in parentheses: state is field 3, utime 14.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |at: usize| fields[at - 3].parse::<f64>().expect("a tick count");
-    // The kernel's USER_HZ, 100 on Linux.
-    (ticks(14) + ticks(15)) / 100.0
-}
-
 /// Runs `run` (a rate per second over `secs`); pushes the CPU per request
 /// of Redis and of this process, in µs.
 async fn cpu_of(
@@ -252,12 +237,15 @@ async fn cpu_of(
     into: &mut Vec<(f64, f64)>,
     run: impl std::future::Future<Output = f64>,
 ) -> f64 {
-    let (redis_before, own_before) = (redis_cpu(redis), own_cpu());
+    let (redis_before, own_before) = (
+        redis_cpu(redis),
+        process_cpu(std::process::id()).as_secs_f64(),
+    );
     let rate = run.await;
     let requests = rate * secs as f64;
     into.push((
         (redis_cpu(redis) - redis_before) * 1e6 / requests,
-        (own_cpu() - own_before) * 1e6 / requests,
+        (process_cpu(std::process::id()).as_secs_f64() - own_before) * 1e6 / requests,
     ));
     rate
 }

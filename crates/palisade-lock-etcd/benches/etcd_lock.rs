@@ -32,6 +32,7 @@ use etcd_client::{
 };
 use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
 use palisade_lock_etcd::{EtcdConfig, EtcdLock, EtcdLockClient, RpcCounts};
+use palisade_testkit::bench::process_cpu;
 use palisade_testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
@@ -54,30 +55,6 @@ fn main() {
         etcd.pid(),
         Duration::from_secs(seconds),
     ));
-}
-
-/// CPU time (user + system) a process has used, from `/proc/<pid>/stat`;
-/// zero where that cannot be read.
-fn cpu_time(pid: Option<u32>) -> Duration {
-    let path = match pid {
-        Some(pid) => format!("/proc/{pid}/stat"),
-        None => return Duration::ZERO,
-    };
-    let Ok(stat) = std::fs::read_to_string(path) else {
-        return Duration::ZERO;
-    };
-    // Fields after the command (which may contain spaces) start after ')'.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return Duration::ZERO;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 here.
-    let ticks: u64 = fields
-        .get(11..13)
-        .map(|pair| pair.iter().filter_map(|f| f.parse::<u64>().ok()).sum())
-        .unwrap_or(0);
-    // The kernel's USER_HZ is 100 on Linux.
-    Duration::from_millis(ticks * 10)
 }
 
 /// A scenario's shape.
@@ -275,7 +252,10 @@ async fn slice(
     etcd_pid: Option<u32>,
     into: &mut Measured,
 ) -> Vec<Worker> {
-    let (client_cpu, etcd_cpu) = (cpu_time(Some(std::process::id())), cpu_time(etcd_pid));
+    let (client_cpu, etcd_cpu) = (
+        process_cpu(std::process::id()),
+        etcd_pid.map_or(Duration::ZERO, process_cpu),
+    );
     let recorder = Arc::new(Recorder {
         deadline: Instant::now() + length,
         one_name: shape == Shape::OneName,
@@ -306,8 +286,10 @@ async fn slice(
         workers.push(worker);
     }
     into.elapsed += started.elapsed();
-    into.client_cpu += cpu_time(Some(std::process::id())).saturating_sub(client_cpu);
-    into.etcd_cpu += cpu_time(etcd_pid).saturating_sub(etcd_cpu);
+    into.client_cpu += process_cpu(std::process::id()).saturating_sub(client_cpu);
+    into.etcd_cpu += etcd_pid
+        .map_or(Duration::ZERO, process_cpu)
+        .saturating_sub(etcd_cpu);
     into.latencies
         .extend(recorder.latencies.lock().unwrap().iter().copied());
     workers

@@ -34,6 +34,7 @@ use etcd_client::{Client, ConnectOptions, Txn, TxnOp};
 use palisade_core::{Generation, LockName, Mode, Sequencer};
 use palisade_store::{Engine, Op, RequestId, WriteRequest};
 use palisade_store_etcd::{EtcdEngine, EtcdEngineConfig};
+use palisade_testkit::bench::{env_number, process_cpu};
 use palisade_testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
@@ -58,13 +59,6 @@ fn main() {
         clients,
         id_every,
     ));
-}
-
-fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .unwrap_or(default)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -238,28 +232,6 @@ async fn slice(
     (workers, latencies.len() as u64, latencies)
 }
 
-/// CPU time (user + system) of a process so far, from `/proc`: this one
-/// when `pid` is `None`. Zero where `/proc` cannot tell.
-fn cpu_time(pid: Option<u32>) -> Duration {
-    let path = match pid {
-        Some(pid) => format!("/proc/{pid}/stat"),
-        None => "/proc/self/stat".to_owned(),
-    };
-    let Ok(stat) = std::fs::read_to_string(path) else {
-        return Duration::ZERO;
-    };
-    // Fields after the parenthesised command name; utime and stime are
-    // the 14th and 15th fields, in clock ticks (100 per second on Linux).
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let ticks: u64 = after
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|field| field.parse::<u64>().ok())
-        .sum();
-    Duration::from_millis(ticks * 10)
-}
-
 /// Per-system totals over the slices.
 #[derive(Default)]
 struct Totals {
@@ -314,11 +286,16 @@ async fn run(
                 (&mut raw, &mut raw_totals),
                 (&mut engine, &mut engine_totals),
             ] {
-                let (etcd_before, client_before) = (cpu_time(etcd_pid), cpu_time(None));
+                let (etcd_before, client_before) = (
+                    etcd_pid.map_or(Duration::ZERO, process_cpu),
+                    process_cpu(std::process::id()),
+                );
                 let (back, count, mut latencies) =
                     slice(std::mem::take(system), each, id_every).await;
-                totals.etcd_cpu += cpu_time(etcd_pid).saturating_sub(etcd_before);
-                totals.client_cpu += cpu_time(None).saturating_sub(client_before);
+                totals.etcd_cpu += etcd_pid
+                    .map_or(Duration::ZERO, process_cpu)
+                    .saturating_sub(etcd_before);
+                totals.client_cpu += process_cpu(std::process::id()).saturating_sub(client_before);
                 *system = back;
                 totals.writes += count;
                 totals.latencies.append(&mut latencies);

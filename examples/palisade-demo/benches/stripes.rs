@@ -25,17 +25,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use palisade_demo::{BackendArgs, FlashSaleArgs, LockSpec, SaleRun, flash_sale};
+use palisade_testkit::bench::env_number;
 use palisade_testkit::redis::RedisServer;
 
 const STRIPES: [u32; 5] = [1, 2, 4, 8, 16];
 const BUYERS: u32 = 32;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
-}
 
 /// One backend's figures per stripe count (the median round of each).
 struct Series {
