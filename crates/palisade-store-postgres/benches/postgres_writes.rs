@@ -109,6 +109,20 @@ fn schedstat(path: &std::path::Path) -> Option<(u64, u64)> {
     Some((on_cpu, runs))
 }
 
+/// CPU nanoseconds and switches-in of all threads of a process so far
+/// (`process` is a pid or `self`); zero once it is gone.
+fn threads(process: &str) -> (u64, u64) {
+    let mut total = (0, 0);
+    let tasks = std::fs::read_dir(format!("/proc/{process}/task"));
+    for task in tasks.into_iter().flatten().flatten() {
+        if let Some((on_cpu, runs)) = schedstat(&task.path().join("schedstat")) {
+            total.0 += on_cpu;
+            total.1 += runs;
+        }
+    }
+    total
+}
+
 /// The parent pid in `/proc/<pid>/stat` (the field after the state, after
 /// the command name in parentheses).
 fn parent_pid(pid: &str) -> Option<u32> {
@@ -121,14 +135,12 @@ impl Usage {
     /// This process's threads, and the postmaster `postgres` with its
     /// children (each backend is one single-threaded process).
     fn now(postgres: u32) -> Usage {
-        let mut usage = Usage::default();
-        for task in std::fs::read_dir("/proc/self/task").into_iter().flatten() {
-            let path = task.expect("a /proc entry").path().join("schedstat");
-            if let Some((on_cpu, runs)) = schedstat(&path) {
-                usage.process_ns += on_cpu;
-                usage.process_switches += runs;
-            }
-        }
+        let (process_ns, process_switches) = threads("self");
+        let mut usage = Usage {
+            process_ns,
+            process_switches,
+            postgres_ns: 0,
+        };
         for entry in std::fs::read_dir("/proc").into_iter().flatten() {
             let name = entry.expect("a /proc entry").file_name();
             let Some(pid) = name
@@ -252,17 +264,8 @@ async fn pgbench(url: &str, postgres: u32, duration: Duration) -> Figures {
     let pid = child.id().expect("pgbench's pid");
     // Its CPU and switches, and PostgreSQL's, read while it runs (its
     // backends and its /proc entries are gone once it exits).
-    let stat = std::path::PathBuf::from(format!("/proc/{pid}/task"));
-    let read = || {
-        let mut total = (0u64, 0u64);
-        for task in std::fs::read_dir(&stat).into_iter().flatten().flatten() {
-            if let Some((on_cpu, runs)) = schedstat(&task.path().join("schedstat")) {
-                total.0 += on_cpu;
-                total.1 += runs;
-            }
-        }
-        total
-    };
+    let pid = pid.to_string();
+    let read = || threads(&pid);
     let mut last = read();
     let mut postgres_last = postgres_before;
     let mut ticks = tokio::time::interval(Duration::from_millis(100));
