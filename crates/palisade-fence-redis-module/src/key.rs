@@ -49,6 +49,29 @@ impl Owned {
     fn number(ctx: *mut raw::RedisModuleCtx, value: i128) -> Owned {
         Owned::new(ctx, itoa::Buffer::new().format(value).as_bytes())
     }
+
+    /// A string the API created for this module (a `HashGet` value), to
+    /// be freed here; `None` for a null pointer (no such field).
+    fn adopt(ctx: *mut raw::RedisModuleCtx, inner: *mut raw::RedisModuleString) -> Option<Owned> {
+        // Not `then_some`: an `Owned` of null, built and dropped, would be
+        // freed.
+        if inner.is_null() {
+            None
+        } else {
+            Some(Owned { ctx, inner })
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let mut len = 0;
+        // SAFETY: a live string; the pointer is valid for `len` while it is.
+        unsafe {
+            let at = raw::RedisModule_StringPtrLen.expect("RedisModule_StringPtrLen")(
+                self.inner, &mut len,
+            );
+            std::slice::from_raw_parts(at.cast::<u8>(), len)
+        }
+    }
 }
 
 impl Drop for Owned {
@@ -57,16 +80,6 @@ impl Drop for Owned {
         unsafe {
             raw::RedisModule_FreeString.expect("RedisModule_FreeString")(self.ctx, self.inner)
         }
-    }
-}
-
-/// The bytes of a string Redis holds (valid while it is not changed).
-fn bytes<'a>(string: *mut raw::RedisModuleString) -> &'a [u8] {
-    let mut len = 0;
-    // SAFETY: `string` is a live string; the pointer is valid for `len`.
-    unsafe {
-        let at = raw::RedisModule_StringPtrLen.expect("RedisModule_StringPtrLen")(string, &mut len);
-        std::slice::from_raw_parts(at.cast::<u8>(), len)
     }
 }
 
@@ -119,15 +132,7 @@ impl Key {
                 ptr::null::<c_char>(),
             )
         };
-        values.map(|value| {
-            (!value.is_null()).then(|| {
-                let owned = Owned {
-                    ctx: self.ctx,
-                    inner: value,
-                };
-                f(bytes(owned.inner))
-            })
-        })
+        values.map(|value| Owned::adopt(self.ctx, value).map(|value| f(value.bytes())))
     }
 
     /// Sets decimal fields of a hash (created if absent).
@@ -198,13 +203,7 @@ impl Key {
                 ptr::null::<c_char>(),
             )
         };
-        (!value.is_null()).then(|| {
-            let value = Owned {
-                ctx: self.ctx,
-                inner: value,
-            };
-            bytes(value.inner).to_vec()
-        })
+        Owned::adopt(self.ctx, value).map(|value| value.bytes().to_vec())
     }
 
     /// `SET key value`: whatever was there (any type, any TTL) replaced.
