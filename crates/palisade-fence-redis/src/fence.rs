@@ -232,6 +232,10 @@ struct Inner {
     module: bool,
 }
 
+/// A request's answer (the function's or the module's), or its own
+/// failure.
+type Answered = Result<Answer, RedisFenceError>;
+
 /// What the function answered to an apply call.
 #[derive(Debug)]
 enum Answer {
@@ -612,9 +616,9 @@ impl RedisFence {
                 Mode::Exclusive => "x",
                 Mode::Shared => "s",
             }),
-            Token::Unsigned(sequencer.generation().get()),
-            Token::Unsigned(floor.exclusive),
-            Token::Unsigned(floor.shared),
+            Token::Number(sequencer.generation().get().into()),
+            Token::Number(floor.exclusive.into()),
+            Token::Number(floor.shared.into()),
         ]);
         tokens.extend(ops);
         let answer = self

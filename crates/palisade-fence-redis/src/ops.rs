@@ -213,8 +213,8 @@ impl Step {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Token {
     Word(&'static str),
-    Number(i64),
-    Unsigned(u64),
+    /// Increments, floors, generations, marks, key indexes.
+    Number(i128),
     /// An increment without a floor.
     NoFloor,
     Bytes(Bytes),
@@ -226,7 +226,6 @@ impl Token {
         match self {
             Token::Word(word) => Bytes::from_static(word.as_bytes()),
             Token::Number(value) => Bytes::from(value.to_string()),
-            Token::Unsigned(value) => Bytes::from(value.to_string()),
             Token::NoFloor => Bytes::new(),
             Token::Bytes(bytes) => bytes.clone(),
         }
@@ -244,9 +243,6 @@ pub(crate) fn pack(tokens: &[Token]) -> Vec<u8> {
         match token {
             Token::Word(word) => packed.extend_from_slice(word.as_bytes()),
             Token::Number(value) => {
-                packed.extend_from_slice(itoa::Buffer::new().format(*value).as_bytes())
-            }
-            Token::Unsigned(value) => {
                 packed.extend_from_slice(itoa::Buffer::new().format(*value).as_bytes())
             }
             Token::NoFloor => packed.push(b'-'),
@@ -290,7 +286,7 @@ pub(crate) fn encode(
         };
         let mut push = |code: &'static str, rest: &[Token]| {
             tokens.push(Token::Word(code));
-            tokens.push(Token::Unsigned(position as u64 + 1));
+            tokens.push(Token::Number(position as i128 + 1));
             tokens.extend_from_slice(rest);
         };
         match step {
@@ -306,8 +302,8 @@ pub(crate) fn encode(
                         });
                     }
                 }
-                let floor = at_least.map_or(Token::NoFloor, Token::Number);
-                push("incr", &[Token::Number(*by), floor]);
+                let floor = at_least.map_or(Token::NoFloor, |floor| Token::Number(floor.into()));
+                push("incr", &[Token::Number((*by).into()), floor]);
             }
             Step::Write(Op::HSet { field, value, .. }) => push(
                 "hset",

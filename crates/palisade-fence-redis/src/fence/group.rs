@@ -16,7 +16,7 @@ use bytes::Bytes;
 use redis::Value;
 use tokio::sync::oneshot;
 
-use super::{Answer, RedisFence, packed, parse_answer};
+use super::{Answered, RedisFence, packed, parse_answer};
 use crate::RedisFenceError;
 use crate::install::MODULE_COMMAND;
 use crate::keys::LockKeys;
@@ -45,9 +45,6 @@ pub(super) struct Prepared {
     pub(super) tokens: Vec<Token>,
     pub(super) ops: usize,
 }
-
-/// A request's own answer: a failure of its call, or of its own.
-type Answered = Result<Answer, RedisFenceError>;
 
 /// A request waiting for the call in flight to finish.
 struct Waiting {

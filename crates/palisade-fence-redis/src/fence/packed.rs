@@ -6,12 +6,9 @@
 
 use redis::Value;
 
-use super::Answer;
+use super::{Answer, Answered};
 use crate::RedisFenceError;
 use palisade_core::marks::Marks;
-
-/// A request's answer, or its own failure.
-type Answered = Result<Answer, RedisFenceError>;
 
 /// The `count` answers of one call.
 pub(super) fn answers(value: &Value, count: usize) -> Result<Vec<Answered>, RedisFenceError> {
