@@ -3,10 +3,12 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::holds::{Admission, HoldBackend, HoldGuard, HoldTable, Patience, Turn};
 use crate::{Generation, LeaseState, LeaseWatch, LockError, LockName, Mode, Sequencer};
 
 /// A lock service session: the one trait every Palisade lock backend
@@ -129,38 +131,66 @@ pub trait Lock: Send + Sync + 'static {
     }
 }
 
-/// A session whose acquire is one call, waiting or not: the shape of a
-/// backend on core's [`HoldTable`](crate::holds::HoldTable), where a
-/// re-entry, or another task of the session acquiring the same name,
-/// answers at once whether it waits or not. [`Lock`] follows from it:
-/// `acquire` is `obtain(.., true)`, with a grantless end reported as
-/// [`LockError::ended_without_grant`]; `try_acquire` is `obtain(.., false)`;
-/// `acquire_timeout` is the trait's own. The obligations are [`Lock`]'s.
+/// A session on core's [`HoldTable`]: the backend writes only its
+/// protocol, [`Obtain::take`], and [`Lock`] follows from it. Every
+/// acquisition is first admitted by the table ([`HoldTable::admit`]: a
+/// re-entry answers at once, another task of the session acquiring the same
+/// name makes a non-waiting call answer `None`, the waiter bound and the
+/// session's gate for the name); only a [`Turn`] reaches `take`.
+///
+/// `acquire` admits with [`Patience::Forever`], `try_acquire` with
+/// [`Patience::Now`], `acquire_timeout` with [`Patience::Until`]. A backend
+/// whose `take` gives up by itself at the turn's deadline (and cleans up
+/// before it answers `Ok(None)`) says so with [`Obtain::KEEPS_DEADLINE`];
+/// any other is cancelled at the deadline, leaving its clean-up to the
+/// drop. The obligations are [`Lock`]'s.
+///
+/// [`HoldTable`]: crate::holds::HoldTable
+/// [`HoldTable::admit`]: crate::holds::HoldTable::admit
 pub trait Obtain: Send + Sync + 'static {
-    /// The proof of a hold.
-    type Guard: LockGuard;
+    /// The session's side of the hold table.
+    type Session: HoldBackend;
 
-    /// The backend's name, for errors.
-    fn backend(&self) -> &'static str;
+    /// The proof of a hold: the backend's wrapper of a [`HoldGuard`].
+    type Guard: LockGuard + From<HoldGuard<Self::Session>>;
 
-    /// Acquires `name` in `mode`: with `wait`, until it is granted (then
-    /// `Ok(None)` is a bug, see [`LockError::ended_without_grant`]);
-    /// without, only if it can be granted right now (`Ok(None)` if not).
-    fn obtain(
+    /// Whether [`Obtain::take`] honours [`Patience::Until`] itself.
+    const KEEPS_DEADLINE: bool = false;
+
+    /// The session whose table admits acquisitions.
+    fn session(&self) -> &Arc<Self::Session>;
+
+    /// Asks the lock service for the turn's lock and records the grant
+    /// with [`Turn::grant`]. Waits as the turn's [`Turn::patience`] says;
+    /// `Ok(None)` means not granted: the lock is not free now
+    /// ([`Patience::Now`]), or the deadline passed ([`Patience::Until`]).
+    fn take(
         &self,
-        name: &LockName,
-        mode: Mode,
-        wait: bool,
+        turn: Turn<Self::Session>,
     ) -> impl Future<Output = Result<Option<Self::Guard>, LockError>> + Send;
+}
+
+/// Admits the acquisition and, on its turn, hands it to the backend.
+async fn obtain<T: Obtain>(
+    lock: &T,
+    name: &LockName,
+    mode: Mode,
+    patience: Patience,
+) -> Result<Option<T::Guard>, LockError> {
+    match HoldTable::admit(lock.session(), name, mode, patience).await? {
+        Admission::Reentered(guard) => Ok(Some(guard.into())),
+        Admission::InProgress => Ok(None),
+        Admission::Turn(turn) => lock.take(turn).await,
+    }
 }
 
 impl<T: Obtain> Lock for T {
     type Guard = T::Guard;
 
     async fn acquire(&self, name: &LockName, mode: Mode) -> Result<T::Guard, LockError> {
-        self.obtain(name, mode, true)
+        obtain(self, name, mode, Patience::Forever)
             .await?
-            .ok_or_else(|| LockError::ended_without_grant(self.backend()))
+            .ok_or_else(|| ended_without_grant(self))
     }
 
     async fn try_acquire(
@@ -168,8 +198,35 @@ impl<T: Obtain> Lock for T {
         name: &LockName,
         mode: Mode,
     ) -> Result<Option<T::Guard>, LockError> {
-        self.obtain(name, mode, false).await
+        obtain(self, name, mode, Patience::Now).await
     }
+
+    async fn acquire_timeout(
+        &self,
+        name: &LockName,
+        mode: Mode,
+        timeout: Duration,
+    ) -> Result<T::Guard, LockError> {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let attempt = obtain(self, name, mode, Patience::Until(deadline));
+        let granted = if T::KEEPS_DEADLINE {
+            attempt.await?
+        } else {
+            match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(granted) => Some(granted?.ok_or_else(|| ended_without_grant(self))?),
+                Err(_elapsed) => None,
+            }
+        };
+        granted.ok_or_else(|| LockError::Timeout {
+            name: name.clone(),
+            waited: started.elapsed(),
+        })
+    }
+}
+
+fn ended_without_grant<T: Obtain>(lock: &T) -> LockError {
+    LockError::ended_without_grant(lock.session().holds().backend())
 }
 
 /// Proof that a session holds a lock, and the handle on that hold.

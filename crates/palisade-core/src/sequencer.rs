@@ -236,6 +236,19 @@ impl Sequencer {
         Ok(self)
     }
 
+    /// Checks an issuer id by the rules of [`Sequencer::with_issuer`], for
+    /// a configuration that takes one before any sequencer exists: what
+    /// passes here cannot make a later sequencer fail.
+    pub fn check_issuer(issuer: &str) -> Result<(), SequencerError> {
+        validate_id("issuer", issuer, Self::MAX_ID_LEN)
+    }
+
+    /// Checks a holder id by the rules of [`Sequencer::with_holder`] (see
+    /// [`Sequencer::check_issuer`]).
+    pub fn check_holder(holder: &str) -> Result<(), SequencerError> {
+        validate_id("holder", holder, Self::MAX_ID_LEN)
+    }
+
     /// Sets the holder id (same rules as the issuer).
     pub fn with_holder(mut self, holder: &str) -> Result<Self, SequencerError> {
         validate_id("holder", holder, Self::MAX_ID_LEN)?;

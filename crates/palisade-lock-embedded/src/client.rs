@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_core::holds::Waiters;
 use palisade_core::{
-    Changes, FloorRaised, Generation, Inspect, LiveCheck, Liveness, LockError, LockInfo, LockName,
-    Mode, RaiseFloor, RaiseFloorError, Sequencer, SessionOptions, SharedLiveCheck, Signer,
+    Changes, FloorRaised, Inspect, LiveCheck, Liveness, LockError, LockInfo, LockName, RaiseFloor,
+    RaiseFloorError, Sequencer, SessionOptions, SharedLiveCheck, Signer,
 };
 use tokio::time::Instant;
 
@@ -110,12 +110,7 @@ impl EmbeddedLockClient {
     /// [`Sequencer::MAX_ID_LEN`] bytes, no control characters).
     pub fn with_issuer(issuer: impl Into<String>) -> Result<Self, EmbeddedError> {
         let issuer = issuer.into();
-        let probe = Sequencer::new(
-            LockName::new("issuer-probe").expect("a constant, valid lock name"),
-            Mode::Exclusive,
-            Generation::MIN,
-        );
-        match probe.with_issuer(&issuer) {
+        match Sequencer::check_issuer(&issuer) {
             Ok(_) => Ok(Self::build(issuer, None)),
             Err(source) => Err(EmbeddedError::InvalidIssuer { issuer, source }),
         }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use palisade_core::holds::{Admission, Gate, Hold, HoldBackend, HoldTable, Patience, Task, Turn};
+use palisade_core::holds::{GiveBack, HoldBackend, HoldTable, Task, Turn};
 use palisade_core::{LockError, LockName, Mode, Obtain, SessionOptions};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -77,7 +77,7 @@ pub struct EmbeddedLock {
 /// The session's identity and its holds. Shared by the session's clones and
 /// its guards; when the last of them is gone, the service forgets the
 /// session.
-pub(crate) struct SessionHandle {
+pub struct SessionHandle {
     pub(crate) service: EmbeddedLockClient,
     pub(crate) id: SessionId,
     holder_id: String,
@@ -97,11 +97,7 @@ impl HoldBackend for SessionHandle {
         &self.holds
     }
 
-    async fn give_back(
-        &self,
-        hold: &Arc<Hold<()>>,
-        _gate: Option<Gate>,
-    ) -> Result<bool, LockError> {
+    async fn give_back(&self, hold: GiveBack<()>) -> Result<bool, LockError> {
         let released = self.service.inner().lock_state().release(
             self.id,
             hold.name(),
@@ -219,23 +215,6 @@ impl EmbeddedLock {
         state.note_runtime(self.session.id, Handle::try_current().ok());
         state.begin(self.session.id, name, mode, queue, Instant::now())
     }
-
-    /// The table's turn for `name`, or what made a turn unnecessary.
-    async fn admit(
-        &self,
-        name: &LockName,
-        mode: Mode,
-        patience: Patience,
-    ) -> Result<Result<Turn<SessionHandle>, Option<EmbeddedGuard>>, LockError> {
-        Ok(
-            match HoldTable::admit(&self.session, name, mode, patience).await? {
-                Admission::Reentered(guard) => Err(Some(EmbeddedGuard(guard))),
-                // Another request of this session for the name is queued.
-                Admission::InProgress => Err(None),
-                Admission::Turn(turn) => Ok(turn),
-            },
-        )
-    }
 }
 
 /// Records `grant` in the session's table.
@@ -255,25 +234,18 @@ impl fmt::Debug for EmbeddedLock {
 }
 
 impl Obtain for EmbeddedLock {
+    type Session = SessionHandle;
     type Guard = EmbeddedGuard;
 
-    fn backend(&self) -> &'static str {
-        BACKEND
+    fn session(&self) -> &Arc<SessionHandle> {
+        &self.session
     }
 
     /// A waiting call waits for the grant on a one-shot channel; no
     /// polling. Dropping the future takes its entry out of the queue, or
     /// releases a grant that raced with the drop.
-    async fn obtain(
-        &self,
-        name: &LockName,
-        mode: Mode,
-        wait: bool,
-    ) -> Result<Option<EmbeddedGuard>, LockError> {
-        let turn = match self.admit(name, mode, Patience::of_wait(wait)).await? {
-            Ok(turn) => turn,
-            Err(reentered) => return Ok(reentered),
-        };
+    async fn take(&self, turn: Turn<SessionHandle>) -> Result<Option<EmbeddedGuard>, LockError> {
+        let (name, mode, wait) = (&turn.name().clone(), turn.mode(), turn.patience().waits());
         match self.begin(name, mode, wait)? {
             Begin::Granted(grant) => install(turn, grant).map(Some),
             Begin::Refused => Ok(None),

@@ -26,9 +26,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use etcd_client::{Txn, TxnOp, TxnOpResponse, TxnResponse};
-use palisade_core::holds::{Admission, Gate, HoldTable, Patience, Turn};
+use palisade_core::holds::{Gate, Patience, Turn};
 use palisade_core::{
-    Generation, LeaseState, LeaseTracker, Lock, LockError, LockName, LostReason, Mode, Sequencer,
+    Generation, LeaseState, LeaseTracker, LockError, LockName, LostReason, Mode, Obtain, Sequencer,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -42,68 +42,25 @@ use crate::session::{EtcdHold, Session};
 use crate::txns;
 use crate::watch_hub::{Registration, Signal, WatchHub};
 
-impl Lock for EtcdLock {
+/// Waiting with a deadline ([`Patience::Until`]) gives up by itself: on
+/// giving up, this waiter's key is deleted before the `Timeout` error is
+/// returned (unless etcd cannot be reached; then it is deleted in the
+/// background, or goes with the lease).
+impl Obtain for EtcdLock {
+    type Session = Session;
     type Guard = EtcdGuard;
 
-    fn acquire(
-        &self,
-        name: &LockName,
-        mode: Mode,
-    ) -> impl Future<Output = Result<EtcdGuard, LockError>> + Send {
-        self.wait_for(name, mode, None)
+    const KEEPS_DEADLINE: bool = true;
+
+    fn session(&self) -> &Arc<Session> {
+        &self.session
     }
 
-    fn try_acquire(
+    fn take(
         &self,
-        name: &LockName,
-        mode: Mode,
+        turn: Turn<Session>,
     ) -> impl Future<Output = Result<Option<EtcdGuard>, LockError>> + Send {
-        let session = self.session.clone();
-        let name = name.clone();
-        async move {
-            session
-                .acquire(&name, mode, Patience::Now, Instant::now())
-                .await
-        }
-    }
-
-    /// Waits at most `timeout`. On giving up, this waiter's key is deleted
-    /// before the `Timeout` error is returned (unless etcd cannot be
-    /// reached; then it is deleted in the background, or goes with the
-    /// lease).
-    fn acquire_timeout(
-        &self,
-        name: &LockName,
-        mode: Mode,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<EtcdGuard, LockError>> + Send {
-        self.wait_for(name, mode, Some(timeout))
-    }
-}
-
-impl EtcdLock {
-    /// Waits for `name` until granted, or for at most `timeout`: then
-    /// [`LockError::Timeout`] (waiting without a deadline ends in a grant
-    /// or an error).
-    fn wait_for(
-        &self,
-        name: &LockName,
-        mode: Mode,
-        timeout: Option<Duration>,
-    ) -> impl Future<Output = Result<EtcdGuard, LockError>> + Send {
-        let session = self.session.clone();
-        let name = name.clone();
-        async move {
-            let started = Instant::now();
-            let patience = match timeout {
-                None => Patience::Forever,
-                Some(timeout) => Patience::Until(started + timeout),
-            };
-            session
-                .acquire(&name, mode, patience, started)
-                .await?
-                .ok_or_else(|| timeout_error(&name, started))
-        }
+        self.session.acquire(turn)
     }
 }
 
@@ -184,19 +141,10 @@ impl Session {
     /// `Ok(None)` only with `Patience::Now`, when the lock is not free.
     async fn acquire(
         self: &Arc<Self>,
-        name: &LockName,
-        mode: Mode,
-        patience: Patience,
-        started: Instant,
+        turn: Turn<Session>,
     ) -> Result<Option<EtcdGuard>, LockError> {
-        // Re-entry, the waiter bound, and the gate: no other acquisition
-        // of this name by this session runs until this one is done.
-        let turn = match HoldTable::admit(self, name, mode, patience).await? {
-            Admission::Reentered(guard) => return Ok(Some(EtcdGuard(guard))),
-            // Another task of this session is queued for it.
-            Admission::InProgress => return Ok(None),
-            Admission::Turn(turn) => turn,
-        };
+        let (name, mode) = (&turn.name().clone(), turn.mode());
+        let (patience, started) = (turn.patience(), turn.started());
         self.ensure_open()?;
         let mut entry = QueueEntry {
             session: self.clone(),

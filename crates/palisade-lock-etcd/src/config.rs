@@ -1,7 +1,7 @@
 //! Where etcd is and how to talk to it: [`EtcdConfig`], and [`ConfigError`],
 //! this crate's one error enum (everything else is a core `LockError`).
 
-use palisade_core::{Generation, LockName, Mode, Sequencer, SequencerError, Signer};
+use palisade_core::{Sequencer, SequencerError, Signer};
 use palisade_etcd::{EndpointError, EtcdConnection};
 
 /// The default key prefix: every Palisade key in etcd lives under it.
@@ -169,7 +169,7 @@ impl EtcdConfig {
     /// Sets the issuer id written into every sequencer.
     pub fn with_issuer(mut self, issuer: impl Into<String>) -> Result<Self, ConfigError> {
         let issuer = issuer.into();
-        check_id("issuer", &issuer, |s, v| s.with_issuer(v))?;
+        Sequencer::check_issuer(&issuer).map_err(bad_id("issuer", &issuer))?;
         self.issuer = Some(issuer);
         Ok(self)
     }
@@ -202,14 +202,7 @@ impl EtcdConfig {
         let name = name.into();
         // The holder field also carries `/` and a 16-digit lease id.
         let longest = format!("{name}/{:016x}", i64::MAX);
-        check_id("holder name", &longest, |s, v| s.with_holder(v)).map_err(|e| match e {
-            ConfigError::BadId { field, source, .. } => ConfigError::BadId {
-                field,
-                value: name.clone(),
-                source,
-            },
-            other => other,
-        })?;
+        Sequencer::check_holder(&longest).map_err(bad_id("holder name", &name))?;
         self.holder_name = Some(name);
         Ok(self)
     }
@@ -267,25 +260,14 @@ impl EtcdConfig {
     }
 }
 
-/// Checks an id with the sequencer's own rules, so a configuration that
-/// passes here can never make `acquire` fail later.
-fn check_id(
-    field: &'static str,
-    value: &str,
-    set: impl FnOnce(Sequencer, &str) -> Result<Sequencer, SequencerError>,
-) -> Result<(), ConfigError> {
-    let probe = Sequencer::new(
-        LockName::new("probe").expect("a valid name"),
-        Mode::Exclusive,
-        Generation::MIN,
-    );
-    set(probe, value)
-        .map(|_| ())
-        .map_err(|source| ConfigError::BadId {
-            field,
-            value: value.to_owned(),
-            source,
-        })
+/// `value`, given as the `field`, refused by the sequencer's rules.
+fn bad_id(field: &'static str, value: &str) -> impl FnOnce(SequencerError) -> ConfigError {
+    let value = value.to_owned();
+    move |source| ConfigError::BadId {
+        field,
+        value,
+        source,
+    }
 }
 
 #[cfg(test)]

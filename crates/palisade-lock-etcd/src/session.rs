@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use palisade_core::holds::{Gate, Hold, HoldBackend, HoldTable, Task};
+use palisade_core::holds::{GiveBack, HoldBackend, HoldTable, Task};
 use palisade_core::{LeaseState, LeaseTracker, LeaseWatch, LockError, LostReason, SessionOptions};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
@@ -60,7 +60,7 @@ pub struct EtcdLock {
 /// The shared core of a session, owned by the `EtcdLock` handles and by
 /// every guard taken under it (so a guard keeps its lease alive even if the
 /// handle is dropped first).
-pub(crate) struct Session {
+pub struct Session {
     pub(crate) connection: EtcdLockClient,
     pub(crate) options: SessionOptions,
     /// The session's lease. Every contender key of this session is attached
@@ -105,7 +105,7 @@ pub(crate) struct SessionLease {
 }
 
 /// What the etcd backend keeps per hold.
-pub(crate) struct EtcdHold {
+pub struct EtcdHold {
     /// The holder key's create-revision: the generation, and the owner
     /// token for compare-and-delete.
     pub(crate) create_revision: i64,
@@ -402,11 +402,7 @@ impl HoldBackend for Session {
     /// next waiter, under the gate, so no acquisition of this session can
     /// reuse the key meanwhile. If etcd cannot answer, the delete is
     /// retried in the background, still under the gate.
-    async fn give_back(
-        &self,
-        hold: &Arc<Hold<EtcdHold>>,
-        gate: Option<Gate>,
-    ) -> Result<bool, LockError> {
+    async fn give_back(&self, mut hold: GiveBack<EtcdHold>) -> Result<bool, LockError> {
         let create_revision = hold.data().create_revision;
         let keys = LockKeys::new(self.connection.inner.config.prefix(), hold.name());
         let txn = txns::remove(
@@ -426,7 +422,7 @@ impl HoldBackend for Session {
             Ok(response) => Ok(response.succeeded()),
             Err(error) => {
                 // The key may still be there: keep trying, with the gate.
-                self.spawn_withdraw(keys, Some(create_revision), gate);
+                self.spawn_withdraw(keys, Some(create_revision), hold.take_gate());
                 Err(error)
             }
         }

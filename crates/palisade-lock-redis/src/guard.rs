@@ -22,7 +22,7 @@ pub(crate) type Held = Hold<RedisHold>;
 
 /// What the Redis backend keeps per hold.
 #[derive(Debug)]
-pub(crate) struct RedisHold {
+pub struct RedisHold {
     pub(crate) keys: LockKeys,
     /// The secret owner token: the first word of the lock value (or the
     /// shared holder's member). Release and extension compare it, so only

@@ -4,10 +4,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use palisade_core::holds::{Admission, Gate, HoldBackend, HoldTable, Patience, Task, Turn};
+use palisade_core::holds::{GiveBack, HoldBackend, HoldTable, Task, Turn};
 use palisade_core::{
-    Generation, LeaseTracker, LockError, LockName, LostReason, Mode, Obtain, Sequencer,
-    SessionOptions,
+    Generation, LeaseTracker, LockError, LostReason, Obtain, Sequencer, SessionOptions,
 };
 use tokio::runtime::Handle;
 use tokio::time::Instant;
@@ -15,7 +14,7 @@ use tokio::time::Instant;
 use crate::RedisLockClient;
 use crate::client::{AcquireReply, Attempt};
 use crate::error::{BACKEND, maybe_applied};
-use crate::guard::{Held, RedisGuard, RedisHold};
+use crate::guard::{RedisGuard, RedisHold};
 use crate::inbox::Notice;
 
 /// A lock session on Redis: one holder identity, one set of lease
@@ -39,7 +38,7 @@ pub struct RedisLock {
 }
 
 #[derive(Debug)]
-pub(crate) struct SessionInner {
+pub struct SessionInner {
     pub(crate) client: RedisLockClient,
     pub(crate) options: SessionOptions,
     /// Whether holds are kept alive in the background.
@@ -161,24 +160,18 @@ impl RedisLock {
 }
 
 impl Obtain for RedisLock {
+    type Session = SessionInner;
     type Guard = RedisGuard;
 
-    fn backend(&self) -> &'static str {
-        BACKEND
+    fn session(&self) -> &Arc<SessionInner> {
+        &self.inner
     }
 
-    async fn obtain(
+    fn take(
         &self,
-        name: &LockName,
-        mode: Mode,
-        wait: bool,
-    ) -> Result<Option<RedisGuard>, LockError> {
-        match HoldTable::admit(&self.inner, name, mode, Patience::of_wait(wait)).await? {
-            Admission::Reentered(guard) => Ok(Some(RedisGuard(guard))),
-            // Another task of this session is acquiring it right now.
-            Admission::InProgress => Ok(None),
-            Admission::Turn(turn) => self.inner.acquire_remote(turn).await,
-        }
+        turn: Turn<SessionInner>,
+    ) -> impl Future<Output = Result<Option<RedisGuard>, LockError>> + Send {
+        self.inner.acquire_remote(turn)
     }
 }
 
@@ -531,7 +524,7 @@ impl HoldBackend for SessionInner {
 
     /// Owner tokens are unique per grant, so a new acquire of this session
     /// cannot collide with this release: the gate is not kept.
-    async fn give_back(&self, hold: &Arc<Held>, _gate: Option<Gate>) -> Result<bool, LockError> {
+    async fn give_back(&self, hold: GiveBack<RedisHold>) -> Result<bool, LockError> {
         let redis = hold.data();
         redis.stop_watchdog();
         if redis.ended.swap(true, Ordering::SeqCst) {

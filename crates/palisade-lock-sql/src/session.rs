@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use palisade_core::holds::{Admission, Gate, Hold, HoldBackend, HoldTable, Patience, Task, Turn};
+use palisade_core::holds::{GiveBack, HoldBackend, HoldTable, Task, Turn};
 use palisade_core::{
     Generation, LeaseTracker, LockError, LockName, LostReason, Mode, Obtain, Sequencer,
     SessionOptions,
@@ -39,7 +39,7 @@ pub struct SqlLock {
 }
 
 #[derive(Debug)]
-pub(crate) struct SessionInner {
+pub struct SessionInner {
     pub(crate) client: SqlLockClient,
     pub(crate) options: SessionOptions,
     ttl_us: i64,
@@ -62,7 +62,7 @@ struct SessionState {
 
 /// What the SQL backend keeps per hold: the holder row's key.
 #[derive(Debug)]
-pub(crate) struct SqlHold {
+pub struct SqlHold {
     /// The session row the hold stands on (a session whose row the
     /// database ended opens a new one; holds on the old one are lost).
     session_id: Arc<str>,
@@ -167,24 +167,15 @@ impl SqlLock {
 }
 
 impl Obtain for SqlLock {
+    type Session = SessionInner;
     type Guard = SqlGuard;
 
-    fn backend(&self) -> &'static str {
-        self.inner.client.inner.store.dialect.backend()
+    fn session(&self) -> &Arc<SessionInner> {
+        &self.inner
     }
 
-    async fn obtain(
-        &self,
-        name: &LockName,
-        mode: Mode,
-        wait: bool,
-    ) -> Result<Option<SqlGuard>, LockError> {
-        let turn = match HoldTable::admit(&self.inner, name, mode, Patience::of_wait(wait)).await? {
-            Admission::Reentered(guard) => return Ok(Some(SqlGuard(guard))),
-            // Another task of this session is acquiring it right now.
-            Admission::InProgress => return Ok(None),
-            Admission::Turn(turn) => turn,
-        };
+    async fn take(&self, turn: Turn<SessionInner>) -> Result<Option<SqlGuard>, LockError> {
+        let (name, mode, wait) = (&turn.name().clone(), turn.mode(), turn.patience().waits());
         let store = &self.inner.client.inner.store;
         let token: i64 = rand::random();
         // Subscribed before the first attempt, so a release between the
@@ -342,11 +333,7 @@ impl HoldBackend for SessionInner {
     /// Tokens are unique per acquire, so the gate is not kept. A failed
     /// delete is retried in the background: the row may still be there,
     /// and the session keeps renewing it.
-    async fn give_back(
-        &self,
-        hold: &Arc<Hold<SqlHold>>,
-        _gate: Option<Gate>,
-    ) -> Result<bool, LockError> {
+    async fn give_back(&self, hold: GiveBack<SqlHold>) -> Result<bool, LockError> {
         let sql = hold.data();
         let store = &self.client.inner.store;
         match store

@@ -28,7 +28,7 @@
 
 use std::sync::Arc;
 
-use palisade_core::holds::{Admission, HoldTable, Patience, Turn};
+use palisade_core::holds::Turn;
 use palisade_core::{Generation, LeaseState, LeaseTracker, LockError, LockName, Mode, Sequencer};
 use zookeeper_client as zk;
 
@@ -57,14 +57,13 @@ struct Created {
 }
 
 impl Session {
-    /// Acquires `name` in `mode`; with `wait == false`, gives up (and
-    /// withdraws) instead of waiting.
+    /// Takes the turn's lock; without waiting, gives up (and withdraws)
+    /// instead of queueing.
     pub(crate) async fn acquire(
         self: &Arc<Self>,
-        name: &LockName,
-        mode: Mode,
-        wait: bool,
+        turn: Turn<Session>,
     ) -> Result<Option<ZkGuard>, LockError> {
+        let (name, mode, wait) = (&turn.name().clone(), turn.mode(), turn.patience().waits());
         self.check_open()?;
         let node_names = self.client.config().node_names();
         if node_names.prefix(mode, 0).is_none() {
@@ -77,16 +76,6 @@ impl Session {
                 }),
             });
         }
-        let patience = if wait {
-            Patience::Forever
-        } else {
-            Patience::Now
-        };
-        let turn = match HoldTable::admit(self, name, mode, patience).await? {
-            Admission::Reentered(guard) => return Ok(Some(ZkGuard(guard))),
-            Admission::InProgress => return Ok(None),
-            Admission::Turn(turn) => turn,
-        };
         let mut attempt = Attempt::new(self, name, mode);
         let mut created = attempt.create().await?;
         let mut children = std::mem::take(&mut created.children);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use derive_setters::Setters;
-use palisade_core::{Generation, LockName, Mode, Sequencer, SequencerError, Signer};
+use palisade_core::{Sequencer, SequencerError, Signer};
 use sha2::{Digest, Sha256};
 
 use crate::names::NodeNames;
@@ -218,7 +218,7 @@ impl ZkConfig {
     /// Sets the issuer id written into every sequencer.
     pub fn with_issuer(mut self, issuer: impl Into<String>) -> Result<Self, ConfigError> {
         let issuer = issuer.into();
-        check_id("issuer", &issuer, |s, v| s.with_issuer(v))?;
+        Sequencer::check_issuer(&issuer).map_err(bad_id("issuer", &issuer))?;
         self.issuer = Some(issuer);
         Ok(self)
     }
@@ -228,14 +228,7 @@ impl ZkConfig {
     pub fn with_holder_name(mut self, name: impl Into<String>) -> Result<Self, ConfigError> {
         let name = name.into();
         let longest = format!("{name}/{}", "x".repeat(crate::names::LONGEST_NODE_NAME));
-        check_id("holder name", &longest, |s, v| s.with_holder(v)).map_err(|e| match e {
-            ConfigError::BadId { field, source, .. } => ConfigError::BadId {
-                field,
-                value: name.clone(),
-                source,
-            },
-            other => other,
-        })?;
+        Sequencer::check_holder(&longest).map_err(bad_id("holder name", &name))?;
         self.holder_name = Some(name);
         Ok(self)
     }
@@ -376,25 +369,14 @@ fn check_path(path: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// Checks an id with the sequencer's own rules, so a configuration that
-/// passes here can never make `acquire` fail later.
-fn check_id(
-    field: &'static str,
-    value: &str,
-    set: impl Fn(Sequencer, &str) -> Result<Sequencer, SequencerError>,
-) -> Result<(), ConfigError> {
-    let probe = Sequencer::new(
-        LockName::new("probe").expect("a valid name"),
-        Mode::Exclusive,
-        Generation::MIN,
-    );
-    set(probe, value)
-        .map(|_| ())
-        .map_err(|source| ConfigError::BadId {
-            field,
-            value: value.to_owned(),
-            source,
-        })
+/// `value`, given as the `field`, refused by the sequencer's rules.
+fn bad_id(field: &'static str, value: &str) -> impl FnOnce(SequencerError) -> ConfigError {
+    let value = value.to_owned();
+    move |source| ConfigError::BadId {
+        field,
+        value,
+        source,
+    }
 }
 
 #[cfg(test)]

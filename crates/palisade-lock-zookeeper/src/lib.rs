@@ -70,7 +70,11 @@ mod queue;
 mod session;
 mod task;
 
-use palisade_core::{LockError, LockName, Mode, Obtain};
+use std::future::Future;
+use std::sync::Arc;
+
+use palisade_core::holds::Turn;
+use palisade_core::{LockError, Obtain};
 
 pub use client::ZkLockClient;
 pub use config::{ConfigError, DEFAULT_PREFIX, ZkConfig};
@@ -101,18 +105,17 @@ pub enum Mutation {
 }
 
 impl Obtain for ZkLock {
+    type Session = session::Session;
     type Guard = ZkGuard;
 
-    fn backend(&self) -> &'static str {
-        errors::BACKEND
+    fn session(&self) -> &Arc<session::Session> {
+        &self.session
     }
 
-    async fn obtain(
+    fn take(
         &self,
-        name: &LockName,
-        mode: Mode,
-        wait: bool,
-    ) -> Result<Option<ZkGuard>, LockError> {
-        self.session.acquire(name, mode, wait).await
+        turn: Turn<session::Session>,
+    ) -> impl Future<Output = Result<Option<ZkGuard>, LockError>> + Send {
+        self.session.acquire(turn)
     }
 }

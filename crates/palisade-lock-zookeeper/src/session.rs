@@ -19,7 +19,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use palisade_core::holds::{Gate, Hold, HoldBackend, HoldTable, Task};
+use palisade_core::holds::{GiveBack, HoldBackend, HoldTable, Task};
 use palisade_core::{LeaseState, LeaseTracker, LeaseWatch, LockError, LostReason, SessionOptions};
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -52,7 +52,7 @@ pub struct ZkLock {
 
 /// The shared core of a session, owned by the `ZkLock` handles and by
 /// every guard taken under it.
-pub(crate) struct Session {
+pub struct Session {
     /// Itself, for a release's retry in the background.
     me: Weak<Session>,
     pub(crate) client: ZkLockClient,
@@ -102,7 +102,7 @@ struct Tasks {
 }
 
 /// What the session keeps per hold besides its sequencer and lease.
-pub(crate) struct ZkHold {
+pub struct ZkHold {
     /// The contender node (deleting it releases the lock) and its watch:
     /// its deletion by anyone else (a forced release) loses the hold.
     pub(crate) node: Arc<NodeWatch>,
@@ -458,11 +458,8 @@ impl HoldBackend for Session {
     /// collide with this release; the gate is kept anyway until the delete
     /// is answered, so the session's next acquisition of the name does
     /// not queue behind its own old node.
-    async fn give_back(
-        &self,
-        hold: &Arc<Hold<ZkHold>>,
-        gate: Option<Gate>,
-    ) -> Result<bool, LockError> {
+    async fn give_back(&self, mut hold: GiveBack<ZkHold>) -> Result<bool, LockError> {
+        let gate = hold.take_gate();
         let data = hold.data();
         // Our own delete is no forced release. The watch is stopped only
         // once the delete is answered: by then the delete has fired its

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
-use super::{Gate, Hold, HoldBackend};
+use super::{Gate, GiveBack, Hold, HoldBackend};
 use crate::{LeaseWatch, LockError, LockGuard, LostReason, Sequencer};
 
 /// Proof that a session holds a lock: one guard of a [`Hold`]. A backend
@@ -110,7 +110,11 @@ async fn give_back<B: HoldBackend>(
         None
     };
     let (name, generation) = (hold.name(), hold.generation());
-    match backend.give_back(&hold, gate).await {
+    let back = GiveBack {
+        hold: hold.clone(),
+        gate,
+    };
+    match backend.give_back(back).await {
         Ok(true) => {
             hold.tracker.release();
             tracing::info!(backend = table.backend, lock = %name, generation = generation.get(), mode = %hold.mode(), "released");
@@ -221,13 +225,13 @@ impl<B: HoldBackend> fmt::Debug for HoldGuard<B> {
 ///
 /// ```
 /// # use std::sync::Arc;
-/// # use palisade_core::holds::{Gate, Hold, HoldBackend, HoldTable, Task};
+/// # use palisade_core::holds::{GiveBack, HoldBackend, HoldTable, Task};
 /// # use palisade_core::LockError;
 /// # struct ToySession { holds: HoldTable<()> }
 /// # impl HoldBackend for ToySession {
 /// #     type Data = ();
 /// #     fn holds(&self) -> &HoldTable<()> { &self.holds }
-/// #     async fn give_back(&self, _: &Arc<Hold<()>>, _: Option<Gate>) -> Result<bool, LockError> { Ok(true) }
+/// #     async fn give_back(&self, _: GiveBack<()>) -> Result<bool, LockError> { Ok(true) }
 /// #     fn spawn(&self, task: Task) { drop(task) }
 /// # }
 /// palisade_core::hold_guard! {
@@ -243,6 +247,12 @@ macro_rules! hold_guard {
     ) => {
         $(#[$meta])*
         $vis struct $name($field_vis $crate::holds::HoldGuard<$backend>);
+
+        impl ::std::convert::From<$crate::holds::HoldGuard<$backend>> for $name {
+            fn from(guard: $crate::holds::HoldGuard<$backend>) -> Self {
+                $name(guard)
+            }
+        }
 
         impl $crate::LockGuard for $name {
             fn issued(&self) -> &$crate::Sequencer {

@@ -34,7 +34,7 @@
 //! use std::sync::{Arc, Mutex};
 //! use std::time::Duration;
 //!
-//! use palisade_core::holds::{Admission, Gate, Hold, HoldBackend, HoldGuard, HoldTable, Patience, Task, Waiters};
+//! use palisade_core::holds::{Admission, GiveBack, HoldBackend, HoldGuard, HoldTable, Patience, Task, Waiters};
 //! use palisade_core::{Generation, LeaseTracker, LockError, LockGuard, LockName, Mode, Sequencer, SessionOptions};
 //! use tokio::time::Instant;
 //!
@@ -57,7 +57,7 @@
 //!     }
 //!
 //!     /// Compare-and-delete on the owner token.
-//!     async fn give_back(&self, hold: &Arc<Hold<u64>>, _gate: Option<Gate>) -> Result<bool, LockError> {
+//!     async fn give_back(&self, hold: GiveBack<u64>) -> Result<bool, LockError> {
 //!         let mut held = self.service.held.lock().unwrap();
 //!         let ours = held.0.get(hold.name()) == Some(hold.data());
 //!         if ours {
@@ -184,23 +184,51 @@ pub trait HoldBackend: Send + Sync + Sized + 'static {
     fn holds(&self) -> &HoldTable<Self::Data>;
 
     /// Gives `hold` back to the lock service (compare-and-delete by
-    /// owner): `Ok(true)` if it was still this hold's.
-    ///
-    /// `gate` is the session's gate for the name, held when `hold` was
-    /// still the table's current hold of the name: no new acquisition of
-    /// the name by this session starts before it is dropped. Keep it while
-    /// the service may still have the hold if a new acquisition could
-    /// collide with it (etcd's one key per session and name); drop it
-    /// otherwise. `None` when the table had already forgotten the hold
-    /// because its lease was lost.
+    /// owner): `Ok(true)` if it was still this hold's. The session's gate
+    /// for the name comes with it ([`GiveBack::take_gate`]).
     fn give_back(
         &self,
-        hold: &Arc<Hold<Self::Data>>,
-        gate: Option<Gate>,
+        hold: GiveBack<Self::Data>,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
 
     /// Runs `task` in the background (see point 6 above).
     fn spawn(&self, task: Task);
+}
+
+/// A hold on its way back to the lock service: what
+/// [`HoldBackend::give_back`] is handed. It reads as the [`Hold`] itself.
+///
+/// It carries the session's gate for the name when the hold was still the
+/// table's current hold of it: no new acquisition of the name by this
+/// session starts before the gate is dropped, which is when the give-back
+/// ends unless the backend takes the gate out. Take it to keep it longer,
+/// while the service may still have the hold and a new acquisition could
+/// collide with it (etcd's one key per session and name, retried in the
+/// background), or to drop it sooner. No gate when the table had already
+/// forgotten the hold because its lease was lost.
+pub struct GiveBack<D> {
+    hold: Arc<Hold<D>>,
+    gate: Option<Gate>,
+}
+
+impl<D> GiveBack<D> {
+    /// The hold, shared.
+    pub fn hold(&self) -> &Arc<Hold<D>> {
+        &self.hold
+    }
+
+    /// The gate, taken out: `None` if there was none or it was taken.
+    pub fn take_gate(&mut self) -> Option<Gate> {
+        self.gate.take()
+    }
+}
+
+impl<D> std::ops::Deref for GiveBack<D> {
+    type Target = Hold<D>;
+
+    fn deref(&self) -> &Hold<D> {
+        &self.hold
+    }
 }
 
 /// How long an acquisition may wait.
@@ -215,16 +243,6 @@ pub enum Patience {
 }
 
 impl Patience {
-    /// An [`Obtain`](crate::Obtain) call's patience: `Forever` with
-    /// `wait`, `Now` without.
-    pub fn of_wait(wait: bool) -> Patience {
-        if wait {
-            Patience::Forever
-        } else {
-            Patience::Now
-        }
-    }
-
     /// Whether the caller waits at all (and so counts against the waiter
     /// bound).
     pub fn waits(self) -> bool {
@@ -551,6 +569,11 @@ impl<D: Send + Sync + 'static> HoldTable<D> {
             gate: Gate(gate),
             _slot: slot,
         }))
+    }
+
+    /// The backend's name, for errors and log lines.
+    pub fn backend(&self) -> &'static str {
+        self.backend
     }
 
     /// The current hold of `name`, if any.

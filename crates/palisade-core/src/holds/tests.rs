@@ -43,11 +43,8 @@ impl HoldBackend for Toy {
         &self.holds
     }
 
-    async fn give_back(
-        &self,
-        hold: &Arc<Hold<u64>>,
-        gate: Option<Gate>,
-    ) -> Result<bool, LockError> {
+    async fn give_back(&self, mut hold: GiveBack<u64>) -> Result<bool, LockError> {
+        let gate = hold.take_gate();
         self.gated.lock().unwrap().push(gate.is_some());
         if self.blocked {
             self.permits.acquire().await.unwrap().forget();

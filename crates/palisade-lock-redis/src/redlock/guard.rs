@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::{join_all, select_all};
-use palisade_core::holds::{Gate, Hold, HoldBackend, HoldTable, Task};
+use palisade_core::holds::{GiveBack, HoldBackend, HoldTable, Task};
 use palisade_core::{LeaseState, LeaseTracker, LeaseWatch, LockError, LockGuard, LostReason};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -17,7 +17,7 @@ use crate::error::BACKEND;
 /// What Redlock keeps per hold: the per-master holds the grant stands on.
 /// Its generation and lease are the table's.
 #[derive(Debug)]
-pub(crate) struct RedlockHold {
+pub struct RedlockHold {
     /// The per-master holds (a majority or more); taken when given back.
     pub(crate) members: Mutex<Vec<RedisGuard>>,
     /// How many masters a grant needs.
@@ -42,11 +42,7 @@ impl HoldBackend for RedlockSessionInner {
     }
 
     /// `Ok(true)` if a majority of the per-master holds were still ours.
-    async fn give_back(
-        &self,
-        hold: &Arc<Hold<RedlockHold>>,
-        _gate: Option<Gate>,
-    ) -> Result<bool, LockError> {
+    async fn give_back(&self, hold: GiveBack<RedlockHold>) -> Result<bool, LockError> {
         let redlock = hold.data();
         // Released before the members go, so the follower, which would
         // see them go, cannot call it a loss.

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use futures::future::join_all;
 use futures::stream::FuturesUnordered;
-use palisade_core::holds::{Admission, HoldTable, Patience, Waiters};
+use palisade_core::holds::{HoldTable, Turn, Waiters};
 use palisade_core::{
     FloorRaised, Generation, LeaseState, LeaseTracker, Lock, LockError, LockGuard, LockName,
     LostReason, Mode, Obtain, RaiseFloor, RaiseFloorError, Sequencer, SessionOptions,
@@ -183,7 +183,7 @@ pub struct Redlock {
 }
 
 #[derive(Debug)]
-pub(crate) struct RedlockSessionInner {
+pub struct RedlockSessionInner {
     client: RedlockClient,
     holder: String,
     options: SessionOptions,
@@ -286,23 +286,18 @@ impl Redlock {
 }
 
 impl Obtain for Redlock {
+    type Session = RedlockSessionInner;
     type Guard = RedlockGuard;
 
-    fn backend(&self) -> &'static str {
-        BACKEND
+    fn session(&self) -> &Arc<RedlockSessionInner> {
+        &self.inner
     }
 
-    async fn obtain(
+    async fn take(
         &self,
-        name: &LockName,
-        mode: Mode,
-        wait: bool,
+        turn: Turn<RedlockSessionInner>,
     ) -> Result<Option<RedlockGuard>, LockError> {
-        let turn = match HoldTable::admit(&self.inner, name, mode, Patience::of_wait(wait)).await? {
-            Admission::Reentered(guard) => return Ok(Some(RedlockGuard(guard))),
-            Admission::InProgress => return Ok(None),
-            Admission::Turn(turn) => turn,
-        };
+        let (name, mode, wait) = (&turn.name().clone(), turn.mode(), turn.patience().waits());
         let mut pauses =
             palisade_core::retry_pauses(Duration::from_millis(20), Duration::from_millis(200));
         loop {
