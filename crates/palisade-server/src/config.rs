@@ -114,6 +114,34 @@ pub struct ServerConfig {
     )]
     pub idempotency_window: u32,
 
+    /// The most connections the PostgreSQL engine opens (PostgreSQL
+    /// store only; default 16). Each request in flight holds one for its
+    /// one statement. The URL parameter `max_connections` says the same;
+    /// give one of the two.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            env = "PALISADE_STORE_CONNECTIONS",
+            value_name = "N",
+            help_heading = "PostgreSQL store"
+        )
+    )]
+    pub store_connections: Option<u32>,
+
+    /// PostgreSQL's `statement_timeout` for the engine's sessions: the
+    /// longest one request's statement runs, lock waits included; a write
+    /// cut off by it answers in doubt (PostgreSQL store only; default 5s).
+    /// The URL parameter `statement_timeout` says the same; give one.
+    #[cfg_attr(feature = "cli", arg(
+        long,
+        env = "PALISADE_STORE_STATEMENT_TIMEOUT",
+        value_parser = palisade_core::parse_duration,
+        value_name = "DURATION",
+        help_heading = "PostgreSQL store"
+    ))]
+    pub store_statement_timeout: Option<Duration>,
+
     /// sled's page cache size, in bytes (sled only).
     #[cfg_attr(feature = "cli", arg(long, env = "PALISADE_CACHE_CAPACITY_BYTES", default_value_t = ServerConfig::DEFAULT_CACHE_CAPACITY_BYTES))]
     pub cache_capacity_bytes: u64,
@@ -337,6 +365,8 @@ impl ServerConfig {
             max_batch_ops: 1000,
             max_body_bytes: 8 * 1024 * 1024,
             idempotency_window: 1024,
+            store_connections: None,
+            store_statement_timeout: None,
             cache_capacity_bytes: ServerConfig::DEFAULT_CACHE_CAPACITY_BYTES,
             verify_keys_file: None,
             issuers: Vec::new(),

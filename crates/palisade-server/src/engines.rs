@@ -5,8 +5,9 @@
 //! `postgres` and `etcd` features, so a server embedded without them
 //! compiles no SQL or etcd client (and needs no protoc); a `--store` for
 //! an engine this build lacks is refused with the feature's name.
-//! Settings that only sled honours (`--durability buffered`, its page
-//! cache) are refused with another engine rather than ignored.
+//! Settings that only one engine honours (sled's `--durability buffered`
+//! and page cache, PostgreSQL's pool size and statement timeout) are
+//! refused with another engine rather than ignored.
 
 use palisade_store::{Durability, Store};
 
@@ -33,23 +34,58 @@ pub(crate) fn check(
     if let Some((feature, false)) = feature {
         return Err(not_built(spec, feature));
     }
-    if matches!(spec, StoreSpec::Sled { .. }) {
-        return Ok(());
-    }
     let engine = spec.engine();
-    if config.durability() != Durability::Flushed {
-        return Err(ServerError::SledOnly {
-            setting: "--durability buffered",
+    let only = |only: &'static str, setting: &'static str, why: &'static str| {
+        Err(ServerError::EngineOnly {
+            setting,
+            only,
             engine,
-            why: "it acknowledges a write only once its database has committed it durably",
-        });
+            why,
+        })
+    };
+    if engine != "sled" {
+        if config.durability() != Durability::Flushed {
+            let why = "it acknowledges a write only once its database has committed it durably";
+            return only("sled", "--durability buffered", why);
+        }
+        if config.cache_capacity_bytes != ServerConfig::DEFAULT_CACHE_CAPACITY_BYTES {
+            return only("sled", "--cache-capacity-bytes", "it is sled's page cache");
+        }
     }
-    if config.cache_capacity_bytes != ServerConfig::DEFAULT_CACHE_CAPACITY_BYTES {
-        return Err(ServerError::SledOnly {
-            setting: "--cache-capacity-bytes",
-            engine,
-            why: "it is sled's page cache",
-        });
+    if let StoreSpec::Postgres { url } = spec {
+        let given = [
+            (
+                "--store-connections",
+                config.store_connections.is_some(),
+                "max_connections",
+            ),
+            (
+                "--store-statement-timeout",
+                config.store_statement_timeout.is_some(),
+                "statement_timeout",
+            ),
+        ];
+        let query = url.split_once('?').map_or("", |(_, query)| query);
+        let in_url = |name: &str| {
+            query
+                .split('&')
+                .any(|pair| pair.split('=').next() == Some(name))
+        };
+        if let Some((flag, _, name)) = given.iter().find(|(_, set, name)| *set && in_url(name)) {
+            return Err(ServerError::Config(format!(
+                "{flag} and the --store URL's `{name}` parameter both set it; give one"
+            )));
+        }
+    }
+    if engine != "postgres" {
+        let why = "it sizes the PostgreSQL engine's connection pool";
+        if config.store_connections.is_some() {
+            return only("postgres", "--store-connections", why);
+        }
+        if config.store_statement_timeout.is_some() {
+            let why = "it is PostgreSQL's statement_timeout for the engine's sessions";
+            return only("postgres", "--store-statement-timeout", why);
+        }
     }
     Ok(())
 }
@@ -99,8 +135,17 @@ impl ServerConfig {
     fn open_postgres(&self, spec: &StoreSpec, url: &str) -> Result<Store, ServerError> {
         use palisade_store_postgres::{PostgresConfig, PostgresEngine};
         let runtime = multi_threaded_runtime(spec, "PostgreSQL")?;
-        let config = PostgresConfig::new(url)
+        let mut config = PostgresConfig::new(url)
             .with_idempotency_window(self.store_config().idempotency_window);
+        // Set here, checked (0 refused) and overridden by the URL's own
+        // parameters of the same name when the engine opens; both at once
+        // is refused in `store_spec`.
+        if let Some(connections) = self.store_connections {
+            config.max_connections = connections;
+        }
+        if let Some(timeout) = self.store_statement_timeout {
+            config.statement_timeout = timeout;
+        }
         let engine = tokio::task::block_in_place(|| runtime.block_on(PostgresEngine::open(config)))
             .map_err(|error| open_failed(spec, error.to_string()))?;
         Ok(Store::with_engine(
@@ -219,5 +264,46 @@ mod tests {
         let mut sled = config(&["sled:/tmp/x", "buffered"]);
         sled.cache_capacity_bytes = 1 << 20;
         assert!(sled.store_spec().is_ok());
+    }
+
+    #[test]
+    fn postgres_only_settings_are_refused_with_another_engine() {
+        let etcd = cfg!(feature = "etcd").then_some("etcd://127.0.0.1:2379");
+        for store in ["sled:/tmp/x"].into_iter().chain(etcd) {
+            let mut pooled = config(&[store]);
+            pooled.store_connections = Some(4);
+            let error = pooled.store_spec().unwrap_err().to_string();
+            assert!(
+                error.contains("--store-connections applies to the postgres engine only"),
+                "{error}"
+            );
+            let mut timed = config(&[store]);
+            timed.store_statement_timeout = Some(std::time::Duration::from_secs(1));
+            let error = timed.store_spec().unwrap_err().to_string();
+            assert!(error.contains("--store-statement-timeout"), "{error}");
+        }
+    }
+
+    /// A flag and the URL's parameter of the same name would leave one of
+    /// them ignored: refused, naming both, without the password.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn a_postgres_setting_given_twice_is_refused() {
+        let url = "postgres://app:s3cret@db/p?sslmode=disable&max_connections=8";
+        let mut both = config(&[url]);
+        both.store_connections = Some(4);
+        let error = both.store_spec().unwrap_err().to_string();
+        assert!(
+            error.contains("--store-connections") && error.contains("`max_connections`"),
+            "{error}"
+        );
+        assert!(!error.contains("s3cret"), "{error}");
+        // Each alone is taken.
+        both.store_connections = None;
+        assert!(both.store_spec().is_ok());
+        let mut flag = config(&["postgres://db/p?statement_timeout_x=1"]);
+        flag.store_connections = Some(4);
+        flag.store_statement_timeout = Some(std::time::Duration::from_secs(2));
+        assert!(flag.store_spec().is_ok());
     }
 }

@@ -260,11 +260,13 @@ pub enum ServerError {
         /// The Cargo feature that builds the engine in.
         feature: &'static str,
     },
-    /// A setting only the sled engine honours, given with another engine.
-    #[error("{setting} applies to the sled engine only, not to the {engine} engine: {why}")]
-    SledOnly {
+    /// A setting only one engine honours, given with another engine.
+    #[error("{setting} applies to the {only} engine only, not to the {engine} engine: {why}")]
+    EngineOnly {
         /// The setting, as a flag.
         setting: &'static str,
+        /// The engine that honours it.
+        only: &'static str,
         /// The engine `--store` names.
         engine: &'static str,
         /// Why it means nothing there.
