@@ -43,7 +43,7 @@ pub(crate) fn check(
             why,
         })
     };
-    if engine != "sled" {
+    if !matches!(spec, StoreSpec::Sled { .. }) {
         if config.durability() != Durability::Flushed {
             let why = "it acknowledges a write only once its database has committed it durably";
             return only("sled", "--durability buffered", why);
@@ -77,7 +77,7 @@ pub(crate) fn check(
             )));
         }
     }
-    if engine != "postgres" {
+    if !matches!(spec, StoreSpec::Postgres { .. }) {
         let why = "it sizes the PostgreSQL engine's connection pool";
         if config.store_connections.is_some() {
             return only("postgres", "--store-connections", why);

@@ -212,11 +212,6 @@ pub struct GiveBack<D> {
 }
 
 impl<D> GiveBack<D> {
-    /// The hold, shared.
-    pub fn hold(&self) -> &Arc<Hold<D>> {
-        &self.hold
-    }
-
     /// The gate, taken out: `None` if there was none or it was taken.
     pub fn take_gate(&mut self) -> Option<Gate> {
         self.gate.take()
