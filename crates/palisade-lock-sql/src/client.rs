@@ -84,6 +84,22 @@ impl SqlLockClient {
                     Ok(true)
                 })
             })
+            // A request cancelled while its `BEGIN` was in flight leaves
+            // the connection inside that transaction: sqlx counts a
+            // transaction only once `BEGIN` is answered, so its drop queues
+            // no rollback. Reused, the connection would run the next
+            // requests' statements in it, holding their row locks until
+            // some later `BEGIN` committed them. On MariaDB a `ROLLBACK` as
+            // the connection comes back ends it (and is a no-op outside a
+            // transaction); PostgreSQL would warn on every idle one.
+            .after_release(move |connection, _meta| {
+                Box::pin(async move {
+                    if dialect == Dialect::MariaDb {
+                        connection.execute("ROLLBACK").await?;
+                    }
+                    Ok(true)
+                })
+            })
             .after_connect(move |connection, _meta| {
                 Box::pin(async move {
                     // READ COMMITTED on both: every grant reads the rows it
