@@ -25,6 +25,31 @@ const FORGET_SESSIONS_AFTER: Duration = Duration::from_secs(3600);
 /// is always pinged; a busy one is not.
 const PING_IF_IDLE_FOR: Duration = Duration::from_millis(100);
 
+/// The database's own bounds on every session of the pool, a second past
+/// the operation timeout: a transaction left idle (its process paused or
+/// cut off mid-transaction) is ended by the server, letting go of the lock
+/// row every other session of that lock waits for; a wait for a row lock
+/// that the client gave up on (its operation timed out) ends soon after.
+fn session_bounds(dialect: Dialect, operation_timeout: Duration) -> Vec<String> {
+    let timeout = operation_timeout + Duration::from_secs(1);
+    match dialect {
+        Dialect::Postgres => {
+            let ms = timeout.as_millis().max(1);
+            vec![
+                format!("SET idle_in_transaction_session_timeout = {ms}"),
+                format!("SET lock_timeout = {ms}"),
+            ]
+        }
+        Dialect::MariaDb => {
+            // Whole seconds, rounded up.
+            let seconds = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+            vec![format!(
+                "SET SESSION idle_transaction_timeout = {seconds}, innodb_lock_wait_timeout = {seconds}"
+            )]
+        }
+    }
+}
+
 /// A connection to the lock tables, shared by many sessions.
 ///
 /// Cheap to clone. [`SqlLockClient::session`] opens a [`SqlLock`], which
@@ -45,7 +70,7 @@ impl std::fmt::Debug for SqlLockClient {
 
 #[derive(Debug)]
 pub(crate) struct ClientInner {
-    pub(crate) store: Store,
+    pub(crate) store: Arc<Store>,
     pub(crate) signer: Option<Signer>,
     listener: Option<JoinHandle<()>>,
     /// Waiters per lock over this client's sessions: the per-process bound
@@ -67,6 +92,7 @@ impl SqlLockClient {
     /// releases.
     pub async fn connect(config: SqlConfig) -> Result<SqlLockClient, SqlLockError> {
         let dialect = config.validate()?;
+        let timeout = config.operation_timeout;
         sqlx::any::install_default_drivers();
         let pool = AnyPoolOptions::new()
             .max_connections(config.max_connections)
@@ -101,6 +127,7 @@ impl SqlLockClient {
                 })
             })
             .after_connect(move |connection, _meta| {
+                let bounds = session_bounds(dialect, timeout);
                 Box::pin(async move {
                     // READ COMMITTED on both: every grant reads the rows it
                     // decides on after locking the lock row, so it must see
@@ -113,6 +140,9 @@ impl SqlLockClient {
                         Dialect::MariaDb => "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
                     };
                     connection.execute(statement).await?;
+                    for bound in &bounds {
+                        connection.execute(crate::store::safe(bound)).await?;
+                    }
                     Ok(())
                 })
             })
@@ -120,14 +150,14 @@ impl SqlLockClient {
             .await
             .map_err(|e| SqlLockError::Lock(crate::error::from_sqlx(dialect.backend(), e)))?;
         let (wake, _) = broadcast::channel(1024);
-        let store = Store {
+        let store = Arc::new(Store {
             pool,
             dialect,
             sql: Statements::new(dialect),
             timeout: config.operation_timeout,
             wake,
             counters: Default::default(),
-        };
+        });
         store.ensure_durable().await?;
         store.ensure_schema().await?;
         let listener = match dialect {

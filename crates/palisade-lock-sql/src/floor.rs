@@ -2,10 +2,13 @@
 //! backup: its `palisade_locks.generation` went backwards, so new holders
 //! get generations the resource servers already refused.
 
+use std::sync::Arc;
+
 use palisade_core::{FloorRaised, LockError, LockName, RaiseFloor, RaiseFloorError};
 use sqlx::Row;
 
 use crate::error::from_sqlx;
+use crate::store::Store;
 use crate::{SqlLockClient, SqlLockError};
 
 impl SqlLockClient {
@@ -45,7 +48,9 @@ impl RaiseFloor for SqlLockClient {
         })?;
         let store = &self.inner.store;
         let backend = store.dialect.backend();
-        let raise = async {
+        let lock = name.clone();
+        let raise = move |store: Arc<Store>| async move {
+            let name = &lock;
             let mut tx = store.pool.begin().await?;
             sqlx::query(sqlx::AssertSqlSafe(store.sql.insert_lock.as_str()))
                 .bind(name.as_str())
@@ -70,8 +75,10 @@ impl RaiseFloor for SqlLockClient {
             Ok::<_, sqlx::Error>((before, after))
         };
         let (before, after) = store
-            .bounded("raise floor", async {
-                raise.await.map_err(|error| from_sqlx(backend, error))
+            .detach("raise floor", |store| async move {
+                raise(store)
+                    .await
+                    .map_err(|error| from_sqlx(backend, error))
             })
             .await?;
         let as_u64 = |generation: i64| {

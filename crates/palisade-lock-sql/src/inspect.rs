@@ -65,9 +65,10 @@ impl ForceRelease for SqlLockClient {
         let Ok(generation) = i64::try_from(generation.get()) else {
             return Ok(false);
         };
+        let lock = name.clone();
         let deleted = store
-            .bounded("force release", async {
-                force_once(store, name, generation)
+            .detach("force release", move |store| async move {
+                force_once(&store, &lock, generation)
                     .await
                     .map_err(|e| from_sqlx(store.dialect.backend(), e))
             })

@@ -12,7 +12,7 @@ use palisade_core::{
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::store::{Attempt, Counters, Request};
+use crate::store::{Attempt, Counters, Detached, Request};
 use crate::{Dialect, SqlGuard, SqlLockClient};
 
 /// On PostgreSQL a waiter re-checks at the latest this often even when no
@@ -187,23 +187,27 @@ impl Obtain for SqlLock {
             token,
             session_id: None,
             waiter: None,
+            in_flight: None,
         };
         let mut pauses = palisade_core::retry_pauses(BACKOFF_MIN, BACKOFF_MAX);
         loop {
             let session_id = self.inner.live_session_id().await?;
             cleanup.session_id = Some(session_id.clone());
             let sent_at = Instant::now();
-            let attempt = store
-                .grant(Request {
-                    name,
-                    session: &session_id,
-                    mode,
-                    waiter: cleanup.waiter,
-                    enqueue: wait,
-                    token,
-                    ttl_us: self.inner.ttl_us,
-                })
-                .await?;
+            let grant = store.grant(Request {
+                name: name.clone(),
+                session: session_id.clone(),
+                mode,
+                waiter: cleanup.waiter,
+                enqueue: wait,
+                token,
+                ttl_us: self.inner.ttl_us,
+            });
+            // Kept in the cleanup while it runs: dropped meanwhile, the
+            // cleanup waits for it to end before removing what it wrote.
+            let attempt = cleanup.in_flight.insert(grant).await;
+            cleanup.in_flight = None;
+            let attempt = attempt?;
             match attempt {
                 Attempt::Granted { generation } => {
                     cleanup.disarm();
@@ -432,6 +436,8 @@ struct Cleanup {
     token: i64,
     session_id: Option<Arc<str>>,
     waiter: Option<i64>,
+    /// The grant transaction running, if any: it runs on to its end.
+    in_flight: Option<Detached<Attempt>>,
 }
 
 impl Cleanup {
@@ -448,13 +454,24 @@ impl Drop for Cleanup {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (session, name, token, waiter) = (
+        let (session, name, token, mut waiter) = (
             self.session.clone(),
             self.name.clone(),
             self.token,
             self.waiter,
         );
+        let in_flight = self.in_flight.take();
         runtime.spawn(async move {
+            // A grant still running ends first, so what it wrote (a hold,
+            // or a queue entry) is removed too.
+            if let Some(grant) = in_flight
+                && let Ok(Attempt::Waiting {
+                    waiter: Some(queued),
+                    ..
+                }) = grant.await
+            {
+                waiter = Some(queued);
+            }
             let store = &session.client.inner.store;
             if let Err(error) = store.release(&name, &session_id, token, waiter).await {
                 tracing::debug!(%error, lock = %name, "cleaning up after a dropped acquire failed; retrying");

@@ -4,8 +4,10 @@
 //! never both be granted.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use palisade_core::{LockError, LockName, Mode};
@@ -13,6 +15,7 @@ use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, AssertSqlSafe, Row, Transaction};
 use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
 
 use crate::decide::{self, Decision, HolderRow, LockView, Outcome, SessionRow, WaiterRow};
 use crate::dialect::{SCHEMA_VERSION, Statements};
@@ -90,10 +93,10 @@ pub(crate) enum Attempt {
 }
 
 /// One grant request.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Request<'a> {
-    pub(crate) name: &'a LockName,
-    pub(crate) session: &'a str,
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    pub(crate) name: LockName,
+    pub(crate) session: Arc<str>,
     pub(crate) mode: Mode,
     /// The requester's queue entry from an earlier attempt.
     pub(crate) waiter: Option<i64>,
@@ -126,6 +129,30 @@ pub(crate) fn parse_mode(text: &str) -> Mode {
     }
 }
 
+/// A transaction running on a task of its own ([`Store::detach`]): its
+/// answer, once it ends.
+#[derive(Debug)]
+pub(crate) struct Detached<T> {
+    backend: &'static str,
+    task: JoinHandle<Result<T, LockError>>,
+}
+
+impl<T> Future for Detached<T> {
+    type Output = Result<T, LockError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let backend = self.backend;
+        Pin::new(&mut self.task).poll(cx).map(|joined| {
+            joined.unwrap_or_else(|error| {
+                Err(LockError::Backend {
+                    backend,
+                    source: format!("the task running a transaction ended: {error}").into(),
+                })
+            })
+        })
+    }
+}
+
 impl Store {
     fn backend(&self) -> &'static str {
         self.dialect.backend()
@@ -144,6 +171,29 @@ impl Store {
         tokio::time::timeout(self.timeout, body)
             .await
             .unwrap_or_else(|_| Err(timed_out(self.backend(), operation, self.timeout)))
+    }
+
+    /// Runs `transaction` on a task of its own, within the time bound of
+    /// `operation`. The caller's future may stop being polled at any point
+    /// (its task paused, a `select!` busy with another branch) or be
+    /// dropped: the transaction still runs to its end at once, and lets go
+    /// of its row locks, instead of holding every other session of the
+    /// lock back until the caller is polled again.
+    pub(crate) fn detach<T, F>(
+        self: &Arc<Self>,
+        operation: &'static str,
+        transaction: impl FnOnce(Arc<Store>) -> F,
+    ) -> Detached<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, LockError>> + Send + 'static,
+    {
+        let body = transaction(self.clone());
+        let store = self.clone();
+        Detached {
+            backend: self.backend(),
+            task: tokio::spawn(async move { store.bounded(operation, body).await }),
+        }
     }
 
     /// Runs one statement on the pool within the time bound of
@@ -191,24 +241,24 @@ impl Store {
     /// one transaction that clients starting together take in turn (within
     /// the operation timeout: a client paused mid-migration holds the
     /// others back only until its transaction is cut).
-    pub(crate) async fn ensure_schema(&self) -> Result<(), SqlLockError> {
+    pub(crate) async fn ensure_schema(self: &Arc<Self>) -> Result<(), SqlLockError> {
         let found = self
-            .bounded("create tables", async {
-                let err = |e| self.err(e);
-                let mut tx = self.pool.begin().await.map_err(err)?;
-                let statements = self.sql.serialise_migration.iter();
-                for statement in statements.chain(&self.sql.create_tables) {
+            .detach("create tables", |store| async move {
+                let err = |e| store.err(e);
+                let mut tx = store.pool.begin().await.map_err(err)?;
+                let statements = store.sql.serialise_migration.iter();
+                for statement in statements.chain(&store.sql.create_tables) {
                     sqlx::query(safe(statement))
                         .execute(&mut *tx)
                         .await
                         .map_err(err)?;
                 }
-                sqlx::query(safe(&self.sql.insert_schema_version))
+                sqlx::query(safe(&store.sql.insert_schema_version))
                     .bind(SCHEMA_VERSION)
                     .execute(&mut *tx)
                     .await
                     .map_err(err)?;
-                let found: i64 = sqlx::query(safe(&self.sql.schema_version))
+                let found: i64 = sqlx::query(safe(&store.sql.schema_version))
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(err)?
@@ -228,31 +278,31 @@ impl Store {
     }
 
     /// Tries to grant `request` in one transaction, retrying a transaction
-    /// the database aborted to break a deadlock.
-    pub(crate) async fn grant(&self, request: Request<'_>) -> Result<Attempt, LockError> {
-        self.bounded("grant", async {
+    /// the database aborted to break a
+    /// deadlock. Detached ([`Store::detach`]).
+    pub(crate) fn grant(self: &Arc<Self>, request: Request) -> Detached<Attempt> {
+        self.detach("grant", |store| async move {
             loop {
-                match retrying_deadlocks(|| self.grant_once(request)).await {
-                    Err(error) => return Err(self.err(error)),
+                match retrying_deadlocks(|| store.grant_once(&request)).await {
+                    Err(error) => return Err(store.err(error)),
                     Ok(Some(result)) => return Ok(result),
                     Ok(None) => {
                         // The lock row did not exist yet: create it outside
                         // the transaction (so its insert lock is not held
                         // while others queue), then try again.
-                        sqlx::query(safe(&self.sql.insert_lock))
+                        sqlx::query(safe(&store.sql.insert_lock))
                             .bind(request.name.as_str())
-                            .execute(&self.pool)
+                            .execute(&store.pool)
                             .await
-                            .map_err(|e| self.err(e))?;
+                            .map_err(|e| store.err(e))?;
                     }
                 }
             }
         })
-        .await
     }
 
     /// `None` when the lock row does not exist yet.
-    async fn grant_once(&self, request: Request<'_>) -> Result<Option<Attempt>, sqlx::Error> {
+    async fn grant_once(&self, request: &Request) -> Result<Option<Attempt>, sqlx::Error> {
         let name = request.name.as_str();
         Counters::count(&self.counters.grant_transactions);
         let mut tx = self.pool.begin().await?;
@@ -266,14 +316,14 @@ impl Store {
             return Ok(None);
         };
         let view = self
-            .read_view(&mut tx, &lock_row, name, request.session)
+            .read_view(&mut tx, &lock_row, name, &request.session)
             .await?;
-        let decision = decide::decide(&view, request.session, request.mode, request.waiter);
+        let decision = decide::decide(&view, &request.session, request.mode, request.waiter);
         self.apply_cleanup(&mut tx, name, &view, &decision).await?;
 
         let attempt = match decision.outcome {
             Outcome::Grant { generation } => {
-                self.write_grant(&mut tx, &request, generation, decision.delay_until_us)
+                self.write_grant(&mut tx, request, generation, decision.delay_until_us)
                     .await?;
                 if request.mode == Mode::Shared {
                     // The next shared waiter may join.
@@ -287,7 +337,7 @@ impl Store {
                     (None, true) => Some(
                         sqlx::query(safe(&self.sql.insert_waiter))
                             .bind(name)
-                            .bind(request.session)
+                            .bind(&*request.session)
                             .bind(mode_text(request.mode))
                             .fetch_one(&mut *tx)
                             .await?
@@ -319,7 +369,7 @@ impl Store {
     async fn write_grant(
         &self,
         tx: &mut Transaction<'static, Any>,
-        request: &Request<'_>,
+        request: &Request,
         generation: i64,
         delay_until_us: i64,
     ) -> Result<(), sqlx::Error> {
@@ -330,13 +380,13 @@ impl Store {
                 .bind(delay_until_us)
                 .bind(name)
                 .bind(name)
-                .bind(request.session)
+                .bind(&*request.session)
                 .bind(mode_text(request.mode))
                 .bind(generation)
                 .bind(request.token)
                 .bind(request.waiter)
                 .bind(request.ttl_us)
-                .bind(request.session)
+                .bind(&*request.session)
                 .execute(&mut **tx)
                 .await?;
             return Ok(());
@@ -349,7 +399,7 @@ impl Store {
             .await?;
         sqlx::query(safe(&self.sql.insert_holder))
             .bind(name)
-            .bind(request.session)
+            .bind(&*request.session)
             .bind(mode_text(request.mode))
             .bind(generation)
             .bind(request.token)
@@ -364,7 +414,7 @@ impl Store {
         // The hold stands on the session's lease: start it afresh.
         sqlx::query(safe(&self.sql.extend_own_session))
             .bind(request.ttl_us)
-            .bind(request.session)
+            .bind(&*request.session)
             .execute(&mut **tx)
             .await?;
         Ok(())
@@ -461,23 +511,24 @@ impl Store {
 
     /// Compare-and-delete of a hold by its session and acquire token, and,
     /// when `waiter` is set, of that queue entry. Returns whether the hold
-    /// was there. Waiters of the lock are woken.
-    pub(crate) async fn release(
-        &self,
+    /// was there. Waiters of the lock are woken. Detached
+    /// ([`Store::detach`]).
+    pub(crate) fn release(
+        self: &Arc<Self>,
         name: &LockName,
         session: &str,
         token: i64,
         waiter: Option<i64>,
-    ) -> Result<bool, LockError> {
-        self.bounded("release", async {
+    ) -> Detached<bool> {
+        let (name, session) = (name.clone(), session.to_owned());
+        self.detach("release", move |store| async move {
             let found =
-                retrying_deadlocks(|| self.release_once(name.as_str(), session, token, waiter))
+                retrying_deadlocks(|| store.release_once(name.as_str(), &session, token, waiter))
                     .await
-                    .map_err(|error| self.err(error))?;
-            self.wake_local(name.as_str());
+                    .map_err(|error| store.err(error))?;
+            store.wake_local(name.as_str());
             Ok(found)
         })
-        .await
     }
 
     async fn release_once(

@@ -638,3 +638,62 @@ async fn mariadb_idle_connections_cut_by_a_restart_are_replaced() {
     common::trace();
     idle_connections_cut_by_a_restart_are_replaced(SqlServer::mariadb()).await;
 }
+
+/// An acquire whose future stops being polled at any point, even inside
+/// its grant transaction (its task paused, or a `select!` busy with
+/// another branch), holds no lock row meanwhile: the transaction runs to
+/// its end on a task of its own. Another session's grant on the same lock
+/// answers at once instead of waiting for the stalled future.
+async fn an_unpolled_acquire_holds_nobody_back(server: SqlServer) {
+    let client = common::client(&server).await;
+    let lock = name("ledger/unpolled");
+    let open = || client.session(common::options(Duration::from_secs(5)));
+    let (holder, waiter, other) = (
+        open().await.unwrap(),
+        open().await.unwrap(),
+        open().await.unwrap(),
+    );
+    let held = holder
+        .acquire(&lock, Mode::Exclusive)
+        .await
+        .expect("the holder");
+    // Polling windows from nothing to well past one grant transaction, in
+    // steps far finer than one: some stop inside it.
+    for step in 0..80_u64 {
+        let polled = Duration::from_micros(100 * step);
+        let mut acquire = Box::pin(waiter.acquire(&lock, Mode::Exclusive));
+        if tokio::time::timeout(polled, acquire.as_mut()).await.is_ok() {
+            panic!("step {step}: granted while another session holds the lock");
+        }
+        // `acquire` is not polled from here until it is dropped.
+        let answer = tokio::time::timeout(
+            Duration::from_secs(2),
+            other.try_acquire(&lock, Mode::Exclusive),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "step {step}: a try-acquire waited 2 s behind an acquire left unpolled after \
+                 {polled:?}"
+            )
+        });
+        assert!(
+            matches!(answer, Ok(None)),
+            "step {step}: expected `not granted`, got {answer:?}"
+        );
+        drop(acquire);
+    }
+    held.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_unpolled_acquire_holds_nobody_back() {
+    common::trace();
+    an_unpolled_acquire_holds_nobody_back(SqlServer::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_an_unpolled_acquire_holds_nobody_back() {
+    common::trace();
+    an_unpolled_acquire_holds_nobody_back(SqlServer::mariadb()).await;
+}
