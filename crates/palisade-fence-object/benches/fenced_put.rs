@@ -10,9 +10,11 @@
 //!
 //! - `plain`: `ObjectStore::put`, unconditional (what a writer without a
 //!   fence sends): one request;
-//! - `fenced put`: [`ObjectFence::put`] by a steady holder (the fence
-//!   object read, then the write with `If-Match` on the version it wrote
-//!   last): two requests;
+//! - `fenced put`: [`ObjectFence::put`] by a steady holder, each client
+//!   holding its own lock (the write with `If-Match` on the version it
+//!   wrote last, and a read of the lock's fence object once its last read
+//!   is [`palisade_fence_object::MARKS_REUSE`] old): one request, plus
+//!   one per 250 ms;
 //! - `log append`: [`FencedLog::append`] by a steady holder (the write
 //!   with `If-None-Match: *` at its next slot): one request.
 //!

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::ObjectStoreExt as _;
@@ -11,6 +12,7 @@ use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, PutMode, PutPayload, UpdateVersion};
 use palisade_core::marks::Marks;
 use palisade_core::{Mode, Refused, Sequencer, SequencerSource};
+use tokio::time::Instant;
 
 use crate::outcome::{Budget, Outcome, RetryBudget, conditional_put, store_error};
 use crate::record::{self, FenceRecord, meta};
@@ -75,9 +77,32 @@ struct Known {
     lock: Option<String>,
 }
 
-/// At most this many objects' versions are remembered; beyond, the memory
-/// is dropped and objects are read again.
+/// At most this many objects' versions (and locks' fence records) are
+/// remembered; beyond, the memory is dropped and they are read again.
 const MAX_KNOWN: usize = 4096;
+
+/// How long a read of a lock's fence object answers this fence's later
+/// calls, counted from when the read was sent; and how long every call
+/// that raised a lock's marks waits before it goes on (returns from
+/// [`ObjectFence::fence`], or writes the object of its `put`).
+///
+/// Together they keep `put`'s guarantee while a steady holder reads the
+/// fence object about once per this time instead of once per call: a
+/// fence that reused a read from before a raise did so at most this long
+/// after sending it, so by the time the raising call goes on, no call that
+/// checks from then on can be answered from before the raise. (Measured
+/// by each process's monotonic clock; a pause only makes a read older and
+/// a wait longer.) Part of the fence object's format, v2: every writer of
+/// a store must wait it.
+pub const MARKS_REUSE: Duration = Duration::from_millis(250);
+
+/// A lock's fence record as this fence last read or wrote it, and when
+/// that request was sent.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    record: FenceRecord,
+    sent_at: Instant,
+}
 
 /// The fence over one object store (already scoped to its prefix).
 ///
@@ -97,6 +122,8 @@ pub struct ObjectFence {
     pub(crate) name: String,
     pub(crate) retry: RetryBudget,
     known: Mutex<HashMap<Path, Known>>,
+    /// Fence records by their path, reused for [`MARKS_REUSE`].
+    seen: Mutex<HashMap<Path, Seen>>,
     pub(crate) stats: Arc<FenceStats>,
 }
 
@@ -142,6 +169,7 @@ impl ObjectFence {
             name: name.into(),
             retry: RetryBudget::default(),
             known: Mutex::new(HashMap::new()),
+            seen: Mutex::new(HashMap::new()),
             stats: Arc::default(),
         }
     }
@@ -173,9 +201,10 @@ impl ObjectFence {
     }
 
     /// Fences the lock at the store: raises its fence object's marks to
-    /// the sequencer's generation, by [`Marks::admit`]. A new holder calls
-    /// this right after acquiring, so every older holder's later call is
-    /// refused, whatever object it writes. Returns the marks after it, or
+    /// the sequencer's generation, by [`Marks::admit`], and when it raised
+    /// them waits [`MARKS_REUSE`] before it returns. A new holder calls
+    /// this right after acquiring, so every older holder's call that
+    /// checks after it returned is refused, whatever object it writes. Returns the marks after it, or
     /// [`Refused::Stale`] if a newer generation got there first.
     pub async fn fence(
         &self,
@@ -189,9 +218,11 @@ impl ObjectFence {
     /// Writes `bytes` to `path` if no holder of a newer generation of the
     /// sequencer's lock has fenced the lock or written this object.
     ///
-    /// 1. Reads the lock's fence object and applies [`Marks::admit`];
+    /// 1. Reads the lock's fence object (or reuses this fence's read of it
+    ///    sent less than [`MARKS_REUSE`] ago) and applies [`Marks::admit`];
     ///    raises the marks if this generation is new (a conditional write
-    ///    of the fence object). Refused if a newer holder fenced or wrote
+    ///    of the fence object, on a fresh read), then waits
+    ///    [`MARKS_REUSE`]. Refused if a newer holder fenced or wrote
     ///    anything under the lock.
     /// 2. Takes the object's current version (remembered from this
     ///    fence's last write of it, or read). Refused if a newer generation
@@ -450,17 +481,32 @@ impl ObjectFence {
     }
 
     /// The lock's marks after admitting `sequencer`: reads its fence
-    /// object, applies [`Marks::admit`], and writes the raised marks
-    /// conditionally (a 412 means another holder wrote it first: read
-    /// again).
+    /// object (or reuses a read sent less than [`MARKS_REUSE`] ago),
+    /// applies [`Marks::admit`], and writes the raised marks conditionally
+    /// (a 412 means another holder wrote it first: read again), then waits
+    /// [`MARKS_REUSE`].
     pub(crate) async fn admit_lock(
         &self,
         sequencer: &Sequencer,
         budget: &mut Budget,
     ) -> Result<Result<Marks, Refused>, FenceError> {
         let path = record::fence_path(sequencer.lock());
+        if let Some(record) = self.recently_seen(&path) {
+            match record.marks.admit(sequencer.mode(), sequencer.generation()) {
+                // Marks only grow: a refusal by an older read stands.
+                None => return Ok(Err(self.refuse(sequencer, record.marks, &path))),
+                Some(after) if after == record.marks => return Ok(Ok(after)),
+                // A raise is decided on the object itself.
+                Some(_) => {}
+            }
+        }
         loop {
-            let (record, e_tag) = match self.read_fence(&path, sequencer).await {
+            let sent_at = Instant::now();
+            let found = self.read_fence(&path, sequencer).await;
+            if let Ok((record, Some(_))) = &found {
+                self.saw(&path, *record, sent_at);
+            }
+            let (record, e_tag) = match found {
                 Ok(found) => found,
                 Err(error) => {
                     if budget.pause().await {
@@ -478,6 +524,7 @@ impl ObjectFence {
             let next = FenceRecord {
                 marks: after,
                 version: record.version + 1,
+                reusable: true,
             };
             let mode = match e_tag {
                 Some(e_tag) => PutMode::Update(UpdateVersion {
@@ -487,6 +534,7 @@ impl ObjectFence {
                 None => PutMode::Create,
             };
             let payload = PutPayload::from(next.encode(sequencer.lock()));
+            let sent_at = Instant::now();
             let outcome = conditional_put(
                 self.store.as_ref(),
                 &path,
@@ -498,7 +546,12 @@ impl ObjectFence {
             match outcome {
                 Outcome::Landed(_) => {
                     FenceStats::count(&self.stats.landed);
+                    self.saw(&path, next, sent_at);
                     tracing::info!(target: "palisade_fence_object", lock = %sequencer.lock(), generation = sequencer.generation().get(), marks = %after, "lock fenced at the store");
+                    // Any fence may still answer from a read sent before
+                    // this raise, for up to MARKS_REUSE: once that has
+                    // passed, every call that checks sees the raise.
+                    tokio::time::sleep(MARKS_REUSE).await;
                     return Ok(Ok(after));
                 }
                 Outcome::ConditionFailed => {
@@ -531,6 +584,26 @@ impl ObjectFence {
                 Outcome::Fatal(error) => return Err(store_error(&self.name, error)),
             }
         }
+    }
+
+    /// A v2 fence record read or written by a request sent less than
+    /// [`MARKS_REUSE`] ago.
+    fn recently_seen(&self, path: &Path) -> Option<FenceRecord> {
+        let seen = self.seen.lock().expect("not poisoned");
+        let seen = seen.get(path)?;
+        (seen.record.reusable && seen.sent_at.elapsed() < MARKS_REUSE).then_some(seen.record)
+    }
+
+    /// Remembers a fence record, unless one from a later request is there.
+    fn saw(&self, path: &Path, record: FenceRecord, sent_at: Instant) {
+        let mut seen = self.seen.lock().expect("not poisoned");
+        if seen.get(path).is_some_and(|known| known.sent_at > sent_at) {
+            return;
+        }
+        if seen.len() >= MAX_KNOWN {
+            seen.clear();
+        }
+        seen.insert(path.clone(), Seen { record, sent_at });
     }
 
     /// The lock's fence record and its ETag (`None`: no fence object yet).

@@ -60,7 +60,7 @@ pub mod testing;
 
 pub use config::S3Config;
 pub use error::FenceError;
-pub use fence::{FenceStats, Object, ObjectFence, Written};
+pub use fence::{FenceStats, MARKS_REUSE, Object, ObjectFence, Written};
 pub use log::{Appended, FencedLog, LogEntry};
 /// `object_store`'s path type, which every call takes.
 pub use object_store::path::Path;

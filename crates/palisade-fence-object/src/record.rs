@@ -63,16 +63,23 @@ pub(crate) fn new_write_id() -> String {
 /// with every write of it. The version makes every write's bytes, and so
 /// its S3 ETag (the MD5 of the bytes), differ from every earlier one: an
 /// `If-Match` taken on an old version can never match again.
+///
+/// Format v2 is v1 written by fences that wait
+/// [`MARKS_REUSE`](crate::MARKS_REUSE) after every raise, so a read of it
+/// may answer later calls for that long; a v1 record (written by a fence
+/// that did not wait) is read but never reused. A v1 reader refuses v2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct FenceRecord {
     pub(crate) marks: Marks,
     pub(crate) version: u64,
+    /// Written in format v2 (by a fence that waits after a raise).
+    pub(crate) reusable: bool,
 }
 
 impl FenceRecord {
     pub(crate) fn encode(&self, lock: &LockName) -> String {
         format!(
-            "palisade-fence v1\nlock={lock}\nexclusive={}\nshared={}\nversion={}\n",
+            "palisade-fence v2\nlock={lock}\nexclusive={}\nshared={}\nversion={}\n",
             self.marks.exclusive, self.marks.shared, self.version
         )
     }
@@ -84,9 +91,11 @@ impl FenceRecord {
         };
         let text = std::str::from_utf8(text).map_err(|_| corrupt("not UTF-8".into()))?;
         let mut lines = text.lines();
-        if lines.next() != Some("palisade-fence v1") {
-            return Err(corrupt("no `palisade-fence v1` header".into()));
-        }
+        let reusable = match lines.next() {
+            Some("palisade-fence v2") => true,
+            Some("palisade-fence v1") => false,
+            _ => return Err(corrupt("no `palisade-fence v2` (or v1) header".into())),
+        };
         let mut field = |name: &str| -> Result<&str, FenceError> {
             lines
                 .next()
@@ -107,6 +116,7 @@ impl FenceRecord {
         Ok(FenceRecord {
             marks: Marks { exclusive, shared },
             version,
+            reusable,
         })
     }
 }
@@ -159,6 +169,7 @@ mod tests {
                 shared: 7,
             },
             version: 3,
+            reusable: true,
         };
         let text = record.encode(&lock);
         assert_eq!(
@@ -175,9 +186,19 @@ mod tests {
             FenceRecord::decode(&path, &other, text.as_bytes()),
             Err(FenceError::Corrupt { .. })
         ));
+        let v1 = text.replace("palisade-fence v2", "palisade-fence v1");
+        assert_eq!(
+            FenceRecord::decode(&path, &lock, v1.as_bytes()).unwrap(),
+            FenceRecord {
+                reusable: false,
+                ..record
+            },
+            "a v1 record is read, never reused"
+        );
         for bad in [
             "",
-            "palisade-fence v1\nlock=orders/42\nexclusive=x\n",
+            "palisade-fence v2\nlock=orders/42\nexclusive=x\n",
+            "palisade-fence v3\nlock=orders/42\nexclusive=34\nshared=7\nversion=3\n",
             "hello",
         ] {
             assert!(

@@ -201,3 +201,42 @@ async fn a_fenced_delete_keeps_older_holders_from_creating_the_object_again() {
         Err(palisade_fence_object::FenceError::ReservedPath { .. })
     ));
 }
+
+/// Two processes' fences, each reusing its reads of the lock's fence
+/// object for `MARKS_REUSE`: A writes (its second put reads the fence
+/// object afresh), B fences, and A's next put, of another object, sent as
+/// soon as B's fence returned, is refused. What outlasts A's read is B's
+/// wait after its raise: without it, A's put would be answered from a read
+/// taken before the raise, and land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_fence_read_never_outlasts_a_newer_holders_fence() {
+    let moto = common::moto();
+    let fence_a = common::fence(&moto.endpoint(), "reuse").await;
+    let fence_b = common::fence(&moto.endpoint(), "reuse").await;
+    let (a, b) = (common::exclusive("reuse", 5), common::exclusive("reuse", 6));
+    let one = Path::from("one.json");
+    fence_a.put(&a, &one, "A").await.unwrap().unwrap();
+    fence_a.put(&a, &one, "A again").await.unwrap().unwrap();
+
+    let fenced_at = tokio::time::Instant::now();
+    fence_b.fence(&b).await.unwrap().unwrap();
+    let fence_took = fenced_at.elapsed();
+    let late = fence_a
+        .put(&a, &Path::from("two.json"), "A, late")
+        .await
+        .unwrap();
+    assert!(
+        matches!(late, Err(Refused::Stale { .. })),
+        "{late:?} (B's fence took {fence_took:?})"
+    );
+    let two = fence_a.get(&Path::from("two.json")).await.unwrap();
+    assert!(two.is_none(), "{two:?}");
+    assert!(
+        fence_took >= palisade_fence_object::MARKS_REUSE,
+        "a fence that raised the marks waits MARKS_REUSE before it returns"
+    );
+    // B's later calls are answered without that wait: its marks stand.
+    let steady = tokio::time::Instant::now();
+    fence_b.put(&b, &one, "B").await.unwrap().unwrap();
+    assert!(steady.elapsed() < palisade_fence_object::MARKS_REUSE * 4);
+}
