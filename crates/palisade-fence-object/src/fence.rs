@@ -82,18 +82,20 @@ struct Known {
 const MAX_KNOWN: usize = 4096;
 
 /// How long a read of a lock's fence object answers this fence's later
-/// calls, counted from when the read was sent; and how long every call
-/// that raised a lock's marks waits before it goes on (returns from
-/// [`ObjectFence::fence`], or writes the object of its `put`).
+/// calls, counted from when the read was sent; and how long marks must
+/// have stood before any call relies on them to write: a call that raised
+/// a lock's marks waits this long after its raise landed (then writes the
+/// record again, *settled*), and a call that reads marks not yet settled
+/// waits this long after its read was answered.
 ///
 /// Together they keep `put`'s guarantee while a steady holder reads the
 /// fence object about once per this time instead of once per call: a
 /// fence that reused a read from before a raise did so at most this long
-/// after sending it, so by the time the raising call goes on, no call that
-/// checks from then on can be answered from before the raise. (Measured
-/// by each process's monotonic clock; a pause only makes a read older and
-/// a wait longer.) Part of the fence object's format, v2: every writer of
-/// a store must wait it.
+/// after sending it, so by the time any call of the newer generation goes
+/// on, no call that checks from then on can be answered from before the
+/// raise. (Measured by each process's monotonic clock; a pause only makes
+/// a read older and a wait longer.) Part of the fence object's format, v2:
+/// every writer of a store must follow it.
 pub const MARKS_REUSE: Duration = Duration::from_millis(250);
 
 /// A lock's fence record as this fence last read or wrote it, and when
@@ -481,10 +483,11 @@ impl ObjectFence {
     }
 
     /// The lock's marks after admitting `sequencer`: reads its fence
-    /// object (or reuses a read sent less than [`MARKS_REUSE`] ago),
-    /// applies [`Marks::admit`], and writes the raised marks conditionally
-    /// (a 412 means another holder wrote it first: read again), then waits
-    /// [`MARKS_REUSE`].
+    /// object (or reuses a read of settled marks sent less than
+    /// [`MARKS_REUSE`] ago), applies [`Marks::admit`], and writes the
+    /// raised marks conditionally (a 412 means another holder wrote it
+    /// first: read again). Marks raised, or read unsettled, are relied on
+    /// only after [`MARKS_REUSE`], then settled.
     pub(crate) async fn admit_lock(
         &self,
         sequencer: &Sequencer,
@@ -495,8 +498,8 @@ impl ObjectFence {
             match record.marks.admit(sequencer.mode(), sequencer.generation()) {
                 // Marks only grow: a refusal by an older read stands.
                 None => return Ok(Err(self.refuse(sequencer, record.marks, &path))),
-                Some(after) if after == record.marks => return Ok(Ok(after)),
-                // A raise is decided on the object itself.
+                Some(after) if after == record.marks && record.settled => return Ok(Ok(after)),
+                // A raise, or marks not yet settled: read the object itself.
                 Some(_) => {}
             }
         }
@@ -519,12 +522,22 @@ impl ObjectFence {
                 return Ok(Err(self.refuse(sequencer, record.marks, &path)));
             };
             if after == record.marks {
+                if !record.settled
+                    && let Some(e_tag) = e_tag
+                {
+                    // Raised less than MARKS_REUSE ago, perhaps (by a
+                    // holder whose answer was lost, or another process of
+                    // this generation): the raise had landed by the time
+                    // this read was answered.
+                    tokio::time::sleep(MARKS_REUSE).await;
+                    self.settle(&path, sequencer, record, e_tag).await;
+                }
                 return Ok(Ok(after));
             }
             let next = FenceRecord {
                 marks: after,
                 version: record.version + 1,
-                reusable: true,
+                settled: false,
             };
             let mode = match e_tag {
                 Some(e_tag) => PutMode::Update(UpdateVersion {
@@ -544,7 +557,7 @@ impl ObjectFence {
             )
             .await;
             match outcome {
-                Outcome::Landed(_) => {
+                Outcome::Landed(result) => {
                     FenceStats::count(&self.stats.landed);
                     self.saw(&path, next, sent_at);
                     tracing::info!(target: "palisade_fence_object", lock = %sequencer.lock(), generation = sequencer.generation().get(), marks = %after, "lock fenced at the store");
@@ -552,6 +565,9 @@ impl ObjectFence {
                     // this raise, for up to MARKS_REUSE: once that has
                     // passed, every call that checks sees the raise.
                     tokio::time::sleep(MARKS_REUSE).await;
+                    if let Some(e_tag) = result.e_tag {
+                        self.settle(&path, sequencer, next, e_tag).await;
+                    }
                     return Ok(Ok(after));
                 }
                 Outcome::ConditionFailed => {
@@ -586,12 +602,36 @@ impl ObjectFence {
         }
     }
 
-    /// A v2 fence record read or written by a request sent less than
+    /// Writes `raised` again as settled, once [`MARKS_REUSE`] has passed
+    /// since it landed, so readers rely on it at once. Conditional on the
+    /// version raised: anything written since stands. Best effort: if it
+    /// fails, each reader waits once by itself.
+    async fn settle(&self, path: &Path, sequencer: &Sequencer, raised: FenceRecord, e_tag: String) {
+        let settled = FenceRecord {
+            version: raised.version + 1,
+            settled: true,
+            ..raised
+        };
+        let payload = PutPayload::from(settled.encode(sequencer.lock()));
+        let mode = PutMode::Update(UpdateVersion {
+            e_tag: Some(e_tag),
+            version: None,
+        });
+        let sent_at = Instant::now();
+        match conditional_put(self.store.as_ref(), path, payload, mode, Default::default()).await {
+            Outcome::Landed(_) => self.saw(path, settled, sent_at),
+            outcome => {
+                tracing::debug!(target: "palisade_fence_object", lock = %sequencer.lock(), ?outcome, "the raise was not marked settled; readers wait once each")
+            }
+        }
+    }
+
+    /// A fence record read or written by a request sent less than
     /// [`MARKS_REUSE`] ago.
     fn recently_seen(&self, path: &Path) -> Option<FenceRecord> {
         let seen = self.seen.lock().expect("not poisoned");
         let seen = seen.get(path)?;
-        (seen.record.reusable && seen.sent_at.elapsed() < MARKS_REUSE).then_some(seen.record)
+        (seen.sent_at.elapsed() < MARKS_REUSE).then_some(seen.record)
     }
 
     /// Remembers a fence record, unless one from a later request is there.

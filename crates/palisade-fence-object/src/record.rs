@@ -64,23 +64,27 @@ pub(crate) fn new_write_id() -> String {
 /// its S3 ETag (the MD5 of the bytes), differ from every earlier one: an
 /// `If-Match` taken on an old version can never match again.
 ///
-/// Format v2 is v1 written by fences that wait
-/// [`MARKS_REUSE`](crate::MARKS_REUSE) after every raise, so a read of it
-/// may answer later calls for that long; a v1 record (written by a fence
-/// that did not wait) is read but never reused. A v1 reader refuses v2.
+/// Format v2 adds `settled`: a raise is written unsettled, and settled by
+/// a write of the same marks once [`MARKS_REUSE`](crate::MARKS_REUSE) has
+/// passed since it landed (docs/object-storage.md). A v1 record (written
+/// by a fence that did not wait) reads as unsettled. A v1 reader refuses
+/// v2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct FenceRecord {
     pub(crate) marks: Marks,
     pub(crate) version: u64,
-    /// Written in format v2 (by a fence that waits after a raise).
-    pub(crate) reusable: bool,
+    /// At least `MARKS_REUSE` has passed since these marks were raised.
+    pub(crate) settled: bool,
 }
 
 impl FenceRecord {
     pub(crate) fn encode(&self, lock: &LockName) -> String {
         format!(
-            "palisade-fence v2\nlock={lock}\nexclusive={}\nshared={}\nversion={}\n",
-            self.marks.exclusive, self.marks.shared, self.version
+            "palisade-fence v2\nlock={lock}\nexclusive={}\nshared={}\nversion={}\nsettled={}\n",
+            self.marks.exclusive,
+            self.marks.shared,
+            self.version,
+            u8::from(self.settled)
         )
     }
 
@@ -91,7 +95,7 @@ impl FenceRecord {
         };
         let text = std::str::from_utf8(text).map_err(|_| corrupt("not UTF-8".into()))?;
         let mut lines = text.lines();
-        let reusable = match lines.next() {
+        let v2 = match lines.next() {
             Some("palisade-fence v2") => true,
             Some("palisade-fence v1") => false,
             _ => return Err(corrupt("no `palisade-fence v2` (or v1) header".into())),
@@ -113,10 +117,18 @@ impl FenceRecord {
         let exclusive = number(field("exclusive")?, "exclusive")?;
         let shared = number(field("shared")?, "shared")?;
         let version = number(field("version")?, "version")?;
+        let settled = match v2 {
+            true => match field("settled")? {
+                "1" => true,
+                "0" => false,
+                _ => return Err(corrupt("`settled` is neither 0 nor 1".into())),
+            },
+            false => false,
+        };
         Ok(FenceRecord {
             marks: Marks { exclusive, shared },
             version,
-            reusable,
+            settled,
         })
     }
 }
@@ -169,7 +181,7 @@ mod tests {
                 shared: 7,
             },
             version: 3,
-            reusable: true,
+            settled: true,
         };
         let text = record.encode(&lock);
         assert_eq!(
@@ -186,19 +198,22 @@ mod tests {
             FenceRecord::decode(&path, &other, text.as_bytes()),
             Err(FenceError::Corrupt { .. })
         ));
-        let v1 = text.replace("palisade-fence v2", "palisade-fence v1");
+        let unsettled = FenceRecord {
+            settled: false,
+            ..record
+        };
+        assert_ne!(unsettled.encode(&lock), text);
+        let v1 = "palisade-fence v1\nlock=orders/42\nexclusive=34\nshared=7\nversion=3\n";
         assert_eq!(
             FenceRecord::decode(&path, &lock, v1.as_bytes()).unwrap(),
-            FenceRecord {
-                reusable: false,
-                ..record
-            },
-            "a v1 record is read, never reused"
+            unsettled,
+            "a v1 record reads as unsettled"
         );
         for bad in [
             "",
             "palisade-fence v2\nlock=orders/42\nexclusive=x\n",
-            "palisade-fence v3\nlock=orders/42\nexclusive=34\nshared=7\nversion=3\n",
+            "palisade-fence v2\nlock=orders/42\nexclusive=34\nshared=7\nversion=3\n",
+            "palisade-fence v3\nlock=orders/42\nexclusive=34\nshared=7\nversion=3\nsettled=1\n",
             "hello",
         ] {
             assert!(

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use object_store::ObjectStoreExt as _;
 use palisade_core::{Lock, LockError, LockGuard, LockName, Mode, Refused, SessionOptions};
 use palisade_fence_object::Path;
 use palisade_lock_embedded::EmbeddedLockClient;
@@ -239,4 +240,64 @@ async fn a_reused_fence_read_never_outlasts_a_newer_holders_fence() {
     let steady = tokio::time::Instant::now();
     fence_b.put(&b, &one, "B").await.unwrap().unwrap();
     assert!(steady.elapsed() < palisade_fence_object::MARKS_REUSE * 4);
+}
+
+/// Marks raised but not yet settled (the raiser's answer was lost, or it
+/// stopped before settling; here written straight to the store) are
+/// relied on only `MARKS_REUSE` after they were read: another process of
+/// the newer generation waits before its put goes on, so A's put sent
+/// right after that put returned, answered from A's earlier read, cannot
+/// land. Without that wait it would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsettled_marks_are_relied_on_only_after_marks_reuse() {
+    let moto = common::moto();
+    let fence_a = common::fence(&moto.endpoint(), "unsettled").await;
+    let fence_b = common::fence(&moto.endpoint(), "unsettled").await;
+    let (a, b) = (
+        common::exclusive("unsettled", 5),
+        common::exclusive("unsettled", 6),
+    );
+    let one = Path::from("one.json");
+    fence_a.put(&a, &one, "A").await.unwrap().unwrap();
+    fence_a.put(&a, &one, "A again").await.unwrap().unwrap();
+    // Generation 6's raise, landed and never settled.
+    fence_a
+        .store()
+        .put(
+            &Path::from(".palisade/fences/unsettled"),
+            "palisade-fence v2\nlock=unsettled\nexclusive=6\nshared=0\nversion=90\nsettled=0\n"
+                .into(),
+        )
+        .await
+        .unwrap();
+
+    let started = tokio::time::Instant::now();
+    fence_b
+        .put(&b, &Path::from("b.json"), "B")
+        .await
+        .unwrap()
+        .unwrap();
+    let b_took = started.elapsed();
+    let late = fence_a
+        .put(&a, &Path::from("two.json"), "A, late")
+        .await
+        .unwrap();
+    assert!(
+        matches!(late, Err(Refused::Stale { .. })),
+        "{late:?} (B's put took {b_took:?})"
+    );
+    assert!(b_took >= palisade_fence_object::MARKS_REUSE, "{b_took:?}");
+    // B settled the raise on the way: the next reader goes on at once.
+    let fence_c = common::fence(&moto.endpoint(), "unsettled").await;
+    let steady = tokio::time::Instant::now();
+    fence_c
+        .put(&b, &Path::from("c.json"), "C")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        steady.elapsed() < palisade_fence_object::MARKS_REUSE,
+        "{:?}",
+        steady.elapsed()
+    );
 }
