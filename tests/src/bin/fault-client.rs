@@ -25,7 +25,7 @@
 //! # Talking to the test
 //!
 //! Standard output carries one line per step, for the test to wait on
-//! (never a sleep): `READY`, `GRANTED <lock> <generation> <sequencer>`,
+//! (never a sleep): `READY`, `GRANTED <lock> <generation> <sequencer> <monotonic µs>`,
 //! `HOLDING <lock> <generation>` (a sequencer is in hand and the write is
 //! about to go), `WROTE <lock> <generation> <commit_seq>`, `REFUSED <lock>
 //! <generation> <detail>`, `GAVEUP <lock> <generation> <detail>` (no
@@ -704,11 +704,12 @@ impl<S: Sessions> Workload<S> {
             Ok(guard) => {
                 let sequencer = guard.issued().clone();
                 let generation = sequencer.generation().get();
-                self.record(
-                    self.event(Phase::Ok, OpKind::Acquire, lock)
-                        .generation(generation),
-                )?;
-                say(format!("GRANTED {lock} {generation} {sequencer}"));
+                let granted = self
+                    .event(Phase::Ok, OpKind::Acquire, lock)
+                    .generation(generation);
+                let at_us = granted.mono_us;
+                self.record(granted)?;
+                say(format!("GRANTED {lock} {generation} {sequencer} {at_us}"));
                 Ok(Some(guard))
             }
             Err(error) => {

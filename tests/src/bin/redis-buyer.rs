@@ -14,7 +14,7 @@
 //! input closes.
 //!
 //! Standard output, one line per step, as `fault-client`'s: `READY`,
-//! `GRANTED <lock> <generation> <sequencer>`, `HOLDING <lock>
+//! `GRANTED <lock> <generation> <sequencer> <monotonic µs>`, `HOLDING <lock>
 //! <generation>` (with `--gate`, before its first sale, waiting for `GO`
 //! on standard input), `WROTE <lock> <generation> <seq>`, `REFUSED <lock>
 //! <generation> <detail>`, `GAVEUP <lock> <generation> <detail>`, `DONE
@@ -145,8 +145,11 @@ async fn main() -> anyhow::Result<()> {
         };
         let sequencer = guard.issued().clone();
         let generation = sequencer.generation().get();
-        record(Event::now(id, Phase::Ok, OpKind::Acquire, lock.as_str()).generation(generation))?;
-        say(format!("GRANTED {lock} {generation} {sequencer}"));
+        let granted =
+            Event::now(id, Phase::Ok, OpKind::Acquire, lock.as_str()).generation(generation);
+        let at_us = granted.mono_us;
+        record(granted)?;
+        say(format!("GRANTED {lock} {generation} {sequencer} {at_us}"));
         let left = match fence.get(&sequencer, stock.clone()).await {
             Ok(Ok(read)) => read.value.map_or(0, |bytes| {
                 String::from_utf8_lossy(&bytes).parse::<i64>().unwrap_or(0)

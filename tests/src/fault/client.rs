@@ -274,6 +274,8 @@ pub enum ClientLine {
         generation: u64,
         /// The sequencer, in its text form.
         sequencer: String,
+        /// When the grant completed (the history's monotonic clock).
+        at_us: u64,
     },
     /// A sequencer is in hand and a write is about to go (behind the gate).
     Holding {
@@ -349,6 +351,7 @@ impl ClientLine {
                     lock: word(1)?,
                     generation: number(2)?,
                     sequencer: word(3)?,
+                    at_us: number(4)?,
                 })
             })(),
             Some("HOLDING") => (|| {
@@ -713,11 +716,12 @@ mod tests {
             |line: &str, expected: ClientLine| assert_eq!(ClientLine::parse(line), expected);
         check("READY", ClientLine::Ready);
         check(
-            "GRANTED a/b 7 v1;lock=a/b;mode=exclusive;gen=7",
+            "GRANTED a/b 7 v1;lock=a/b;mode=exclusive;gen=7 1234",
             ClientLine::Granted {
                 lock: "a/b".into(),
                 generation: 7,
                 sequencer: "v1;lock=a/b;mode=exclusive;gen=7".into(),
+                at_us: 1234,
             },
         );
         check(

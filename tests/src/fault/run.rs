@@ -93,6 +93,8 @@ pub struct FaultRun {
     /// what [`FaultRun::wait_any`] waits on.
     feed: mpsc::UnboundedReceiver<(String, String)>,
     feed_sender: mpsc::UnboundedSender<(String, String)>,
+    /// When the last fault healed (the history's monotonic clock).
+    last_heal_us: Option<u64>,
 }
 
 impl FaultRun {
@@ -111,6 +113,7 @@ impl FaultRun {
             nemesis,
             feed,
             feed_sender,
+            last_heal_us: None,
         })
     }
 
@@ -198,14 +201,19 @@ impl FaultRun {
         while self.feed.try_recv().is_ok() {}
     }
 
-    /// Waits until some client is granted a lock *after this call* and then
-    /// writes under that grant: the recovery I-LIVE looks for. Returns the
-    /// client id and the generation.
+    /// Waits until some client is granted a lock *after the last heal* (by
+    /// the grant's own time, as the checker judges it: a line read after
+    /// the heal may tell of a grant from before it) and then writes under
+    /// that grant: the recovery I-LIVE looks for. Returns the client id and
+    /// the generation.
     pub async fn wait_recovered(&mut self, timeout: Duration) -> anyhow::Result<(String, u64)> {
         self.drain_feed();
+        let since = self.last_heal_us.unwrap_or(0);
         let mut granted: std::collections::HashMap<String, u64> = Default::default();
         self.wait_any(timeout, |client, line| match line {
-            ClientLine::Granted { generation, .. } => {
+            ClientLine::Granted {
+                generation, at_us, ..
+            } if *at_us >= since => {
                 granted.insert(client.to_owned(), *generation);
                 None
             }
@@ -228,8 +236,9 @@ impl FaultRun {
     /// Records that `fault` healed now.
     pub fn heal(&mut self, fault: &str) -> anyhow::Result<()> {
         eprintln!("[{}] healed: {fault}", self.name);
-        self.nemesis
-            .record(&Event::now(NEMESIS, Phase::Ok, OpKind::Nemesis, "").detail(fault))?;
+        let healed = Event::now(NEMESIS, Phase::Ok, OpKind::Nemesis, "").detail(fault);
+        self.last_heal_us = Some(healed.mono_us);
+        self.nemesis.record(&healed)?;
         Ok(())
     }
 

@@ -6,12 +6,14 @@
 //!
 //! Every request of the PostgreSQL engine is one statement that
 //! PostgreSQL runs and commits by itself, so the stopped replica holds no
-//! lock's row, and the writes through the others go on. Asserted: every
-//! write through replicas 1 and 2 sent during the pause was answered (200,
-//! or 503, each within [`ANSWER_BOUND`]; none left without an answer),
-//! their p99 is within [`BOUND`] (the engine's `lock_timeout`, the longest
-//! one wait for a lock: docs/engines.md), at least one was applied during
-//! the pause; and I-MONO, I-STALE, I-DUR, I-ONCE, I-TOKEN, I-LIVE.
+//! lock's row, and the writes through the others go on. Asserted
+//! ([`PauseWrites::check`]): every write through replicas 1 and 2 sent
+//! during the pause was answered (200, or 503, each within
+//! [`ANSWER_BOUND`]; none left without an answer), their p99 is within
+//! [`BOUND`] (the engine's `lock_timeout`, the longest one wait for a
+//! lock: docs/engines.md), at least [`MIN_APPLIED`] were applied while
+//! replica 0 was stopped; and I-MONO, I-STALE, I-DUR, I-ONCE, I-TOKEN,
+//! I-LIVE.
 //!
 //! The readers present a shared sequencer at the lock's exclusive mark
 //! (learnt from a refusal when a newer writer moved it), as a reader
@@ -22,7 +24,7 @@
 //! The mutation check (`mutation.rs`) runs the same story with replica 0's
 //! fenced reads held in transactions across round trips (today's main
 //! before #25): the writes then wait for the stopped replica's row, and
-//! none is applied while it is stopped.
+//! the same check must fail.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,6 +52,10 @@ pub(crate) const BOUND: Duration = Duration::from_secs(2);
 /// (5 s, lock waits included) plus the wait for a connection (1 s) and
 /// the probe that says why there was none (0.5 s).
 const ANSWER_BOUND: Duration = Duration::from_millis(6500);
+/// Writes that must be applied while replica 0 is stopped: a tenth of what
+/// a loaded 2-core machine applies in the pause (200 to 270), where a stall
+/// lets at most one per writer through, just before the resume.
+const MIN_APPLIED: usize = 20;
 
 /// The writes through the healthy replicas that were sent while replica 0
 /// was stopped.
@@ -80,6 +86,34 @@ impl PauseWrites {
     /// The slowest.
     pub(crate) fn max(&self) -> Duration {
         self.latencies.iter().copied().max().unwrap_or_default()
+    }
+
+    /// Scenario 20's check of the writes during the pause: what fails when
+    /// a stopped replica stalls the others.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let mut failed = Vec::new();
+        if self.unanswered > 0 {
+            failed.push(format!("{} writes got no answer", self.unanswered));
+        }
+        if self.applied_while_stopped < MIN_APPLIED {
+            failed.push(format!(
+                "{} writes applied while replica 0 was stopped, fewer than {MIN_APPLIED}",
+                self.applied_while_stopped
+            ));
+        }
+        if self.p99() > BOUND {
+            failed.push(format!("p99 {:?} over the bound {BOUND:?}", self.p99()));
+        }
+        if self.max() > ANSWER_BOUND {
+            failed.push(format!(
+                "a write took {:?} to answer, over {ANSWER_BOUND:?}",
+                self.max()
+            ));
+        }
+        match failed.is_empty() {
+            true => Ok(()),
+            false => Err(format!("{}: {self:?}", failed.join("; "))),
+        }
     }
 
     fn note(&self) -> String {
@@ -283,20 +317,8 @@ async fn a_paused_replica_stalls_no_other_replica() -> anyhow::Result<()> {
     report.assert_safe();
     report.assert_holds(&[Invariant::Token, Invariant::Live]);
     assert_eq!(report.faults, 1);
-    assert_eq!(writes.unanswered, 0, "{writes:?}");
-    assert!(
-        writes.applied >= 1,
-        "no write applied during the pause: {writes:?}"
-    );
-    assert!(
-        writes.p99() <= BOUND,
-        "p99 {:?} over the bound {BOUND:?}: {writes:?}",
-        writes.p99()
-    );
-    assert!(
-        writes.max() <= ANSWER_BOUND,
-        "a write took {:?} to answer: {writes:?}",
-        writes.max()
-    );
+    if let Err(failed) = writes.check() {
+        panic!("a paused replica stalled the others: {failed}");
+    }
     Ok(())
 }
