@@ -222,16 +222,7 @@ async fn a_reused_fence_read_never_outlasts_a_newer_holders_fence() {
     let fenced_at = tokio::time::Instant::now();
     fence_b.fence(&b).await.unwrap().unwrap();
     let fence_took = fenced_at.elapsed();
-    let late = fence_a
-        .put(&a, &Path::from("two.json"), "A, late")
-        .await
-        .unwrap();
-    assert!(
-        matches!(late, Err(Refused::Stale { .. })),
-        "{late:?} (B's fence took {fence_took:?})"
-    );
-    let two = fence_a.get(&Path::from("two.json")).await.unwrap();
-    assert!(two.is_none(), "{two:?}");
+    a_late_put_is_refused(&fence_a, &a, fence_took).await;
     assert!(
         fence_took >= palisade_fence_object::MARKS_REUSE,
         "a fence that raised the marks waits MARKS_REUSE before it returns"
@@ -278,14 +269,7 @@ async fn unsettled_marks_are_relied_on_only_after_marks_reuse() {
         .unwrap()
         .unwrap();
     let b_took = started.elapsed();
-    let late = fence_a
-        .put(&a, &Path::from("two.json"), "A, late")
-        .await
-        .unwrap();
-    assert!(
-        matches!(late, Err(Refused::Stale { .. })),
-        "{late:?} (B's put took {b_took:?})"
-    );
+    a_late_put_is_refused(&fence_a, &a, b_took).await;
     assert!(b_took >= palisade_fence_object::MARKS_REUSE, "{b_took:?}");
     // B settled the raise on the way: the next reader goes on at once.
     let fence_c = common::fence(&moto.endpoint(), "unsettled").await;
@@ -300,4 +284,21 @@ async fn unsettled_marks_are_relied_on_only_after_marks_reuse() {
         "{:?}",
         steady.elapsed()
     );
+}
+
+/// A's put of another object, sent as soon as the newer generation's call
+/// returned (it took `newer_took`): refused, and nothing landed.
+async fn a_late_put_is_refused(
+    fence: &palisade_fence_object::ObjectFence,
+    a: &palisade_core::Sequencer,
+    newer_took: Duration,
+) {
+    let two = Path::from("two.json");
+    let late = fence.put(a, &two, "A, late").await.unwrap();
+    assert!(
+        matches!(late, Err(Refused::Stale { .. })),
+        "{late:?} (the newer generation's call took {newer_took:?})"
+    );
+    let landed = fence.get(&two).await.unwrap();
+    assert!(landed.is_none(), "{landed:?}");
 }

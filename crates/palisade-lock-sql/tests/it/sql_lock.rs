@@ -665,15 +665,17 @@ async fn an_unpolled_acquire_holds_nobody_back(server: SqlServer) {
         if tokio::time::timeout(polled, acquire.as_mut()).await.is_ok() {
             panic!("step {step}: granted while another session holds the lock");
         }
-        // `acquire` is not polled from here until it is dropped.
+        // `acquire` is not polled from here until it is dropped. A
+        // try-acquire takes milliseconds; behind a held lock row it would
+        // wait for the operation timeout (5 s).
         let answer = tokio::time::timeout(
-            Duration::from_secs(2),
+            Duration::from_secs(4),
             other.try_acquire(&lock, Mode::Exclusive),
         )
         .await
         .unwrap_or_else(|_| {
             panic!(
-                "step {step}: a try-acquire waited 2 s behind an acquire left unpolled after \
+                "step {step}: a try-acquire waited 4 s behind an acquire left unpolled after \
                  {polled:?}"
             )
         });
