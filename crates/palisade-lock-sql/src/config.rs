@@ -41,7 +41,8 @@ pub struct SqlConfig {
     pub(crate) max_connections: u32,
     /// How long one database round (a grant transaction, a renewal, a
     /// release) may take before it fails with `BackendTimeout` (default
-    /// 5 s).
+    /// 5 s). A second more is the database's own bound on every pooled
+    /// session: on a transaction left idle and on a wait for a row lock.
     pub(crate) operation_timeout: Duration,
     /// Signs every sequencer handed out with this signer (its issuer is set
     /// on the sequencer, and the live check answers `NotHeld` for other
