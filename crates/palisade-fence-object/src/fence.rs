@@ -206,8 +206,9 @@ impl ObjectFence {
     /// the sequencer's generation, by [`Marks::admit`], and when it raised
     /// them waits [`MARKS_REUSE`] before it returns. A new holder calls
     /// this right after acquiring, so every older holder's call that
-    /// checks after it returned is refused, whatever object it writes. Returns the marks after it, or
-    /// [`Refused::Stale`] if a newer generation got there first.
+    /// checks after it returned is refused, whatever object it writes.
+    /// Returns the marks after it, or [`Refused::Stale`] if a newer
+    /// generation got there first.
     pub async fn fence(
         &self,
         source: &impl SequencerSource,
@@ -386,13 +387,7 @@ impl ObjectFence {
                 )));
             }
             let (mode, version) = match &current {
-                Some(Known { e_tag, version, .. }) => (
-                    PutMode::Update(UpdateVersion {
-                        e_tag: Some(e_tag.clone()),
-                        version: None,
-                    }),
-                    version + 1,
-                ),
+                Some(Known { e_tag, version, .. }) => (if_match(e_tag.clone()), version + 1),
                 None => (PutMode::Create, 1),
             };
             let mut pairs = vec![
@@ -539,13 +534,7 @@ impl ObjectFence {
                 version: record.version + 1,
                 settled: false,
             };
-            let mode = match e_tag {
-                Some(e_tag) => PutMode::Update(UpdateVersion {
-                    e_tag: Some(e_tag),
-                    version: None,
-                }),
-                None => PutMode::Create,
-            };
+            let mode = e_tag.map_or(PutMode::Create, if_match);
             let payload = PutPayload::from(next.encode(sequencer.lock()));
             let sent_at = Instant::now();
             let outcome = conditional_put(
@@ -613,11 +602,8 @@ impl ObjectFence {
             ..raised
         };
         let payload = PutPayload::from(settled.encode(sequencer.lock()));
-        let mode = PutMode::Update(UpdateVersion {
-            e_tag: Some(e_tag),
-            version: None,
-        });
         let sent_at = Instant::now();
+        let mode = if_match(e_tag);
         match conditional_put(self.store.as_ref(), path, payload, mode, Default::default()).await {
             Outcome::Landed(_) => self.saw(path, settled, sent_at),
             outcome => {
@@ -772,6 +758,14 @@ impl ObjectFence {
             None => error,
         }
     }
+}
+
+/// A write conditional on the version with `e_tag` (`If-Match`).
+fn if_match(e_tag: String) -> PutMode {
+    PutMode::Update(UpdateVersion {
+        e_tag: Some(e_tag),
+        version: None,
+    })
 }
 
 impl Head {

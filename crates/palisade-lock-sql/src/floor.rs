@@ -2,13 +2,11 @@
 //! backup: its `palisade_locks.generation` went backwards, so new holders
 //! get generations the resource servers already refused.
 
-use std::sync::Arc;
-
 use palisade_core::{FloorRaised, LockError, LockName, RaiseFloor, RaiseFloorError};
 use sqlx::Row;
 
 use crate::error::from_sqlx;
-use crate::store::Store;
+use crate::store::{Store, safe};
 use crate::{SqlLockClient, SqlLockError};
 
 impl SqlLockClient {
@@ -49,34 +47,9 @@ impl RaiseFloor for SqlLockClient {
         let store = &self.inner.store;
         let backend = store.dialect.backend();
         let lock = name.clone();
-        let raise = move |store: Arc<Store>| async move {
-            let name = &lock;
-            let mut tx = store.pool.begin().await?;
-            sqlx::query(sqlx::AssertSqlSafe(store.sql.insert_lock.as_str()))
-                .bind(name.as_str())
-                .execute(&mut *tx)
-                .await?;
-            let row = sqlx::query(sqlx::AssertSqlSafe(store.sql.lock_row.as_str()))
-                .bind(name.as_str())
-                .fetch_one(&mut *tx)
-                .await?;
-            let before: i64 = row.try_get(0)?;
-            let delay_until: i64 = row.try_get(1)?;
-            let after = before.max(target);
-            if after != before {
-                sqlx::query(sqlx::AssertSqlSafe(store.sql.update_lock.as_str()))
-                    .bind(after)
-                    .bind(delay_until)
-                    .bind(name.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            tx.commit().await?;
-            Ok::<_, sqlx::Error>((before, after))
-        };
         let (before, after) = store
-            .detach("raise floor", |store| async move {
-                raise(store)
+            .detach("raise floor", move |store| async move {
+                raise_once(&store, &lock, target)
                     .await
                     .map_err(|error| from_sqlx(backend, error))
             })
@@ -91,4 +64,34 @@ impl RaiseFloor for SqlLockClient {
         tracing::info!(backend, lock = %name, mark, before = raised.before, after = raised.after, "generation floor raised");
         Ok(raised)
     }
+}
+
+/// One floor raise: the generations before and after it.
+async fn raise_once(
+    store: &Store,
+    name: &LockName,
+    target: i64,
+) -> Result<(i64, i64), sqlx::Error> {
+    let mut tx = store.pool.begin().await?;
+    sqlx::query(safe(&store.sql.insert_lock))
+        .bind(name.as_str())
+        .execute(&mut *tx)
+        .await?;
+    let row = sqlx::query(safe(&store.sql.lock_row))
+        .bind(name.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+    let before: i64 = row.try_get(0)?;
+    let delay_until: i64 = row.try_get(1)?;
+    let after = before.max(target);
+    if after != before {
+        sqlx::query(safe(&store.sql.update_lock))
+            .bind(after)
+            .bind(delay_until)
+            .bind(name.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok((before, after))
 }

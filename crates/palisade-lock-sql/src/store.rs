@@ -278,8 +278,8 @@ impl Store {
     }
 
     /// Tries to grant `request` in one transaction, retrying a transaction
-    /// the database aborted to break a
-    /// deadlock. Detached ([`Store::detach`]).
+    /// the database aborted to break a deadlock. Detached
+    /// ([`Store::detach`]).
     pub(crate) fn grant(self: &Arc<Self>, request: Request) -> Detached<Attempt> {
         self.detach("grant", |store| async move {
             loop {
