@@ -8,21 +8,35 @@
 //! gave or that this module created and frees.
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 use std::ptr;
 
 use redis_module::{Context, KeyType, RedisString, raw};
 
-/// An open key; closed when dropped (a key opened for writing signals
-/// `WATCH`ers then, as a command's write does).
+/// A key opened once per request for reading and writing; closed when
+/// dropped. The module opts out of Redis's implicit signal on closing a
+/// key opened for writing (`NO_IMPLICIT_SIGNAL_MODIFIED`, set on load):
+/// a key this module wrote signals `WATCH`ers and client-side caches when
+/// closed, as a command's write does, and a key it only read does not.
 pub(crate) struct Key {
     ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
     inner: *mut raw::RedisModuleKey,
+    written: Cell<bool>,
 }
 
 impl Drop for Key {
     fn drop(&mut self) {
+        if self.written.get() {
+            // SAFETY: the command's context and a live argument.
+            unsafe {
+                raw::RedisModule_SignalModifiedKey.expect("RedisModule_SignalModifiedKey")(
+                    self.ctx, self.name,
+                )
+            };
+        }
         raw::close_key(self.inner);
     }
 }
@@ -44,10 +58,6 @@ impl Owned {
             )
         };
         Owned { ctx, inner }
-    }
-
-    fn number(ctx: *mut raw::RedisModuleCtx, value: i128) -> Owned {
-        Owned::new(ctx, itoa::Buffer::new().format(value).as_bytes())
     }
 
     /// A string the API created for this module (a `HashGet` value), to
@@ -84,15 +94,31 @@ impl Drop for Owned {
 }
 
 impl Key {
-    pub(crate) fn open(ctx: &Context, name: &RedisString, write: bool) -> Key {
-        let mode = if write {
-            raw::KeyMode::READ | raw::KeyMode::WRITE
-        } else {
-            raw::KeyMode::READ
+    /// Marks the key written (signalled when closed) and tells keyspace
+    /// subscribers, as the command `event` names would.
+    fn wrote(&self, class: raw::NotifyEvent, event: &CStr) {
+        self.written.set(true);
+        // SAFETY: a C event name and a live key name.
+        unsafe {
+            raw::RedisModule_NotifyKeyspaceEvent.expect("RedisModule_NotifyKeyspaceEvent")(
+                self.ctx,
+                class.bits(),
+                event.as_ptr(),
+                self.name,
+            )
         };
+    }
+
+    pub(crate) fn open(ctx: &Context, name: &RedisString) -> Key {
         Key {
             ctx: ctx.get_raw(),
-            inner: raw::open_key(ctx.get_raw(), name.inner, mode),
+            name: name.inner,
+            inner: raw::open_key(
+                ctx.get_raw(),
+                name.inner,
+                raw::KeyMode::READ | raw::KeyMode::WRITE,
+            ),
+            written: Cell::new(false),
         }
     }
 
@@ -112,8 +138,9 @@ impl Key {
         (!at.is_null()).then(|| unsafe { std::slice::from_raw_parts(at.cast::<u8>(), len) })
     }
 
-    /// The marks record's fields `x`, `s` and `n` (one `HGET` of three
-    /// fields), as `f` reads them (`None`: the field is not there).
+    /// A marks record of the first layout's fields `x`, `s` and `n` (one
+    /// `HGET` of three fields), as `f` reads them (`None`: the field is
+    /// not there).
     pub(crate) fn marks_fields<T>(&self, f: impl Fn(&[u8]) -> T) -> [Option<T>; 3] {
         let mut values: [*mut raw::RedisModuleString; 3] = [ptr::null_mut(); 3];
         let [x, s, n] = &mut values;
@@ -135,27 +162,11 @@ impl Key {
         values.map(|value| Owned::adopt(self.ctx, value).map(|value| f(value.bytes())))
     }
 
-    /// Sets decimal fields of a hash (created if absent).
-    pub(crate) fn hash_set_numbers(&self, fields: &[(&CStr, i128)]) {
-        for (name, value) in fields {
-            let value = Owned::number(self.ctx, *value);
-            // SAFETY: one C field name, its value, the terminator.
-            unsafe {
-                raw::RedisModule_HashSet.expect("RedisModule_HashSet")(
-                    self.inner,
-                    raw::REDISMODULE_HASH_CFIELDS as c_int,
-                    name.as_ptr(),
-                    value.inner,
-                    ptr::null::<c_char>(),
-                )
-            };
-        }
-    }
-
     /// `HSET key field value` on a hash (or no key): whether the field
     /// was new.
     pub(crate) fn hash_set(&self, field: &[u8], value: &[u8]) -> bool {
         let (field, value) = (Owned::new(self.ctx, field), Owned::new(self.ctx, value));
+        self.wrote(raw::NotifyEvent::HASH, c"hset");
         // Without COUNT_ALL Redis counts updated fields only.
         // SAFETY: one field, its value, the terminator.
         let updated = unsafe {
@@ -183,6 +194,9 @@ impl Key {
                 ptr::null::<c_char>(),
             )
         };
+        if deleted == 1 {
+            self.wrote(raw::NotifyEvent::HASH, c"hdel");
+        }
         deleted == 1
     }
 
@@ -208,123 +222,38 @@ impl Key {
 
     /// `SET key value`: whatever was there (any type, any TTL) replaced.
     pub(crate) fn set(&self, value: &[u8]) {
+        self.replace(value);
+        self.wrote(raw::NotifyEvent::STRING, c"set");
+    }
+
+    fn replace(&self, value: &[u8]) {
         let value = Owned::new(self.ctx, value);
         raw::string_set(self.inner, value.inner);
     }
 
-    /// Writes a counter's new value in place: the key's TTL stays, as
-    /// with `INCRBY` (created when there is no key).
-    pub(crate) fn set_counter(&self, value: i64) {
-        let mut digits = itoa::Buffer::new();
-        let digits = digits.format(value).as_bytes();
+    /// Writes a string key's new value in place, as `INCRBY` writes a
+    /// counter: the key's TTL stays, no object is made (a key of another
+    /// kind is replaced, a missing one created). `event` names the write
+    /// for keyspace subscribers.
+    pub(crate) fn overwrite(&self, value: &[u8], event: &CStr) {
+        self.wrote(raw::NotifyEvent::STRING, event);
         let mut len = 0;
-        if raw::string_truncate(self.inner, digits.len()) != raw::Status::Ok {
-            return;
+        if !matches!(self.kind(), KeyType::String | KeyType::Empty)
+            || raw::string_truncate(self.inner, value.len()) != raw::Status::Ok
+        {
+            return self.replace(value);
         }
         let at = raw::string_dma(self.inner, &mut len, raw::KeyMode::WRITE);
-        if !at.is_null() && len == digits.len() {
-            // SAFETY: the string's own buffer, `len` bytes, just sized.
-            unsafe { std::slice::from_raw_parts_mut(at.cast::<u8>(), len) }.copy_from_slice(digits);
+        if at.is_null() || len != value.len() {
+            return self.replace(value);
         }
+        // SAFETY: the string's own buffer, `len` bytes, just sized.
+        unsafe { std::slice::from_raw_parts_mut(at.cast::<u8>(), len) }.copy_from_slice(value);
     }
 
     pub(crate) fn delete(&self) {
+        self.wrote(raw::NotifyEvent::GENERIC, c"del");
         // SAFETY: a key open for writing.
         unsafe { raw::RedisModule_DeleteKey.expect("RedisModule_DeleteKey")(self.inner) };
     }
-}
-
-/// What a command replicates of its effect (to replicas and the AOF; all
-/// of one call in one `MULTI`): the plain commands, so that neither needs
-/// the module.
-pub(crate) enum Effect<'a> {
-    /// `HSET key field value ...` of decimal fields.
-    Numbers(&'a RedisString, &'a [(&'a CStr, i128)]),
-    Set(&'a RedisString, &'a [u8]),
-    Del(&'a RedisString),
-    IncrBy(&'a RedisString, i64),
-    HSet(&'a RedisString, &'a [u8], &'a [u8]),
-    HDel(&'a RedisString, &'a [u8]),
-}
-
-/// Replicates `effect` and tells keyspace subscribers, as the command it
-/// stands for would.
-pub(crate) fn propagate(ctx: &Context, effect: Effect<'_>) {
-    // Room for the decimals of up to three fields.
-    let mut digits = [itoa::Buffer::new(); 3];
-    let (command, class, event, key, args): (_, _, _, _, Vec<&[u8]>) = match effect {
-        Effect::Numbers(key, fields) => {
-            let args = fields
-                .iter()
-                .zip(&mut digits)
-                .flat_map(|((name, value), buffer)| {
-                    [name.to_bytes(), buffer.format(*value).as_bytes()]
-                })
-                .collect();
-            (c"HSET", raw::NotifyEvent::HASH, c"hset", key, args)
-        }
-        Effect::Set(key, value) => (c"SET", raw::NotifyEvent::STRING, c"set", key, vec![value]),
-        Effect::Del(key) => (c"DEL", raw::NotifyEvent::GENERIC, c"del", key, vec![]),
-        Effect::IncrBy(key, by) => {
-            let by = digits[0].format(by).as_bytes();
-            (
-                c"INCRBY",
-                raw::NotifyEvent::STRING,
-                c"incrby",
-                key,
-                vec![by],
-            )
-        }
-        Effect::HSet(key, field, value) => (
-            c"HSET",
-            raw::NotifyEvent::HASH,
-            c"hset",
-            key,
-            vec![field, value],
-        ),
-        Effect::HDel(key, field) => (c"HDEL", raw::NotifyEvent::HASH, c"hdel", key, vec![field]),
-    };
-    replicate(ctx, command, key, &args);
-    // SAFETY: a C event name and a live key name.
-    unsafe {
-        raw::RedisModule_NotifyKeyspaceEvent.expect("RedisModule_NotifyKeyspaceEvent")(
-            ctx.get_raw(),
-            class.bits(),
-            event.as_ptr(),
-            key.inner,
-        )
-    };
-}
-
-/// `RM_Replicate(command key args...)`, at most six arguments.
-fn replicate(ctx: &Context, command: &CStr, key: &RedisString, args: &[&[u8]]) {
-    const FORMATS: [&CStr; 7] = [
-        c"s", c"sb", c"sbb", c"sbbb", c"sbbbb", c"sbbbbb", c"sbbbbbb",
-    ];
-    let format = FORMATS[args.len()];
-    let arg = |at: usize| args.get(at).copied().unwrap_or_default();
-    let (a, b, c, d, e, f) = (arg(0), arg(1), arg(2), arg(3), arg(4), arg(5));
-    // SAFETY: the API's table is filled in when the module loads; the
-    // format names the arguments that are read (`s` a live string, each
-    // `b` a pointer and its length), the ones after it are not.
-    unsafe {
-        raw::RedisModule_Replicate.expect("RedisModule_Replicate")(
-            ctx.get_raw(),
-            command.as_ptr(),
-            format.as_ptr(),
-            key.inner,
-            a.as_ptr(),
-            a.len(),
-            b.as_ptr(),
-            b.len(),
-            c.as_ptr(),
-            c.len(),
-            d.as_ptr(),
-            d.len(),
-            e.as_ptr(),
-            e.len(),
-            f.as_ptr(),
-            f.len(),
-        )
-    };
 }

@@ -7,21 +7,20 @@
 //! `palisade_fence_apply` (crate `palisade-fence-redis`): the same
 //! arguments in the same places (`PALISADE.FENCE numkeys key... arg...`,
 //! as `FCALL palisade_fence_apply numkeys key... arg...`), the same
-//! answers, the same marks record (hash fields `x`, `s`, `n`, decimal
-//! strings), so the library and the module serve the same data and a
-//! client uses whichever the server has. The module costs a native
-//! command where the function pays for the Lua interpreter.
+//! answers, the same marks record (one string `x s n`, see [`Record`]),
+//! so the library and the module serve the same data and a client uses
+//! whichever the server has. The module costs a native command where the
+//! function pays for the Lua interpreter.
 //!
 //! Load it with `redis-server --loadmodule
-//! target/<profile>/libpalisade_fence_redis_module.so` (or `MODULE LOAD`).
-//! Its writes reach replicas and the append-only file as the plain
-//! commands they are (`HSET`, `INCRBY`, ... in one `MULTI`), so replicas
-//! and an AOF replay do not need the module. It reads and writes keys in
-//! place through the key API (no `RM_Call`) and writes its answer
-//! straight to the client: a fenced `DECRBY` costs Redis about 1 µs more
-//! than a plain one (docs/benchmarks.md, "Redis fence").
+//! target/<profile>/libpalisade_fence_redis_module.so` (or `MODULE LOAD`)
+//! on every node, replicas included: a call that writes reaches replicas
+//! and the append-only file as itself (`RM_ReplicateVerbatim`), so they
+//! run it again (docs/redis-data.md, "The module"). It reads and writes
+//! keys in place through the key API (no `RM_Call`), opens each key once
+//! per request and writes its answer straight to the client
+//! (docs/benchmarks.md, "Redis fence").
 
-use std::ffi::CStr;
 use std::os::raw::c_char;
 
 use palisade_core::Mode;
@@ -31,12 +30,14 @@ use redis_module::{Context, KeyType, RedisError, RedisResult, RedisString, Redis
 mod key;
 mod request;
 
-use key::{Effect, Key, propagate};
+use key::Key;
 use request::{EXACT, OpKind, Request, decimal, integer};
 
-/// The version of the argument layout taken: the function's requests
-/// (its `PROTOCOL` 2) packed one per argument (see `request.rs`).
-const PROTOCOL: &[u8] = b"3";
+/// The version of the argument layout taken and of the marks record:
+/// the function's requests packed one per argument (see `request.rs`),
+/// the record one string (see [`Record`]). Version 3 kept the record as
+/// a hash.
+const PROTOCOL: &[u8] = b"4";
 
 fn fail(message: &str) -> RedisError {
     RedisError::String(format!("PALISADE {message}"))
@@ -66,7 +67,7 @@ fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let names = &args[2..2 + key_count];
     let (keys, args) = bytes[2..].split_at(key_count);
     if args.first() != Some(&PROTOCOL) {
-        return Err(fail("protocol is not 3"));
+        return Err(fail("protocol is not 4"));
     }
     let count = args
         .get(1)
@@ -85,12 +86,20 @@ fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let mut out = Out {
         text: Vec::with_capacity(64 * count),
         fresh: true,
+        wrote: false,
     };
     for (base, request) in requests {
         match request::parse(keys, base, request) {
             Ok(request) => apply(ctx, names, keys, &request, &mut out),
             Err(message) => out.error(&message),
         }
+    }
+    if out.wrote {
+        // Replicas and the append-only file get the call itself: the
+        // command is deterministic (its answers and writes follow from its
+        // arguments and the data alone), so a replica or a replay that
+        // runs it on the same data writes the same.
+        ctx.replicate_verbatim();
     }
     raw::reply_with_string_buffer(
         ctx.get_raw(),
@@ -115,6 +124,8 @@ struct Out {
     text: Vec<u8>,
     /// No token yet on this line.
     fresh: bool,
+    /// A request wrote something: the call is replicated.
+    wrote: bool,
 }
 
 impl Out {
@@ -164,47 +175,71 @@ impl Out {
     }
 }
 
-/// The marks record as read: `None` when it does not hold canonical
-/// marks.
+/// A lock's marks record: its marks and its write sequence, kept as one
+/// string `x SP s SP n` (decimals: `H_excl`, `H_shared`, the sequence),
+/// read and written in place. The first layout, a hash of the fields `x`,
+/// `s` and `n`, is still read, and rewritten as a string at its next
+/// write.
+#[derive(Clone, Copy)]
 struct Record {
     marks: Marks,
     seq: i64,
 }
 
-fn read_marks(key: &Key) -> Option<Record> {
-    let (x, s, n) = match key.kind() {
-        KeyType::Empty => (Some(0), Some(0), Some(0)),
-        KeyType::Hash => {
-            let [x, s, n] = key.marks_fields(|value| (decimal(value, true), integer(value)));
-            let field =
-                |field: Option<(Option<u64>, Option<i64>)>| field.unwrap_or((Some(0), Some(0)));
-            (field(x).0, field(s).0, field(n).1)
-        }
-        _ => return None,
+impl Record {
+    const ZERO: Record = Record {
+        marks: Marks::ZERO,
+        seq: 0,
     };
-    Some(Record {
-        marks: Marks {
-            exclusive: x?,
-            shared: s?,
-        },
-        seq: n?,
-    })
-}
 
-/// Sets fields of the marks record, replicated as one `HSET`.
-fn write_record(ctx: &Context, name: &RedisString, fields: &[(&CStr, i128)]) {
-    if fields.is_empty() {
-        return;
+    /// `None` when the key holds no canonical record.
+    fn read(key: &Key) -> Option<Record> {
+        match key.kind() {
+            KeyType::Empty => Some(Record::ZERO),
+            KeyType::String => Record::parse(key.string()?),
+            KeyType::Hash => {
+                let [x, s, n] = key.marks_fields(|value| (decimal(value, true), integer(value)));
+                let field =
+                    |field: Option<(Option<u64>, Option<i64>)>| field.unwrap_or((Some(0), Some(0)));
+                Some(Record {
+                    marks: Marks {
+                        exclusive: field(x).0?,
+                        shared: field(s).0?,
+                    },
+                    seq: field(n).1?,
+                })
+            }
+            _ => None,
+        }
     }
-    Key::open(ctx, name, true).hash_set_numbers(fields);
-    propagate(ctx, Effect::Numbers(name, fields));
-}
 
-fn mark_fields(marks: Marks) -> [(&'static CStr, i128); 2] {
-    [
-        (c"x", i128::from(marks.exclusive)),
-        (c"s", i128::from(marks.shared)),
-    ]
+    fn parse(text: &[u8]) -> Option<Record> {
+        let mut fields = text.split(|byte| *byte == b' ');
+        let (x, s, n) = (fields.next()?, fields.next()?, fields.next()?);
+        if fields.next().is_some() {
+            return None;
+        }
+        Some(Record {
+            marks: Marks {
+                exclusive: decimal(x, true)?,
+                shared: decimal(s, true)?,
+            },
+            seq: integer(n)?,
+        })
+    }
+
+    /// Writes the record over `key`, in place.
+    fn write(self, key: &Key, out: &mut Out) {
+        out.wrote = true;
+        let mut text = Vec::with_capacity(64);
+        let mut digits = itoa::Buffer::new();
+        text.extend_from_slice(digits.format(self.marks.exclusive).as_bytes());
+        text.push(b' ');
+        text.extend_from_slice(digits.format(self.marks.shared).as_bytes());
+        text.push(b' ');
+        text.extend_from_slice(digits.format(self.seq).as_bytes());
+        key.overwrite(&text, c"set");
+    }
 }
 
 /// A key's kind as the ops so far leave it; a string's value once a
@@ -261,6 +296,14 @@ enum Planned {
     Later,
 }
 
+/// A key a request touches: opened once, its kind as the ops planned so
+/// far leave it.
+struct Touched<'a> {
+    name: &'a [u8],
+    key: Key,
+    kind: Kind,
+}
+
 /// One request: the rule, then every op checked against what the ops
 /// before it leave behind, then (only if all pass) the writes.
 fn apply(
@@ -277,7 +320,8 @@ fn apply(
         return;
     }
     let marks_name = &names[request.marks];
-    let Some(record) = read_marks(&Key::open(ctx, marks_name, false)) else {
+    let marks_key = Key::open(ctx, marks_name);
+    let Some(record) = Record::read(&marks_key) else {
         out.error("corrupt marks record");
         return;
     };
@@ -290,7 +334,11 @@ fn apply(
     };
     let Some(after) = before.admit(request.mode, request.generation) else {
         if restored {
-            write_record(ctx, marks_name, &mark_fields(before));
+            Record {
+                marks: before,
+                seq: record.seq,
+            }
+            .write(&marks_key, out);
         }
         out.word("stale");
         out.number(before.exclusive);
@@ -300,25 +348,26 @@ fn apply(
         return;
     };
 
-    let mut state: Vec<(&[u8], Kind)> = Vec::new();
+    let mut touched: Vec<Touched<'_>> = Vec::with_capacity(request.ops.len());
     let mut plan = Vec::with_capacity(request.ops.len());
     for (index, op) in request.ops.iter().enumerate() {
         let name = keys[op.key];
-        let at = match state.iter().position(|(key, _)| *key == name) {
+        let at = match touched.iter().position(|key| key.name == name) {
             Some(at) => at,
             None => {
-                let kind = Kind::of(&Key::open(ctx, &names[op.key], false), &op.kind);
-                state.push((name, kind));
-                state.len() - 1
+                let key = Key::open(ctx, &names[op.key]);
+                let kind = Kind::of(&key, &op.kind);
+                touched.push(Touched { name, key, kind });
+                touched.len() - 1
             }
         };
-        let kind = &mut state[at].1;
+        let Touched { key, kind, .. } = &mut touched[at];
         if let Some(needs) = op.kind.needs() {
             if !matches!(kind, Kind::None) && kind.name() != needs {
                 return out.refusal("wrongtype", index);
             }
         }
-        plan.push(match &op.kind {
+        let planned = match &op.kind {
             OpKind::Set(value) => {
                 let result = if matches!(kind, Kind::None) {
                     "created"
@@ -342,7 +391,7 @@ fn apply(
             }
             OpKind::Incr { by, floor } => {
                 if let Kind::String(value @ Counter::Unread) = kind {
-                    *value = counter(&Key::open(ctx, &names[op.key], false));
+                    *value = counter(key);
                 }
                 let current = match kind {
                     Kind::None => Some(0),
@@ -371,62 +420,50 @@ fn apply(
                 Planned::Later
             }
             OpKind::HDel(_) | OpKind::Get | OpKind::HGet(_) => Planned::Later,
-        });
+        };
+        plan.push((at, planned));
     }
 
     // Admitted, every op possible: write the marks, then the ops in order.
-    let mut fields: Vec<(&CStr, i128)> = Vec::with_capacity(3);
-    if restored || after != before {
-        fields.extend(mark_fields(after));
-    }
     let seq = record.seq + i64::from(writes);
-    if writes {
-        fields.push((c"n", seq.into()));
+    if restored || after != before || writes {
+        Record { marks: after, seq }.write(&marks_key, out);
     }
-    write_record(ctx, marks_name, &fields);
     out.word("ok");
     out.number(after.exclusive);
     out.number(after.shared);
     out.number(seq);
     out.number(u8::from(restored));
-    for (op, planned) in request.ops.iter().zip(plan) {
-        let name = &names[op.key];
-        let open = |write| Key::open(ctx, name, write);
+    for (op, (at, planned)) in request.ops.iter().zip(plan) {
+        let key = &touched[at].key;
         match (&op.kind, planned) {
             (OpKind::Set(value), Planned::Text(result)) => {
-                open(true).set(value);
-                propagate(ctx, Effect::Set(name, value));
+                key.set(value);
                 out.bytes("$", result.as_bytes());
             }
             (OpKind::Del, Planned::Text(result)) => {
                 if result == "deleted" {
-                    open(true).delete();
-                    propagate(ctx, Effect::Del(name));
+                    key.delete();
                 }
                 out.bytes("$", result.as_bytes());
             }
-            (OpKind::Incr { by, .. }, Planned::Counter(new)) => {
-                open(true).set_counter(new);
-                propagate(ctx, Effect::IncrBy(name, *by));
+            (OpKind::Incr { .. }, Planned::Counter(new)) => {
+                key.overwrite(itoa::Buffer::new().format(new).as_bytes(), c"incrby");
                 out.int(new);
             }
             (OpKind::HSet(field, value), _) => {
-                let created = open(true).hash_set(field, value);
-                propagate(ctx, Effect::HSet(name, field, value));
+                let created = key.hash_set(field, value);
                 out.bytes("$", if created { b"created" } else { b"replaced" });
             }
             (OpKind::HDel(field), _) => {
-                let deleted = open(true).hash_del(field);
-                if deleted {
-                    propagate(ctx, Effect::HDel(name, field));
-                }
+                let deleted = key.hash_del(field);
                 out.bytes("$", if deleted { b"deleted" } else { b"absent" });
             }
-            (OpKind::Get, _) => match open(false).string() {
+            (OpKind::Get, _) => match key.string() {
                 Some(value) => out.bytes("$", value),
                 None => out.word("_"),
             },
-            (OpKind::HGet(field), _) => match open(false).hash_get(field) {
+            (OpKind::HGet(field), _) => match key.hash_get(field) {
                 Some(value) => out.bytes("$", &value),
                 None => out.word("_"),
             },
@@ -437,6 +474,13 @@ fn apply(
     out.end();
 }
 
+/// On load: keys this module opens but does not write signal no one
+/// (see [`Key`]).
+fn init(ctx: &Context, _args: &[RedisString]) -> redis_module::Status {
+    ctx.set_module_options(redis_module::raw::ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED);
+    redis_module::Status::Ok
+}
+
 /// The module's entry points (`RedisModule_OnLoad`), generated. The
 /// system allocator, not Redis's: this crate is also an rlib (the fence's
 /// tests depend on it to have it built), and its global allocator would be
@@ -444,13 +488,15 @@ fn apply(
 /// as the call.
 #[allow(missing_docs)]
 mod entry {
+    use crate::init;
     use redis_module::redis_module;
 
     redis_module! {
         name: "palisade",
-        version: 1,
+        version: 2,
         allocator: (std::alloc::System, std::alloc::System),
         data_types: [],
+        init: init,
         commands: [
             ["palisade.fence", crate::fence, "write deny-oom getkeys-api", 0, 0, 0, ""],
         ],

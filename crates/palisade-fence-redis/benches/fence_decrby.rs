@@ -302,7 +302,7 @@ async fn directly(
                     .arg(2)
                     .arg(fence.keys(lock).marks())
                     .arg(key)
-                    .arg(3)
+                    .arg(4)
                     .arg(1)
                     .arg(0)
                     .arg(format!("1 x {} 0 0 incr 2 -1 -", Generation::MIN.get()));

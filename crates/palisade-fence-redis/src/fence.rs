@@ -180,11 +180,36 @@ struct Counters {
     calls: AtomicU64,
 }
 
-/// What a fence keeps of a lock it has fenced.
+/// What a fence keeps of a lock it has fenced: its keys, worked out once,
+/// and the highest marks Redis answered for it (sent as the floor of the
+/// lock's next requests), raised without taking the map's lock again.
 #[derive(Debug)]
 struct Seen {
     keys: Arc<LockKeys>,
-    marks: Marks,
+    exclusive: AtomicU64,
+    shared: AtomicU64,
+}
+
+impl Seen {
+    fn new(keys: LockKeys) -> Self {
+        Seen {
+            keys: Arc::new(keys),
+            exclusive: AtomicU64::new(0),
+            shared: AtomicU64::new(0),
+        }
+    }
+
+    fn marks(&self) -> Marks {
+        Marks {
+            exclusive: self.exclusive.load(Ordering::Relaxed),
+            shared: self.shared.load(Ordering::Relaxed),
+        }
+    }
+
+    fn raise(&self, marks: Marks) {
+        self.exclusive.fetch_max(marks.exclusive, Ordering::Relaxed);
+        self.shared.fetch_max(marks.shared, Ordering::Relaxed);
+    }
 }
 
 /// The most locks whose marks one fence remembers. Past it the memory is
@@ -223,7 +248,7 @@ struct Inner {
     /// if Redis lost a mark raise (restart without persistence, failover
     /// to a replica that missed it), the function puts back what this
     /// process saw before applying the rule.
-    seen: Mutex<HashMap<LockName, Seen>>,
+    seen: Mutex<HashMap<LockName, Arc<Seen>>>,
     counters: Counters,
     /// Requests waiting for the call in flight (group commit).
     queue: Queue,
@@ -362,9 +387,11 @@ impl RedisFence {
         key: impl Into<Bytes>,
         value: impl Into<Bytes>,
     ) -> Outcome<Written<OpResult>> {
-        self.one(holder, Batch::new().set(key, value))
-            .await
-            .map(done)
+        let op = Op::Set {
+            key: key.into(),
+            value: value.into(),
+        };
+        self.one(holder, op, done).await
     }
 
     /// `DEL key` under `holder`'s exclusive sequencer.
@@ -373,7 +400,7 @@ impl RedisFence {
         holder: &impl SequencerSource,
         key: impl Into<Bytes>,
     ) -> Outcome<Written<OpResult>> {
-        self.one(holder, Batch::new().del(key)).await.map(done)
+        self.one(holder, Op::Del { key: key.into() }, done).await
     }
 
     /// `INCRBY key by`; the new value.
@@ -383,9 +410,12 @@ impl RedisFence {
         key: impl Into<Bytes>,
         by: i64,
     ) -> Outcome<Written<i64>> {
-        self.one(holder, Batch::new().incr_by(key, by))
-            .await
-            .map(counter)
+        let op = Op::IncrBy {
+            key: key.into(),
+            by,
+            at_least: None,
+        };
+        self.one(holder, op, counter).await
     }
 
     /// `DECRBY key by`; the new value.
@@ -395,9 +425,12 @@ impl RedisFence {
         key: impl Into<Bytes>,
         by: i64,
     ) -> Outcome<Written<i64>> {
-        self.one(holder, Batch::new().decr_by(key, by))
-            .await
-            .map(counter)
+        let op = Op::IncrBy {
+            key: key.into(),
+            by: by.saturating_neg(),
+            at_least: None,
+        };
+        self.one(holder, op, counter).await
     }
 
     /// `DECRBY key by` only if at least `keep` stay (the stock case); the
@@ -410,9 +443,12 @@ impl RedisFence {
         by: i64,
         keep: i64,
     ) -> Outcome<Written<i64>> {
-        self.one(holder, Batch::new().decr_by_keeping(key, by, keep))
-            .await
-            .map(counter)
+        let op = Op::IncrBy {
+            key: key.into(),
+            by: by.saturating_neg(),
+            at_least: Some(keep),
+        };
+        self.one(holder, op, counter).await
     }
 
     /// `HSET key field value`.
@@ -423,9 +459,12 @@ impl RedisFence {
         field: impl Into<Bytes>,
         value: impl Into<Bytes>,
     ) -> Outcome<Written<OpResult>> {
-        self.one(holder, Batch::new().hset(key, field, value))
-            .await
-            .map(done)
+        let op = Op::HSet {
+            key: key.into(),
+            field: field.into(),
+            value: value.into(),
+        };
+        self.one(holder, op, done).await
     }
 
     /// `HDEL key field`.
@@ -435,9 +474,11 @@ impl RedisFence {
         key: impl Into<Bytes>,
         field: impl Into<Bytes>,
     ) -> Outcome<Written<OpResult>> {
-        self.one(holder, Batch::new().hdel(key, field))
-            .await
-            .map(done)
+        let op = Op::HDel {
+            key: key.into(),
+            field: field.into(),
+        };
+        self.one(holder, op, done).await
     }
 
     /// Every op of `batch`, or none; one reply per op. An empty batch is
@@ -541,25 +582,25 @@ impl RedisFence {
         Ok(marks)
     }
 
-    async fn one(
+    /// One op; its reply read by `read`.
+    async fn one<T>(
         &self,
         holder: &impl SequencerSource,
-        batch: Batch,
-    ) -> Outcome<(Written<Value>, Op)> {
-        let op = batch.ops()[0].clone();
-        Ok(self
-            .apply(holder, vec![Step::Write(op.clone())])
-            .await?
-            .map(|(marks, seq, mut results)| {
-                (
-                    Written {
-                        value: results.pop().unwrap_or(Value::Nil),
-                        marks,
-                        seq,
-                    },
-                    op,
-                )
-            }))
+        op: Op,
+        read: fn(&Value) -> Option<T>,
+    ) -> Outcome<Written<T>> {
+        let what = op.code();
+        Ok(match self.apply(holder, vec![Step::Write(op)]).await? {
+            Ok((marks, seq, results)) => {
+                let value = results.first().unwrap_or(&Value::Nil);
+                Ok(Written {
+                    value: read(value).ok_or_else(|| unexpected_reply(what, value))?,
+                    marks,
+                    seq,
+                })
+            }
+            Err(refused) => Err(refused),
+        })
     }
 
     async fn read(&self, holder: &impl SequencerSource, step: Step) -> Outcome<Read> {
@@ -604,12 +645,18 @@ impl RedisFence {
                 presented: sequencer.generation(),
             }));
         }
-        let (keys, floor) = self.remembered(lock);
+        let seen = self.remembered(lock);
+        let keys = Arc::clone(&seen.keys);
+        let floor = if self.inner.options.remember_marks {
+            seen.marks()
+        } else {
+            Marks::ZERO
+        };
         for step in &steps {
             keys.check(step.key())?;
         }
-        let (call_keys, ops) = encode(keys.marks(), &steps)?;
-        let mut tokens = Vec::with_capacity(5 + ops.len());
+        let ops = steps.len();
+        let mut tokens = Vec::with_capacity(5 + 4 * ops);
         tokens.extend([
             Token::Word("1"),
             Token::Word(match sequencer.mode() {
@@ -620,13 +667,13 @@ impl RedisFence {
             Token::Number(floor.exclusive.into()),
             Token::Number(floor.shared.into()),
         ]);
-        tokens.extend(ops);
+        let call_keys = encode(keys.marks_key(), steps, &mut tokens)?;
         let answer = self
             .submit(Prepared {
                 keys,
                 call_keys,
                 tokens,
-                ops: steps.len(),
+                ops,
             })
             .await?;
         let generation = sequencer.generation().get();
@@ -638,13 +685,13 @@ impl RedisFence {
                 restored,
                 results,
             } => {
-                self.after(lock, marks, restored);
+                self.after(&seen, marks, restored);
                 self.inner.counters.accepted.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(target: TRACE_TARGET, lock = %lock, %mode, generation, %marks, seq, "accepted");
                 Ok(Ok((marks, seq, results)))
             }
             Answer::Stale { marks, restored } => {
-                self.after(lock, marks, restored);
+                self.after(&seen, marks, restored);
                 self.inner.counters.stale.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(target: TRACE_TARGET, lock = %lock, %mode, generation, %marks, "refused: stale sequencer");
                 Ok(Err(Refused::stale(sequencer, marks)))
@@ -748,55 +795,30 @@ impl RedisFence {
         Ok(answers.pop().unwrap_or(Value::Nil))
     }
 
-    /// `lock`'s keys, and the marks to send as its floor.
-    fn remembered(&self, lock: &LockName) -> (Arc<LockKeys>, Marks) {
-        let mut seen = self.seen();
-        let floor = |marks| {
-            if self.inner.options.remember_marks {
-                marks
-            } else {
-                Marks::ZERO
-            }
-        };
-        if let Some(known) = seen.get(lock) {
-            return (Arc::clone(&known.keys), floor(known.marks));
-        }
-        let keys = Arc::new(self.keys(lock));
-        Self::keep(&mut seen, lock, Arc::clone(&keys), Marks::ZERO);
-        (keys, Marks::ZERO)
-    }
-
-    fn remember(&self, lock: &LockName, marks: Marks) {
-        let mut seen = self.seen();
-        match seen.get_mut(lock) {
-            Some(known) => {
-                known.marks.exclusive = known.marks.exclusive.max(marks.exclusive);
-                known.marks.shared = known.marks.shared.max(marks.shared);
-            }
-            None => Self::keep(&mut seen, lock, Arc::new(self.keys(lock)), marks),
-        }
-    }
-
-    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<LockName, Seen>> {
-        self.inner
+    /// What this fence keeps of `lock` (kept from now on if it was not).
+    fn remembered(&self, lock: &LockName) -> Arc<Seen> {
+        let mut seen = self
+            .inner
             .seen
             .lock()
-            .expect("the marks memory is never poisoned")
-    }
-
-    fn keep(
-        seen: &mut HashMap<LockName, Seen>,
-        lock: &LockName,
-        keys: Arc<LockKeys>,
-        marks: Marks,
-    ) {
+            .expect("the marks memory is never poisoned");
+        if let Some(known) = seen.get(lock) {
+            return Arc::clone(known);
+        }
         if seen.len() >= REMEMBERED_LOCKS {
             seen.clear();
         }
-        seen.insert(lock.clone(), Seen { keys, marks });
+        let known = Arc::new(Seen::new(self.keys(lock)));
+        seen.insert(lock.clone(), Arc::clone(&known));
+        known
     }
 
-    fn after(&self, lock: &LockName, marks: Marks, restored: bool) {
+    fn remember(&self, lock: &LockName, marks: Marks) {
+        self.remembered(lock).raise(marks);
+    }
+
+    fn after(&self, seen: &Seen, marks: Marks, restored: bool) {
+        let lock = seen.keys.lock();
         if restored {
             self.inner
                 .counters
@@ -809,43 +831,30 @@ impl RedisFence {
                 "Redis had lost this lock's marks (a restart or failover lost a raise); restored what this process saw"
             );
         }
-        self.remember(lock, marks);
+        seen.raise(marks);
     }
 }
 
-fn done(outcome: Result<(Written<Value>, Op), Refused>) -> Result<Written<OpResult>, Refused> {
-    outcome.map(|(written, op)| Written {
-        value: match reply(&op, &written.value) {
-            Ok(Reply::Done(result)) => result,
-            _ => OpResult::Replaced,
-        },
-        marks: written.marks,
-        seq: written.seq,
-    })
+/// A write's reply: what it did.
+fn done(value: &Value) -> Option<OpResult> {
+    text(value)?.parse().ok()
 }
 
-fn counter(outcome: Result<(Written<Value>, Op), Refused>) -> Result<Written<i64>, Refused> {
-    outcome.map(|(written, op)| Written {
-        value: match reply(&op, &written.value) {
-            Ok(Reply::Counter(value)) => value,
-            _ => 0,
-        },
-        marks: written.marks,
-        seq: written.seq,
-    })
+/// A counter's reply: its new value.
+fn counter(value: &Value) -> Option<i64> {
+    number(value)
+}
+
+fn unexpected_reply(what: &str, value: &Value) -> RedisFenceError {
+    RedisFenceError::Protocol(format!("{what} answered {value:?}"))
 }
 
 fn reply(op: &Op, value: &Value) -> Result<Reply, RedisFenceError> {
-    let unexpected = || RedisFenceError::Protocol(format!("{op:?} answered {value:?}"));
     match op {
-        Op::IncrBy { .. } => number(value).map(Reply::Counter).ok_or_else(unexpected),
-        _ => {
-            let text = text(value).ok_or_else(unexpected)?;
-            text.parse::<OpResult>()
-                .map(Reply::Done)
-                .map_err(|_| unexpected())
-        }
+        Op::IncrBy { .. } => counter(value).map(Reply::Counter),
+        _ => done(value).map(Reply::Done),
     }
+    .ok_or_else(|| unexpected_reply(op.code(), value))
 }
 
 fn text(value: &Value) -> Option<String> {

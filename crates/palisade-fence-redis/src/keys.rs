@@ -7,6 +7,7 @@
 //! the lock backend's keys and every data key carrying the same tag share
 //! one slot, and one function call can change them all atomically.
 
+use bytes::Bytes;
 use palisade_core::LockName;
 
 use crate::RedisFenceError;
@@ -25,16 +26,19 @@ const SLOTS: u16 = 16384;
 /// assert_eq!(slot(b"{user1000}.following"), slot(b"{user1000}.followers"));
 /// ```
 pub fn slot(key: &[u8]) -> u16 {
-    let hashed = key
-        .iter()
+    crc16::State::<crc16::XMODEM>::calculate(hashed_part(key)) % SLOTS
+}
+
+/// What Redis Cluster hashes of `key`: its hash tag, else all of it.
+fn hashed_part(key: &[u8]) -> &[u8] {
+    key.iter()
         .position(|byte| *byte == b'{')
         .and_then(|open| {
             let rest = &key[open + 1..];
             let close = rest.iter().position(|byte| *byte == b'}')?;
             (close > 0).then(|| &rest[..close])
         })
-        .unwrap_or(key);
-    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS
+        .unwrap_or(key)
 }
 
 /// A lock's place in Redis: its hash tag, its marks record, its slot.
@@ -43,6 +47,8 @@ pub struct LockKeys {
     lock: LockName,
     tag: String,
     marks: String,
+    /// `marks` as the bytes every request sends (shared, not copied).
+    marks_key: Bytes,
     slot: u16,
 }
 
@@ -64,6 +70,7 @@ impl LockKeys {
             lock: lock.clone(),
             slot: slot(marks.as_bytes()),
             tag,
+            marks_key: Bytes::copy_from_slice(marks.as_bytes()),
             marks,
         }
     }
@@ -78,10 +85,14 @@ impl LockKeys {
         &self.tag
     }
 
-    /// The marks record: a hash with `x` (`H_excl`), `s` (`H_shared`) and
-    /// `n` (the lock's write sequence).
+    /// The marks record: a string `x s n`, decimals, `x` = `H_excl`, `s` =
+    /// `H_shared`, `n` the lock's write sequence.
     pub fn marks(&self) -> &str {
         &self.marks
+    }
+
+    pub(crate) fn marks_key(&self) -> Bytes {
+        self.marks_key.clone()
     }
 
     /// The hash slot of every key of the lock.
@@ -96,6 +107,10 @@ impl LockKeys {
 
     /// Refuses `key` unless it is in the lock's slot.
     pub(crate) fn check(&self, key: &[u8]) -> Result<(), RedisFenceError> {
+        // The lock's own tag (the usual case) needs no CRC.
+        if hashed_part(key) == hashed_part(self.tag.as_bytes()) {
+            return Ok(());
+        }
         let key_slot = slot(key);
         if key_slot == self.slot {
             return Ok(());

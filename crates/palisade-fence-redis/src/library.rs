@@ -7,8 +7,8 @@ use std::fmt;
 pub const LIBRARY_NAME: &str = "palisade_fence";
 
 /// This crate's library version, written in the source's second line
-/// (`-- palisade_fence version 2`). Raised whenever the source changes.
-pub const LIBRARY_VERSION: u32 = 2;
+/// (`-- palisade_fence version 3`). Raised whenever the source changes.
+pub const LIBRARY_VERSION: u32 = 3;
 
 /// The library's Lua source, exactly as `FUNCTION LOAD` receives it.
 pub const LIBRARY_SOURCE: &str = include_str!("palisade_fence.lua");

@@ -60,6 +60,17 @@ pub enum Op {
 }
 
 impl Op {
+    /// The op's name in the function's requests.
+    pub(crate) fn code(&self) -> &'static str {
+        match self {
+            Op::Set { .. } => "set",
+            Op::Del { .. } => "del",
+            Op::IncrBy { .. } => "incr",
+            Op::HSet { .. } => "hset",
+            Op::HDel { .. } => "hdel",
+        }
+    }
+
     /// The key the op writes.
     pub fn key(&self) -> &[u8] {
         match self {
@@ -232,68 +243,64 @@ impl Token {
     }
 }
 
-/// `tokens` as the module's packed request (protocol 3): separated by a
-/// space, bytes as `length:bytes`, no floor as `-`.
-pub(crate) fn pack(tokens: &[Token]) -> Vec<u8> {
-    let mut packed = Vec::with_capacity(48);
-    for (index, token) in tokens.iter().enumerate() {
-        if index > 0 {
-            packed.push(b' ');
-        }
-        match token {
-            Token::Word(word) => packed.extend_from_slice(word.as_bytes()),
-            Token::Number(value) => {
-                packed.extend_from_slice(itoa::Buffer::new().format(*value).as_bytes())
+/// A request's tokens as the module's packed request (protocol 4):
+/// separated by a space, bytes as `length:bytes`, no floor as `-`;
+/// written straight into the command's argument buffer.
+pub(crate) struct Packed<'a>(pub(crate) &'a [Token]);
+
+impl Packed<'_> {
+    fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        for (index, token) in self.0.iter().enumerate() {
+            if index > 0 {
+                out.write_all(b" ")?;
             }
-            Token::NoFloor => packed.push(b'-'),
-            Token::Bytes(bytes) => {
-                packed.extend_from_slice(itoa::Buffer::new().format(bytes.len()).as_bytes());
-                packed.push(b':');
-                packed.extend_from_slice(bytes);
+            match token {
+                Token::Word(word) => out.write_all(word.as_bytes())?,
+                Token::Number(value) => {
+                    out.write_all(itoa::Buffer::new().format(*value).as_bytes())?
+                }
+                Token::NoFloor => out.write_all(b"-")?,
+                Token::Bytes(bytes) => {
+                    out.write_all(itoa::Buffer::new().format(bytes.len()).as_bytes())?;
+                    out.write_all(b":")?;
+                    out.write_all(bytes)?;
+                }
             }
         }
+        Ok(())
     }
-    packed
+}
+
+impl redis::ToRedisArgs for Packed<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        // A command's own buffer takes every write.
+        let _ = self.write_to(&mut out.writer_for_next_arg());
+    }
 }
 
 /// `KEYS` and the ops of a request: the data keys once each after the
-/// marks record, and per step its code, its key's index in `KEYS`
-/// (1-based) and its arguments.
+/// marks record, and per step (appended to `tokens`) its code, its key's
+/// index in `KEYS` (1-based) and its arguments. The steps' bytes move
+/// into the request, uncopied.
 pub(crate) fn encode(
-    marks: &str,
-    steps: &[Step],
-) -> Result<(Vec<Bytes>, Vec<Token>), RedisFenceError> {
+    marks: Bytes,
+    steps: Vec<Step>,
+    tokens: &mut Vec<Token>,
+) -> Result<Vec<Bytes>, RedisFenceError> {
     if steps.len() > MAX_OPS {
         return Err(RedisFenceError::Invalid {
             reason: format!("{} ops; at most {MAX_OPS} go in one call", steps.len()),
         });
     }
-    let mut keys: Vec<Bytes> = vec![Bytes::copy_from_slice(marks.as_bytes())];
-    let mut tokens: Vec<Token> = Vec::with_capacity(4 * steps.len());
-    for (index, step) in steps.iter().enumerate() {
-        let key = step.key();
-        if key.is_empty() {
-            return Err(RedisFenceError::Invalid {
-                reason: format!("op {index}: an empty key"),
-            });
-        }
-        let position = match keys.iter().position(|known| known == key) {
-            Some(position) => position,
-            None => {
-                keys.push(Bytes::copy_from_slice(key));
-                keys.len() - 1
-            }
-        };
-        let mut push = |code: &'static str, rest: &[Token]| {
-            tokens.push(Token::Word(code));
-            tokens.push(Token::Number(position as i128 + 1));
-            tokens.extend_from_slice(rest);
-        };
-        match step {
-            Step::Write(Op::Set { value, .. }) => push("set", &[Token::Bytes(value.clone())]),
-            Step::Write(Op::Del { .. }) => push("del", &[]),
-            Step::Write(Op::IncrBy { by, at_least, .. }) => {
-                for value in std::iter::once(*by).chain(*at_least) {
+    let mut keys: Vec<Bytes> = Vec::with_capacity(1 + steps.len());
+    keys.push(marks);
+    tokens.reserve(4 * steps.len());
+    for (index, step) in steps.into_iter().enumerate() {
+        let (key, code, rest) = match step {
+            Step::Write(Op::Set { key, value }) => (key, "set", [Some(Token::Bytes(value)), None]),
+            Step::Write(Op::Del { key }) => (key, "del", [None, None]),
+            Step::Write(Op::IncrBy { key, by, at_least }) => {
+                for value in std::iter::once(by).chain(at_least) {
                     if !(-COUNTER_LIMIT..=COUNTER_LIMIT).contains(&value) {
                         return Err(RedisFenceError::Invalid {
                             reason: format!(
@@ -303,18 +310,36 @@ pub(crate) fn encode(
                     }
                 }
                 let floor = at_least.map_or(Token::NoFloor, |floor| Token::Number(floor.into()));
-                push("incr", &[Token::Number((*by).into()), floor]);
+                (key, "incr", [Some(Token::Number(by.into())), Some(floor)])
             }
-            Step::Write(Op::HSet { field, value, .. }) => push(
+            Step::Write(Op::HSet { key, field, value }) => (
+                key,
                 "hset",
-                &[Token::Bytes(field.clone()), Token::Bytes(value.clone())],
+                [Some(Token::Bytes(field)), Some(Token::Bytes(value))],
             ),
-            Step::Write(Op::HDel { field, .. }) => push("hdel", &[Token::Bytes(field.clone())]),
-            Step::Get { .. } => push("get", &[]),
-            Step::HGet { field, .. } => push("hget", &[Token::Bytes(field.clone())]),
+            Step::Write(Op::HDel { key, field }) => {
+                (key, "hdel", [Some(Token::Bytes(field)), None])
+            }
+            Step::Get { key } => (key, "get", [None, None]),
+            Step::HGet { key, field } => (key, "hget", [Some(Token::Bytes(field)), None]),
+        };
+        if key.is_empty() {
+            return Err(RedisFenceError::Invalid {
+                reason: format!("op {index}: an empty key"),
+            });
         }
+        let position = match keys.iter().position(|known| *known == key) {
+            Some(position) => position,
+            None => {
+                keys.push(key);
+                keys.len() - 1
+            }
+        };
+        tokens.push(Token::Word(code));
+        tokens.push(Token::Number(position as i128 + 1));
+        tokens.extend(rest.into_iter().flatten());
     }
-    Ok((keys, tokens))
+    Ok(keys)
 }
 
 #[cfg(test)]
@@ -342,7 +367,8 @@ mod tests {
                 key: "{a}:stock".into(),
             }])
             .collect();
-        let (keys, tokens) = encode("p:{a}:marks", &steps).unwrap();
+        let mut tokens = Vec::new();
+        let keys = encode("p:{a}:marks".into(), steps, &mut tokens).unwrap();
         assert_eq!(text(&keys), ["p:{a}:marks", "{a}:stock", "{a}:orders"]);
         let arguments: Vec<Bytes> = tokens.iter().map(Token::argument).collect();
         assert_eq!(
@@ -352,8 +378,10 @@ mod tests {
                 "2"
             ]
         );
+        let mut packed = Vec::new();
+        Packed(&tokens).write_to(&mut packed).unwrap();
         assert_eq!(
-            String::from_utf8(pack(&tokens)).unwrap(),
+            String::from_utf8(packed).unwrap(),
             "incr 2 -1 0 hset 3 2:o1 5:alice incr 2 5 - get 2"
         );
     }
@@ -367,10 +395,11 @@ mod tests {
                 at_least: None,
             })]
         };
-        assert!(encode("m", &step(COUNTER_LIMIT)).is_ok());
-        assert!(encode("m", &step(-COUNTER_LIMIT)).is_ok());
-        assert!(encode("m", &step(COUNTER_LIMIT + 1)).is_err());
-        assert!(encode("m", &step(i64::MIN)).is_err());
-        assert!(encode("m", &[Step::Get { key: Bytes::new() }]).is_err());
+        let encode = |steps| encode("m".into(), steps, &mut Vec::new());
+        assert!(encode(step(COUNTER_LIMIT)).is_ok());
+        assert!(encode(step(-COUNTER_LIMIT)).is_ok());
+        assert!(encode(step(COUNTER_LIMIT + 1)).is_err());
+        assert!(encode(step(i64::MIN)).is_err());
+        assert!(encode(vec![Step::Get { key: Bytes::new() }]).is_err());
     }
 }

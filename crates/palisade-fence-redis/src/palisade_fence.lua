@@ -1,11 +1,13 @@
 #!lua name=palisade_fence
--- palisade_fence version 2
+-- palisade_fence version 3
 --
 -- Palisade's fence for data kept in Redis: the fencing rule of
 -- palisade_core::marks::Marks::admit, applied to a lock's marks record,
 -- and the write, in one atomic call. KEYS[1] is the lock's marks record, a
--- hash: x = H_excl, s = H_shared (decimal strings, so every u64 compares
--- exactly, which Lua's doubles cannot), n = the lock's write sequence.
+-- string 'x s n': x = H_excl, s = H_shared (decimal strings, so every u64
+-- compares exactly, which Lua's doubles cannot), n = the lock's write
+-- sequence. A record of version 2's layout, a hash of the fields x, s and
+-- n, is read as well and rewritten as a string at its next write.
 -- One call carries one or more requests (a client groups the requests
 -- that queue while its previous call is in flight): each is judged and
 -- applied on its own, in order, and answered on its own. KEYS are the
@@ -72,12 +74,24 @@ local function integer(text)
 end
 
 local function read_marks(key)
-  local m = redis.call('HMGET', key, 'x', 's', 'n')
-  local x, s, n = m[1] or '0', m[2] or '0', m[3] or '0'
+  local x, s, n = '0', '0', '0'
+  local record = redis.pcall('GET', key)
+  if type(record) == 'string' then
+    x, s, n = string.match(record, '^(%d+) (%d+) (%-?%d+)$')
+  elseif type(record) == 'table' then
+    if redis.call('TYPE', key)['ok'] ~= 'hash' then return nil end
+    local m = redis.call('HMGET', key, 'x', 's', 'n')
+    x, s, n = m[1] or '0', m[2] or '0', m[3] or '0'
+  end
   if not decimal(x, true) or not decimal(s, true) or not integer(n) then
     return nil
   end
   return x, s, n
+end
+
+-- Writes a lock's marks record (its TTL, if someone gave it one, stays).
+local function write_marks(key, x, s, n)
+  redis.call('SET', key, x .. ' ' .. s .. ' ' .. n, 'KEEPTTL')
 end
 
 local function fail(message)
@@ -107,7 +121,7 @@ local function judge(marks_key, mode, g, floor_x, floor_s)
   end
   local after_x, after_s = admit(x, s, mode, g)
   if not after_x then
-    if restored == 1 then redis.call('HSET', marks_key, 'x', x, 's', s) end
+    if restored == 1 then write_marks(marks_key, x, s, n) end
     return nil, { 'stale', x, s, restored }
   end
   return x, s, n, restored, after_x, after_s
@@ -115,7 +129,7 @@ end
 
 -- The steady holder's call: one INCRBY/DECRBY without a floor, exclusive
 -- (a = marks index, 'x', g, floor x, floor s, '1', 'incr', key index, by,
--- ''). Three redis.calls (HMGET, INCRBY, HINCRBY) and no table but the
+-- ''). Three redis.calls (GET, INCRBY, SET) and no table but the
 -- answer. Redis's INCRBY checks the kind and the integer, and leaves the
 -- key unchanged when it refuses; a result beyond the exact range is
 -- undone at once (in the same atomic call) and refused as in `request`.
@@ -137,10 +151,8 @@ local function counter(keys, base, a)
     redis.call('INCRBY', key, string.format('%d', -by))
     return { 'notinteger', 0 }
   end
-  if restored == 1 or after_x ~= x then
-    redis.call('HSET', marks_key, 'x', after_x, 's', after_s)
-  end
-  n = redis.call('HINCRBY', marks_key, 'n', 1)
+  n = integer(n) + 1
+  write_marks(marks_key, after_x, after_s, string.format('%d', n))
   return { 'ok', after_x, after_s, n, restored, new }
 end
 
@@ -232,9 +244,11 @@ local function request(keys, base, a)
     end
   end
 
-  if restored == 1 or after_x ~= x then redis.call('HSET', marks_key, 'x', after_x) end
-  if restored == 1 or after_s ~= s then redis.call('HSET', marks_key, 's', after_s) end
-  if writes then n = redis.call('HINCRBY', marks_key, 'n', 1) end
+  if writes then n = string.format('%d', integer(n) + 1) end
+  if restored == 1 or after_x ~= x or after_s ~= s or writes then
+    write_marks(marks_key, after_x, after_s, n)
+  end
+  n = integer(n)
   for index, op in ipairs(ops) do
     if op.code == 'set' then
       redis.call('SET', op.key, op.a)
@@ -287,7 +301,7 @@ local function raise_floor(keys, args)
   if not x then return fail('corrupt marks record') end
   if not ge(x, floor) then
     x = floor
-    redis.call('HSET', keys[1], 'x', x)
+    write_marks(keys[1], x, s, n)
   end
   return { x, s, n }
 end

@@ -28,7 +28,7 @@ pub(super) const PROTOCOL: &str = "2";
 /// The module's layout: the function's requests packed one per argument,
 /// all answers in one string (`palisade-fence-redis-module`,
 /// `request.rs`; [`super::packed`]).
-const MODULE_PROTOCOL: &str = "3";
+const MODULE_PROTOCOL: &str = "4";
 
 /// The most arguments one grouped call carries (a request that is larger
 /// on its own still goes, alone): a bound on how long one call holds
@@ -223,13 +223,20 @@ impl RedisFence {
         let first = &requests[0];
         let key_count: usize = requests.iter().map(|request| request.call_keys.len()).sum();
         let module = self.inner.module;
-        let mut command = if module {
-            redis::cmd(MODULE_COMMAND)
+        // Room for every argument: none of them grows the buffer.
+        let bytes: usize = requests
+            .iter()
+            .map(|request| {
+                let keys: usize = request.call_keys.iter().map(Bytes::len).sum();
+                keys + 24 * request.tokens.len()
+            })
+            .sum();
+        let mut command = redis::Cmd::with_capacity(4 + key_count + 3 * requests.len(), 64 + bytes);
+        if module {
+            command.arg(MODULE_COMMAND);
         } else {
-            let mut command = redis::cmd("FCALL");
-            command.arg("palisade_fence_apply");
-            command
-        };
+            command.arg("FCALL").arg("palisade_fence_apply");
+        }
         command.arg(key_count);
         for request in requests {
             for key in &request.call_keys {
@@ -242,7 +249,7 @@ impl RedisFence {
         let mut base = 0;
         for request in requests {
             if module {
-                command.arg(base).arg(ops::pack(&request.tokens));
+                command.arg(base).arg(ops::Packed(&request.tokens));
             } else {
                 // The header (5 fields), the op count, the ops.
                 let (header, ops) = request.tokens.split_at(5.min(request.tokens.len()));

@@ -1,4 +1,4 @@
-//! The module's answers (protocol 3): one string per call, a line per
+//! The module's answers (protocol 4): one string per call, a line per
 //! request, read here into the same [`Answer`]s the function's arrays
 //! give (see `palisade-fence-redis-module`, `Out`, for the grammar). One
 //! string costs the client one allocation where an array of arrays costs

@@ -12,7 +12,9 @@ use palisade_fence_redis::{Batch, FenceOptions, RedisFence, RedisFenceError, Rep
 use palisade_lock_redis::{RedisConfig, RedisLockClient};
 use palisade_testkit::redis::RedisServer;
 
-use crate::common::{accepted, exclusive, marks, shared, single, stale, unique_lock};
+use crate::common::{
+    Via, accepted, exclusive, marks, shared, single, single_via, stale, unique_lock,
+};
 
 const TTL: Duration = Duration::from_millis(800);
 /// The bound on a wait for a lease to end: many TTLs, for a loaded box.
@@ -113,6 +115,50 @@ async fn a_paused_holders_late_write_is_refused_after_a_newer_holder_only_fenced
     let locks = RedisConfig::new(redis.url());
     let stock = late_sale_after_a_fence(&locks, &fence, "late-after-fence").await;
     assert_eq!(redis.command(&["GET", &stock]).unwrap(), "10");
+}
+
+/// The marks record is one string, `x s n`. A record of the first layout
+/// (a hash of `x`, `s` and `n`, written by the library's version 2 or the
+/// module's version 1) refuses what it refused, through the module and
+/// the function alike, and its next write rewrites it as a string; a
+/// record that is neither is refused, not read as zero.
+#[tokio::test]
+async fn the_marks_record_of_either_layout_is_honoured_and_a_corrupt_one_refused() {
+    for via in [Via::Module, Via::Function] {
+        let (redis, fence) = single_via(via).await;
+        let lock = unique_lock("record-layout");
+        let record = fence.keys(&lock).marks().to_owned();
+        let stock = fence.data_key(&lock, "stock");
+        redis
+            .command(&["HSET", &record, "x", "5", "s", "0", "n", "3"])
+            .unwrap();
+        redis.command(&["SET", &stock, "10"]).unwrap();
+        stale(
+            fence.decr_by(&exclusive(&lock, 4), stock.clone(), 1).await,
+            "gen 4 under a hash record of gen 5",
+        );
+        assert_eq!(redis.command(&["TYPE", &record]).unwrap(), "hash");
+        let sold = accepted(
+            fence.decr_by(&exclusive(&lock, 5), stock.clone(), 1).await,
+            "gen 5",
+        );
+        assert_eq!((sold.value, sold.seq), (9, 4), "{via:?}");
+        assert_eq!(redis.command(&["GET", &record]).unwrap(), "5 0 4");
+        stale(
+            fence.decr_by(&exclusive(&lock, 4), stock.clone(), 1).await,
+            "gen 4 under the rewritten record",
+        );
+
+        for corrupt in ["5 0", "5 0 4 1", "05 0 4", "five 0 4", ""] {
+            redis.command(&["SET", &record, corrupt]).unwrap();
+            let answer = fence.decr_by(&exclusive(&lock, 6), stock.clone(), 1).await;
+            assert!(
+                matches!(&answer, Err(RedisFenceError::Protocol(message)) if message.contains("corrupt marks record")),
+                "{via:?}, record {corrupt:?}: {answer:?}"
+            );
+        }
+        assert_eq!(redis.command(&["GET", &stock]).unwrap(), "9", "{via:?}");
+    }
 }
 
 #[tokio::test]
