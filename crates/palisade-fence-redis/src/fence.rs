@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -248,7 +248,7 @@ struct Inner {
     /// if Redis lost a mark raise (restart without persistence, failover
     /// to a replica that missed it), the function puts back what this
     /// process saw before applying the rule.
-    seen: Mutex<HashMap<LockName, Arc<Seen>>>,
+    seen: RwLock<HashMap<LockName, Arc<Seen>>>,
     counters: Counters,
     /// Requests waiting for the call in flight (group commit).
     queue: Queue,
@@ -324,7 +324,7 @@ impl RedisFence {
             inner: Arc::new(Inner {
                 connection,
                 options,
-                seen: Mutex::new(HashMap::new()),
+                seen: RwLock::new(HashMap::new()),
                 counters: Counters::default(),
                 queue: Queue::default(),
                 module,
@@ -797,10 +797,22 @@ impl RedisFence {
 
     /// What this fence keeps of `lock` (kept from now on if it was not).
     fn remembered(&self, lock: &LockName) -> Arc<Seen> {
+        // Callers of known locks only read the map, and never wait for
+        // each other.
+        let known = self
+            .inner
+            .seen
+            .read()
+            .expect("the marks memory is never poisoned")
+            .get(lock)
+            .map(Arc::clone);
+        if let Some(known) = known {
+            return known;
+        }
         let mut seen = self
             .inner
             .seen
-            .lock()
+            .write()
             .expect("the marks memory is never poisoned");
         if let Some(known) = seen.get(lock) {
             return Arc::clone(known);
