@@ -211,6 +211,15 @@ pub(crate) enum Step {
 }
 
 impl Step {
+    /// The step's name in the function's requests.
+    pub(crate) fn code(&self) -> &'static str {
+        match self {
+            Step::Write(op) => op.code(),
+            Step::Get { .. } => "get",
+            Step::HGet { .. } => "hget",
+        }
+    }
+
     pub(crate) fn key(&self) -> &[u8] {
         match self {
             Step::Write(op) => op.key(),
@@ -296,9 +305,10 @@ pub(crate) fn encode(
     keys.push(marks);
     tokens.reserve(4 * steps.len());
     for (index, step) in steps.into_iter().enumerate() {
-        let (key, code, rest) = match step {
-            Step::Write(Op::Set { key, value }) => (key, "set", [Some(Token::Bytes(value)), None]),
-            Step::Write(Op::Del { key }) => (key, "del", [None, None]),
+        let code = step.code();
+        let (key, rest) = match step {
+            Step::Write(Op::Set { key, value }) => (key, [Some(Token::Bytes(value)), None]),
+            Step::Write(Op::Del { key }) => (key, [None, None]),
             Step::Write(Op::IncrBy { key, by, at_least }) => {
                 for value in std::iter::once(by).chain(at_least) {
                     if !(-COUNTER_LIMIT..=COUNTER_LIMIT).contains(&value) {
@@ -310,18 +320,14 @@ pub(crate) fn encode(
                     }
                 }
                 let floor = at_least.map_or(Token::NoFloor, |floor| Token::Number(floor.into()));
-                (key, "incr", [Some(Token::Number(by.into())), Some(floor)])
+                (key, [Some(Token::Number(by.into())), Some(floor)])
             }
-            Step::Write(Op::HSet { key, field, value }) => (
-                key,
-                "hset",
-                [Some(Token::Bytes(field)), Some(Token::Bytes(value))],
-            ),
-            Step::Write(Op::HDel { key, field }) => {
-                (key, "hdel", [Some(Token::Bytes(field)), None])
+            Step::Write(Op::HSet { key, field, value }) => {
+                (key, [Some(Token::Bytes(field)), Some(Token::Bytes(value))])
             }
-            Step::Get { key } => (key, "get", [None, None]),
-            Step::HGet { key, field } => (key, "hget", [Some(Token::Bytes(field)), None]),
+            Step::Write(Op::HDel { key, field }) => (key, [Some(Token::Bytes(field)), None]),
+            Step::Get { key } => (key, [None, None]),
+            Step::HGet { key, field } => (key, [Some(Token::Bytes(field)), None]),
         };
         if key.is_empty() {
             return Err(RedisFenceError::Invalid {
