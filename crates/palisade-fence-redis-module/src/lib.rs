@@ -7,7 +7,7 @@
 //! `palisade_fence_apply` (crate `palisade-fence-redis`): the same
 //! arguments in the same places (`PALISADE.FENCE numkeys key... arg...`,
 //! as `FCALL palisade_fence_apply numkeys key... arg...`), the same
-//! answers, the same marks record (one string `x s n`, see [`Record`]),
+//! answers, the same marks record (one string `x s n`, the type `Record`),
 //! so the library and the module serve the same data and a client uses
 //! whichever the server has. The module costs a native command where the
 //! function pays for the Lua interpreter.
