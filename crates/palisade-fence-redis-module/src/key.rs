@@ -166,7 +166,6 @@ impl Key {
     /// was new.
     pub(crate) fn hash_set(&self, field: &[u8], value: &[u8]) -> bool {
         let (field, value) = (Owned::new(self.ctx, field), Owned::new(self.ctx, value));
-        self.wrote(raw::NotifyEvent::HASH, c"hset");
         // Without COUNT_ALL Redis counts updated fields only.
         // SAFETY: one field, its value, the terminator.
         let updated = unsafe {
@@ -178,6 +177,7 @@ impl Key {
                 ptr::null::<c_char>(),
             )
         };
+        self.wrote(raw::NotifyEvent::HASH, c"hset");
         updated == 0
     }
 
@@ -236,24 +236,33 @@ impl Key {
     /// kind is replaced, a missing one created). `event` names the write
     /// for keyspace subscribers.
     pub(crate) fn overwrite(&self, value: &[u8], event: &CStr) {
+        if !self.overwrite_in_place(value) {
+            self.replace(value);
+        }
         self.wrote(raw::NotifyEvent::STRING, event);
-        let mut len = 0;
+    }
+
+    /// Rewrites a string key's (or no key's) bytes; `false` when it could
+    /// not (a key of another kind).
+    fn overwrite_in_place(&self, value: &[u8]) -> bool {
         if !matches!(self.kind(), KeyType::String | KeyType::Empty)
             || raw::string_truncate(self.inner, value.len()) != raw::Status::Ok
         {
-            return self.replace(value);
+            return false;
         }
+        let mut len = 0;
         let at = raw::string_dma(self.inner, &mut len, raw::KeyMode::WRITE);
         if at.is_null() || len != value.len() {
-            return self.replace(value);
+            return false;
         }
         // SAFETY: the string's own buffer, `len` bytes, just sized.
         unsafe { std::slice::from_raw_parts_mut(at.cast::<u8>(), len) }.copy_from_slice(value);
+        true
     }
 
     pub(crate) fn delete(&self) {
-        self.wrote(raw::NotifyEvent::GENERIC, c"del");
         // SAFETY: a key open for writing.
         unsafe { raw::RedisModule_DeleteKey.expect("RedisModule_DeleteKey")(self.inner) };
+        self.wrote(raw::NotifyEvent::GENERIC, c"del");
     }
 }
