@@ -161,6 +161,64 @@ async fn the_marks_record_of_either_layout_is_honoured_and_a_corrupt_one_refused
     }
 }
 
+/// A refused request writes nothing, so it touches no `WATCH` of the
+/// lock's keys; an accepted one does, as the plain commands would, through
+/// the module and the function alike.
+#[tokio::test]
+async fn a_refusal_leaves_watchers_alone_and_a_write_aborts_their_transaction() {
+    use palisade_fence_redis::redis::{self, aio::MultiplexedConnection};
+    /// `WATCH` the lock's record and data key on a connection of its own.
+    async fn watch(watcher: &mut MultiplexedConnection, keys: [&str; 2]) {
+        let _: () = redis::cmd("WATCH")
+            .arg(&keys[..])
+            .query_async(watcher)
+            .await
+            .unwrap();
+    }
+    /// Whether a transaction after the `WATCH` committed.
+    async fn commits(watcher: &mut MultiplexedConnection) -> bool {
+        let committed: Option<(i64,)> = redis::pipe()
+            .atomic()
+            .incr("palisade-test-watch", 1)
+            .query_async(watcher)
+            .await
+            .unwrap();
+        committed.is_some()
+    }
+    for via in [Via::Module, Via::Function] {
+        let (server, fence) = single_via(via).await;
+        let lock = unique_lock("watch");
+        let record = fence.keys(&lock).marks().to_owned();
+        let stock = fence.data_key(&lock, "stock");
+        accepted(
+            fence.set(&exclusive(&lock, 5), stock.clone(), "10").await,
+            "gen 5",
+        );
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut watcher = client.get_multiplexed_async_connection().await.unwrap();
+
+        watch(&mut watcher, [&record, &stock]).await;
+        stale(
+            fence.decr_by(&exclusive(&lock, 4), stock.clone(), 1).await,
+            "gen 4 under gen 5",
+        );
+        assert!(
+            commits(&mut watcher).await,
+            "{via:?}: a refusal aborted a watcher's transaction"
+        );
+
+        watch(&mut watcher, [&record, &stock]).await;
+        accepted(
+            fence.decr_by(&exclusive(&lock, 5), stock.clone(), 1).await,
+            "gen 5 sells one",
+        );
+        assert!(
+            !commits(&mut watcher).await,
+            "{via:?}: a fenced write left a watcher's transaction to commit"
+        );
+    }
+}
+
 #[tokio::test]
 async fn every_write_kind_is_fenced_and_a_refusal_changes_nothing() {
     let (redis, fence) = single().await;
