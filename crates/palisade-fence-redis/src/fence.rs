@@ -18,7 +18,8 @@ use crate::connection::FenceConnection;
 use crate::error::from_redis;
 use crate::install::{MODULE_COMMAND, Target, ensure_everywhere, ensure_on, module_everywhere};
 use crate::keys::LockKeys;
-use crate::ops::{Batch, Op, Reply, Step, Token, encode};
+use crate::ops::{Batch, Op, Reply, Step, Steps, Token, encode};
+use smallvec::smallvec;
 use crate::{RedisFenceError, TRACE_TARGET};
 
 mod group;
@@ -262,13 +263,16 @@ struct Inner {
 type Answered = Result<Answer, RedisFenceError>;
 
 /// What the function answered to an apply call.
+/// An accepted request's results, one per op: most have one, kept inline.
+type Results = smallvec::SmallVec<[Value; 1]>;
+
 #[derive(Debug)]
 enum Answer {
     Ok {
         marks: Marks,
         seq: u64,
         restored: bool,
-        results: Vec<Value>,
+        results: Results,
     },
     Stale {
         marks: Marks,
@@ -514,7 +518,7 @@ impl RedisFence {
     /// before this one writes. Exclusive or shared.
     pub async fn admit(&self, holder: &impl SequencerSource) -> Outcome<Marks> {
         Ok(self
-            .apply(holder, Vec::new())
+            .apply(holder, Steps::new())
             .await?
             .map(|(marks, _, _)| marks))
     }
@@ -590,7 +594,7 @@ impl RedisFence {
         read: fn(&Value) -> Option<T>,
     ) -> Outcome<Written<T>> {
         let what = op.code();
-        Ok(match self.apply(holder, vec![Step::Write(op)]).await? {
+        Ok(match self.apply(holder, smallvec![Step::Write(op)]).await? {
             Ok((marks, seq, results)) => {
                 let value = results.first().unwrap_or(&Value::Nil);
                 Ok(Written {
@@ -604,7 +608,7 @@ impl RedisFence {
     }
 
     async fn read(&self, holder: &impl SequencerSource, step: Step) -> Outcome<Read> {
-        Ok(match self.apply(holder, vec![step]).await? {
+        Ok(match self.apply(holder, smallvec![step]).await? {
             Ok((marks, _, results)) => Ok(Read {
                 value: match results.first() {
                     Some(Value::BulkString(bytes)) => Some(Bytes::from(bytes.clone())),
@@ -625,8 +629,8 @@ impl RedisFence {
     async fn apply(
         &self,
         holder: &impl SequencerSource,
-        steps: Vec<Step>,
-    ) -> Outcome<(Marks, u64, Vec<Value>)> {
+        steps: Steps,
+    ) -> Outcome<(Marks, u64, Results)> {
         let sequencer = holder.sequencer_now()?;
         let sequencer: &Sequencer = &sequencer;
         let lock = sequencer.lock();
@@ -934,7 +938,7 @@ fn parse_answer(value: &Value) -> Result<Answer, RedisFenceError> {
             marks: marks(1)?,
             seq: items.get(3).and_then(mark).ok_or_else(unexpected)?,
             restored: flag(4),
-            results: items.get(5..).map(<[Value]>::to_vec).unwrap_or_default(),
+            results: items.get(5..).unwrap_or_default().iter().cloned().collect(),
         },
         "stale" => Answer::Stale {
             marks: marks(1)?,

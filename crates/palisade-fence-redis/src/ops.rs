@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 use palisade_core::OpResult;
+use smallvec::SmallVec;
 
 use crate::RedisFenceError;
 
@@ -202,6 +203,12 @@ pub enum Reply {
     Counter(i64),
 }
 
+/// A request's steps: most requests carry one, kept inline.
+pub(crate) type Steps = SmallVec<[Step; 1]>;
+
+/// A request's keys: the marks record and, for one op, its key.
+pub(crate) type CallKeys = SmallVec<[Bytes; 2]>;
+
 /// One step of a call: a write, or a fenced read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -293,15 +300,15 @@ impl redis::ToRedisArgs for Packed<'_> {
 /// into the request, uncopied.
 pub(crate) fn encode(
     marks: Bytes,
-    steps: Vec<Step>,
+    steps: Steps,
     tokens: &mut Vec<Token>,
-) -> Result<Vec<Bytes>, RedisFenceError> {
+) -> Result<CallKeys, RedisFenceError> {
     if steps.len() > MAX_OPS {
         return Err(RedisFenceError::Invalid {
             reason: format!("{} ops; at most {MAX_OPS} go in one call", steps.len()),
         });
     }
-    let mut keys: Vec<Bytes> = Vec::with_capacity(1 + steps.len());
+    let mut keys = CallKeys::new();
     keys.push(marks);
     tokens.reserve(4 * steps.len());
     for (index, step) in steps.into_iter().enumerate() {
@@ -361,7 +368,7 @@ mod tests {
 
     #[test]
     fn keys_are_sent_once_and_ops_name_them_by_index() {
-        let steps: Vec<Step> = Batch::new()
+        let steps: Steps = Batch::new()
             .decr_by_keeping("{a}:stock", 1, 0)
             .hset("{a}:orders", "o1", "alice")
             .incr_by("{a}:stock", 5)
@@ -395,7 +402,7 @@ mod tests {
     #[test]
     fn counters_beyond_what_lua_holds_exactly_are_refused() {
         let step = |by| {
-            vec![Step::Write(Op::IncrBy {
+            smallvec::smallvec![Step::Write(Op::IncrBy {
                 key: "k".into(),
                 by,
                 at_least: None,
@@ -406,6 +413,6 @@ mod tests {
         assert!(encode(step(-COUNTER_LIMIT)).is_ok());
         assert!(encode(step(COUNTER_LIMIT + 1)).is_err());
         assert!(encode(step(i64::MIN)).is_err());
-        assert!(encode(vec![Step::Get { key: Bytes::new() }]).is_err());
+        assert!(encode(smallvec::smallvec![Step::Get { key: Bytes::new() }]).is_err());
     }
 }

@@ -20,7 +20,7 @@ use super::{Answered, RedisFence, packed, parse_answer};
 use crate::RedisFenceError;
 use crate::install::MODULE_COMMAND;
 use crate::keys::LockKeys;
-use crate::ops::{self, Token};
+use crate::ops::{self, CallKeys, Token};
 
 /// The version of the argument layout `palisade_fence_apply` takes.
 pub(super) const PROTOCOL: &str = "2";
@@ -41,7 +41,7 @@ const GROUP_ARGS: usize = 4096;
 #[derive(Debug)]
 pub(super) struct Prepared {
     pub(super) keys: std::sync::Arc<LockKeys>,
-    pub(super) call_keys: Vec<Bytes>,
+    pub(super) call_keys: CallKeys,
     pub(super) tokens: Vec<Token>,
     pub(super) ops: usize,
 }

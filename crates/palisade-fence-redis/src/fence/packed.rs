@@ -97,7 +97,7 @@ impl<'a> Reader<'a> {
                 let marks = self.marks()?;
                 let seq = self.next()?;
                 let restored = self.next::<u8>()? == 1;
-                let mut results = Vec::new();
+                let mut results = super::Results::new();
                 while self.rest.first() == Some(&b' ') {
                     results.push(self.result()?);
                 }
@@ -163,7 +163,7 @@ mod tests {
                     (7, 0, 12, false)
                 );
                 assert_eq!(
-                    results,
+                    &results[..],
                     &[
                         Value::Int(41),
                         Value::BulkString(b"created".to_vec()),
