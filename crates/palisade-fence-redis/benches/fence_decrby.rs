@@ -128,12 +128,6 @@ async fn run() {
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut cpu_rows = Vec::new();
-    if let Ok(only) = std::env::var("ONLY_MODULE") {
-        let clients: usize = only.parse().unwrap();
-        let rate = fenced(clients, secs, &fence, &keys, &sequencers).await;
-        println!("ONLY {rate:?}");
-        return;
-    }
     for clients in [1usize, 32] {
         let (mut plain, mut module, mut function_fenced) = (Vec::new(), Vec::new(), Vec::new());
         let (mut direct, mut per_call) = (Vec::new(), Vec::new());

@@ -18,14 +18,14 @@ use crate::connection::FenceConnection;
 use crate::error::from_redis;
 use crate::install::{MODULE_COMMAND, Target, ensure_everywhere, ensure_on, module_everywhere};
 use crate::keys::LockKeys;
-use crate::ops::{Batch, Op, Reply, Step, Steps, Token, encode};
-use smallvec::smallvec;
+use crate::ops::{Batch, Op, Reply, Step, Steps, Token, Tokens, encode, pack};
 use crate::{RedisFenceError, TRACE_TARGET};
+use smallvec::smallvec;
 
 mod group;
 mod packed;
 
-use group::{PROTOCOL, Prepared, Queue};
+use group::{Fields, PROTOCOL, Prepared, Queue};
 
 /// A call's outcome, in the store's shape: `Err` for a failure, `Ok(Err)`
 /// for a refusal (nothing changed), `Ok(Ok)` for what was done.
@@ -594,17 +594,19 @@ impl RedisFence {
         read: fn(&Value) -> Option<T>,
     ) -> Outcome<Written<T>> {
         let what = op.code();
-        Ok(match self.apply(holder, smallvec![Step::Write(op)]).await? {
-            Ok((marks, seq, results)) => {
-                let value = results.first().unwrap_or(&Value::Nil);
-                Ok(Written {
-                    value: read(value).ok_or_else(|| unexpected_reply(what, value))?,
-                    marks,
-                    seq,
-                })
-            }
-            Err(refused) => Err(refused),
-        })
+        Ok(
+            match self.apply(holder, smallvec![Step::Write(op)]).await? {
+                Ok((marks, seq, results)) => {
+                    let value = results.first().unwrap_or(&Value::Nil);
+                    Ok(Written {
+                        value: read(value).ok_or_else(|| unexpected_reply(what, value))?,
+                        marks,
+                        seq,
+                    })
+                }
+                Err(refused) => Err(refused),
+            },
+        )
     }
 
     async fn read(&self, holder: &impl SequencerSource, step: Step) -> Outcome<Read> {
@@ -660,7 +662,7 @@ impl RedisFence {
             keys.check(step.key())?;
         }
         let ops = steps.len();
-        let mut tokens = Vec::with_capacity(5 + 4 * ops);
+        let mut tokens = Tokens::new();
         tokens.extend([
             Token::Word("1"),
             Token::Word(match sequencer.mode() {
@@ -672,11 +674,18 @@ impl RedisFence {
             Token::Number(floor.shared.into()),
         ]);
         let call_keys = encode(keys.marks_key(), steps, &mut tokens)?;
+        let size = tokens.len();
+        let fields = if self.inner.module {
+            Fields::Packed(pack(&tokens))
+        } else {
+            Fields::Arguments(tokens.into_vec())
+        };
         let answer = self
             .submit(Prepared {
                 keys,
                 call_keys,
-                tokens,
+                fields,
+                size,
                 ops,
             })
             .await?;

@@ -206,6 +206,10 @@ pub enum Reply {
 /// A request's steps: most requests carry one, kept inline.
 pub(crate) type Steps = SmallVec<[Step; 1]>;
 
+/// A request's fields while it is encoded: a header of five and, for one
+/// op, four.
+pub(crate) type Tokens = SmallVec<[Token; 9]>;
+
 /// A request's keys: the marks record and, for one op, its key.
 pub(crate) type CallKeys = SmallVec<[Bytes; 2]>;
 
@@ -259,39 +263,32 @@ impl Token {
     }
 }
 
-/// A request's tokens as the module's packed request (protocol 4):
-/// separated by a space, bytes as `length:bytes`, no floor as `-`;
-/// written straight into the command's argument buffer.
-pub(crate) struct Packed<'a>(pub(crate) &'a [Token]);
+/// A request's fields as the module's packed request (protocol 4): kept
+/// inline up to a steady holder's counter op.
+pub(crate) type PackedRequest = SmallVec<[u8; 48]>;
 
-impl Packed<'_> {
-    fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
-        for (index, token) in self.0.iter().enumerate() {
-            if index > 0 {
-                out.write_all(b" ")?;
+/// `tokens` packed for the module: separated by a space, bytes as
+/// `length:bytes`, no floor as `-`.
+pub(crate) fn pack(tokens: &[Token]) -> PackedRequest {
+    let mut packed = PackedRequest::new();
+    for (index, token) in tokens.iter().enumerate() {
+        if index > 0 {
+            packed.push(b' ');
+        }
+        match token {
+            Token::Word(word) => packed.extend_from_slice(word.as_bytes()),
+            Token::Number(value) => {
+                packed.extend_from_slice(itoa::Buffer::new().format(*value).as_bytes())
             }
-            match token {
-                Token::Word(word) => out.write_all(word.as_bytes())?,
-                Token::Number(value) => {
-                    out.write_all(itoa::Buffer::new().format(*value).as_bytes())?
-                }
-                Token::NoFloor => out.write_all(b"-")?,
-                Token::Bytes(bytes) => {
-                    out.write_all(itoa::Buffer::new().format(bytes.len()).as_bytes())?;
-                    out.write_all(b":")?;
-                    out.write_all(bytes)?;
-                }
+            Token::NoFloor => packed.push(b'-'),
+            Token::Bytes(bytes) => {
+                packed.extend_from_slice(itoa::Buffer::new().format(bytes.len()).as_bytes());
+                packed.push(b':');
+                packed.extend_from_slice(bytes);
             }
         }
-        Ok(())
     }
-}
-
-impl redis::ToRedisArgs for Packed<'_> {
-    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        // A command's own buffer takes every write.
-        let _ = self.write_to(&mut out.writer_for_next_arg());
-    }
+    packed
 }
 
 /// `KEYS` and the ops of a request: the data keys once each after the
@@ -301,7 +298,7 @@ impl redis::ToRedisArgs for Packed<'_> {
 pub(crate) fn encode(
     marks: Bytes,
     steps: Steps,
-    tokens: &mut Vec<Token>,
+    tokens: &mut Tokens,
 ) -> Result<CallKeys, RedisFenceError> {
     if steps.len() > MAX_OPS {
         return Err(RedisFenceError::Invalid {
@@ -380,7 +377,7 @@ mod tests {
                 key: "{a}:stock".into(),
             }])
             .collect();
-        let mut tokens = Vec::new();
+        let mut tokens = Tokens::new();
         let keys = encode("p:{a}:marks".into(), steps, &mut tokens).unwrap();
         assert_eq!(text(&keys), ["p:{a}:marks", "{a}:stock", "{a}:orders"]);
         let arguments: Vec<Bytes> = tokens.iter().map(Token::argument).collect();
@@ -391,10 +388,8 @@ mod tests {
                 "2"
             ]
         );
-        let mut packed = Vec::new();
-        Packed(&tokens).write_to(&mut packed).unwrap();
         assert_eq!(
-            String::from_utf8(packed).unwrap(),
+            String::from_utf8(pack(&tokens).to_vec()).unwrap(),
             "incr 2 -1 0 hset 3 2:o1 5:alice incr 2 5 - get 2"
         );
     }
@@ -408,7 +403,7 @@ mod tests {
                 at_least: None,
             })]
         };
-        let encode = |steps| encode("m".into(), steps, &mut Vec::new());
+        let encode = |steps| encode("m".into(), steps, &mut Tokens::new());
         assert!(encode(step(COUNTER_LIMIT)).is_ok());
         assert!(encode(step(-COUNTER_LIMIT)).is_ok());
         assert!(encode(step(COUNTER_LIMIT + 1)).is_err());

@@ -20,7 +20,7 @@ use super::{Answered, RedisFence, packed, parse_answer};
 use crate::RedisFenceError;
 use crate::install::MODULE_COMMAND;
 use crate::keys::LockKeys;
-use crate::ops::{self, CallKeys, Token};
+use crate::ops::{CallKeys, PackedRequest, Token};
 
 /// The version of the argument layout `palisade_fence_apply` takes.
 pub(super) const PROTOCOL: &str = "2";
@@ -36,14 +36,24 @@ const MODULE_PROTOCOL: &str = "4";
 const GROUP_ARGS: usize = 4096;
 
 /// One request, encoded: its lock's keys, its `KEYS` (the marks record
-/// first), its fields (key indexes counted from its first key) and how
-/// many ops they hold.
+/// first), its fields (key indexes counted from its first key), how many
+/// fields and how many ops they hold.
 #[derive(Debug)]
 pub(super) struct Prepared {
     pub(super) keys: std::sync::Arc<LockKeys>,
     pub(super) call_keys: CallKeys,
-    pub(super) tokens: Vec<Token>,
+    pub(super) fields: Fields,
+    pub(super) size: usize,
     pub(super) ops: usize,
+}
+
+/// A request's fields as its call sends them: packed by the caller for
+/// the module (so the sender only copies them), one argument each for the
+/// function.
+#[derive(Debug)]
+pub(super) enum Fields {
+    Packed(PackedRequest),
+    Arguments(Vec<Token>),
 }
 
 /// A request waiting for the call in flight to finish.
@@ -123,7 +133,7 @@ fn take_group(waiting: &mut Vec<Waiting>) -> Vec<Waiting> {
     let mut size = 0;
     let mut count = 0;
     for item in waiting.iter() {
-        size += item.request.tokens.len() + 3;
+        size += item.request.size + 3;
         if count > 0 && size > GROUP_ARGS {
             break;
         }
@@ -228,7 +238,7 @@ impl RedisFence {
             .iter()
             .map(|request| {
                 let keys: usize = request.call_keys.iter().map(Bytes::len).sum();
-                keys + 24 * request.tokens.len()
+                keys + 24 * request.size
             })
             .sum();
         let mut command = redis::Cmd::with_capacity(4 + key_count + 3 * requests.len(), 64 + bytes);
@@ -248,18 +258,21 @@ impl RedisFence {
             .arg(requests.len());
         let mut base = 0;
         for request in requests {
-            if module {
-                command.arg(base).arg(ops::Packed(&request.tokens));
-            } else {
-                // The header (5 fields), the op count, the ops.
-                let (header, ops) = request.tokens.split_at(5.min(request.tokens.len()));
-                command.arg(request.tokens.len() + 1).arg(base);
-                for token in header {
-                    command.arg(token.argument().as_ref());
+            match &request.fields {
+                Fields::Packed(packed) => {
+                    command.arg(base).arg(&packed[..]);
                 }
-                command.arg(request.ops);
-                for token in ops {
-                    command.arg(token.argument().as_ref());
+                Fields::Arguments(tokens) => {
+                    // The header (5 fields), the op count, the ops.
+                    let (header, ops) = tokens.split_at(5.min(tokens.len()));
+                    command.arg(tokens.len() + 1).arg(base);
+                    for token in header {
+                        command.arg(token.argument().as_ref());
+                    }
+                    command.arg(request.ops);
+                    for token in ops {
+                        command.arg(token.argument().as_ref());
+                    }
                 }
             }
             base += request.call_keys.len();
