@@ -29,6 +29,11 @@
 //! and a pool of its own instead, as `palisade serve` has in its own
 //! process.
 //!
+//! `PALISADE_BENCH_PG_SETTINGS` (`name=value,...`, e.g.
+//! `commit_delay=100,commit_siblings=5`) sets server settings with `ALTER
+//! SYSTEM` and a reload before the first cell, for every cell alike: how
+//! PostgreSQL's own group commit advice changes both sides.
+//!
 //! Each cell also prints where the CPU went, per write: the load generator
 //! (this process, plus the server in the HTTP cell; pgbench's own process
 //! in its cell) and PostgreSQL (the postmaster and its backends), both from
@@ -367,6 +372,48 @@ async fn raw_pool(url: &str) -> PgPool {
         .unwrap()
 }
 
+/// Applies `PALISADE_BENCH_PG_SETTINGS` to the server (`ALTER SYSTEM`,
+/// then a reload) and prints each setting as the server reports it.
+async fn server_settings(pool: &PgPool) {
+    let Ok(settings) = std::env::var("PALISADE_BENCH_PG_SETTINGS") else {
+        return;
+    };
+    for setting in settings
+        .split(',')
+        .filter(|setting| !setting.trim().is_empty())
+    {
+        let (name, value) = setting
+            .split_once('=')
+            .unwrap_or_else(|| panic!("`{setting}`: settings are name=value"));
+        let name = name.trim();
+        assert!(
+            !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|byte| byte.is_ascii_lowercase() || byte == b'_'),
+            "`{name}` is not a setting's name"
+        );
+        let value = value.trim().replace('\'', "''");
+        // The name is checked above and the value quoted as a literal.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER SYSTEM SET {name} = '{value}'"
+        )))
+        .execute(pool)
+        .await
+        .unwrap();
+        sqlx::query("SELECT pg_reload_conf()")
+            .execute(pool)
+            .await
+            .unwrap();
+        let shown: String = sqlx::query_scalar("SELECT current_setting($1)")
+            .bind(name)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        println!("PostgreSQL setting {name} = {shown}");
+    }
+}
+
 async fn raw_transactions(pool: &PgPool, duration: Duration) -> Figures {
     let pool = pool.clone();
     measure(duration, move |client, i| {
@@ -573,6 +620,7 @@ async fn main() {
             .unwrap(),
     );
     let pool = raw_pool(&url).await;
+    server_settings(&pool).await;
     let own_runtime = std::env::var("PALISADE_BENCH_SERVER_RUNTIME").as_deref() == Ok("own");
     let (addr, stop, serving) = if own_runtime {
         serve_on_own_runtime(url.clone())
