@@ -262,10 +262,10 @@ struct Inner {
 /// failure.
 type Answered = Result<Answer, RedisFenceError>;
 
-/// What the function answered to an apply call.
 /// An accepted request's results, one per op: most have one, kept inline.
 type Results = smallvec::SmallVec<[Value; 1]>;
 
+/// What the function answered to an apply call.
 #[derive(Debug)]
 enum Answer {
     Ok {
@@ -391,11 +391,7 @@ impl RedisFence {
         key: impl Into<Bytes>,
         value: impl Into<Bytes>,
     ) -> Outcome<Written<OpResult>> {
-        let op = Op::Set {
-            key: key.into(),
-            value: value.into(),
-        };
-        self.one(holder, op, done).await
+        self.one(holder, Op::set(key, value), done).await
     }
 
     /// `DEL key` under `holder`'s exclusive sequencer.
@@ -404,7 +400,7 @@ impl RedisFence {
         holder: &impl SequencerSource,
         key: impl Into<Bytes>,
     ) -> Outcome<Written<OpResult>> {
-        self.one(holder, Op::Del { key: key.into() }, done).await
+        self.one(holder, Op::del(key), done).await
     }
 
     /// `INCRBY key by`; the new value.
@@ -414,12 +410,7 @@ impl RedisFence {
         key: impl Into<Bytes>,
         by: i64,
     ) -> Outcome<Written<i64>> {
-        let op = Op::IncrBy {
-            key: key.into(),
-            by,
-            at_least: None,
-        };
-        self.one(holder, op, counter).await
+        self.one(holder, Op::incr_by(key, by), counter).await
     }
 
     /// `DECRBY key by`; the new value.
@@ -429,12 +420,7 @@ impl RedisFence {
         key: impl Into<Bytes>,
         by: i64,
     ) -> Outcome<Written<i64>> {
-        let op = Op::IncrBy {
-            key: key.into(),
-            by: by.saturating_neg(),
-            at_least: None,
-        };
-        self.one(holder, op, counter).await
+        self.one(holder, Op::decr_by(key, by), counter).await
     }
 
     /// `DECRBY key by` only if at least `keep` stay (the stock case); the
@@ -447,11 +433,7 @@ impl RedisFence {
         by: i64,
         keep: i64,
     ) -> Outcome<Written<i64>> {
-        let op = Op::IncrBy {
-            key: key.into(),
-            by: by.saturating_neg(),
-            at_least: Some(keep),
-        };
+        let op = Op::decr_by_keeping(key, by, keep);
         self.one(holder, op, counter).await
     }
 
@@ -463,12 +445,7 @@ impl RedisFence {
         field: impl Into<Bytes>,
         value: impl Into<Bytes>,
     ) -> Outcome<Written<OpResult>> {
-        let op = Op::HSet {
-            key: key.into(),
-            field: field.into(),
-            value: value.into(),
-        };
-        self.one(holder, op, done).await
+        self.one(holder, Op::hset(key, field, value), done).await
     }
 
     /// `HDEL key field`.
@@ -478,11 +455,7 @@ impl RedisFence {
         key: impl Into<Bytes>,
         field: impl Into<Bytes>,
     ) -> Outcome<Written<OpResult>> {
-        let op = Op::HDel {
-            key: key.into(),
-            field: field.into(),
-        };
-        self.one(holder, op, done).await
+        self.one(holder, Op::hdel(key, field), done).await
     }
 
     /// Every op of `batch`, or none; one reply per op. An empty batch is

@@ -61,6 +61,59 @@ pub enum Op {
 }
 
 impl Op {
+    /// `SET key value`.
+    pub fn set(key: impl Into<Bytes>, value: impl Into<Bytes>) -> Op {
+        Op::Set {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+
+    /// `DEL key`.
+    pub fn del(key: impl Into<Bytes>) -> Op {
+        Op::Del { key: key.into() }
+    }
+
+    /// `INCRBY key by`.
+    pub fn incr_by(key: impl Into<Bytes>, by: i64) -> Op {
+        Op::IncrBy {
+            key: key.into(),
+            by,
+            at_least: None,
+        }
+    }
+
+    /// `DECRBY key by`.
+    pub fn decr_by(key: impl Into<Bytes>, by: i64) -> Op {
+        Op::incr_by(key, by.saturating_neg())
+    }
+
+    /// `DECRBY key by`, only if at least `keep` stay: the stock case.
+    pub fn decr_by_keeping(key: impl Into<Bytes>, by: i64, keep: i64) -> Op {
+        Op::IncrBy {
+            key: key.into(),
+            by: by.saturating_neg(),
+            at_least: Some(keep),
+        }
+    }
+
+    /// `HSET key field value`.
+    pub fn hset(key: impl Into<Bytes>, field: impl Into<Bytes>, value: impl Into<Bytes>) -> Op {
+        Op::HSet {
+            key: key.into(),
+            field: field.into(),
+            value: value.into(),
+        }
+    }
+
+    /// `HDEL key field`.
+    pub fn hdel(key: impl Into<Bytes>, field: impl Into<Bytes>) -> Op {
+        Op::HDel {
+            key: key.into(),
+            field: field.into(),
+        }
+    }
+
     /// The op's name in the function's requests.
     pub(crate) fn code(&self) -> &'static str {
         match self {
@@ -116,44 +169,29 @@ impl Batch {
 
     /// Adds `SET key value`.
     pub fn set(self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
-        self.op(Op::Set {
-            key: key.into(),
-            value: value.into(),
-        })
+        self.op(Op::set(key, value))
     }
 
     /// Adds `DEL key`.
     pub fn del(self, key: impl Into<Bytes>) -> Self {
-        self.op(Op::Del { key: key.into() })
+        self.op(Op::del(key))
     }
 
     /// Adds `INCRBY key by`.
     pub fn incr_by(self, key: impl Into<Bytes>, by: i64) -> Self {
-        self.op(Op::IncrBy {
-            key: key.into(),
-            by,
-            at_least: None,
-        })
+        self.op(Op::incr_by(key, by))
     }
 
     /// Adds `DECRBY key by`.
     pub fn decr_by(self, key: impl Into<Bytes>, by: i64) -> Self {
-        self.op(Op::IncrBy {
-            key: key.into(),
-            by: by.saturating_neg(),
-            at_least: None,
-        })
+        self.op(Op::decr_by(key, by))
     }
 
     /// Adds `DECRBY key by`, only if at least `keep` stay: the stock case.
     /// Otherwise the whole batch is refused (`Refused::CasMismatch` with
     /// the current value).
     pub fn decr_by_keeping(self, key: impl Into<Bytes>, by: i64, keep: i64) -> Self {
-        self.op(Op::IncrBy {
-            key: key.into(),
-            by: by.saturating_neg(),
-            at_least: Some(keep),
-        })
+        self.op(Op::decr_by_keeping(key, by, keep))
     }
 
     /// Adds `HSET key field value`.
@@ -163,19 +201,12 @@ impl Batch {
         field: impl Into<Bytes>,
         value: impl Into<Bytes>,
     ) -> Self {
-        self.op(Op::HSet {
-            key: key.into(),
-            field: field.into(),
-            value: value.into(),
-        })
+        self.op(Op::hset(key, field, value))
     }
 
     /// Adds `HDEL key field`.
     pub fn hdel(self, key: impl Into<Bytes>, field: impl Into<Bytes>) -> Self {
-        self.op(Op::HDel {
-            key: key.into(),
-            field: field.into(),
-        })
+        self.op(Op::hdel(key, field))
     }
 
     /// The ops, in order.
