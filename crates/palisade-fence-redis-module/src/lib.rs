@@ -231,14 +231,34 @@ impl Record {
     /// Writes the record over `key`, in place.
     fn write(self, key: &Key, out: &mut Out) {
         out.wrote = true;
-        let mut text = Vec::with_capacity(64);
-        let mut digits = itoa::Buffer::new();
-        text.extend_from_slice(digits.format(self.marks.exclusive).as_bytes());
-        text.push(b' ');
-        text.extend_from_slice(digits.format(self.marks.shared).as_bytes());
-        text.push(b' ');
-        text.extend_from_slice(digits.format(self.seq).as_bytes());
-        key.overwrite(&text, c"set");
+        let (text, len) = self.text();
+        key.overwrite(&text[..len], c"set");
+    }
+
+    /// The record's text, on the stack: two u64s, an i64 and two spaces
+    /// are at most 62 bytes.
+    fn text(self) -> ([u8; 62], usize) {
+        let (mut x, mut s, mut n) = (
+            itoa::Buffer::new(),
+            itoa::Buffer::new(),
+            itoa::Buffer::new(),
+        );
+        let fields = [
+            x.format(self.marks.exclusive),
+            s.format(self.marks.shared),
+            n.format(self.seq),
+        ];
+        let mut text = [0u8; 62];
+        let mut len = 0;
+        for (index, field) in fields.iter().enumerate() {
+            if index > 0 {
+                text[len] = b' ';
+                len += 1;
+            }
+            text[len..len + field.len()].copy_from_slice(field.as_bytes());
+            len += field.len();
+        }
+        (text, len)
     }
 }
 
@@ -500,5 +520,31 @@ mod entry {
         commands: [
             ["palisade.fence", crate::fence, "write deny-oom getkeys-api", 0, 0, 0, ""],
         ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back_what_it_writes_and_the_longest_fits() {
+        for (exclusive, shared, seq) in [(0, 0, 0), (7, 3, 12), (u64::MAX, u64::MAX, EXACT)] {
+            let record = Record {
+                marks: Marks { exclusive, shared },
+                seq,
+            };
+            let (text, len) = record.text();
+            let read = Record::parse(&text[..len]).expect("a canonical record");
+            assert_eq!((read.marks, read.seq), (record.marks, seq));
+        }
+        let longest = Record {
+            marks: Marks {
+                exclusive: u64::MAX,
+                shared: u64::MAX,
+            },
+            seq: i64::MIN,
+        };
+        assert_eq!(longest.text().1, 62);
     }
 }
