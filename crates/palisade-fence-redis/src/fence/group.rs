@@ -238,7 +238,10 @@ impl RedisFence {
             .iter()
             .map(|request| {
                 let keys: usize = request.call_keys.iter().map(Bytes::len).sum();
-                keys + 24 * request.size
+                keys + match &request.fields {
+                    Fields::Packed(packed) => packed.len() + 8,
+                    Fields::Arguments(_) => 24 * request.size,
+                }
             })
             .sum();
         let mut command = redis::Cmd::with_capacity(4 + key_count + 3 * requests.len(), 64 + bytes);
