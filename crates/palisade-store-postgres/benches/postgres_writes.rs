@@ -4,7 +4,7 @@
 //! Run with: `cargo bench -p palisade-store-postgres --bench postgres_writes`
 //!
 //! One PostgreSQL (started by the testkit: `fsync` and `synchronous_commit`
-//! on), 32 clients, one lock per client, 100-byte values, each client
+//! on), 32 clients (`PALISADE_BENCH_CLIENTS`), one lock per client, 100-byte values, each client
 //! cycling over its own 4096 keys. Cells, one after the other:
 //!
 //! - **raw transaction**: `BEGIN; INSERT INTO palisade_store_data ... ON
@@ -18,7 +18,8 @@
 //!   clients keep-alive HTTP/1.1 connections sending `PUT`s with an
 //!   exclusive sequencer.
 //!
-//! `PALISADE_BENCH_SECS` sets the seconds per cell (default 5);
+//! `PALISADE_BENCH_CLIENTS` sets the number of clients (default 32);
+//! `PALISADE_BENCH_SECS` the seconds per cell (default 5);
 //! `PALISADE_BENCH_ROUNDS` how many times the cells are run, interleaved
 //! (default 2; the report gives the best of each); `PALISADE_BENCH_CELLS`
 //! a comma-separated subset of `pgbench,raw-tx,raw-stmt,engine,http`
@@ -35,11 +36,13 @@
 //! PostgreSQL's own group commit advice changes both sides.
 //!
 //! Each cell also prints where the CPU went, per write: the load generator
-//! (this process, plus the server in the HTTP cell; pgbench's own process
-//! in its cell) and PostgreSQL (the postmaster and its backends), both from
-//! `/proc/<pid>/schedstat`; how often the load generator's threads were
-//! switched in; and how many writes each WAL flush made durable
-//! (`pg_stat_wal.wal_sync`).
+//! (this process, plus the server in the HTTP cell, shown apart on its own
+//! runtime; pgbench's own process in its cell) and PostgreSQL (the
+//! postmaster and its backends), both from `/proc/<pid>/schedstat`; how
+//! often the load generator's threads were switched in; how many writes
+//! each WAL flush made durable (`pg_stat_wal.wal_sync`); and how many puts
+//! each of the engine's batch statements carried
+//! (`PostgresEngine::batched_puts`, the shared runtime's engine).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -56,7 +59,17 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
-const CLIENTS: usize = 32;
+/// `PALISADE_BENCH_CLIENTS`, default 32.
+fn clients() -> usize {
+    static CLIENTS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CLIENTS.get_or_init(|| env_number("PALISADE_BENCH_CLIENTS", 32).max(1) as usize)
+}
+
+/// The engine's pool: a connection per client, and never fewer than the
+/// engine's default of 16 (with one connection it batches nothing).
+fn engine_connections() -> u32 {
+    clients().max(16) as u32
+}
 const VALUE_BYTES: usize = 100;
 const KEYS_PER_CLIENT: usize = 4096;
 
@@ -89,12 +102,18 @@ struct Figures {
     /// CPU µs per write of this process (load generator, and the server
     /// in the HTTP cell).
     process_us: f64,
+    /// Of which the server's own runtime (`PALISADE_BENCH_SERVER_RUNTIME=own`:
+    /// its threads are named `server`); 0 on the shared runtime.
+    server_us: f64,
     /// CPU µs per write of PostgreSQL (postmaster and backends).
     postgres_us: f64,
     /// Times this process's threads were switched in, per write.
     switches: f64,
     /// Writes per WAL flush (`pg_stat_wal.wal_sync`).
     per_flush: f64,
+    /// The engine's puts per batch statement (`PostgresEngine::batched_puts`;
+    /// 0 when the cell sent none through the engine this process sees).
+    per_batch: f64,
 }
 
 /// CPU nanoseconds and switches-in so far, from `/proc/<pid>/schedstat`
@@ -102,6 +121,7 @@ struct Figures {
 #[derive(Debug, Clone, Copy, Default)]
 struct Usage {
     process_ns: u64,
+    server_ns: u64,
     process_switches: u64,
     postgres_ns: u64,
 }
@@ -117,12 +137,22 @@ fn schedstat(path: &std::path::Path) -> Option<(u64, u64)> {
 /// CPU nanoseconds and switches-in of all threads of a process so far
 /// (`process` is a pid or `self`); zero once it is gone.
 fn threads(process: &str) -> (u64, u64) {
-    let mut total = (0, 0);
+    let (on_cpu, runs, _) = threads_and_server(process);
+    (on_cpu, runs)
+}
+
+/// [`threads`], and the CPU nanoseconds of the threads named `server`.
+fn threads_and_server(process: &str) -> (u64, u64, u64) {
+    let mut total = (0, 0, 0);
     let tasks = std::fs::read_dir(format!("/proc/{process}/task"));
     for task in tasks.into_iter().flatten().flatten() {
         if let Some((on_cpu, runs)) = schedstat(&task.path().join("schedstat")) {
             total.0 += on_cpu;
             total.1 += runs;
+            let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if name.starts_with("server") {
+                total.2 += on_cpu;
+            }
         }
     }
     total
@@ -140,9 +170,10 @@ impl Usage {
     /// This process's threads, and the postmaster `postgres` with its
     /// children (each backend is one single-threaded process).
     fn now(postgres: u32) -> Usage {
-        let (process_ns, process_switches) = threads("self");
+        let (process_ns, process_switches, server_ns) = threads_and_server("self");
         let mut usage = Usage {
             process_ns,
+            server_ns,
             process_switches,
             postgres_ns: 0,
         };
@@ -178,10 +209,17 @@ async fn wal_syncs(pool: &PgPool) -> i64 {
 /// flushes. A cell whose load generator is another process (pgbench)
 /// reports that process's CPU and switches, and PostgreSQL's (its
 /// backends exit with it), itself.
-async fn metered(postgres: u32, pool: &PgPool, cell: impl Future<Output = Figures>) -> Figures {
+async fn metered(
+    postgres: u32,
+    pool: &PgPool,
+    engine: &PostgresEngine,
+    cell: impl Future<Output = Figures>,
+) -> Figures {
     let (before, syncs_before) = (Usage::now(postgres), wal_syncs(pool).await);
+    let batched_before = engine.batched_puts();
     let figures = cell.await;
     let (after, syncs_after) = (Usage::now(postgres), wal_syncs(pool).await);
+    let batched_after = engine.batched_puts();
     let writes = figures.writes.max(1) as f64;
     let per_write = |delta: u64, scale: f64| delta as f64 / scale / writes;
     let external = figures.process_us > 0.0;
@@ -190,6 +228,11 @@ async fn metered(postgres: u32, pool: &PgPool, cell: impl Future<Output = Figure
             figures.process_us
         } else {
             per_write(after.process_ns - before.process_ns, 1e3)
+        },
+        server_us: if external {
+            0.0
+        } else {
+            per_write(after.server_ns - before.server_ns, 1e3)
         },
         postgres_us: if external {
             figures.postgres_us
@@ -202,6 +245,8 @@ async fn metered(postgres: u32, pool: &PgPool, cell: impl Future<Output = Figure
             per_write(after.process_switches - before.process_switches, 1.0)
         },
         per_flush: writes / (syncs_after - syncs_before).max(1) as f64,
+        per_batch: (batched_after.puts - batched_before.puts) as f64
+            / (batched_after.statements - batched_before.statements).max(1) as f64,
         ..figures
     }
 }
@@ -227,7 +272,7 @@ fn pgbench_path() -> std::path::PathBuf {
     )
 }
 
-/// pgbench running the upsert in `BEGIN; ...; END` from 32 clients, each
+/// pgbench running the upsert in `BEGIN; ...; END` from [`clients`], each
 /// on its own lock (`client_id`) and a random one of its keys.
 async fn pgbench(url: &str, postgres: u32, duration: Duration) -> Figures {
     let postgres_before = Usage::now(postgres).postgres_ns;
@@ -250,9 +295,9 @@ async fn pgbench(url: &str, postgres: u32, duration: Duration) -> Figures {
         .args([
             "-n",
             "-c",
-            &CLIENTS.to_string(),
+            &clients().to_string(),
             "-j",
-            "2",
+            &clients().min(2).to_string(),
             "-M",
             "prepared",
         ])
@@ -322,7 +367,7 @@ async fn pgbench(url: &str, postgres: u32, duration: Duration) -> Figures {
     }
 }
 
-/// Runs `write(client, i)` in a loop on `CLIENTS` tasks for `duration`.
+/// Runs `write(client, i)` in a loop on [`clients`] tasks for `duration`.
 async fn measure<W, Fut>(duration: Duration, write: W) -> Figures
 where
     W: Fn(usize, usize) -> Fut + Clone + Send + 'static,
@@ -330,7 +375,7 @@ where
 {
     let started = Instant::now();
     let deadline = started + duration;
-    let tasks: Vec<_> = (0..CLIENTS)
+    let tasks: Vec<_> = (0..clients())
         .map(|client| {
             let write = write.clone();
             tokio::spawn(async move {
@@ -365,8 +410,8 @@ where
 async fn raw_pool(url: &str) -> PgPool {
     let options: PgConnectOptions = url.parse().unwrap();
     PgPoolOptions::new()
-        .max_connections(CLIENTS as u32)
-        .min_connections(CLIENTS as u32)
+        .max_connections(clients() as u32)
+        .min_connections(clients() as u32)
         .connect_with(options.options([("synchronous_commit", "on")]))
         .await
         .unwrap()
@@ -526,7 +571,7 @@ impl Connection {
 async fn http_puts(addr: SocketAddr, duration: Duration) -> Figures {
     let connections: Vec<_> = {
         let mut connections = Vec::new();
-        for _ in 0..CLIENTS {
+        for _ in 0..clients() {
             connections.push(Arc::new(tokio::sync::Mutex::new(
                 Connection::open(addr).await,
             )));
@@ -589,7 +634,7 @@ fn serve_on_own_runtime(
             .unwrap();
         runtime.block_on(async move {
             let engine = PostgresEngine::open(
-                PostgresConfig::new(&url).with_max_connections(CLIENTS as u32),
+                PostgresConfig::new(&url).with_max_connections(engine_connections()),
             )
             .await
             .unwrap();
@@ -615,7 +660,7 @@ async fn main() {
     let server = SqlServer::postgres();
     let url = server.url();
     let engine = Arc::new(
-        PostgresEngine::open(PostgresConfig::new(&url).with_max_connections(CLIENTS as u32))
+        PostgresEngine::open(PostgresConfig::new(&url).with_max_connections(engine_connections()))
             .await
             .unwrap(),
     );
@@ -657,12 +702,13 @@ async fn main() {
         })
         .collect();
     println!(
-        "postgres_writes: {CLIENTS} clients, lock per client, {VALUE_BYTES}-byte values, {rounds} rounds of {secs} s per cell"
+        "postgres_writes: {} clients, lock per client, {VALUE_BYTES}-byte values, {rounds} rounds of {secs} s per cell",
+        clients()
     );
     let mut best = vec![Figures::default(); cells.len()];
     for round in 1..=rounds {
         for (index, cell) in cells.iter().enumerate() {
-            let figures = metered(postgres, &pool, async {
+            let figures = metered(postgres, &pool, &engine, async {
                 match *cell {
                     "pgbench" => pgbench(&url, postgres, duration).await,
                     "raw-tx" => raw_transactions(&pool, duration).await,
@@ -672,15 +718,24 @@ async fn main() {
                 }
             })
             .await;
+            let ours = if figures.server_us > 0.0 {
+                format!(
+                    "load generator {:>4.0} µs + server {:>4.0} µs",
+                    figures.process_us - figures.server_us,
+                    figures.server_us
+                )
+            } else {
+                format!("load generator {:>4.0} µs", figures.process_us)
+            };
             println!(
-                "round {round}  {:<52} {:>8.0} writes/s  p50 {:>6} µs  CPU/write: load generator {:>4.0} µs, PostgreSQL {:>4.0} µs; switches/write {:.1}; writes/WAL flush {:.1}",
+                "round {round}  {:<52} {:>8.0} writes/s  p50 {:>6} µs  CPU/write: {ours}, PostgreSQL {:>4.0} µs; switches/write {:.1}; writes/WAL flush {:.1}; puts/batch {:.1}",
                 name(cell),
                 figures.per_second,
                 figures.p50_us,
-                figures.process_us,
                 figures.postgres_us,
                 figures.switches,
                 figures.per_flush,
+                figures.per_batch,
             );
             if figures.per_second > best[index].per_second {
                 best[index] = figures;

@@ -14,6 +14,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgDatabaseError, PgPoolOptions};
 use sqlx::{Connection as _, PgConnection, PgPool, Postgres};
 
+use crate::batch::{BatchedPuts, FastPuts, Outcome};
 use crate::error::{Failure, Origin, Unreachable};
 use crate::record;
 use crate::schema;
@@ -49,17 +50,19 @@ impl std::fmt::Debug for PostgresEngine {
     }
 }
 
-struct Inner {
+pub(crate) struct Inner {
     pool: PgPool,
     /// For the probe after a failed acquire; holds the password.
     options: PgConnectOptions,
     window: i64,
-    origin: Origin,
+    pub(crate) origin: Origin,
     max_connections: u32,
     acquire_timeout: Duration,
     /// The mutation check's switch
     /// ([`PostgresConfig::hold_transactions_unsafe_for_mutation_tests`]).
     held_transactions: bool,
+    /// Holders' single puts, batched across locks.
+    pub(crate) fast_puts: FastPuts,
 }
 
 impl PostgresEngine {
@@ -101,10 +104,14 @@ impl PostgresEngine {
             max_connections: config.max_connections,
             acquire_timeout: config.acquire_timeout,
             held_transactions: config.held_transactions,
+            fast_puts: FastPuts::new(config.max_connections),
         };
         let mut connection = inner.connection().await.map_err(|failure| match failure {
             Failure::Unreachable(why) => OpenError::Unavailable(why),
             Failure::Database { error, .. } => inner.origin.open_error(error),
+            Failure::InDoubt(error) => OpenError::Database {
+                message: inner.origin.scrub(&error),
+            },
             Failure::Corrupt(what) => OpenError::Database { message: what },
         })?;
         check_session(&mut connection, &config)
@@ -122,6 +129,13 @@ impl PostgresEngine {
         Ok(PostgresEngine {
             inner: Arc::new(inner),
         })
+    }
+
+    /// How many statements have carried holders' single puts of
+    /// concurrent requests together, and how many puts they carried: the
+    /// puts per statement under load (1.0 when writes never overlap).
+    pub fn batched_puts(&self) -> BatchedPuts {
+        self.inner.fast_puts.counts()
     }
 
     /// The idempotency window this engine keeps per lock.
@@ -408,6 +422,15 @@ fn applied(
     })
 }
 
+/// A put's result: `created` when the key was absent.
+fn put_result(created: bool) -> OpResult {
+    if created {
+        OpResult::Created
+    } else {
+        OpResult::Replaced
+    }
+}
+
 /// The write function's SQLSTATEs.
 const STALE: &str = "PS001";
 const CAS_MISMATCH: &str = "PS002";
@@ -428,7 +451,7 @@ impl Inner {
     /// operator can act on. The pool only says it timed out (it retries a
     /// refused connection until its deadline), so one more attempt, of at
     /// most [`PROBE_TIMEOUT`], finds out what it met.
-    async fn connection(&self) -> Result<PoolConnection<Postgres>, Failure> {
+    pub(crate) async fn connection(&self) -> Result<PoolConnection<Postgres>, Failure> {
         match self.pool.acquire().await {
             Ok(connection) => Ok(connection),
             Err(sqlx::Error::PoolTimedOut) => Err(self.diagnose().await.into()),
@@ -498,7 +521,10 @@ impl Inner {
     /// the raise and the record; the statement's transaction commits when
     /// it returns. sqlx reads the answer up to PostgreSQL's ReadyForQuery,
     /// so a row comes back only once the commit is flushed.
-    async fn write(&self, request: &WriteRequest) -> Result<Result<Applied, Refused>, Failure> {
+    async fn write(
+        self: &Arc<Self>,
+        request: &WriteRequest,
+    ) -> Result<Result<Applied, Refused>, Failure> {
         let sequencer = &request.sequencer;
         let lock = sequencer.lock();
         let mut kinds: Vec<i16> = Vec::with_capacity(request.ops.len());
@@ -517,8 +543,6 @@ impl Inner {
             expected.push(expect);
         }
         let generation = generation_to_db(sequencer);
-        // Failing to get a connection: nothing was sent.
-        let mut connection = self.connection().await?;
         // The fast path moves no mark: under it the higher mark is the
         // generation itself, so the cap is a function of the generation
         // alone. A generation the cap refuses even there goes to the
@@ -530,9 +554,37 @@ impl Inner {
             };
             limit.check(sequencer, at_mark).is_ok()
         });
-        if let (None, [Op::Put { key, value }], true) =
-            (&request.request_id, &request.ops[..], fast_within_cap)
-        {
+        let fast_put = match (&request.request_id, &request.ops[..], fast_within_cap) {
+            (None, [Op::Put { key, value }], true) => Some((key, value)),
+            _ => None,
+        };
+        // Alone when nothing else is in flight; otherwise batched with
+        // other locks' puts first, and alone when the batch did not decide.
+        let turn = fast_put.and_then(|_| self.fast_puts.lone_turn());
+        let mut alone = fast_put;
+        if let (Some((key, value)), None) = (fast_put, &turn) {
+            match FastPuts::put(self, lock, generation, key, value).await {
+                Outcome::Written {
+                    created,
+                    marks,
+                    commit_seq,
+                } => {
+                    return Ok(Ok(applied(
+                        lock,
+                        vec![put_result(created)],
+                        marks,
+                        commit_seq,
+                        false,
+                    )?));
+                }
+                Outcome::NotAtMark => alone = None,
+                Outcome::Alone => {}
+                Outcome::Failed(failure) => return Err(failure),
+            }
+        }
+        // Failing to get a connection: nothing was sent.
+        let mut connection = self.connection().await?;
+        if let Some((key, value)) = alone {
             let fast = sqlx::query_as::<_, (i64, i64, Option<bool>, Option<i64>)>(schema::FAST_PUT)
                 .bind(lock.as_str())
                 .bind(generation)
@@ -542,14 +594,9 @@ impl Inner {
                 .await;
             match fast {
                 Ok(Some((exclusive, shared, Some(created), Some(commit_seq)))) => {
-                    let result = if created {
-                        OpResult::Created
-                    } else {
-                        OpResult::Replaced
-                    };
                     return Ok(Ok(applied(
                         lock,
-                        vec![result],
+                        vec![put_result(created)],
                         (exclusive, shared),
                         commit_seq,
                         false,

@@ -177,6 +177,9 @@ pub(crate) enum Failure {
         /// The error.
         error: sqlx::Error,
     },
+    /// A statement that commits by itself, shared by several requests (a
+    /// batch of puts), failed in a way that leaves its outcome unknown.
+    InDoubt(std::sync::Arc<sqlx::Error>),
     /// A row holds what no version of the engine writes.
     Corrupt(String),
 }
@@ -209,14 +212,32 @@ impl Failure {
 
     /// An error of a statement that commits by itself (a write or a fence
     /// call): in doubt, except for what PostgreSQL reports only for a
-    /// statement it rolled back or never ran (a serialization failure, a
-    /// deadlock, a lock wait that `lock_timeout` ended).
+    /// statement it rolled back or never ran ([`Failure::rolled_back`]).
     pub(crate) fn of_call(error: sqlx::Error) -> Failure {
-        match database_code(&error).as_deref() {
+        if Failure::rolled_back(&error) {
+            Failure::before(error)
+        } else {
+            Failure::during_commit(error)
+        }
+    }
+
+    /// Whether `error`, the answer to a statement that commits by itself,
+    /// says PostgreSQL rolled it back: a serialization failure, a
+    /// deadlock, a lock wait that `lock_timeout` ended, and the errors of
+    /// the statement's own data
+    /// (class 22 data exception, 23 integrity violation, 54 program limit
+    /// exceeded, such as an index row too large), which PostgreSQL raises
+    /// while it runs the statement, never at its commit (the engine's
+    /// tables have no deferred constraint).
+    pub(crate) fn rolled_back(error: &sqlx::Error) -> bool {
+        match database_code(error).as_deref() {
             Some(
                 sqlstate::SERIALIZATION_FAILURE | sqlstate::DEADLOCK | sqlstate::LOCK_NOT_AVAILABLE,
-            ) => Failure::before(error),
-            _ => Failure::during_commit(error),
+            ) => true,
+            Some(code) => ["22", "23", "54"]
+                .iter()
+                .any(|class| code.starts_with(class)),
+            None => false,
         }
     }
 
@@ -246,13 +267,8 @@ impl Failure {
             Failure::Database {
                 stage: Stage::Commit,
                 error,
-            } => StoreError::Storage {
-                engine: ENGINE,
-                message: format!(
-                    "the statement did not complete, so whether the request was applied is unknown (retry with the same request id): {}",
-                    origin.scrub(&error)
-                ),
-            },
+            } => in_doubt(origin, &error),
+            Failure::InDoubt(error) => in_doubt(origin, &error),
             Failure::Database { error, .. }
                 if database_code(&error).as_deref() == Some(sqlstate::LOCK_NOT_AVAILABLE) =>
             {
@@ -287,6 +303,7 @@ impl std::fmt::Display for Failure {
             // sqlx's own text: logged at debug only, through the caller's
             // scrub (see `retrying`).
             Failure::Database { error, .. } => error.fmt(f),
+            Failure::InDoubt(error) => error.fmt(f),
             Failure::Corrupt(what) => write!(f, "corrupt: {what}"),
         }
     }
@@ -301,6 +318,16 @@ impl From<sqlx::Error> for Failure {
 impl From<Unreachable> for Failure {
     fn from(why: Unreachable) -> Failure {
         Failure::Unreachable(why)
+    }
+}
+
+fn in_doubt(origin: &Origin, error: &sqlx::Error) -> StoreError {
+    StoreError::Storage {
+        engine: ENGINE,
+        message: format!(
+            "the statement did not complete, so whether the request was applied is unknown (retry with the same request id): {}",
+            origin.scrub(error)
+        ),
     }
 }
 

@@ -20,6 +20,14 @@
 //! mismatch, `PS003` id reused), so PostgreSQL rolls the whole step back
 //! and the engine turns it into a [`Refused`](palisade_store::Refused).
 //!
+//! A holder's later writes (one put at the generation already in the
+//! mark, no request id) skip the function: one plain statement that locks
+//! the row and writes only at the mark. Such puts from concurrent
+//! requests on different locks go together, one statement and one commit
+//! for up to 64 of them, each decided on its own lock's marks and answered
+//! from its own row ([`PostgresEngine::batched_puts`]; docs/engines.md,
+//! "Batches across locks").
+//!
 //! A fenced read or an admit is one call of `palisade_store_fence`, the
 //! same way: lock the row, the rule, the raise, the read, committed when
 //! the call returns.
@@ -58,12 +66,14 @@
 //! may commit in the other order than their numbers; nothing compares
 //! them (see obligation 8 of [`Engine`](palisade_store::Engine)).
 
+mod batch;
 mod config;
 mod engine;
 mod error;
 mod record;
 mod schema;
 
+pub use batch::BatchedPuts;
 pub use config::PostgresConfig;
 pub use engine::{PROBE_TIMEOUT, PostgresEngine};
 pub use error::{OpenError, Unreachable};

@@ -237,4 +237,17 @@ async fn the_u64_comparison_is_inlined_even_over_an_older_definition() {
         plan.contains("CASE WHEN") && !plan.contains("palisade_store_u64"),
         "the comparison calls the function instead of inlining it:\n{plan}"
     );
+    // The fast paths' check, with the comparison inside it.
+    let plan = server
+        .query(
+            "EXPLAIN (VERBOSE, COSTS OFF) SELECT lock_name FROM palisade_store_marks \
+             WHERE palisade_store_at_mark(h_excl, h_shared, 7)",
+        )
+        .unwrap();
+    assert!(
+        plan.contains("CASE WHEN")
+            && !plan.contains("palisade_store_at_mark")
+            && !plan.contains("palisade_store_u64"),
+        "the fast paths' check calls a function instead of inlining it:\n{plan}"
+    );
 }

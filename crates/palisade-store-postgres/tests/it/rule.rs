@@ -1,6 +1,7 @@
 //! The fencing rule is restated in SQL: `palisade_store_fence` (fenced
-//! reads and admits), `palisade_store_write` (writes) and the single-put
-//! fast path. Core's table of cases (`palisade_core::marks::RULE_CASES`,
+//! reads and admits), `palisade_store_write` (writes) and
+//! `palisade_store_at_mark`, the check of the single-put fast path and of
+//! its batches across locks. Core's table of cases (`palisade_core::marks::RULE_CASES`,
 //! the one `Marks::admit` is checked against) runs against each of them
 //! here, on a real PostgreSQL, so the SQL cannot drift from the rule; and
 //! a copy of each function with its mark check broken must fail the
@@ -21,6 +22,11 @@ use sqlx::PgPool;
 const CHECK: &str = "greatest(palisade_store_u64(m_excl), palisade_store_u64(m_shared))";
 const BROKEN_CHECK: &str = "palisade_store_u64(m_excl)";
 
+/// The fast paths' check in `palisade_store_at_mark`, and its broken copy
+/// (the shared mark forgotten, as above).
+const AT_MARK_CHECK: &str = "palisade_store_u64(m_shared) <= palisade_store_u64(g)";
+const BROKEN_AT_MARK_CHECK: &str = "true";
+
 /// Which implementation of the rule a pass goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path {
@@ -28,9 +34,14 @@ enum Path {
     FenceFunction,
     /// `palisade_store_write` with one put, called directly.
     WriteFunction,
-    /// `Engine::write` of one put without a request id: the fast path
-    /// first, the write function when it declines.
+    /// `Engine::write` of one put without a request id, one case at a
+    /// time: the single fast path first, the write function when it
+    /// declines.
     EngineWrite,
+    /// The same, every case at once, each on its own lock: the cases are
+    /// batched across locks (`FAST_PUTS`), the write function deciding
+    /// what a batch declines.
+    EngineWritesTogether,
 }
 
 struct Db {
@@ -71,26 +82,49 @@ impl Db {
     /// Runs every case of the table through `path`; returns the cases whose
     /// outcome or marks differ from the table, described.
     async fn mismatches(&self, path: Path, tag: &str) -> Vec<String> {
-        let mut mismatches = Vec::new();
-        for (index, case) in RULE_CASES.iter().enumerate() {
-            if path != Path::FenceFunction && case.mode == Mode::Shared {
-                continue; // writes are exclusive
-            }
-            let lock = format!("rule/{tag}/{path:?}/{index}");
+        let cases: Vec<(String, &RuleCase)> = RULE_CASES
+            .iter()
+            .enumerate()
+            // Writes are exclusive.
+            .filter(|(_, case)| path == Path::FenceFunction || case.mode != Mode::Shared)
+            .map(|(index, case)| (format!("rule/{tag}/{path:?}/{index}"), case))
+            .collect();
+        for (lock, case) in &cases {
             if case.before != (0, 0) {
                 sqlx::query(
                     "INSERT INTO palisade_store_marks (lock_name, h_excl, h_shared, id_count) \
                      VALUES ($1, $2, $3, 0)",
                 )
-                .bind(&lock)
+                .bind(lock)
                 .bind(case.before.0 as i64)
                 .bind(case.before.1 as i64)
                 .execute(&self.pool)
                 .await
                 .unwrap();
             }
-            let admitted = self.run(path, &lock, case).await;
-            let after = self.marks(&lock).await;
+        }
+        let admitted: Vec<bool> = if path == Path::EngineWritesTogether {
+            let batched = self.engine.batched_puts();
+            let admitted = futures::future::join_all(
+                cases.iter().map(|(lock, case)| self.run(path, lock, case)),
+            )
+            .await;
+            let after = self.engine.batched_puts();
+            assert!(
+                after.puts - batched.puts > after.statements - batched.statements,
+                "the cases were not batched: {batched:?} before, {after:?} after"
+            );
+            admitted
+        } else {
+            let mut admitted = Vec::new();
+            for (lock, case) in &cases {
+                admitted.push(self.run(path, lock, case).await);
+            }
+            admitted
+        };
+        let mut mismatches = Vec::new();
+        for ((lock, case), admitted) in cases.iter().zip(admitted) {
+            let after = self.marks(lock).await;
             let expected_after = case.expected_marks().unwrap_or(case.before_marks());
             if admitted != case.expected.is_some() || after != expected_after {
                 mismatches.push(format!(
@@ -135,7 +169,7 @@ impl Db {
                     }
                 }
             }
-            Path::EngineWrite => {
+            Path::EngineWrite | Path::EngineWritesTogether => {
                 let sequencer = Sequencer::new(
                     LockName::new(lock).unwrap(),
                     Mode::Exclusive,
@@ -148,19 +182,19 @@ impl Db {
         }
     }
 
-    /// Replaces `function`'s definition with one whose mark check is
-    /// [`BROKEN_CHECK`].
-    async fn break_mark_check(&self, function: &str) {
+    /// Replaces `function`'s definition with one whose mark check,
+    /// `check`, is `broken`.
+    async fn break_mark_check(&self, function: &str, check: &str, broken: &str) {
         let definition: String = sqlx::query_scalar("SELECT pg_get_functiondef($1::regproc)")
             .bind(function)
             .fetch_one(&self.pool)
             .await
             .unwrap();
         assert!(
-            definition.contains(CHECK),
-            "{function} no longer checks `{CHECK}`: update this test with its check"
+            definition.contains(check),
+            "{function} no longer checks `{check}`: update this test with its check"
         );
-        let broken = definition.replace(CHECK, BROKEN_CHECK);
+        let broken = definition.replace(check, broken);
         sqlx::raw_sql(sqlx::AssertSqlSafe(broken))
             .execute(&self.pool)
             .await
@@ -168,10 +202,17 @@ impl Db {
     }
 }
 
+const PATHS: [Path; 4] = [
+    Path::FenceFunction,
+    Path::WriteFunction,
+    Path::EngineWrite,
+    Path::EngineWritesTogether,
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sql_functions_follow_cores_rule_table() {
     let db = Db::start().await;
-    for path in [Path::FenceFunction, Path::WriteFunction, Path::EngineWrite] {
+    for path in PATHS {
         let mismatches = db.mismatches(path, "sound").await;
         assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
     }
@@ -182,13 +223,36 @@ async fn the_sql_functions_follow_cores_rule_table() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_mark_check_fails_the_rule_table() {
     let db = Db::start().await;
-    db.break_mark_check("palisade_store_fence").await;
-    db.break_mark_check("palisade_store_write").await;
-    for path in [Path::FenceFunction, Path::WriteFunction, Path::EngineWrite] {
+    db.break_mark_check("palisade_store_fence", CHECK, BROKEN_CHECK)
+        .await;
+    db.break_mark_check("palisade_store_write", CHECK, BROKEN_CHECK)
+        .await;
+    for path in PATHS {
         let mismatches = db.mismatches(path, "broken").await;
         assert!(
             !mismatches.is_empty(),
             "the rule table passed through {path:?} with the shared mark left out of the check"
+        );
+    }
+}
+
+/// The fast paths' own check, broken alone (the functions sound): the
+/// engine's writes, one at a time and batched, fail the table, so the
+/// cases the fast paths decide are checked too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_fast_path_check_fails_the_rule_table() {
+    let db = Db::start().await;
+    db.break_mark_check(
+        "palisade_store_at_mark",
+        AT_MARK_CHECK,
+        BROKEN_AT_MARK_CHECK,
+    )
+    .await;
+    for path in [Path::EngineWrite, Path::EngineWritesTogether] {
+        let mismatches = db.mismatches(path, "broken-fast").await;
+        assert!(
+            !mismatches.is_empty(),
+            "the rule table passed through {path:?} with the fast path's shared mark left out"
         );
     }
 }
