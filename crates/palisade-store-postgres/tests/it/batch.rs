@@ -8,21 +8,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use palisade_core::{Generation, LockName, Mode, Sequencer};
-use palisade_store::{Engine, Op, ReadRequest, Refused, StoreError, WriteRequest};
+use palisade_store::{Engine, Op, StoreError, WriteRequest};
 use palisade_store_postgres::{PostgresConfig, PostgresEngine};
 use palisade_testkit::sql::SqlServer;
 
+use crate::fast_path::{Seen, check_history, exclusive};
+
 /// The bound on one write, for a loaded machine.
 const CALL_BOUND: Duration = Duration::from_secs(60);
-
-fn exclusive(lock: &str, generation: u64) -> Sequencer {
-    Sequencer::new(
-        LockName::new(lock).expect("a valid lock name"),
-        Mode::Exclusive,
-        Generation::new(generation).expect("a non-zero generation"),
-    )
-}
 
 async fn open(server: &SqlServer) -> PostgresEngine {
     PostgresEngine::open(PostgresConfig::new(server.url()).with_max_connections(16))
@@ -75,26 +68,13 @@ async fn batched_puts_commit_in_generation_order_on_every_lock() {
             }));
         }
     }
-    let mut by_lock: std::collections::BTreeMap<String, Vec<(u64, u64, String)>> =
-        Default::default();
+    let mut by_lock: std::collections::BTreeMap<String, Vec<Seen>> = Default::default();
     for task in tasks {
         let (name, seen) = task.await.expect("a writer task");
-        let accepted = by_lock.entry(name.clone()).or_default();
+        let history = by_lock.entry(name.clone()).or_default();
         for (tag, generation, outcome) in seen {
             let outcome = outcome.unwrap_or_else(|error| panic!("{name}: write {tag}: {error}"));
-            match outcome {
-                Ok(applied) => {
-                    assert_eq!(applied.marks.exclusive, generation, "write {tag}");
-                    accepted.push((applied.commit_seq, generation, tag));
-                }
-                Err(Refused::Stale { marks, .. }) => {
-                    assert!(
-                        generation < marks.exclusive,
-                        "{tag} at {generation}: {marks}"
-                    );
-                }
-                Err(other) => panic!("write {tag}: unexpected {other:?}"),
-            }
+            history.push((tag, generation, outcome));
         }
     }
     let after = postgres.batched_puts();
@@ -102,32 +82,8 @@ async fn batched_puts_commit_in_generation_order_on_every_lock() {
         after.puts - before.puts > after.statements - before.statements,
         "the puts were not batched: {before:?} before, {after:?} after"
     );
-    for (name, mut accepted) in by_lock {
-        accepted.sort();
-        assert!(
-            accepted.len() as u64 > STEPS,
-            "{name}: {} accepted",
-            accepted.len()
-        );
-        for pair in accepted.windows(2) {
-            assert!(
-                pair[1].1 >= pair[0].1,
-                "{name}: a stale write was accepted: {:?} committed after {:?}",
-                pair[1],
-                pair[0]
-            );
-        }
-        let read = engine
-            .read(ReadRequest::new(
-                &LockName::new(&name).expect("a valid lock name"),
-                b"k",
-                None,
-            ))
-            .await
-            .expect("a read")
-            .expect("a plain read is never refused");
-        let last = &accepted.last().expect("writes were accepted").2;
-        assert_eq!(read.value.as_deref(), Some(last.as_bytes()), "{name}");
+    for (name, seen) in by_lock {
+        check_history(engine.as_ref(), &name, seen, STEPS).await;
     }
 }
 

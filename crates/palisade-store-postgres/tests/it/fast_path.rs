@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use palisade_core::{Generation, LockName, Mode, Sequencer};
-use palisade_store::{Engine, Op, ReadRequest, Refused, WriteRequest};
+use palisade_store::{Applied, Engine, Op, ReadRequest, Refused, WriteRequest};
 use palisade_store_postgres::{PostgresConfig, PostgresEngine};
 use palisade_testkit::sql::SqlServer;
 
@@ -18,7 +18,8 @@ const STEPS: u64 = 40;
 /// The bound on one write, for a loaded machine.
 const CALL_BOUND: Duration = Duration::from_secs(60);
 
-fn exclusive(lock: &str, generation: u64) -> Sequencer {
+/// An exclusive sequencer of `lock` at `generation`.
+pub(crate) fn exclusive(lock: &str, generation: u64) -> Sequencer {
     Sequencer::new(
         LockName::new(lock).expect("a valid lock name"),
         Mode::Exclusive,
@@ -61,30 +62,49 @@ async fn single_puts_at_and_above_the_mark_commit_in_generation_order() {
             seen
         }));
     }
-    let mut accepted = Vec::new();
+    let mut seen = Vec::new();
     for task in tasks {
-        for (tag, generation, outcome) in task.await.expect("a writer task") {
-            match outcome {
-                Ok(applied) => {
-                    assert_eq!(applied.marks.exclusive, generation, "write {tag}");
-                    accepted.push((applied.commit_seq, generation, tag));
-                }
-                Err(Refused::Stale { marks, .. }) => {
-                    assert!(
-                        generation < marks.exclusive,
-                        "write {tag} at {generation}: {marks}"
-                    );
-                }
-                Err(other) => panic!("write {tag}: unexpected {other:?}"),
+        seen.extend(task.await.expect("a writer task"));
+    }
+    check_history(engine.as_ref(), lock, seen, STEPS).await;
+}
+
+/// One write of a contended history: its tag (the value it wrote), its
+/// generation and what the engine answered.
+pub(crate) type Seen = (String, u64, Result<Applied, Refused>);
+
+/// Checks the writes of one lock's contended history (single puts of key
+/// `k`, some raising the mark): every accepted write answered at its own
+/// generation, every refused one below the mark; more than `steps`
+/// accepted; the accepted ones, in commit order, never down in
+/// generation; and the value left is the last accepted write's.
+pub(crate) async fn check_history(engine: &dyn Engine, lock: &str, seen: Vec<Seen>, steps: u64) {
+    let mut accepted = Vec::new();
+    for (tag, generation, outcome) in seen {
+        match outcome {
+            Ok(applied) => {
+                assert_eq!(applied.marks.exclusive, generation, "{lock}: write {tag}");
+                accepted.push((applied.commit_seq, generation, tag));
             }
+            Err(Refused::Stale { marks, .. }) => {
+                assert!(
+                    generation < marks.exclusive,
+                    "{lock}: write {tag} at {generation}: {marks}"
+                );
+            }
+            Err(other) => panic!("{lock}: write {tag}: unexpected {other:?}"),
         }
     }
     accepted.sort();
-    assert!(accepted.len() as u64 > STEPS, "{} accepted", accepted.len());
+    assert!(
+        accepted.len() as u64 > steps,
+        "{lock}: {} accepted",
+        accepted.len()
+    );
     for pair in accepted.windows(2) {
         assert!(
             pair[1].1 >= pair[0].1,
-            "a stale write was accepted: {:?} committed after {:?}",
+            "{lock}: a stale write was accepted: {:?} committed after {:?}",
             pair[1],
             pair[0]
         );
@@ -99,5 +119,5 @@ async fn single_puts_at_and_above_the_mark_commit_in_generation_order() {
         .expect("a read")
         .expect("a plain read is never refused");
     let last = &accepted.last().expect("writes were accepted").2;
-    assert_eq!(read.value.as_deref(), Some(last.as_bytes()));
+    assert_eq!(read.value.as_deref(), Some(last.as_bytes()), "{lock}");
 }
