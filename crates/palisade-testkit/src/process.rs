@@ -20,6 +20,54 @@ pub fn free_port() -> u16 {
         .expect("binding 127.0.0.1:0 must work on a test machine")
 }
 
+/// A port on 127.0.0.1 that refuses every connection for as long as this
+/// value lives: a socket is bound to it and never listens, so a connection
+/// gets a reset, and no server (another test's, started meanwhile) can
+/// take the port, as it could one [`free_port`] returned.
+#[derive(Debug)]
+pub struct ClosedPort {
+    _socket: std::os::fd::OwnedFd,
+    port: u16,
+}
+
+impl ClosedPort {
+    /// Binds a port chosen by the kernel, without listening.
+    pub fn new() -> ClosedPort {
+        use nix::sys::socket::{
+            AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname, socket,
+        };
+        let socket = socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("a TCP socket");
+        bind(
+            std::os::fd::AsRawFd::as_raw_fd(&socket),
+            &SockaddrIn::new(127, 0, 0, 1, 0),
+        )
+        .expect("binding 127.0.0.1:0 must work on a test machine");
+        let address: SockaddrIn =
+            getsockname(std::os::fd::AsRawFd::as_raw_fd(&socket)).expect("the bound address");
+        ClosedPort {
+            _socket: socket,
+            port: address.port(),
+        }
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> ClosedPort {
+        ClosedPort::new()
+    }
+}
+
 /// Finds `binary` on `PATH`.
 pub fn find_binary(binary: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;

@@ -3,9 +3,11 @@
 
 use crate::fixtures::{code, run};
 
-/// A port nothing listens on (free a moment ago).
+/// A port nothing listens on, nor can while the tests run (the closed
+/// port is kept for the life of the test process).
 fn dead_address() -> String {
-    format!("127.0.0.1:{}", palisade_testkit::process::free_port())
+    let closed = Box::leak(Box::new(palisade_testkit::process::ClosedPort::new()));
+    format!("127.0.0.1:{}", closed.port())
 }
 
 const SEQUENCER: &str = "v1;lock=x;mode=exclusive;gen=3";

@@ -51,7 +51,8 @@ async fn fence_fails_cleanly<D: FenceDatabase>(urls: &[String], logs: &Logs) {
 #[tokio::test]
 async fn no_password_in_any_error_or_log_line_of_the_fence() {
     let logs = Logs::capture();
-    let closed = palisade_testkit::process::free_port();
+    let closed_port = palisade_testkit::process::ClosedPort::new();
+    let closed = closed_port.port();
 
     let postgres = SqlServer::postgres();
     let urls = [

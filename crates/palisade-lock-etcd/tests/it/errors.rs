@@ -12,8 +12,9 @@ use crate::fixtures::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_refused_is_unavailable() {
-    // A port nobody listens on.
-    let endpoint = format!("http://127.0.0.1:{}", process::free_port());
+    // A port nobody listens on, nor can while the test runs.
+    let closed = process::ClosedPort::new();
+    let endpoint = format!("http://127.0.0.1:{}", closed.port());
     let config = config_with(&[endpoint], "/palisade-test/refused", |connection| {
         connection
             .with_connect_timeout(Duration::from_millis(500))

@@ -11,7 +11,7 @@ use palisade_core::{Lock, Mode};
 use palisade_lock_etcd::{EtcdConfig, EtcdLockClient};
 use palisade_testkit::etcd::EtcdServer;
 use palisade_testkit::lock_suite::secrets::{MARKER, assert_hidden, assert_kept};
-use palisade_testkit::process::free_port;
+use palisade_testkit::process::ClosedPort;
 
 use crate::fixtures::*;
 
@@ -24,7 +24,8 @@ async fn an_etcd_password_shows_in_no_error_or_log_line() {
     admin.user_grant_role("root", "root").await.unwrap();
     admin.auth_enable().await.unwrap();
     let endpoint = etcd.endpoint().to_owned();
-    let closed = format!("127.0.0.1:{}", free_port());
+    let closed_port = ClosedPort::new();
+    let closed = format!("127.0.0.1:{}", closed_port.port());
 
     let attempts = [
         (

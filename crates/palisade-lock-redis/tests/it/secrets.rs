@@ -9,7 +9,7 @@ use std::time::Duration;
 use palisade_core::{Lock, LockName, Mode, SessionOptions};
 use palisade_lock_redis::{RedisConfig, RedisLockClient, RedlockClient, RedlockConfig};
 use palisade_testkit::lock_suite::secrets::{MARKER, assert_hidden, assert_kept};
-use palisade_testkit::process::free_port;
+use palisade_testkit::process::ClosedPort;
 use palisade_testkit::redis::{RedisOptions, RedisServer};
 
 fn config(url: String) -> RedisConfig {
@@ -22,7 +22,8 @@ fn config(url: String) -> RedisConfig {
 async fn a_redis_password_shows_in_no_error_or_log_line() {
     let server = RedisServer::spawn(RedisOptions::default().with_password("the-right-one"));
     let port = server.port().expect("a spawned server");
-    let closed = free_port();
+    let closed_port = ClosedPort::new();
+    let closed = closed_port.port();
     let attempts = [
         (
             "unreachable port",
@@ -91,11 +92,13 @@ async fn a_redis_password_shows_in_no_error_of_a_lost_server() {
 
 #[tokio::test]
 async fn a_redlock_password_shows_in_no_error_or_log_line() {
-    let urls: Vec<String> = (0..3)
-        .map(|_| {
+    let closed: Vec<ClosedPort> = (0..3).map(|_| ClosedPort::new()).collect();
+    let urls: Vec<String> = closed
+        .iter()
+        .map(|port| {
             format!(
                 "redis://user:{MARKER}@127.0.0.1:{}/?password={MARKER}",
-                free_port()
+                port.port()
             )
         })
         .collect();

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use palisade_lock_sql::{SqlConfig, SqlLockClient};
 use palisade_testkit::lock_suite::secrets::{MARKER, assert_hidden, assert_kept};
-use palisade_testkit::process::free_port;
+use palisade_testkit::process::ClosedPort;
 use palisade_testkit::sql::SqlServer;
 
 /// Tries each URL, which must fail to connect, keeping `MARKER` out of
@@ -25,7 +25,8 @@ async fn refused_without_showing_the_password(attempts: Vec<(&str, String)>) {
 #[tokio::test]
 async fn a_postgres_password_shows_in_no_error_or_log_line() {
     let server = SqlServer::postgres();
-    let (port, closed) = (server.port(), free_port());
+    let closed_port = ClosedPort::new();
+    let (port, closed) = (server.port(), closed_port.port());
     refused_without_showing_the_password(vec![
         (
             "unreachable port",
@@ -64,7 +65,8 @@ async fn a_postgres_password_shows_in_no_error_or_log_line() {
 #[tokio::test]
 async fn a_mariadb_password_shows_in_no_error_or_log_line() {
     let server = SqlServer::mariadb();
-    let (port, closed) = (server.port(), free_port());
+    let closed_port = ClosedPort::new();
+    let (port, closed) = (server.port(), closed_port.port());
     refused_without_showing_the_password(vec![
         (
             "unreachable port",
