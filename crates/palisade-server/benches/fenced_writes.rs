@@ -509,11 +509,34 @@ struct VersusRound {
     healthz: LoadFigures,
     lock_per_client: LoadFigures,
     lock_per_client_group: f64,
+    lock_per_client_cost: Cost,
     one_lock: LoadFigures,
     one_lock_group: f64,
+    one_lock_cost: Cost,
     redis: LoadFigures,
+    redis_cost: Cost,
     raw_lock_per_client: Figures,
     raw_one_lock: Figures,
+}
+
+/// What one request cost the process that served it: CPU µs and
+/// switches-in (its threads woken) per request.
+#[derive(Debug, Clone, Copy)]
+struct Cost {
+    cpu_us: f64,
+    switches: f64,
+}
+
+impl Cost {
+    /// Between two readings of [`palisade_testkit::bench::process_usage`],
+    /// over `requests`.
+    fn between(before: (Duration, u64), after: (Duration, u64), requests: f64) -> Cost {
+        let requests = requests.max(1.0);
+        Cost {
+            cpu_us: after.0.saturating_sub(before.0).as_secs_f64() * 1e6 / requests,
+            switches: after.1.saturating_sub(before.1) as f64 / requests,
+        }
+    }
 }
 
 /// Durable fenced writes through HTTP against Redis `SET` with
@@ -543,14 +566,21 @@ fn versus_redis(duration: Duration) {
     let data_dir = tempfile::tempdir().unwrap();
     let server = ServerProcess::start(data_dir.path());
     let base = format!("http://{}", server.addr);
-    let group_size = |run: &dyn Fn() -> LoadFigures| {
+    let redis_pid = redis.pid().expect("a spawned Redis has a pid");
+    // A `wrk` cell: its figures, writes per fsync, and the server's cost
+    // per write (the writes the cell counted, over its duration).
+    let server_cell = |run: &dyn Fn() -> LoadFigures| {
         let (flushes_before, tickets_before) = server.flush_counters();
+        let usage_before = server.usage();
         let figures = run();
+        let usage_after = server.usage();
         let (flushes_after, tickets_after) = server.flush_counters();
         let flushes = (flushes_after - flushes_before).max(1);
+        let writes = figures.per_second * duration.as_secs_f64();
         (
             figures,
             (tickets_after - tickets_before) as f64 / flushes as f64,
+            Cost::between(usage_before, usage_after, writes),
         )
     };
     println!(
@@ -581,7 +611,7 @@ fn versus_redis(duration: Duration) {
             VERSUS_CLIENTS,
             duration,
         );
-        let (lock_per_client, lock_per_client_group) = group_size(&|| {
+        let (lock_per_client, lock_per_client_group, lock_per_client_cost) = server_cell(&|| {
             wrk(
                 &base,
                 Some(&lock_per_client_script),
@@ -590,7 +620,7 @@ fn versus_redis(duration: Duration) {
                 duration,
             )
         });
-        let (one_lock, one_lock_group) = group_size(&|| {
+        let (one_lock, one_lock_group, one_lock_cost) = server_cell(&|| {
             wrk(
                 &base,
                 Some(&one_lock_script),
@@ -599,6 +629,7 @@ fn versus_redis(duration: Duration) {
                 duration,
             )
         });
+        let redis_before = palisade_testkit::bench::process_usage(redis_pid);
         let redis = redis_benchmark_set(
             redis_port,
             VERSUS_CLIENTS,
@@ -606,15 +637,23 @@ fn versus_redis(duration: Duration) {
             redis_requests,
             VALUE_BYTES,
         );
+        let redis_cost = Cost::between(
+            redis_before,
+            palisade_testkit::bench::process_usage(redis_pid),
+            redis_requests as f64,
+        );
         let raw_lock_per_client = raw_sled(VERSUS_CLIENTS, Layout::LockPerClient, false, duration);
         let raw_one_lock = raw_sled(VERSUS_CLIENTS, Layout::OneLock, false, duration);
         let r = VersusRound {
             healthz,
             lock_per_client,
             lock_per_client_group,
+            lock_per_client_cost,
             one_lock,
             one_lock_group,
+            one_lock_cost,
             redis,
+            redis_cost,
             raw_lock_per_client,
             raw_one_lock,
         };
@@ -636,6 +675,15 @@ fn versus_redis(duration: Duration) {
             r.lock_per_client.per_second / r.raw_lock_per_client.per_second,
             r.one_lock.per_second / r.raw_one_lock.per_second,
         );
+        println!(
+            "       CPU µs / switches-in per write: server, lock per client {:.1} / {:.2}; server, one lock {:.1} / {:.2}; Redis {:.1} / {:.2}",
+            r.lock_per_client_cost.cpu_us,
+            r.lock_per_client_cost.switches,
+            r.one_lock_cost.cpu_us,
+            r.one_lock_cost.switches,
+            r.redis_cost.cpu_us,
+            r.redis_cost.switches,
+        );
         results.push(r);
     }
     server.stop();
@@ -651,6 +699,16 @@ fn versus_redis(duration: Duration) {
     println!(
         "  wrk's ceiling (/healthz) = {:.2} x the durable lock-per-client rate",
         ratio(&|r| r.healthz.per_second / r.lock_per_client.per_second)
+    );
+    let cpu = ratio(&|r| r.lock_per_client_cost.cpu_us);
+    let switches = ratio(&|r| r.lock_per_client_cost.switches);
+    println!(
+        "  server per durable write, lock per client: {cpu:.1} µs CPU (target <= 30): {}; {switches:.2} switches-in (target <= 0.5): {}; Redis per SET: {:.1} µs, {:.2} switches-in",
+        // At most the target: the verdict of the target against the figure.
+        verdict(30.0, cpu),
+        verdict(0.5, switches),
+        ratio(&|r| r.redis_cost.cpu_us),
+        ratio(&|r| r.redis_cost.switches),
     );
     for (name, of_redis, of_raw) in [
         (

@@ -31,3 +31,29 @@ pub fn process_cpu(pid: u32) -> std::time::Duration {
         .sum();
     std::time::Duration::from_millis(ticks * 10)
 }
+
+/// CPU time and switches-in (how often the scheduler ran one of its
+/// threads) of every thread of process `pid` so far, from
+/// `/proc/<pid>/task/*/schedstat` (nanoseconds on CPU, time waiting for
+/// it, times run); zeros once the process is gone. Switches-in per
+/// request tell how often a request woke a thread that had gone to sleep.
+pub fn process_usage(pid: u32) -> (std::time::Duration, u64) {
+    let mut on_cpu_ns = 0;
+    let mut runs = 0;
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+    for task in tasks.into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        let mut fields = text.split_whitespace();
+        on_cpu_ns += fields
+            .next()
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0);
+        runs += fields
+            .nth(1)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    (std::time::Duration::from_nanos(on_cpu_ns), runs)
+}

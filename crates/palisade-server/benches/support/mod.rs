@@ -251,6 +251,12 @@ impl ServerProcess {
         self.child.id().to_string()
     }
 
+    /// The server process's CPU time and switches-in so far
+    /// ([`palisade_testkit::bench::process_usage`]).
+    pub(crate) fn usage(&self) -> (Duration, u64) {
+        palisade_testkit::bench::process_usage(self.child.id())
+    }
+
     /// `palisade_store_flushes_total` and `palisade_store_flush_tickets_total`
     /// from `/metrics`.
     pub(crate) fn flush_counters(&self) -> (u64, u64) {
