@@ -25,6 +25,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use bytes::Bytes;
 use palisade_core::LockName;
@@ -254,10 +255,13 @@ async fn lead_batches(inner: Arc<Inner>) {
         fast_puts
             .puts
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        if let Err(error) = send(live, batch).await {
-            // The connection may be broken: the next batch takes another.
+        if let Err(error) = send(live, batch, inner.batch_deadline).await {
+            // The connection may be broken, or still inside the statement:
+            // closed, not returned to the pool; the next batch takes another.
             tracing::debug!(error = %inner.origin.scrub(&error), "a batch of puts failed");
-            connection = None;
+            if let Some(mut broken) = connection.take() {
+                broken.close_on_drop();
+            }
         }
     }
 }
@@ -282,10 +286,14 @@ fn answer_all(inner: &Inner, failure: &Failure) {
 }
 
 /// One batch as one statement; every member answered. The error, if the
-/// statement failed, is only for the log.
+/// statement failed, is only for the log. No answer within `deadline`
+/// (PostgreSQL's `statement_timeout` and a margin: a connection that went
+/// silent) leaves every member's outcome unknown, as a request's own
+/// deadline does on the single path; a leader is bound by no request's.
 async fn send(
     connection: &mut sqlx::PgConnection,
     batch: Vec<Waiting>,
+    deadline: Duration,
 ) -> Result<(), Arc<sqlx::Error>> {
     let locks: Vec<&str> = batch.iter().map(|waiting| waiting.lock.as_str()).collect();
     let generations: Vec<i64> = batch.iter().map(|waiting| waiting.generation).collect();
@@ -298,8 +306,18 @@ async fn send(
     .bind(&generations)
     .bind(&keys)
     .bind(&values)
-    .fetch_all(connection)
-    .await;
+    .fetch_all(connection);
+    let rows = tokio::time::timeout(deadline, rows)
+        .await
+        .unwrap_or_else(|_| {
+            Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no answer from PostgreSQL within {}",
+                    palisade_core::format_duration(deadline)
+                ),
+            )))
+        });
     drop((locks, keys, values));
     let rows = match rows {
         Ok(rows) => rows,

@@ -63,6 +63,9 @@ pub(crate) struct Inner {
     held_transactions: bool,
     /// Holders' single puts, batched across locks.
     pub(crate) fast_puts: FastPuts,
+    /// The longest a batch of puts waits for its statement's answer:
+    /// `statement_timeout` and a second.
+    pub(crate) batch_deadline: Duration,
 }
 
 impl PostgresEngine {
@@ -105,6 +108,7 @@ impl PostgresEngine {
             acquire_timeout: config.acquire_timeout,
             held_transactions: config.held_transactions,
             fast_puts: FastPuts::new(config.max_connections),
+            batch_deadline: config.statement_timeout + Duration::from_secs(1),
         };
         let mut connection = inner.connection().await.map_err(|failure| match failure {
             Failure::Unreachable(why) => OpenError::Unavailable(why),
