@@ -10,6 +10,13 @@
 //! (2) seconds; a full run takes under two minutes.
 //! `PALISADE_BENCH_ONLY=one|names|one-name` runs one shape.
 //!
+//! `PALISADE_BENCH_ONLY=handoff` runs the hand-off shape alone: two clients
+//! taking turns on one lock, Palisade's hand-off time (from the holder
+//! starting its release to the other client's grant) against the floor of
+//! a fair hand-off on Redis, measured here: the release as one script
+//! (`DEL`, then `PUBLISH` to the next client), its delivery, and the next
+//! client's `SET NX` (two requests and one published message).
+//!
 //! Scenarios: 1 client; 8 clients on 8 names; 8 clients on one name. For
 //! each: cycles per second, acquire latency p50/p99/max, per-client cycles
 //! (fairness = max/min), and Redis requests per acquisition from
@@ -475,6 +482,166 @@ fn merge(rounds: Vec<Outcome>) -> Outcome {
     merged
 }
 
+/// The floor of a fair hand-off: two clients take turns on one key, each
+/// told its turn by a message on its own channel, published by the
+/// holder's release script. Returns each hand-off's time, from the
+/// holder sending its release to the other's `SET NX` answered.
+async fn handoff_floor(server: &RedisServer, duration: Duration) -> Vec<Duration> {
+    const RELEASE: &str =
+        "redis.call('DEL', KEYS[1]) return redis.call('PUBLISH', KEYS[2], ARGV[1])";
+    // A key of its own per call: the last holder of a call keeps it.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let key = format!("bench-floor-{}-{call}", std::process::id());
+    let channels = [format!("{key}:turn:0"), format!("{key}:turn:1")];
+    let released_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    // Both subscribed before either takes a turn: a message published
+    // before its reader subscribed would be lost.
+    let mut clients = Vec::new();
+    for channel in &channels {
+        let client = redis::Client::open(server.url()).expect("url");
+        let connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+        pubsub.subscribe(channel).await.expect("subscribe");
+        clients.push((connection, pubsub));
+    }
+    let deadline = Instant::now() + duration;
+    let mut tasks = Vec::new();
+    for (me, (mut connection, pubsub)) in clients.into_iter().enumerate() {
+        let (key, other_channel) = (key.clone(), channels[1 - me].clone());
+        let released_at = Arc::clone(&released_at);
+        tasks.push(tokio::spawn(async move {
+            use futures::StreamExt as _;
+            let mut turns = pubsub.into_on_message();
+            let mut handoffs = Vec::new();
+            let release = redis::Script::new(RELEASE);
+            let mut first = me == 0;
+            loop {
+                if !first {
+                    let wait =
+                        deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(1);
+                    match tokio::time::timeout(wait, turns.next()).await {
+                        Ok(Some(_)) => {}
+                        _ => break,
+                    }
+                }
+                first = false;
+                let granted: Option<String> = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(me)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(10_000)
+                    .query_async(&mut connection)
+                    .await
+                    .expect("SET NX");
+                assert!(granted.is_some(), "a turn that found the key held");
+                if let Some(released) = released_at.lock().expect("lock").take() {
+                    handoffs.push(released.elapsed());
+                }
+                if Instant::now() >= deadline {
+                    break;
+                }
+                *released_at.lock().expect("lock") = Some(Instant::now());
+                let _: i64 = release
+                    .key(&key)
+                    .key(&other_channel)
+                    .arg("go")
+                    .invoke_async(&mut connection)
+                    .await
+                    .expect("release");
+            }
+            handoffs
+        }));
+    }
+    let mut handoffs = Vec::new();
+    for task in tasks {
+        handoffs.extend(task.await.expect("floor task"));
+    }
+    handoffs.sort();
+    handoffs
+}
+
+/// Palisade's hand-offs between two clients on one lock: from the holder
+/// starting its release to the other client's acquire returning.
+async fn handoff_palisade(server: &RedisServer, duration: Duration) -> Vec<Duration> {
+    let prefix = format!("bench-handoff-{}:", std::process::id());
+    let released_at: Arc<std::sync::Mutex<Option<(usize, Instant)>>> = Arc::default();
+    let deadline = Instant::now() + duration;
+    let name = LockName::new("handoff").expect("name");
+    let mut tasks = Vec::new();
+    for me in 0..2 {
+        let client = RedisLockClient::connect(
+            RedisConfig::new(server.url()).with_key_prefix(prefix.clone()),
+        )
+        .await
+        .expect("connect");
+        let session = client.session(session_options()).expect("session");
+        let (name, released_at) = (name.clone(), Arc::clone(&released_at));
+        tasks.push(tokio::spawn(async move {
+            let _client = client;
+            let mut handoffs = Vec::new();
+            while Instant::now() < deadline {
+                let guard = session
+                    .acquire(&name, Mode::Exclusive)
+                    .await
+                    .expect("acquire");
+                if let Some((from, released)) = released_at.lock().expect("lock").take() {
+                    if from != me {
+                        handoffs.push(released.elapsed());
+                    }
+                }
+                *released_at.lock().expect("lock") = Some((me, Instant::now()));
+                guard.release().await.expect("release");
+            }
+            handoffs
+        }));
+    }
+    let mut handoffs = Vec::new();
+    for task in tasks {
+        handoffs.extend(task.await.expect("hand-off task"));
+    }
+    handoffs.sort();
+    handoffs
+}
+
+/// The `handoff` shape: both, in interleaved rounds, and the ratio of the
+/// medians against the target (within 1.5 × the floor).
+async fn handoff_shape(server: &RedisServer, rounds: usize, duration: Duration) {
+    let quantile = |sorted: &[Duration], q: f64| {
+        sorted
+            .get(((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    let mut ratios = Vec::new();
+    println!("hand-off between two clients on one lock, {rounds} rounds of {duration:?}:");
+    for round in 1..=rounds {
+        let floor = handoff_floor(server, duration).await;
+        let palisade = handoff_palisade(server, duration).await;
+        let ratio = quantile(&palisade, 0.5).as_secs_f64() / quantile(&floor, 0.5).as_secs_f64();
+        println!(
+            "round {round}: floor (DEL + PUBLISH, delivery, SET NX) {} hand-offs, p50 {:?}, p99 {:?}; palisade {} hand-offs, p50 {:?}, p99 {:?}; p50 ratio {ratio:.2}",
+            floor.len(),
+            quantile(&floor, 0.5),
+            quantile(&floor, 0.99),
+            palisade.len(),
+            quantile(&palisade, 0.5),
+            quantile(&palisade, 0.99),
+        );
+        ratios.push(ratio);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    println!(
+        "hand-off p50, palisade / floor: median {median:.2} (target <= 1.5): {}",
+        if median <= 1.5 { "met" } else { "missed" }
+    );
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -496,12 +663,16 @@ fn main() {
             server.url()
         );
 
+        let only = std::env::var("PALISADE_BENCH_ONLY").ok();
+        if only.as_deref() == Some("handoff") {
+            handoff_shape(&server, rounds, duration).await;
+            return;
+        }
         let shapes = [
             ("one", "1 client", 1, false),
             ("names", "8 clients, 8 names", TASKS, false),
             ("one-name", "8 clients, one name", TASKS, true),
         ];
-        let only = std::env::var("PALISADE_BENCH_ONLY").ok();
         let mut ours = Vec::new();
         let mut theirs = Vec::new();
         for (key, shape, clients, one_name) in shapes {
