@@ -557,12 +557,7 @@ async fn handoff_floor(server: &RedisServer, duration: Duration) -> Vec<Duration
             handoffs
         }));
     }
-    let mut handoffs = Vec::new();
-    for task in tasks {
-        handoffs.extend(task.await.expect("floor task"));
-    }
-    handoffs.sort();
-    handoffs
+    sorted_handoffs(tasks).await
 }
 
 /// Palisade's hand-offs between two clients on one lock: from the holder
@@ -600,9 +595,14 @@ async fn handoff_palisade(server: &RedisServer, duration: Duration) -> Vec<Durat
             handoffs
         }));
     }
+    sorted_handoffs(tasks).await
+}
+
+/// Every hand-off time the tasks measured, sorted.
+async fn sorted_handoffs(tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>) -> Vec<Duration> {
     let mut handoffs = Vec::new();
     for task in tasks {
-        handoffs.extend(task.await.expect("hand-off task"));
+        handoffs.extend(task.await.expect("a hand-off task"));
     }
     handoffs.sort();
     handoffs
