@@ -3,14 +3,15 @@
 //! ([`schema::FAST_PUTS`]), one transaction, one WAL flush and one round
 //! trip for up to [`MAX_BATCH`] writes ([`MAX_BATCH_BYTES`]).
 //!
-//! A request joins a queue; while fewer than the engine's leaders are at
-//! work, it starts one (a task of its own, so a caller that goes away
-//! strands nobody). A leader takes a connection, then everything queued
-//! (one request per lock, the rest waits for its next turn), sends it as
-//! one statement and answers each request from its own row; it goes on
-//! until the queue is empty. So a lone request is sent at once, and under
-//! load the requests that arrive while a batch is in flight share the
-//! next one.
+//! A put with nothing else in flight goes alone, as the single statement
+//! ([`LoneTurn`]). One that arrives while others are in flight joins a
+//! queue; while fewer than the engine's leaders are at work, it starts
+//! one (a task of its own, so a caller that goes away strands nobody). A
+//! leader takes a connection, then everything queued (one request per
+//! lock, the rest waits for its next turn), sends it as one statement and
+//! answers each request from its own row; it goes on until the queue is
+//! empty. So under load the requests that arrive while a batch is in
+//! flight share the next one.
 //!
 //! Each request keeps its own guarantees: its mark row is locked and its
 //! rule decided for it alone ([`schema::FAST_PUTS`] writes a row only at
@@ -236,17 +237,52 @@ impl FastPuts {
     }
 }
 
+/// A leader at work. A leader leaves by finding the queue empty
+/// ([`FastPuts::take`] then counts it out); one that ends any other way (a
+/// panic, its runtime shutting down) is counted out here, and the puts
+/// still queued are sent on alone, so no put waits for a leader that is
+/// gone.
+struct Leading<'a> {
+    fast_puts: &'a FastPuts,
+    retired: bool,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if self.retired {
+            return;
+        }
+        let waiting = {
+            let mut queue = self.fast_puts.queue();
+            queue.leaders -= 1;
+            std::mem::take(&mut queue.waiting)
+        };
+        for waiting in waiting {
+            let _ = waiting.answer.send(Outcome::Alone);
+        }
+    }
+}
+
 /// A leader: batches until the queue is empty, on one connection.
 async fn lead_batches(inner: Arc<Inner>) {
+    let mut leading = Leading {
+        fast_puts: &inner.fast_puts,
+        retired: false,
+    };
     let mut connection = None;
     loop {
         if connection.is_none() {
             match inner.connection().await {
                 Ok(fresh) => connection = Some(fresh),
-                Err(failure) => return answer_all(&inner, &failure),
+                Err(failure) => {
+                    answer_all(&inner, &failure);
+                    leading.retired = true;
+                    return;
+                }
             }
         }
         let batch = inner.fast_puts.take();
+        leading.retired = batch.is_empty();
         let Some(live) = connection.as_mut().filter(|_| !batch.is_empty()) else {
             return;
         };
@@ -268,7 +304,8 @@ async fn lead_batches(inner: Arc<Inner>) {
 
 /// No connection: every request queued now would meet the same. Those
 /// PostgreSQL is unreachable for are told so; after any other failure to
-/// connect, they try alone. Retires the leader.
+/// connect, they try alone. Returns once the queue is empty, the leader
+/// counted out.
 fn answer_all(inner: &Inner, failure: &Failure) {
     loop {
         let batch = inner.fast_puts.take();
