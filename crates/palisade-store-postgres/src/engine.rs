@@ -531,21 +531,6 @@ impl Inner {
     ) -> Result<Result<Applied, Refused>, Failure> {
         let sequencer = &request.sequencer;
         let lock = sequencer.lock();
-        let mut kinds: Vec<i16> = Vec::with_capacity(request.ops.len());
-        let mut keys: Vec<&[u8]> = Vec::with_capacity(request.ops.len());
-        let mut values: Vec<Option<&[u8]>> = Vec::with_capacity(request.ops.len());
-        let mut expected: Vec<Option<&[u8]>> = Vec::with_capacity(request.ops.len());
-        for op in &request.ops {
-            let (kind, value, expect) = match op {
-                Op::Put { value, .. } => (KIND_PUT, Some(&value[..]), None),
-                Op::Delete { .. } => (KIND_DELETE, None, None),
-                Op::Cas { expected, new, .. } => (KIND_CAS, new.as_deref(), expected.as_deref()),
-            };
-            kinds.push(kind);
-            keys.push(op.key());
-            values.push(value);
-            expected.push(expect);
-        }
         let generation = generation_to_db(sequencer);
         // The fast path moves no mark: under it the higher mark is the
         // generation itself, so the cap is a function of the generation
@@ -610,6 +595,23 @@ impl Inner {
                 Ok(_) => {}
                 Err(error) => return refusal(error, request).map(Err),
             }
+        }
+        // The function's arrays, built only for a write the fast paths did
+        // not decide.
+        let mut kinds: Vec<i16> = Vec::with_capacity(request.ops.len());
+        let mut keys: Vec<&[u8]> = Vec::with_capacity(request.ops.len());
+        let mut values: Vec<Option<&[u8]>> = Vec::with_capacity(request.ops.len());
+        let mut expected: Vec<Option<&[u8]>> = Vec::with_capacity(request.ops.len());
+        for op in &request.ops {
+            let (kind, value, expect) = match op {
+                Op::Put { value, .. } => (KIND_PUT, Some(&value[..]), None),
+                Op::Delete { .. } => (KIND_DELETE, None, None),
+                Op::Cas { expected, new, .. } => (KIND_CAS, new.as_deref(), expected.as_deref()),
+            };
+            kinds.push(kind);
+            keys.push(op.key());
+            values.push(value);
+            expected.push(expect);
         }
         // As the function takes it: the u64 bit patterns of the count, the
         // clock floor and the request's clock limit.
