@@ -52,7 +52,7 @@ use palisade_core::{Generation, LockName, Mode, Sequencer};
 use palisade_server::{AppState, run};
 use palisade_store::{Engine, Op, Store, StoreConfig, WriteRequest};
 use palisade_store_postgres::{PostgresConfig, PostgresEngine};
-use palisade_testkit::bench::env_number;
+use palisade_testkit::bench::{env_number, process_usage, thread_usage};
 use palisade_testkit::sql::SqlServer;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -116,8 +116,8 @@ struct Figures {
     per_batch: f64,
 }
 
-/// CPU nanoseconds and switches-in so far, from `/proc/<pid>/schedstat`
-/// (time on CPU, time waiting for it, times run).
+/// CPU nanoseconds and switches-in so far (`palisade_testkit::bench`'s
+/// readings of `/proc/<pid>/task/*/schedstat`).
 #[derive(Debug, Clone, Copy, Default)]
 struct Usage {
     process_ns: u64,
@@ -126,36 +126,10 @@ struct Usage {
     postgres_ns: u64,
 }
 
-fn schedstat(path: &std::path::Path) -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let mut fields = text.split_whitespace();
-    let on_cpu = fields.next()?.parse().ok()?;
-    let runs = fields.nth(1)?.parse().ok()?;
-    Some((on_cpu, runs))
-}
-
-/// CPU nanoseconds and switches-in of all threads of a process so far
-/// (`process` is a pid or `self`); zero once it is gone.
-fn threads(process: &str) -> (u64, u64) {
-    let (on_cpu, runs, _) = threads_and_server(process);
-    (on_cpu, runs)
-}
-
-/// [`threads`], and the CPU nanoseconds of the threads named `server`.
-fn threads_and_server(process: &str) -> (u64, u64, u64) {
-    let mut total = (0, 0, 0);
-    let tasks = std::fs::read_dir(format!("/proc/{process}/task"));
-    for task in tasks.into_iter().flatten().flatten() {
-        if let Some((on_cpu, runs)) = schedstat(&task.path().join("schedstat")) {
-            total.0 += on_cpu;
-            total.1 += runs;
-            let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-            if name.starts_with("server") {
-                total.2 += on_cpu;
-            }
-        }
-    }
-    total
+/// CPU nanoseconds and switches-in of every thread of `pid` so far.
+fn usage_ns(pid: u32) -> (u64, u64) {
+    let (on_cpu, runs) = process_usage(pid);
+    (on_cpu.as_nanos() as u64, runs)
 }
 
 /// The parent pid in `/proc/<pid>/stat` (the field after the state, after
@@ -170,7 +144,10 @@ impl Usage {
     /// This process's threads, and the postmaster `postgres` with its
     /// children (each backend is one single-threaded process).
     fn now(postgres: u32) -> Usage {
-        let (process_ns, process_switches, server_ns) = threads_and_server("self");
+        let (process_ns, process_switches) = usage_ns(std::process::id());
+        let server_ns = thread_usage(std::process::id(), |name| name.starts_with("server"))
+            .0
+            .as_nanos() as u64;
         let mut usage = Usage {
             process_ns,
             server_ns,
@@ -185,12 +162,11 @@ impl Usage {
             else {
                 continue;
             };
-            let ours = pid.parse() == Ok(postgres) || parent_pid(pid) == Some(postgres);
-            if let Some((on_cpu, _)) = ours
-                .then(|| schedstat(&std::path::Path::new("/proc").join(pid).join("schedstat")))
-                .flatten()
-            {
-                usage.postgres_ns += on_cpu;
+            let Ok(number) = pid.parse::<u32>() else {
+                continue;
+            };
+            if number == postgres || parent_pid(pid) == Some(postgres) {
+                usage.postgres_ns += usage_ns(number).0;
             }
         }
         usage
@@ -314,8 +290,7 @@ async fn pgbench(url: &str, postgres: u32, duration: Duration) -> Figures {
     let pid = child.id().expect("pgbench's pid");
     // Its CPU and switches, and PostgreSQL's, read while it runs (its
     // backends and its /proc entries are gone once it exits).
-    let pid = pid.to_string();
-    let read = || threads(&pid);
+    let read = || usage_ns(pid);
     let mut last = read();
     let mut postgres_last = postgres_before;
     let mut ticks = tokio::time::interval(Duration::from_millis(100));

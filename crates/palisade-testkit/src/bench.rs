@@ -38,10 +38,20 @@ pub fn process_cpu(pid: u32) -> std::time::Duration {
 /// it, times run); zeros once the process is gone. Switches-in per
 /// request tell how often a request woke a thread that had gone to sleep.
 pub fn process_usage(pid: u32) -> (std::time::Duration, u64) {
+    thread_usage(pid, |_| true)
+}
+
+/// [`process_usage`] of the threads of `pid` whose name (`comm`) `which`
+/// accepts: a runtime's workers, say, named by its builder.
+pub fn thread_usage(pid: u32, which: impl Fn(&str) -> bool) -> (std::time::Duration, u64) {
     let mut on_cpu_ns = 0;
     let mut runs = 0;
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
     for task in tasks.into_iter().flatten().flatten() {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !which(name.trim_end()) {
+            continue;
+        }
         let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
             continue;
         };
