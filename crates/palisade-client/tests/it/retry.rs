@@ -92,12 +92,18 @@ impl Server {
                 let _ = sent.await;
                 continue;
             }
+            // Every connection open now is reset, not only the request's:
+            // the client may hold a second one in its pool (from a round
+            // that started over), and its resend must not meet that one
+            // still waiting for its reset.
+            let open = self.proxy.stats().connections_open;
             self.proxy.reset_all();
-            // Only once the reset is done may traffic flow again: the held
-            // answer must not get through first. (The proxy counts resets
-            // but has no event for them.)
+            // Only once every reset is done may traffic flow again: the
+            // held answer must not get through first, and the resend must
+            // find no connection about to be reset. (The proxy counts
+            // resets but has no event for them.)
             let reset = tokio::time::Instant::now();
-            while self.proxy.stats().connections_reset == before.connections_reset {
+            while self.proxy.stats().connections_reset < before.connections_reset + open {
                 assert!(reset.elapsed() < Duration::from_secs(10), "no reset");
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
