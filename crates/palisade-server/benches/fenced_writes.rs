@@ -519,9 +519,14 @@ struct VersusRound {
     raw_one_lock: Figures,
 }
 
+/// The server's threads whose cost per write is shown apart, by the
+/// start of their names: the async workers (HTTP, routing, the store's
+/// front), the store's committer, sled's I/O pool.
+const SERVER_THREADS: [&str; 3] = ["tokio-rt-worker", "palisade-commit", "sled-io"];
+
 /// What one request cost the process that served it: CPU µs and
 /// switches-in (its threads woken) per request.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Cost {
     cpu_us: f64,
     switches: f64,
@@ -572,15 +577,22 @@ fn versus_redis(duration: Duration) {
     let server_cell = |run: &dyn Fn() -> LoadFigures| {
         let (flushes_before, tickets_before) = server.flush_counters();
         let usage_before = server.usage();
+        let threads_before = SERVER_THREADS.map(|prefix| server.thread_usage(prefix));
         let figures = run();
         let usage_after = server.usage();
+        let threads_after = SERVER_THREADS.map(|prefix| server.thread_usage(prefix));
         let (flushes_after, tickets_after) = server.flush_counters();
         let flushes = (flushes_after - flushes_before).max(1);
         let writes = figures.per_second * duration.as_secs_f64();
+        let mut threads = [Cost::default(); SERVER_THREADS.len()];
+        for (i, cost) in threads.iter_mut().enumerate() {
+            *cost = Cost::between(threads_before[i], threads_after[i], writes);
+        }
         (
             figures,
             (tickets_after - tickets_before) as f64 / flushes as f64,
             Cost::between(usage_before, usage_after, writes),
+            threads,
         )
     };
     println!(
@@ -611,16 +623,17 @@ fn versus_redis(duration: Duration) {
             VERSUS_CLIENTS,
             duration,
         );
-        let (lock_per_client, lock_per_client_group, lock_per_client_cost) = server_cell(&|| {
-            wrk(
-                &base,
-                Some(&lock_per_client_script),
-                VERSUS_THREADS,
-                VERSUS_CLIENTS,
-                duration,
-            )
-        });
-        let (one_lock, one_lock_group, one_lock_cost) = server_cell(&|| {
+        let (lock_per_client, lock_per_client_group, lock_per_client_cost, threads) =
+            server_cell(&|| {
+                wrk(
+                    &base,
+                    Some(&lock_per_client_script),
+                    VERSUS_THREADS,
+                    VERSUS_CLIENTS,
+                    duration,
+                )
+            });
+        let (one_lock, one_lock_group, one_lock_cost, _) = server_cell(&|| {
             wrk(
                 &base,
                 Some(&one_lock_script),
@@ -683,6 +696,15 @@ fn versus_redis(duration: Duration) {
             r.one_lock_cost.switches,
             r.redis_cost.cpu_us,
             r.redis_cost.switches,
+        );
+        println!(
+            "       of the server's, lock per client: {}",
+            SERVER_THREADS
+                .iter()
+                .zip(threads)
+                .map(|(name, cost)| format!("{name} {:.1} / {:.2}", cost.cpu_us, cost.switches))
+                .collect::<Vec<_>>()
+                .join("; ")
         );
         results.push(r);
     }

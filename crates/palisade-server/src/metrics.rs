@@ -146,6 +146,11 @@ impl Collector for FlushCollector {
                 "Interval syncs completed (buffered mode)",
                 stats.background_syncs,
             ),
+            (
+                "palisade_store_checkpoints",
+                "Checkpoints completed (flushed mode: the store's files synced, a group log segment removed)",
+                stats.checkpoints,
+            ),
         ] {
             let counter = ConstCounter::new(value);
             let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
@@ -341,7 +346,8 @@ mod tests {
         assert!(names.contains(&"palisade_requests_accepted_total".to_owned()));
         assert!(names.contains(&"palisade_request_duration_seconds".to_owned()));
         assert!(names.contains(&"palisade_store_background_syncs_total".to_owned()));
-        assert_eq!(names.len(), 9, "{names:?}");
+        assert!(names.contains(&"palisade_store_checkpoints_total".to_owned()));
+        assert_eq!(names.len(), 10, "{names:?}");
     }
 
     #[test]
@@ -351,6 +357,7 @@ mod tests {
             flushes: 3,
             tickets: 7,
             background_syncs: 0,
+            checkpoints: 1,
         });
         assert!(
             first.contains("palisade_store_flushes_total 3\n"),
@@ -358,10 +365,12 @@ mod tests {
         );
         assert!(first.contains("palisade_store_flush_tickets_total 7\n"));
         assert!(first.contains("palisade_store_background_syncs_total 0\n"));
+        assert!(first.contains("palisade_store_checkpoints_total 1\n"));
         let second = metrics.render(FlushStats {
             flushes: 4,
             tickets: 9,
             background_syncs: 2,
+            checkpoints: 1,
         });
         assert!(second.contains("palisade_store_flushes_total 4\n"));
         assert!(second.contains("palisade_store_background_syncs_total 2\n"));

@@ -257,6 +257,13 @@ impl ServerProcess {
         palisade_testkit::bench::process_usage(self.child.id())
     }
 
+    /// CPU time and switches-in so far of the server's threads whose name
+    /// starts with `prefix` (`tokio-rt-worker`, `palisade-commit`,
+    /// `sled-io`; [`palisade_testkit::bench::thread_usage`]).
+    pub(crate) fn thread_usage(&self, prefix: &str) -> (Duration, u64) {
+        palisade_testkit::bench::thread_usage(self.child.id(), |name| name.starts_with(prefix))
+    }
+
     /// `palisade_store_flushes_total` and `palisade_store_flush_tickets_total`
     /// from `/metrics`.
     pub(crate) fn flush_counters(&self) -> (u64, u64) {

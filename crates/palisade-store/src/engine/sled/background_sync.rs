@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::committer::{DurableFiles, flush_durably};
-use super::group_commit::Epochs;
+use super::group_commit::Health;
 use crate::FlushStats;
 
 /// The interval sync thread; stopped (and joined) on drop.
@@ -29,12 +29,12 @@ pub(crate) struct BackgroundSync {
 impl BackgroundSync {
     /// Starts syncing `db` and its `files` every
     /// `every`, counting each completed sync in `stats` and recording a
-    /// failure in `epochs`.
+    /// failure in `health`.
     pub(crate) fn start(
         db: sled::Db,
         files: Arc<Mutex<DurableFiles>>,
         every: Duration,
-        epochs: Arc<Epochs>,
+        health: Arc<Health>,
         stats: Arc<Mutex<FlushStats>>,
     ) -> io::Result<BackgroundSync> {
         let (stop, stopped) = channel::<()>();
@@ -44,12 +44,12 @@ impl BackgroundSync {
                 // The stop sender is never used to send: dropping it ends the
                 // wait at once, so a closing store does not wait a period.
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                    if epochs.failure().is_some() {
+                    if health.failure().is_some() {
                         return;
                     }
                     if let Err(message) = flush_durably(&db, &files) {
                         tracing::error!(error = %message, "the interval sync failed; the store refuses further requests");
-                        epochs.fail(message);
+                        health.fail(message);
                         return;
                     }
                     stats

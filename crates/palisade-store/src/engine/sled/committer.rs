@@ -16,23 +16,30 @@
 //!   to let requests queue up *while* the flush runs, and then apply the
 //!   whole queue in one transaction followed by one flush.
 //!
-//! So the loop is: take every queued job (up to a bound), apply them in
-//! order in **one** sled transaction, and, in `Flushed` mode, call sled's
-//! blocking `flush()` once. One flush therefore covers every request
-//! committed before it started (group commit).
+//! So the loop is: take every queued job (up to a bound), decide them in
+//! order as one group, make the group durable once, and answer (group
+//! commit).
 //!
-//! # Why the file sync runs on the committer's thread
+//! # How a group becomes durable
 //!
-//! sled's flush only hands the log to the kernel (see below); the
-//! `fdatasync` that makes it durable is ours. The committer runs it right
-//! after the group's flush and only then delivers each job's outcome, so an
-//! outcome is never delivered before an `fdatasync` that began after its
-//! group's sled flush returned. Groups are answered in commit order,
-//! including groups that wrote nothing: a reader waiting for an epoch must
-//! not see a later group acknowledged before an earlier one.
+//! In flushed mode the group is decided on sled's state with its own
+//! earlier effects on top ([`Pending`]), its effects are appended to the
+//! group log and the log is `fdatasync`ed, and only then are they applied
+//! to sled, with plain inserts, and the group answered (`group_log.rs`:
+//! why, and why a crash anywhere in between loses nothing acknowledged and
+//! half-applies nothing). sled's own flush and the sync of its files run
+//! only at checkpoints, on a thread of their own (`checkpoint.rs`): for
+//! every [`group_log::SEGMENT_BYTES`] of log, and when the store closes. Everything a reader finds in sled is therefore
+//! durable already, and plain reads never wait.
 //!
-//! A second thread that syncs one group while the committer applies the
-//! next was tried and measured against this, in one run
+//! In buffered mode the group is one sled transaction, not synced; the
+//! interval sync (`background_sync.rs`) makes it durable later. A log
+//! written but not synced could not keep a group whole there: sled writes
+//! its buffers to disk on its own, possibly before the log's pages.
+//!
+//! Groups are answered in the order they were decided. A second thread
+//! that syncs one group while the committer decides the next was tried
+//! and measured against one thread, in one run
 //! (`scripts/bench-sled-trait.sh`, 8 to 128 clients, in-process and through
 //! HTTP; docs/benchmarks.md, "sled before and after the engine trait"): it
 //! cost up to 20 µs of CPU and 2.6 context switches more per write and won
@@ -40,13 +47,14 @@
 //! next group large anyway.
 //!
 //! Each job keeps its own all-or-nothing semantics inside the shared
-//! transaction: it reads what it needs (the lock's state, its request id's
-//! record, the keys its ops touch) through the transaction, which sees the
-//! earlier jobs of the group, and the shared planner
+//! group: it reads what it needs (the lock's state, its request id's
+//! record, the keys its ops touch) through the group's trees
+//! ([`GroupTrees`]), which see the earlier jobs of the group, and the
+//! shared planner
 //! ([`plan::plan_write`]) decides on that snapshot; only an admitted job
 //! writes, and a refused one writes nothing, not even its mark.
 //!
-//! # Why sled's flush is not enough
+//! # Why sled's flush is not enough for a checkpoint
 //!
 //! On Linux, sled 0.34's `flush()` writes its log with `pwrite` and then
 //! calls `sync_file_range`, never `fsync` (sled issues #1452 and #1351).
@@ -57,10 +65,10 @@
 //! writes without any sync at all. The fault suite's "disk died" scenario
 //! (ext4 shut down without flushing its journal, the nearest thing to a
 //! power cut these machines can make) lost every acknowledged write and
-//! every mark that way. So after sled's flush the committer syncs sled's
+//! every mark that way. So after sled's flush a checkpoint syncs sled's
 //! files itself ([`DurableFiles`]): `fdatasync` of the log file, `fsync`
 //! of every new blob and of the directories that name new files. Only
-//! then is the group acknowledged, and a failed sync fail-stops the store
+//! then is the group log emptied, and a failed sync fail-stops the store
 //! exactly like a failed flush.
 
 use std::collections::HashMap;
@@ -69,22 +77,25 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 use palisade_core::{LockName, Sequencer};
 use sled::Transactional as _;
 use sled::transaction::{
-    ConflictableTransactionError, TransactionError, TransactionalTree, UnabortableTransactionError,
+    ConflictableTransactionError, TransactionError, UnabortableTransactionError,
 };
 
-use super::group_commit::{Epochs, Slot};
-use super::keys::{LockKeys, decode_state};
+use super::checkpoint::Checkpoints;
+use super::group_commit::{Health, Slot};
+use super::group_log::{self, GroupLog, remove_segments};
+use super::keys::{COMMIT_SEQ_KEY, LockKeys, decode_state};
 use super::record;
 use super::sled_error;
+use super::trees::{GroupTrees, InTransaction, Pending, Which};
 use crate::plan::{self, Fingerprint, Prior, Remembered, Snapshot, WritePlan};
 use crate::stored::LockState;
-use crate::{Applied, Durability, Read, Refused, StoreError, WriteRequest};
+use crate::{Applied, Read, Refused, StoreError, WriteRequest};
 
 /// The most jobs applied in one transaction.
 const MAX_GROUP_JOBS: usize = 512;
@@ -146,19 +157,7 @@ impl AnySlot {
 /// One job's decision inside the group transaction.
 enum Decision {
     Write(Result<Result<Applied, Refused>, StoreError>),
-    /// The outcome, and whether the read raised a mark.
-    Read(Result<Result<Read, Refused>, StoreError>, bool),
-}
-
-impl Decision {
-    /// Whether the job wrote anything (data, a mark, a record).
-    fn wrote(&self) -> bool {
-        match self {
-            Decision::Write(Ok(Ok(applied))) => !applied.replayed,
-            Decision::Read(_, raised_mark) => *raised_mark,
-            _ => false,
-        }
-    }
+    Read(Result<Result<Read, Refused>, StoreError>),
 }
 
 /// sled's files, synced after every sled flush so that "flushed" means
@@ -318,21 +317,35 @@ pub(crate) fn flush_durably(db: &sled::Db, files: &Mutex<DurableFiles>) -> Resul
         .map_err(|error| format!("syncing the data files failed: {error}"))
 }
 
+/// Flushed mode's group log, with the thread that checkpoints its full
+/// segments.
+pub(crate) struct Logged {
+    pub(crate) log: GroupLog,
+    pub(crate) checkpoints: Checkpoints,
+}
+
 pub(crate) struct Committer {
     pub(crate) db: sled::Db,
     pub(crate) data: sled::Tree,
     pub(crate) meta: sled::Tree,
-    pub(crate) durability: Durability,
     pub(crate) idempotency_window: u64,
-    pub(crate) epochs: Arc<Epochs>,
+    pub(crate) health: Arc<Health>,
     pub(crate) stats: Arc<Mutex<crate::FlushStats>>,
-    /// sled's files: synced after every flush.
+    /// sled's files: synced at every checkpoint.
     pub(crate) files: Arc<Mutex<DurableFiles>>,
+    /// The group log and its checkpoint thread, in flushed mode; `None` in
+    /// buffered mode, where each group is one sled transaction.
+    pub(crate) log: Option<Logged>,
+    /// Held for writing while a group's effects are applied to sled, and
+    /// for reading by every read outside the committer: no reader sees
+    /// half a group.
+    pub(crate) apply_gate: Arc<RwLock<()>>,
+    /// The last commit sequence number given out ([`last_commit_seq`]).
+    pub(crate) last_seq: u64,
 }
 
 impl Committer {
-    pub(crate) fn run(self, jobs: Receiver<Job>) {
-        let mut group_number = 0u64;
+    pub(crate) fn run(mut self, jobs: Receiver<Job>) {
         let mut pending: Option<Job> = None;
         loop {
             // Block for the first job, then take what else is queued.
@@ -358,126 +371,201 @@ impl Committer {
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                 }
             }
-            group_number += 1;
             // A panic here would be a bug (in sled or in this module). Do
             // not leave callers waiting forever: answer every job of the
             // group that has no outcome yet, and fail-stop the store.
             let slots: Vec<AnySlot> = group.iter().map(AnySlot::of).collect();
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                if let Some(committed) = self.commit_group(group_number, group) {
-                    self.answer(committed);
-                }
+                let committed = self.commit_group(group);
+                self.answer(committed);
+                self.rotate_if_full();
             }));
-            match outcome {
-                Ok(()) => {}
-                Err(_) => {
-                    let message = "the store's committer failed unexpectedly".to_owned();
-                    tracing::error!("{message}; the store refuses further requests");
-                    self.epochs.fail(message.clone());
-                    for slot in slots {
-                        slot.fill_error(StoreError::FlushFailed {
-                            message: message.clone(),
-                        });
-                    }
+            if outcome.is_err() {
+                let message = "the store's committer failed unexpectedly".to_owned();
+                tracing::error!("{message}; the store refuses further requests");
+                self.health.fail(message.clone());
+                for slot in slots {
+                    slot.fill_error(StoreError::FlushFailed {
+                        message: message.clone(),
+                    });
                 }
             }
         }
-        self.epochs.close();
-        if self.epochs.failure().is_none() {
-            if let Err(error) = flush_durably(&self.db, &self.files) {
-                tracing::error!(%error, "final flush failed while closing the store");
+        self.finish();
+    }
+
+    /// Starts the next log segment once the current one is full, and hands
+    /// the full one to the checkpoint thread.
+    fn rotate_if_full(&mut self) {
+        let Some(logged) = &mut self.log else { return };
+        if logged.log.len() < group_log::SEGMENT_BYTES {
+            return;
+        }
+        match logged.log.rotate() {
+            Ok(finished) => logged.checkpoints.checkpoint(finished),
+            Err(error) => {
+                let message = format!("starting a group log segment failed: {error}");
+                tracing::error!(error = %message, "the store refuses further requests");
+                self.health.fail(message);
             }
         }
     }
 
-    /// Applies `group` in one transaction and, if it wrote in `Flushed`
-    /// mode, runs sled's flush. Returns the group for [`Committer::answer`] (which
-    /// syncs and answers), or `None` if the group was answered here (the
-    /// store was already fail-stopped).
-    fn commit_group(&self, group_number: u64, group: Vec<Job>) -> Option<Committed> {
-        if let Some(message) = self.epochs.failure() {
-            for job in group {
-                deliver_error(
-                    job,
-                    &StoreError::FlushFailed {
-                        message: message.clone(),
-                    },
-                );
-            }
-            return None;
+    /// The store is closing: the checkpoint thread finishes what it was
+    /// given, then one last checkpoint covers everything, and the log is
+    /// left empty (an older version, which knows no log, may open the
+    /// directory after a clean close).
+    fn finish(&mut self) {
+        let segment = self.log.take().map(|logged| {
+            drop(logged.checkpoints);
+            logged.log.path()
+        });
+        if self.health.failure().is_some() {
+            return;
         }
+        let done = flush_durably(&self.db, &self.files).and_then(|()| match &segment {
+            Some(segment) => remove_segments(
+                segment.parent().unwrap_or(Path::new(".")),
+                std::slice::from_ref(segment),
+            )
+            .map_err(|error| format!("removing a group log segment failed: {error}")),
+            None => Ok(()),
+        });
+        if let Err(message) = done {
+            tracing::error!(error = %message, "final flush failed while closing the store");
+            self.health.fail(message);
+        }
+    }
 
-        self.epochs.begin_group(group_number);
-        let result = (&self.data, &self.meta).transaction(|(data, meta)| {
-            let mut decisions = Vec::with_capacity(group.len());
-            for job in &group {
-                decisions.push(match job {
-                    Job::Write(job) => Decision::Write(self.apply_write(data, meta, job)?),
-                    Job::Read(job) => {
-                        let (outcome, raised_mark) = apply_read(data, meta, job)?;
-                        Decision::Read(outcome, raised_mark)
-                    }
+    /// Decides `group` and makes it durable: through the group log in
+    /// flushed mode, in one sled transaction in buffered mode. Returns the
+    /// group for [`Committer::answer`], every job failed if the store is
+    /// (or becomes) fail-stopped.
+    fn commit_group(&mut self, group: Vec<Job>) -> Committed {
+        if let Some(message) = self.health.failure() {
+            return Committed::failed(group, &StoreError::FlushFailed { message });
+        }
+        let decided = if self.log.is_some() {
+            self.decide_logged(&group)
+        } else {
+            self.decide_in_transaction(&group)
+        };
+        match decided {
+            Ok((decisions, logged, last_seq)) => {
+                self.last_seq = last_seq;
+                Committed {
+                    logged,
+                    outcomes: group.into_iter().zip(decisions).collect(),
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, "group commit failed");
+                Committed::failed(group, &error)
+            }
+        }
+    }
+
+    /// Every job's decision, read and written through `trees`, and the
+    /// last commit sequence number given out, written with them.
+    fn decide(
+        &self,
+        trees: &impl GroupTrees,
+        group: &[Job],
+    ) -> Result<(Vec<Decision>, u64), UnabortableTransactionError> {
+        let mut seq = self.last_seq;
+        let mut decisions = Vec::with_capacity(group.len());
+        for job in group {
+            decisions.push(match job {
+                Job::Write(job) => Decision::Write(self.apply_write(trees, job, &mut seq)?),
+                Job::Read(job) => Decision::Read(apply_read(trees, job)?),
+            });
+        }
+        if seq != self.last_seq {
+            trees.insert(Which::Meta, COMMIT_SEQ_KEY, &seq.to_be_bytes())?;
+        }
+        Ok((decisions, seq))
+    }
+
+    /// Flushed mode: decides the group on sled's state plus its own
+    /// effects, logs and syncs the effects, then applies them to sled
+    /// (see `group_log.rs`). Returns the decisions and whether a record
+    /// was logged.
+    fn decide_logged(&mut self, group: &[Job]) -> Result<(Vec<Decision>, bool, u64), StoreError> {
+        let pending = Pending::new(&self.data, &self.meta);
+        let (decisions, last_seq) = match self.decide(&pending, group) {
+            Ok(decided) => decided,
+            Err(error) => {
+                // sled failed to read (nothing was written): as after any
+                // storage error, only a restart is trustworthy again.
+                let message = format!("sled failed while a group was decided: {error}");
+                self.health.fail(message.clone());
+                return Err(StoreError::Storage {
+                    engine: super::NAME,
+                    message,
                 });
             }
-            Ok::<_, ConflictableTransactionError<()>>(decisions)
-        });
-        let decisions = match result {
-            Ok(decisions) => decisions,
-            Err(error) => {
-                let error = match error {
-                    TransactionError::Storage(error) => {
-                        // sled hit an I/O error in the middle of a
-                        // transaction (a full disk while writing a large
-                        // value, say): its memory may now hold what its log
-                        // never got, and only a restart, recovering from
-                        // the log, is trustworthy again. Fail-stop, as
-                        // after a failed flush.
-                        self.epochs
-                            .fail(format!("sled failed in a transaction: {error}"));
-                        sled_error(error)
-                    }
-                    TransactionError::Abort(()) => StoreError::Corrupt {
-                        what: "a group transaction aborted".into(),
-                    },
-                };
-                tracing::error!(%error, "group transaction failed");
-                // Answered through `answer` all the same, so that groups
-                // are answered in order.
-                return Some(Committed::failed(group_number, group, &error));
-            }
         };
-
-        let wrote = decisions.iter().any(Decision::wrote);
-        if self.durability == Durability::Flushed && wrote {
-            // sled's part of the flush: its log handed to the kernel. The
-            // `fdatasync` in `answer` makes it durable.
-            if let Err(error) = self.db.flush() {
-                let message = error.to_string();
-                tracing::error!(error = %message, "flush failed; the store refuses further requests");
-                self.epochs.fail(message.clone());
-                return Some(Committed::failed(
-                    group_number,
-                    group,
-                    &StoreError::FlushFailed { message },
-                ));
-            }
+        let effects = pending.into_effects();
+        if effects.is_empty() {
+            return Ok((decisions, false, last_seq));
         }
-        Some(Committed {
-            group_number,
-            wrote,
-            outcomes: group.into_iter().zip(decisions).collect(),
-        })
+        let logged = self.log.as_mut().expect("a logged group has a log");
+        if let Err(error) = logged.log.append(&effects) {
+            let message = format!("syncing the group log failed: {error}");
+            self.health.fail(message.clone());
+            return Err(StoreError::FlushFailed { message });
+        }
+        let applied = {
+            let _gate = self.apply_gate.write().unwrap_or_else(|e| e.into_inner());
+            effects.apply(&self.data, &self.meta)
+        };
+        if let Err(error) = applied {
+            // The group is in the log (a restart replays it) but maybe
+            // only part of it in sled's memory: fail-stop, and say the
+            // outcome is not known rather than that it failed.
+            let message = format!("sled failed applying a logged group: {error}");
+            self.health.fail(message.clone());
+            return Err(StoreError::FlushFailed { message });
+        }
+        Ok((decisions, true, last_seq))
+    }
+
+    /// Buffered mode: the group in one sled transaction.
+    fn decide_in_transaction(
+        &self,
+        group: &[Job],
+    ) -> Result<(Vec<Decision>, bool, u64), StoreError> {
+        let result = (&self.data, &self.meta).transaction(|(data, meta)| {
+            let decided = self.decide(&InTransaction { data, meta }, group)?;
+            Ok::<_, ConflictableTransactionError<()>>(decided)
+        });
+        match result {
+            Ok((decisions, last_seq)) => Ok((decisions, false, last_seq)),
+            Err(TransactionError::Storage(error)) => {
+                // sled hit an I/O error in the middle of a transaction (a
+                // full disk while writing a large value, say): its memory
+                // may now hold what its log never got, and only a restart,
+                // recovering from the log, is trustworthy again. Fail-stop,
+                // as after a failed flush.
+                self.health
+                    .fail(format!("sled failed in a transaction: {error}"));
+                Err(sled_error(error))
+            }
+            Err(TransactionError::Abort(())) => Err(StoreError::Corrupt {
+                what: "a group transaction aborted".into(),
+            }),
+        }
     }
 
     fn apply_write(
         &self,
-        data: &TransactionalTree,
-        meta: &TransactionalTree,
+        trees: &impl GroupTrees,
         job: &WriteJob,
+        seq: &mut u64,
     ) -> Result<Result<Result<Applied, Refused>, StoreError>, UnabortableTransactionError> {
         let (request, keys) = (&job.request, &job.keys);
         let lock = request.sequencer.lock();
-        let Some(state) = read_state(meta, keys)? else {
+        let Some(state) = read_state(trees, keys)? else {
             return Ok(Err(corrupt_state(lock)));
         };
         let mut snapshot = Snapshot {
@@ -485,7 +573,7 @@ impl Committer {
             ..Snapshot::default()
         };
         if let Some(request_id) = &request.request_id {
-            if let Some(raw) = meta.get(keys.request(request_id.as_str()))? {
+            if let Some(raw) = trees.get(Which::Meta, &keys.request(request_id.as_str()))? {
                 let Some(remembered) = record::decode(&raw) else {
                     return Ok(Err(StoreError::Corrupt {
                         what: format!(
@@ -500,7 +588,7 @@ impl Committer {
         if snapshot.remembered.is_none() {
             for (key, _) in plan::keys_to_read(&request.ops) {
                 // sled's value, shared rather than copied.
-                let prior = match data.get(keys.data(&key))? {
+                let prior = match trees.get(Which::Data, &keys.data(&key))? {
                     Some(value) => Prior::Present(Bytes::from_owner(value)),
                     None => Prior::Absent,
                 };
@@ -515,10 +603,10 @@ impl Committer {
         for (key, value) in &admitted.writes {
             match value {
                 Some(value) => {
-                    data.insert(keys.data(key), &value[..])?;
+                    trees.insert(Which::Data, &keys.data(key), &value[..])?;
                 }
                 None => {
-                    data.remove(keys.data(key))?;
+                    trees.remove(Which::Data, &keys.data(key))?;
                 }
             }
         }
@@ -527,17 +615,22 @@ impl Committer {
                 .known_results()
                 .expect("the sled engine reads every key a write touches"),
             marks: admitted.marks,
-            // sled's ids start at 0; 0 stays free to mean "none".
-            commit_seq: meta.generate_id()? + 1,
+            // Numbers start at 1; 0 stays free to mean "none".
+            commit_seq: {
+                *seq += 1;
+                *seq
+            },
             replayed: false,
         };
         if let (Some(request_id), Some(number)) = (&request.request_id, admitted.recorded_as) {
             // A ring of `window` slots: the id recorded `window` ids ago
             // leaves with its slot.
             let slot_key = keys.slot(number % self.idempotency_window);
-            if let Some(evicted) = meta.insert(slot_key, request_id.as_str().as_bytes())? {
+            if let Some(evicted) =
+                trees.insert(Which::Meta, &slot_key, request_id.as_str().as_bytes())?
+            {
                 if let Ok(evicted) = std::str::from_utf8(&evicted) {
-                    meta.remove(keys.request(evicted))?;
+                    trees.remove(Which::Meta, &keys.request(evicted))?;
                 }
             }
             let remembered = Remembered {
@@ -547,71 +640,54 @@ impl Committer {
                     ..applied.clone()
                 },
             };
-            meta.insert(
-                keys.request(request_id.as_str()),
-                record::encode(&remembered, number),
+            trees.insert(
+                Which::Meta,
+                &keys.request(request_id.as_str()),
+                &record::encode(&remembered, number),
             )?;
         }
         if admitted.after != state {
-            meta.insert(keys.state(), &admitted.after.encode())?;
+            trees.insert(Which::Meta, keys.state(), &admitted.after.encode())?;
         }
         Ok(Ok(Ok(applied)))
     }
 }
 
-/// A group the committer has applied (and, if it wrote, flushed through
-/// sled), on its way to [`Committer::answer`].
+/// A group the committer has decided (and, in flushed mode, logged and
+/// applied), on its way to [`Committer::answer`].
 struct Committed {
-    group_number: u64,
-    /// Whether any job of the group wrote: only then is a sync needed.
-    wrote: bool,
+    /// Whether the group's effects were logged (and synced): counted as a
+    /// flush in the store's statistics.
+    logged: bool,
     outcomes: Vec<(Job, Decision)>,
 }
 
 impl Committed {
     /// A group whose every job gets `error`.
-    fn failed(group_number: u64, group: Vec<Job>, error: &StoreError) -> Committed {
+    fn failed(group: Vec<Job>, error: &StoreError) -> Committed {
         let outcomes = group
             .into_iter()
             .map(|job| {
                 let decision = match &job {
                     Job::Write(_) => Decision::Write(Err(error.clone())),
-                    Job::Read(_) => Decision::Read(Err(error.clone()), false),
+                    Job::Read(_) => Decision::Read(Err(error.clone())),
                 };
                 (job, decision)
             })
             .collect();
         Committed {
-            group_number,
-            wrote: false,
+            logged: false,
             outcomes,
         }
     }
 }
 
 impl Committer {
-    /// The second half of group commit: in `Flushed` mode syncs sled's
-    /// files if the group wrote (see the module docs), then delivers every
-    /// outcome of `group`, or an error to all of them if the store is or
-    /// becomes fail-stopped. `Buffered` mode answers at once (the interval
-    /// sync makes it durable later).
+    /// Delivers every outcome of `group`, in the order groups were
+    /// decided; an error to all of them if the store is fail-stopped (by
+    /// this group or by a flush on another thread).
     fn answer(&self, group: Committed) {
-        let sync = self.durability == Durability::Flushed;
-        let synced = match self.epochs.failure() {
-            Some(message) => Err(message),
-            None if sync && group.wrote => {
-                let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-                files.sync().map_err(|error| {
-                    let message = format!("syncing the data files failed: {error}");
-                    tracing::error!(error = %message, "flush failed; the store refuses further requests");
-                    self.epochs.fail(message.clone());
-                    message
-                })
-            }
-            None => Ok(()),
-        };
-        if let Err(message) = synced {
-            self.epochs.finish_group(group.group_number);
+        if let Some(message) = self.health.failure() {
             for (job, _) in group.outcomes {
                 deliver_error(
                     job,
@@ -622,16 +698,15 @@ impl Committer {
             }
             return;
         }
-        if sync && group.wrote {
+        if group.logged {
             let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
             stats.flushes += 1;
             stats.tickets += group.outcomes.len() as u64;
         }
-        self.epochs.finish_group(group.group_number);
         for (job, decision) in group.outcomes {
             match (job, decision) {
                 (Job::Write(job), Decision::Write(outcome)) => job.slot.fill(outcome),
-                (Job::Read(job), Decision::Read(outcome, _)) => job.slot.fill(outcome),
+                (Job::Read(job), Decision::Read(outcome)) => job.slot.fill(outcome),
                 (job, _) => deliver_error(
                     job,
                     &StoreError::Corrupt {
@@ -643,35 +718,35 @@ impl Committer {
     }
 }
 
-type ReadDecision = (Result<Result<Read, Refused>, StoreError>, bool);
+type ReadDecision = Result<Result<Read, Refused>, StoreError>;
 
 fn apply_read(
-    data: &TransactionalTree,
-    meta: &TransactionalTree,
+    trees: &impl GroupTrees,
     job: &ReadJob,
 ) -> Result<ReadDecision, UnabortableTransactionError> {
-    let Some(before) = read_state(meta, &job.keys)? else {
-        return Ok((Err(corrupt_state(job.sequencer.lock())), false));
+    let Some(before) = read_state(trees, &job.keys)? else {
+        return Ok(Err(corrupt_state(job.sequencer.lock())));
     };
     let marks = match plan::fence(before.marks, &job.sequencer) {
         Ok(marks) => marks,
-        Err(refused) => return Ok((Ok(Err(refused)), false)),
+        Err(refused) => return Ok(Ok(Err(refused))),
     };
-    let value = data.get(job.keys.data(&job.key))?.map(Bytes::from_owner);
-    let raised_mark = marks != before.marks;
-    if raised_mark {
+    let value = trees
+        .get(Which::Data, &job.keys.data(&job.key))?
+        .map(Bytes::from_owner);
+    if marks != before.marks {
         let after = LockState { marks, ..before };
-        meta.insert(job.keys.state(), &after.encode())?;
+        trees.insert(Which::Meta, job.keys.state(), &after.encode())?;
     }
-    Ok((Ok(Ok(Read { value, marks })), raised_mark))
+    Ok(Ok(Ok(Read { value, marks })))
 }
 
 /// The lock's state, or `None` if the stored record does not decode.
 fn read_state(
-    meta: &TransactionalTree,
+    trees: &impl GroupTrees,
     keys: &LockKeys,
 ) -> Result<Option<LockState>, UnabortableTransactionError> {
-    let raw = meta.get(keys.state())?;
+    let raw = trees.get(Which::Meta, keys.state())?;
     Ok(decode_state(raw.as_deref()))
 }
 
@@ -686,4 +761,21 @@ fn deliver_error(job: Job, error: &StoreError) {
         Job::Write(job) => job.slot.fill(Err(error.clone())),
         Job::Read(job) => job.slot.fill(Err(error.clone())),
     }
+}
+
+/// The last commit sequence number given out in the engine's directory:
+/// the one its groups recorded, or, in a directory written before they
+/// recorded it, past every number sled's id generator gave out then (it
+/// comes back from a restart beyond them).
+pub(crate) fn last_commit_seq(db: &sled::Db, meta: &sled::Tree) -> Result<u64, StoreError> {
+    let recorded = match meta.get(COMMIT_SEQ_KEY).map_err(sled_error)? {
+        None => 0,
+        Some(raw) => {
+            let bytes: [u8; 8] = raw.as_ref().try_into().map_err(|_| StoreError::Corrupt {
+                what: "the last commit sequence number has the wrong length".into(),
+            })?;
+            u64::from_be_bytes(bytes)
+        }
+    };
+    Ok(recorded.max(db.generate_id().map_err(sled_error)?))
 }

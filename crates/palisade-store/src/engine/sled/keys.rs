@@ -1,11 +1,13 @@
 //! How a lock's keyspace and metadata are laid out in sled.
 //!
-//! Two trees, touched together in every write transaction:
+//! Two trees, touched together by every group of writes:
 //!
 //! - `data`: `<lock segment> "/" <user key>` → value.
 //! - `meta`: per lock, `<lock segment>` → its [`LockState`]; the idempotency
 //!   records `<lock segment> "/r/" <request id>`; and the ring of recent
-//!   ids `<lock segment> "/s/" <slot: u64 BE>` → request id.
+//!   ids `<lock segment> "/s/" <slot: u64 BE>` → request id. And two keys
+//!   of the store's own, starting with a NUL byte: the format and the last
+//!   commit sequence number.
 //!
 //! The lock segment is [`LockName::key_segment`], which contains only
 //! `A-Z a-z 0-9 - . _ ~ %`, never `/`. So the first `/` of a stored key ends
@@ -24,6 +26,11 @@ use crate::stored::LockState;
 /// The key of sled's `meta` tree that records the on-disk format. It starts
 /// with a NUL byte, which no lock segment contains.
 pub(super) const FORMAT_KEY: &[u8] = b"\0palisade-store-format";
+
+/// The key of sled's `meta` tree that holds the last commit sequence
+/// number given out (`u64`, big-endian), written with the group that gave
+/// it out, so it is exactly as durable as that group (`committer.rs`).
+pub(super) const COMMIT_SEQ_KEY: &[u8] = b"\0palisade-commit-seq";
 
 /// The format this version writes and reads.
 pub(super) const FORMAT_VERSION: &[u8] = b"1";

@@ -1,21 +1,25 @@
 //! The sled engine: the embedded default. Marks, idempotency records and
 //! data in two sled trees of one directory, every request applied by one
-//! committer thread in groups (one sled transaction and one durable flush
-//! per group, see `committer.rs`).
+//! committer thread in groups (in flushed mode one record and one
+//! `fdatasync` of the group log per group, sled made durable at
+//! checkpoints; see `committer.rs` and `group_log.rs`).
 //!
 //! Everything here is private to the crate: [`Store::open`](crate::Store::open)
 //! is the way in, and no sled type leaves this module except through
 //! [`DurableSled`](crate::DurableSled), a utility that is about sled.
 
 mod background_sync;
+mod checkpoint;
 mod committer;
 mod group_commit;
+mod group_log;
 mod keys;
 mod record;
+mod trees;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Sender, channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -23,10 +27,12 @@ use bytes::Bytes;
 use palisade_core::{LockName, Mode, Sequencer};
 
 use self::background_sync::BackgroundSync;
-use self::committer::{Committer, Job, ReadJob, WriteJob};
+use self::checkpoint::Checkpoints;
+use self::committer::{Committer, Job, Logged, ReadJob, WriteJob};
 pub(crate) use self::committer::{DurableFiles, flush_durably};
 pub use self::group_commit::FlushStats;
-use self::group_commit::{Acknowledged, Epochs, Slot};
+use self::group_commit::{Acknowledged, Health, Slot};
+use self::group_log::{GroupLog, LogSwitches};
 use self::keys::{FORMAT_KEY, FORMAT_VERSION, LockKeys, decode_state};
 use crate::idempotency::FINGERPRINT_LEN;
 use crate::{
@@ -74,11 +80,16 @@ pub(crate) struct SledEngine {
     /// The committer's queue. Dropping it ends the committer.
     jobs: Option<Sender<Job>>,
     committer: Option<JoinHandle<()>>,
-    epochs: Arc<Epochs>,
+    health: Arc<Health>,
     stats: Arc<Mutex<FlushStats>>,
-    /// sled's files, synced after every flush (see `committer.rs` for why
-    /// sled's own flush is not durable on Linux).
+    /// sled's files, synced after every flush of sled (see `committer.rs`
+    /// for why sled's own flush is not durable on Linux).
     files: Arc<Mutex<DurableFiles>>,
+    /// The group log's switches (the mutation row's, tests').
+    log_switches: Arc<LogSwitches>,
+    /// Held for reading by every read outside the committer (see
+    /// [`Committer::apply_gate`]).
+    apply_gate: Arc<RwLock<()>>,
     /// Buffered mode's interval sync (`background_sync.rs`).
     syncer: Option<BackgroundSync>,
 }
@@ -132,18 +143,40 @@ impl SledEngine {
                 });
             }
         }
-        let epochs = Arc::new(Epochs::default());
+        let next_segment = replay_group_log(path, &db, &data, &meta, &files)?;
+        let last_seq = committer::last_commit_seq(&db, &meta)?;
+        let log_switches = Arc::new(LogSwitches::default());
+        let health = Arc::new(Health::default());
         let stats = Arc::new(Mutex::new(FlushStats::default()));
+        let io_error = |error| sled_error(sled::Error::Io(error));
+        let log = match config.durability {
+            Durability::Flushed => Some(Logged {
+                log: GroupLog::create(path, next_segment, Arc::clone(&log_switches))
+                    .map_err(io_error)?,
+                checkpoints: Checkpoints::start(
+                    db.clone(),
+                    Arc::clone(&files),
+                    path.to_path_buf(),
+                    Arc::clone(&health),
+                    Arc::clone(&stats),
+                )
+                .map_err(io_error)?,
+            }),
+            Durability::Buffered { .. } => None,
+        };
+        let apply_gate = Arc::new(RwLock::new(()));
         let (sender, receiver) = channel();
         let committer = Committer {
             db: db.clone(),
             data: data.clone(),
             meta: meta.clone(),
-            durability: config.durability,
             idempotency_window: u64::from(config.idempotency_window.max(1)),
-            epochs: Arc::clone(&epochs),
+            health: Arc::clone(&health),
             stats: Arc::clone(&stats),
             files: Arc::clone(&files),
+            log,
+            apply_gate: Arc::clone(&apply_gate),
+            last_seq,
         };
         let handle = std::thread::Builder::new()
             .name("palisade-committer".into())
@@ -156,7 +189,7 @@ impl SledEngine {
                     db.clone(),
                     Arc::clone(&files),
                     flush_every.max(Duration::from_millis(1)),
-                    Arc::clone(&epochs),
+                    Arc::clone(&health),
                     Arc::clone(&stats),
                 )
                 .map_err(|e| sled_error(sled::Error::Io(e)))?,
@@ -170,9 +203,11 @@ impl SledEngine {
             durability: config.durability,
             jobs: Some(sender),
             committer: Some(handle),
-            epochs,
+            health,
             stats,
             files,
+            log_switches,
+            apply_gate,
             syncer,
         })
     }
@@ -184,7 +219,7 @@ impl SledEngine {
 
     /// `Ok` unless a flush has failed (then the engine is fail-stopped).
     fn check_health(&self) -> Result<(), StoreError> {
-        match self.epochs.failure() {
+        match self.health.failure() {
             Some(message) => Err(StoreError::FlushFailed { message }),
             None => Ok(()),
         }
@@ -199,20 +234,29 @@ impl SledEngine {
         self.check_health()?;
         flush_durably(&self.db, &self.files).map_err(|message| {
             tracing::error!(error = %message, "flush failed; the store refuses further requests");
-            self.epochs.fail(message.clone());
+            self.health.fail(message.clone());
             StoreError::FlushFailed { message }
         })
     }
 
-    /// The fault suite's I-DUR mutation: acknowledge after sled's own
-    /// flush, without syncing sled's files. See
+    /// The fault suite's I-DUR mutation: acknowledge after writing the
+    /// group log, without syncing it or sled's files. See
     /// [`Store::skip_file_sync_unsafe_for_mutation_tests`](crate::Store::skip_file_sync_unsafe_for_mutation_tests).
     pub(crate) fn skip_file_sync(&self) {
         tracing::warn!("the store acknowledges writes WITHOUT syncing its files (test only)");
+        self.log_switches
+            .skip_sync
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.files
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .skip_sync();
+    }
+
+    /// Held while reading outside the committer: no read sees half of a
+    /// group being applied.
+    fn reading(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.apply_gate.read().unwrap_or_else(|e| e.into_inner())
     }
 
     fn enqueue(&self, job: Job) -> Result<(), StoreError> {
@@ -220,16 +264,6 @@ impl SledEngine {
             Some(sender) => sender.send(job).map_err(|_| StoreError::ShutDown),
             None => Err(StoreError::ShutDown),
         }
-    }
-
-    /// Wraps an outcome read outside the committer: it waits for the flush
-    /// of any group that may have committed before the read.
-    fn observed<T: Send + Unpin + 'static>(&self, outcome: T) -> EngineFuture<T> {
-        let epoch = match self.durability {
-            Durability::Flushed => self.epochs.needed_by_reader(),
-            Durability::Buffered { .. } => None,
-        };
-        Acknowledged::after_epoch(outcome, epoch, Arc::clone(&self.epochs)).boxed()
     }
 
     fn read_marks(&self, lock: &LockName, keys: &LockKeys) -> Result<Marks, StoreError> {
@@ -322,6 +356,7 @@ impl Engine for SledEngine {
             },
             None => {
                 let keys = LockKeys::new(lock);
+                let _reading = self.reading();
                 let read = self
                     .data
                     .get(keys.data(key))
@@ -333,10 +368,7 @@ impl Engine for SledEngine {
                             marks,
                         })
                     });
-                match read {
-                    Ok(read) => self.observed(Ok(read)),
-                    Err(error) => failed(error),
-                }
+                Box::pin(std::future::ready(read.map(Ok)))
             }
         }
     }
@@ -366,13 +398,11 @@ impl Engine for SledEngine {
     }
 
     fn marks(&self, lock: &LockName) -> EngineFuture<Marks> {
-        match self
-            .check_health()
-            .and_then(|()| self.read_marks(lock, &LockKeys::new(lock)))
-        {
-            Ok(marks) => self.observed(marks),
-            Err(error) => failed(error),
-        }
+        let marks = self.check_health().and_then(|()| {
+            let _reading = self.reading();
+            self.read_marks(lock, &LockKeys::new(lock))
+        });
+        Box::pin(std::future::ready(marks))
     }
 
     fn health(&self) -> EngineFuture<()> {
@@ -386,6 +416,7 @@ impl Engine for SledEngine {
     }
 
     fn dump(&self) -> EngineFuture<Vec<StoredRecord>> {
+        let _reading = self.reading();
         let mut records = Vec::new();
         let mut scan = || -> Result<(), sled::Error> {
             for tree_name in self.db.tree_names() {
@@ -409,6 +440,42 @@ impl Engine for SledEngine {
             Err(error) => failed(sled_error(error)),
         }
     }
+}
+
+/// Replays whatever the group log in `path` holds over sled's trees (a
+/// crash left it there, see `group_log.rs`), makes the result durable
+/// with a checkpoint, and removes the segments. Done in every mode, so a
+/// buffered store opened after a flushed one crashed loses nothing.
+/// Returns the number for the next segment.
+fn replay_group_log(
+    path: &Path,
+    db: &sled::Db,
+    data: &sled::Tree,
+    meta: &sled::Tree,
+    files: &Mutex<DurableFiles>,
+) -> Result<u64, StoreError> {
+    let recovered = group_log::recover(path).map_err(|error| match error.kind() {
+        std::io::ErrorKind::InvalidData => StoreError::Corrupt {
+            what: format!("the group log cannot be replayed: {error}"),
+        },
+        _ => sled_error(sled::Error::Io(error)),
+    })?;
+    if recovered.segments.is_empty() {
+        return Ok(recovered.next_segment);
+    }
+    for group in &recovered.groups {
+        group.effects.apply(data, meta).map_err(sled_error)?;
+    }
+    flush_durably(db, files).map_err(|message| StoreError::FlushFailed { message })?;
+    group_log::remove_segments(path, &recovered.segments)
+        .map_err(|error| sled_error(sled::Error::Io(error)))?;
+    if !recovered.groups.is_empty() {
+        tracing::info!(
+            groups = recovered.groups.len(),
+            "replayed the group log after an unclean stop"
+        );
+    }
+    Ok(recovered.next_segment)
 }
 
 /// Opens sled, retrying (bounded) while another handle in this process is

@@ -65,7 +65,7 @@ fn after_a_failed_flush_every_call_fails_until_reopened() {
         .unwrap();
 
     // What the committer records when sled's flush returns an error.
-    store.sled().epochs.fail("injected: fsync failed".into());
+    store.sled().health.fail("injected: fsync failed".into());
 
     let failed = |result: Result<(), StoreError>| matches!(result, Err(StoreError::FlushFailed { message }) if message.contains("injected"));
     assert!(failed(store.check_health()));
@@ -85,14 +85,20 @@ fn after_a_failed_flush_every_call_fails_until_reopened() {
     assert_eq!(read.value.as_deref(), Some(&b"v"[..]));
 }
 
-/// Makes the next sync of sled's files fail, as a dying disk would.
+/// Makes the next sync of sled's files (a checkpoint's, an explicit
+/// flush's) fail, as a dying disk would.
 fn fail_next_sync(store: &Store, kind: std::io::ErrorKind) {
     let files = &store.sled().files;
     files.lock().unwrap().fail_next = Some(kind);
 }
 
+/// Makes the next group's append to the group log fail at its sync.
+fn fail_next_log_sync(store: &Store, kind: std::io::ErrorKind) {
+    *store.sled().log_switches.fail_next.lock().unwrap() = Some(kind);
+}
+
 #[test]
-fn a_failed_sync_of_the_data_files_is_never_acknowledged_and_fail_stops() {
+fn a_failed_sync_of_the_group_log_is_never_acknowledged_and_fail_stops() {
     let (dir, store) = fresh_store();
     let lock = LockName::new("L").unwrap();
     let holder = |generation| {
@@ -107,12 +113,12 @@ fn a_failed_sync_of_the_data_files_is_never_acknowledged_and_fail_stops() {
         .unwrap()
         .unwrap();
 
-    // sled's flush succeeds, the fsync after it does not: the write is
+    // The group's record is written, its fsync fails: the write is
     // answered with a failure, never with `Applied`.
-    fail_next_sync(&store, std::io::ErrorKind::StorageFull);
+    fail_next_log_sync(&store, std::io::ErrorKind::StorageFull);
     let outcome = store.apply(&holder(6), &[Op::put("k", "unsynced")], None);
     assert!(
-        matches!(&outcome, Err(StoreError::FlushFailed { message }) if message.contains("syncing the data files failed")),
+        matches!(&outcome, Err(StoreError::FlushFailed { message }) if message.contains("syncing the group log failed")),
         "{outcome:?}"
     );
     // Fail-stop: nothing is answered any more, not even a read or the
@@ -135,9 +141,9 @@ fn a_failed_sync_of_the_data_files_is_never_acknowledged_and_fail_stops() {
     drop(store);
 
     // After a restart the acknowledged state is there; the unsynced
-    // write's outcome was unknown (it reached sled's log, so here it
-    // survives), and the mark is the acknowledged one or the unknown
-    // write's, never lower.
+    // write's outcome was unknown (its record reached the group log, so
+    // here it survives), and the mark is the acknowledged one or the
+    // unknown write's, never lower.
     let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
     let read = store.get(&lock, b"k", None).unwrap().unwrap();
     let value = read.value.as_deref().unwrap();
@@ -160,7 +166,9 @@ fn the_mutation_switch_acknowledges_without_syncing() {
     let (_, sequencer) = first_writer();
     store.skip_file_sync_unsafe_for_mutation_tests();
     // A sync that would fail is never attempted: the write is
-    // acknowledged after sled's flush alone.
+    // acknowledged after the group log's write alone, and an explicit
+    // flush skips the sync of sled's files too.
+    fail_next_log_sync(&store, std::io::ErrorKind::Other);
     fail_next_sync(&store, std::io::ErrorKind::Other);
     store
         .apply(&sequencer, &[Op::put("k", "unsynced")], None)
@@ -179,16 +187,23 @@ fn a_failed_explicit_flush_fail_stops_too() {
 }
 
 #[test]
-fn large_values_in_sled_blob_files_are_synced_before_the_acknowledgement() {
+fn large_values_are_logged_before_the_acknowledgement_and_their_blobs_synced_by_a_flush() {
     let (dir, store) = fresh_store();
     let (lock, sequencer) = first_writer();
     // sled keeps a page bigger than a quarter of its 512 KiB segment in
     // a blob file of its own, and writes blob files without any sync.
     let big = vec![7u8; 300 * 1024];
+    let logged = |_: &Store| log_segment(dir.path()).1.len() as u64;
+    let before = logged(&store);
     store
         .apply(&sequencer, &[Op::put("big", big.clone())], None)
         .unwrap()
         .unwrap();
+    assert!(
+        logged(&store) >= before + big.len() as u64,
+        "the acknowledged value is in the group log"
+    );
+    store.flush().unwrap();
     let blobs = std::fs::read_dir(dir.path().join("blobs")).unwrap().count();
     assert!(
         blobs > 0,
@@ -197,7 +212,7 @@ fn large_values_in_sled_blob_files_are_synced_before_the_acknowledgement() {
     let files = store.sled().files.lock().unwrap();
     assert!(
         files.synced_blob_count() > 0,
-        "the blob holding an acknowledged value was not synced"
+        "the blob holding a flushed value was not synced"
     );
     drop(files);
     let read = store.get(&lock, b"big", None).unwrap().unwrap();
@@ -324,4 +339,203 @@ fn a_retry_of_a_write_recorded_with_an_fnv_fingerprint_still_replays() {
             .unwrap(),
         Err(Refused::IdempotencyKeyReused { .. })
     ));
+}
+
+/// The one group log segment in `dir`: its name and contents.
+fn log_segment(dir: &std::path::Path) -> (std::ffi::OsString, Vec<u8>) {
+    let mut segments: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| is_log_segment(&entry.file_name()))
+        .collect();
+    assert_eq!(segments.len(), 1, "one segment");
+    let segment = segments.pop().unwrap();
+    (segment.file_name(), std::fs::read(segment.path()).unwrap())
+}
+
+fn is_log_segment(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .is_some_and(|name| name.starts_with("palisade-groups-") && name.ends_with(".log"))
+}
+
+/// Copies the files of `from` into `to` (a new directory), leaving out
+/// the group log: what sled's files hold at this moment.
+fn copy_sled_files(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if is_log_segment(&name) {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            copy_sled_files(&entry.path(), &to.join(&name));
+        } else {
+            std::fs::copy(entry.path(), to.join(&name)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn groups_sled_lost_in_a_crash_are_replayed_from_the_group_log() {
+    let (dir, store) = fresh_store();
+    let lock = LockName::new("L").unwrap();
+    let holder = |generation| {
+        Sequencer::new(
+            lock.clone(),
+            Mode::Exclusive,
+            Generation::new(generation).unwrap(),
+        )
+    };
+    let write = |generation: u64, ops: &[Op]| {
+        store
+            .apply(&holder(generation), ops, None)
+            .unwrap()
+            .unwrap()
+    };
+    write(5, &[Op::put("k", "v1"), Op::put("gone", "soon")]);
+    // sled's files made durable here (nothing empties the log but the
+    // committer's checkpoints), then two more groups reach only the log
+    // and sled's memory: the state of a crash before the next checkpoint.
+    store.flush().unwrap();
+    let crashed = tempfile::tempdir().unwrap();
+    copy_sled_files(dir.path(), crashed.path());
+    write(6, &[Op::put("k", "v2"), Op::delete("gone")]);
+    // A group that writes nothing (a refused write) has no record: the
+    // records stay consecutive around it.
+    assert!(matches!(
+        store
+            .apply(&holder(5), &[Op::put("k", "late")], None)
+            .unwrap(),
+        Err(Refused::Stale { .. })
+    ));
+    let last = write(7, &[Op::put("new", "v3")]).commit_seq;
+    let (segment, log) = log_segment(dir.path());
+    // A torn record behind them: a group whose sync never returned.
+    let mut torn = log.clone();
+    torn.extend_from_slice(&log[..log.len() / 3]);
+    std::fs::write(crashed.path().join(&segment), &torn).unwrap();
+    drop(store);
+
+    let store = Store::open(crashed.path(), StoreConfig::default()).unwrap();
+    let read = |key: &[u8]| store.get(&lock, key, None).unwrap().unwrap();
+    assert_eq!(read(b"k").value.as_deref(), Some(&b"v2"[..]));
+    assert_eq!(read(b"gone").value, None);
+    assert_eq!(read(b"new").value.as_deref(), Some(&b"v3"[..]));
+    assert_eq!(read(b"k").marks.exclusive, 7);
+    assert!(matches!(
+        store
+            .apply(&holder(6), &[Op::put("k", "stale")], None)
+            .unwrap(),
+        Err(Refused::Stale { .. })
+    ));
+    // The replay was made durable and its segment removed; a new one is
+    // being written.
+    assert!(!crashed.path().join(&segment).exists());
+    assert!(log_segment(crashed.path()).1.is_empty());
+    // Commit sequence numbers go on after the replayed ones.
+    let next = store
+        .apply(&holder(7), &[Op::put("k", "v4")], None)
+        .unwrap()
+        .unwrap();
+    assert!(next.commit_seq > last, "{} after {last}", next.commit_seq);
+}
+
+#[test]
+fn a_read_never_sees_half_of_a_group() {
+    // Each write raises the mark to its generation and sets `k` to it in
+    // one request. A read outside the committer that found the value of a
+    // generation beside a lower mark would have seen half of its group.
+    let (_dir, store) = fresh_store();
+    let lock = LockName::new("L").unwrap();
+    const WRITES: u64 = 2000;
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for generation in 1..=WRITES {
+                let holder = Sequencer::new(
+                    lock.clone(),
+                    Mode::Exclusive,
+                    Generation::new(generation).unwrap(),
+                );
+                store
+                    .apply(&holder, &[Op::put("k", generation.to_string())], None)
+                    .unwrap()
+                    .unwrap();
+            }
+        });
+        let mut reads = 0u64;
+        loop {
+            let read = store.get(&lock, b"k", None).unwrap().unwrap();
+            reads += 1;
+            let Some(value) = read.value else { continue };
+            let generation: u64 = std::str::from_utf8(&value).unwrap().parse().unwrap();
+            assert!(
+                generation <= read.marks.exclusive,
+                "read {reads}: the value of generation {generation} beside the mark {}",
+                read.marks.exclusive
+            );
+            if generation == WRITES {
+                break;
+            }
+        }
+    });
+}
+
+#[test]
+fn a_full_log_segment_is_checkpointed_and_removed_while_writes_go_on() {
+    let (dir, store) = fresh_store();
+    let (lock, sequencer) = first_writer();
+    let value = vec![3u8; 256 * 1024];
+    let writes = super::group_log::SEGMENT_BYTES / value.len() as u64 + 8;
+    for i in 0..writes {
+        store
+            .apply(&sequencer, &[Op::put(format!("k{i}"), value.clone())], None)
+            .unwrap()
+            .unwrap();
+    }
+    eventually("a checkpoint", || store.flush_stats().checkpoints >= 1);
+    let segments = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|entry| is_log_segment(&entry.as_ref().unwrap().file_name()))
+        .count();
+    assert_eq!(segments, 1, "the full segment was removed");
+    drop(store);
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    for i in [0, writes / 2, writes - 1] {
+        let read = store
+            .get(&lock, format!("k{i}").as_bytes(), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.value.as_deref(), Some(&value[..]), "k{i}");
+    }
+}
+
+#[test]
+fn the_last_commit_sequence_number_is_written_with_its_group_and_read_back() {
+    let (dir, store) = fresh_store();
+    let (_, sequencer) = first_writer();
+    let applied = store
+        .apply(&sequencer, &[Op::put("k", "v")], None)
+        .unwrap()
+        .unwrap();
+    let recorded = |store: &Store| {
+        let raw = store.sled().meta.get(super::keys::COMMIT_SEQ_KEY).unwrap();
+        u64::from_be_bytes(raw.unwrap().as_ref().try_into().unwrap())
+    };
+    assert_eq!(recorded(&store), applied.commit_seq);
+    // Far ahead of sled's own id generator, as after many writes: the
+    // recorded number is where the next open goes on from.
+    store
+        .sled()
+        .meta
+        .insert(super::keys::COMMIT_SEQ_KEY, &5_000_000u64.to_be_bytes())
+        .unwrap();
+    drop(store);
+    let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    let next = store
+        .apply(&sequencer, &[Op::put("k", "w")], None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.commit_seq, 5_000_001);
+    assert_eq!(recorded(&store), 5_000_001);
 }

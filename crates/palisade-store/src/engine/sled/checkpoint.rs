@@ -1,0 +1,90 @@
+//! The checkpoint thread (flushed mode): makes sled durable and removes the
+//! group log segments that it then holds (see `group_log.rs`).
+//!
+//! Its own thread, because a checkpoint syncs everything sled wrote since
+//! the last one (tens of megabytes at full speed): on the committer it
+//! stalled every writer for that long (p99 up to 63 ms where it had been
+//! 2 ms, docs/benchmarks.md). sled's flush runs beside the committer's
+//! inserts; a segment is removed only after a flush that began after the
+//! committer had finished with it, so sled holds all of its groups.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use super::committer::{DurableFiles, flush_durably};
+use super::group_commit::Health;
+use super::group_log::remove_segments;
+use crate::FlushStats;
+
+/// The checkpoint thread; finishes the segments handed to it, then stops,
+/// when dropped.
+#[derive(Debug)]
+pub(crate) struct Checkpoints {
+    segments: Option<Sender<PathBuf>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpoints {
+    pub(crate) fn start(
+        db: sled::Db,
+        files: Arc<Mutex<DurableFiles>>,
+        dir: PathBuf,
+        health: Arc<Health>,
+        stats: Arc<Mutex<FlushStats>>,
+    ) -> std::io::Result<Checkpoints> {
+        let (segments, finished) = channel::<PathBuf>();
+        let thread = std::thread::Builder::new()
+            .name("palisade-checkpoint".into())
+            .spawn(move || {
+                for segment in finished {
+                    // After a failure the segments stay: the next open
+                    // replays them.
+                    if health.failure().is_some() {
+                        continue;
+                    }
+                    let started = std::time::Instant::now();
+                    let done = flush_durably(&db, &files).and_then(|()| {
+                        remove_segments(&dir, std::slice::from_ref(&segment))
+                            .map_err(|error| format!("removing a group log segment failed: {error}"))
+                    });
+                    match done {
+                        Ok(()) => {
+                            tracing::debug!(elapsed = ?started.elapsed(), segment = %segment.display(), "checkpoint done");
+                            stats
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .checkpoints += 1;
+                        }
+                        Err(message) => {
+                            tracing::error!(error = %message, "checkpoint failed; the store refuses further requests");
+                            health.fail(message);
+                        }
+                    }
+                }
+            })?;
+        Ok(Checkpoints {
+            segments: Some(segments),
+            thread: Some(thread),
+        })
+    }
+
+    /// Hands a finished segment over; it is removed once sled's flush
+    /// covers it.
+    pub(crate) fn checkpoint(&self, segment: PathBuf) {
+        if let Some(segments) = &self.segments {
+            // The thread ends only when this sender is dropped.
+            let _ = segments.send(segment);
+        }
+    }
+}
+
+impl Drop for Checkpoints {
+    fn drop(&mut self) {
+        drop(self.segments.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
