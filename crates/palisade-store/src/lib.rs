@@ -24,7 +24,9 @@
 //! # The important guarantees
 //!
 //! - **Check, mark update, idempotency record and data write are one
-//!   atomic step of the engine** (one sled transaction). A crash at any point leaves all of them or none. A
+//!   atomic step of the engine** (on sled: one record of its group log, or
+//!   one sled transaction in `Buffered` mode). A crash at any point leaves
+//!   all of them or none. A
 //!   refused request changes nothing: not the data, not the marks, not the
 //!   idempotency records. A batch ([`Store::apply`] with several ops) is all
 //!   or nothing: a failed compare-and-swap anywhere rolls back every op and
@@ -32,22 +34,24 @@
 //! - **Marks never go down**, and a lock never seen has marks 0
 //!   ([`Store::marks`] is not an error for it).
 //! - **What "acknowledged" means** on sled depends on [`Durability`]:
-//!   - [`Durability::Flushed`] (the default): the transaction is on disk
-//!     (sled's `flush()` writes its log; sled 0.34 only calls
-//!     `sync_file_range` on Linux, so the store then `fsync`s sled's files
-//!     and directory itself) before the call returns or the
-//!     [`Pending`] resolves. Flushes are shared by group commit: one
-//!     committer thread applies every queued request in one transaction and
-//!     flushes once, so one flush acknowledges every request committed
-//!     before it started. Reads and refusals also wait until the state they
-//!     report is flushed, so no response ever reports something a crash
-//!     could take back.
-//!   - [`Durability::Buffered`]: the transaction is committed in sled's
-//!     in-memory log buffers. Every `flush_every` the store's interval sync
-//!     writes sled's log and fsyncs sled's files (the same sync as
-//!     `Flushed`), so a write is on disk once an interval sync that began
-//!     after its acknowledgement has completed: within `flush_every` plus
-//!     the length of one sync.
+//!   - [`Durability::Flushed`] (the default): the request's group is in
+//!     the store's group log and the log is `fdatasync`ed before the call
+//!     returns or the [`Pending`] resolves. Syncs are shared by group
+//!     commit: one committer thread decides every queued request as one
+//!     group, logs its effects as one record and syncs once, and only then
+//!     applies them to sled. sled's own files are made durable by
+//!     checkpoints on a thread of their own (sled 0.34's flush only calls
+//!     `sync_file_range` on Linux, so a checkpoint `fsync`s sled's files
+//!     and directory itself), after which the log's full segments are
+//!     removed; the log is replayed on open. Everything a read finds is
+//!     therefore already durable: no response ever reports something a
+//!     crash could take back.
+//!   - [`Durability::Buffered`]: the request's group is one sled
+//!     transaction, committed in sled's in-memory log buffers. Every
+//!     `flush_every` the store's interval sync writes sled's log and
+//!     fsyncs sled's files, so a write is on disk once an interval sync
+//!     that began after its acknowledgement has completed: within
+//!     `flush_every` plus the length of one sync.
 //! - **What `kill -9` can lose** (sled): under `Flushed`, nothing acknowledged
 //!   (un-acknowledged in-flight writes may or may not be there, each one
 //!   whole or not at all). Under `Buffered`, every write and every mark
@@ -57,8 +61,9 @@
 //!   Power loss or a kernel crash loses the same under `Buffered`, and
 //!   nothing acknowledged under `Flushed`, on a disk that honours fsync.
 //! - **Fail-stop on flush failure** (sled): once a flush or a sync fails (the
-//!   committer's, the interval sync's, or [`Store::flush`]; or sled reports
-//!   an I/O error inside a transaction), every later call returns
+//!   group log's, a checkpoint's, the interval sync's, or [`Store::flush`];
+//!   or sled reports an I/O error deciding or applying a group), every
+//!   later call returns
 //!   [`StoreError::FlushFailed`] until the store is reopened, since writes
 //!   committed in memory may not be on disk.
 //! - **Retries are safe within the idempotency window**: a write with a
@@ -78,12 +83,12 @@
 //! ([`Store::submit_capped`] adds a raise cap, which the engine checks in
 //! the same step as the fencing rule).
 //! sled's engine queues it to its committer thread. The committer takes every
-//! queued request, applies them in order in one sled transaction (each
-//! request all or nothing on its own: see `committer.rs`), flushes once in
-//! `Flushed` mode, and fills each request's outcome. Why one thread: sled
-//! runs transactions one at a time process-wide and holds the same global
-//! lock while it flushes, so parallel callers would only queue on that lock,
-//! and async worker threads would block on it for the length of an fsync.
+//! queued request and decides them in order as one group (each request all
+//! or nothing on its own: see `committer.rs`); in `Flushed` mode it logs
+//! and syncs the group's effects once (`group_log.rs`) and applies them to
+//! sled, and fills each request's outcome. Why one thread: groups must be
+//! decided in order on the state the previous one left, and async worker
+//! threads must never block for the length of an fsync.
 //!
 //! # Where to start
 //!
