@@ -10,20 +10,21 @@
 //! succeeds would prove nothing about them.
 
 use std::io;
-use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::committer::{DurableFiles, flush_durably};
 use super::group_commit::Health;
+use super::worker::Worker;
 use crate::FlushStats;
 
 /// The interval sync thread; stopped (and joined) on drop.
 #[derive(Debug)]
 pub(crate) struct BackgroundSync {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    /// Nothing is ever sent: dropping the sender ends the wait at once, so
+    /// a closing store does not wait a period.
+    _worker: Worker<()>,
 }
 
 impl BackgroundSync {
@@ -37,39 +38,22 @@ impl BackgroundSync {
         health: Arc<Health>,
         stats: Arc<Mutex<FlushStats>>,
     ) -> io::Result<BackgroundSync> {
-        let (stop, stopped) = channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("palisade-syncer".into())
-            .spawn(move || {
-                // The stop sender is never used to send: dropping it ends the
-                // wait at once, so a closing store does not wait a period.
-                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                    if health.failure().is_some() {
-                        return;
-                    }
-                    if let Err(message) = flush_durably(&db, &files) {
-                        tracing::error!(error = %message, "the interval sync failed; the store refuses further requests");
-                        health.fail(message);
-                        return;
-                    }
-                    stats
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .background_syncs += 1;
+        let worker = Worker::start("palisade-syncer", move |stopped: Receiver<()>| {
+            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                if health.failure().is_some() {
+                    return;
                 }
-            })?;
-        Ok(BackgroundSync {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for BackgroundSync {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+                if let Err(message) = flush_durably(&db, &files) {
+                    tracing::error!(error = %message, "the interval sync failed; the store refuses further requests");
+                    health.fail(message);
+                    return;
+                }
+                stats
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .background_syncs += 1;
+            }
+        })?;
+        Ok(BackgroundSync { _worker: worker })
     }
 }

@@ -9,22 +9,19 @@
 //! committer had finished with it, so sled holds all of its groups.
 
 use std::path::PathBuf;
-use std::sync::mpsc::{Sender, channel};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 use super::committer::{DurableFiles, flush_durably};
 use super::group_commit::Health;
 use super::group_log::remove_segments;
+use super::worker::Worker;
 use crate::FlushStats;
 
 /// The checkpoint thread; finishes the segments handed to it, then stops,
 /// when dropped.
 #[derive(Debug)]
-pub(crate) struct Checkpoints {
-    segments: Option<Sender<PathBuf>>,
-    thread: Option<JoinHandle<()>>,
-}
+pub(crate) struct Checkpoints(Worker<PathBuf>);
 
 impl Checkpoints {
     pub(crate) fn start(
@@ -34,57 +31,36 @@ impl Checkpoints {
         health: Arc<Health>,
         stats: Arc<Mutex<FlushStats>>,
     ) -> std::io::Result<Checkpoints> {
-        let (segments, finished) = channel::<PathBuf>();
-        let thread = std::thread::Builder::new()
-            .name("palisade-checkpoint".into())
-            .spawn(move || {
-                for segment in finished {
-                    // After a failure the segments stay: the next open
-                    // replays them.
-                    if health.failure().is_some() {
-                        continue;
+        let worker = Worker::start("palisade-checkpoint", move |finished: Receiver<PathBuf>| {
+            for segment in finished {
+                // After a failure the segments stay: the next open
+                // replays them.
+                if health.failure().is_some() {
+                    continue;
+                }
+                let started = std::time::Instant::now();
+                let done = flush_durably(&db, &files).and_then(|()| {
+                    remove_segments(&dir, std::slice::from_ref(&segment))
+                        .map_err(|error| format!("removing a group log segment failed: {error}"))
+                });
+                match done {
+                    Ok(()) => {
+                        tracing::debug!(elapsed = ?started.elapsed(), segment = %segment.display(), "checkpoint done");
+                        stats.lock().unwrap_or_else(|e| e.into_inner()).checkpoints += 1;
                     }
-                    let started = std::time::Instant::now();
-                    let done = flush_durably(&db, &files).and_then(|()| {
-                        remove_segments(&dir, std::slice::from_ref(&segment))
-                            .map_err(|error| format!("removing a group log segment failed: {error}"))
-                    });
-                    match done {
-                        Ok(()) => {
-                            tracing::debug!(elapsed = ?started.elapsed(), segment = %segment.display(), "checkpoint done");
-                            stats
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .checkpoints += 1;
-                        }
-                        Err(message) => {
-                            tracing::error!(error = %message, "checkpoint failed; the store refuses further requests");
-                            health.fail(message);
-                        }
+                    Err(message) => {
+                        tracing::error!(error = %message, "checkpoint failed; the store refuses further requests");
+                        health.fail(message);
                     }
                 }
-            })?;
-        Ok(Checkpoints {
-            segments: Some(segments),
-            thread: Some(thread),
-        })
+            }
+        })?;
+        Ok(Checkpoints(worker))
     }
 
     /// Hands a finished segment over; it is removed once sled's flush
     /// covers it.
     pub(crate) fn checkpoint(&self, segment: PathBuf) {
-        if let Some(segments) = &self.segments {
-            // The thread ends only when this sender is dropped.
-            let _ = segments.send(segment);
-        }
-    }
-}
-
-impl Drop for Checkpoints {
-    fn drop(&mut self) {
-        drop(self.segments.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.0.send(segment);
     }
 }

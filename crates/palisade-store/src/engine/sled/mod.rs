@@ -16,6 +16,7 @@ mod group_log;
 mod keys;
 mod record;
 mod trees;
+mod worker;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Sender, channel};

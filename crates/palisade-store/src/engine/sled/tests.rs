@@ -15,6 +15,15 @@ fn fresh_store() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
+/// The sequencer of lock `L`'s exclusive holder of `generation`.
+fn holder(generation: u64) -> Sequencer {
+    Sequencer::new(
+        LockName::new("L").unwrap(),
+        Mode::Exclusive,
+        Generation::new(generation).unwrap(),
+    )
+}
+
 /// Lock `L`, and the sequencer of its first exclusive holder.
 fn first_writer() -> (LockName, Sequencer) {
     let lock = LockName::new("L").unwrap();
@@ -101,13 +110,6 @@ fn fail_next_log_sync(store: &Store, kind: std::io::ErrorKind) {
 fn a_failed_sync_of_the_group_log_is_never_acknowledged_and_fail_stops() {
     let (dir, store) = fresh_store();
     let lock = LockName::new("L").unwrap();
-    let holder = |generation| {
-        Sequencer::new(
-            lock.clone(),
-            Mode::Exclusive,
-            Generation::new(generation).unwrap(),
-        )
-    };
     store
         .apply(&holder(5), &[Op::put("k", "acknowledged")], None)
         .unwrap()
@@ -380,13 +382,6 @@ fn copy_sled_files(from: &std::path::Path, to: &std::path::Path) {
 fn groups_sled_lost_in_a_crash_are_replayed_from_the_group_log() {
     let (dir, store) = fresh_store();
     let lock = LockName::new("L").unwrap();
-    let holder = |generation| {
-        Sequencer::new(
-            lock.clone(),
-            Mode::Exclusive,
-            Generation::new(generation).unwrap(),
-        )
-    };
     let write = |generation: u64, ops: &[Op]| {
         store
             .apply(&holder(generation), ops, None)
@@ -452,13 +447,12 @@ fn a_read_never_sees_half_of_a_group() {
     std::thread::scope(|scope| {
         scope.spawn(|| {
             for generation in 1..=WRITES {
-                let holder = Sequencer::new(
-                    lock.clone(),
-                    Mode::Exclusive,
-                    Generation::new(generation).unwrap(),
-                );
                 store
-                    .apply(&holder, &[Op::put("k", generation.to_string())], None)
+                    .apply(
+                        &holder(generation),
+                        &[Op::put("k", generation.to_string())],
+                        None,
+                    )
                     .unwrap()
                     .unwrap();
             }
