@@ -13,9 +13,10 @@
 //! own.
 //!
 //! **Architecture Invariant:** this crate depends on `palisade-core` (for
-//! the one redaction of what it shows), etcd-client and tonic (for its
-//! status codes) only, and on no other Palisade crate: both etcd crates
-//! may depend on it without depending on each other.
+//! the one redaction of what it shows), etcd-client, tonic (for its
+//! status codes) and tokio (to try the endpoints' ports) only, and on no
+//! other Palisade crate: both etcd crates may depend on it without
+//! depending on each other.
 
 mod failure;
 
@@ -197,6 +198,35 @@ impl EtcdConnection {
             .map(|credentials| credentials.user.as_str())
     }
 
+    /// An error naming the endpoints when every one of them refuses a TCP
+    /// connection outright (nothing listens there), and `None` as soon as
+    /// one accepts or does not answer within the connect timeout.
+    ///
+    /// Checked before etcd-client connects: its channel is lazy and
+    /// balanced, and while no endpoint is ready it may hold a request
+    /// until the request's timeout instead of failing it, so an etcd that
+    /// is simply not running would be reported as a timeout, and only
+    /// sometimes. Each etcd crate reports this as unavailable, at once.
+    pub async fn every_endpoint_refuses(&self) -> Option<std::io::Error> {
+        let mut refused = Vec::with_capacity(self.endpoints.len());
+        for endpoint in &self.endpoints {
+            let connect = tokio::net::TcpStream::connect(authority(endpoint));
+            match tokio::time::timeout(self.connect_timeout, connect).await {
+                Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    refused.push(redact_url(endpoint));
+                }
+                _ => return None,
+            }
+        }
+        Some(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            format!(
+                "connection refused by every endpoint: {}",
+                refused.join(", ")
+            ),
+        ))
+    }
+
     /// The etcd-client options this connection stands for.
     pub fn connect_options(&self) -> etcd_client::ConnectOptions {
         let mut options = etcd_client::ConnectOptions::new()
@@ -219,6 +249,16 @@ impl EtcdConnection {
         }
         options
     }
+}
+
+/// An endpoint's `host:port` (endpoints are validated when the connection
+/// is made: a scheme of http or https, no credentials, no path).
+fn authority(endpoint: &str) -> &str {
+    endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"))
+        .unwrap_or(endpoint)
+        .trim_end_matches('/')
 }
 
 fn validate_endpoint(endpoint: &str) -> Result<(), EndpointError> {

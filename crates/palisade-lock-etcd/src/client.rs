@@ -74,6 +74,12 @@ impl EtcdLockClient {
     /// source is a [`ConfigError`](crate::ConfigError).
     pub async fn connect(config: EtcdConfig) -> Result<EtcdLockClient, LockError> {
         config.validate().map_err(errors::config)?;
+        if let Some(refused) = config.connection().every_endpoint_refuses().await {
+            return Err(LockError::Unavailable {
+                backend: BACKEND,
+                source: Box::new(refused),
+            });
+        }
         let request_timeout = config.connection().request_timeout();
         let connect_within = config.connection().connect_timeout() + request_timeout;
         let client = match tokio::time::timeout(

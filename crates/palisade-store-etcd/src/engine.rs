@@ -66,6 +66,12 @@ impl EtcdEngine {
     /// password or a prefix holding another version's data is reported
     /// here rather than at the first request.
     pub async fn connect(config: EtcdEngineConfig) -> Result<EtcdEngine, StoreError> {
+        if let Some(refused) = config.connection().every_endpoint_refuses().await {
+            return Err(StoreError::Unavailable {
+                engine: crate::errors::ENGINE,
+                message: format!("connect: {refused}"),
+            });
+        }
         let within = config.connection().connect_timeout() + config.connection().request_timeout();
         let client = match tokio::time::timeout(
             within,
