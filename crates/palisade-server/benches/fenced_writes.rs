@@ -520,9 +520,15 @@ struct VersusRound {
 }
 
 /// The server's threads whose cost per write is shown apart, by the
-/// start of their names: the async workers (HTTP, routing, the store's
-/// front), the store's committer, sled's I/O pool.
-const SERVER_THREADS: [&str; 3] = ["tokio-rt-worker", "palisade-commit", "sled-io"];
+/// start of their names (Linux keeps 15 bytes of a thread's name): the
+/// async workers (HTTP, routing, the store's front), the store's
+/// committer, its checkpoint thread, sled's I/O pool.
+const SERVER_THREADS: [&str; 4] = [
+    "tokio-rt-worker",
+    "palisade-commit",
+    "palisade-checkp",
+    "sled-io",
+];
 
 /// What one request cost the process that served it: CPU µs and
 /// switches-in (its threads woken) per request.
