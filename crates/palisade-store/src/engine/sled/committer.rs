@@ -488,8 +488,8 @@ impl Committer {
 
     /// Flushed mode: decides the group on sled's state plus its own
     /// effects, logs and syncs the effects, then applies them to sled
-    /// (see `group_log.rs`). Returns the decisions and whether a record
-    /// was logged.
+    /// (see `group_log.rs`). Returns the decisions, whether a record was
+    /// logged, and the last commit sequence number given out.
     fn decide_logged(&mut self, group: &[Job]) -> Result<(Vec<Decision>, bool, u64), StoreError> {
         let pending = Pending::new(&self.data, &self.meta);
         let (decisions, last_seq) = match self.decide(&pending, group) {
