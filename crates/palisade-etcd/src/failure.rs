@@ -105,11 +105,23 @@ pub fn is_over_cluster_limit(error: &Error) -> bool {
         || status.code() == Code::ResourceExhausted
 }
 
-/// The first I/O error in the status's source chain, if any.
+/// The first I/O error in the status's source chain, if any: an
+/// `io::Error` itself, or one inside h2's error (a connection that broke
+/// under the request: h2 hands out only the I/O error's own source, so the
+/// chain alone never shows it). Seen when an etcd member was killed while
+/// an answer's body was being read: `Unknown` "h2 protocol error: error
+/// reading a body from connection", broken pipe inside; h2 offers no way
+/// to build that error outside itself, so the table below cannot hold it.
 fn io_kind(status: &tonic::Status) -> Option<ErrorKind> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
     while let Some(error) = source {
         if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        if let Some(io) = error
+            .downcast_ref::<h2::Error>()
+            .and_then(h2::Error::get_io)
+        {
             return Some(io.kind());
         }
         source = error.source();

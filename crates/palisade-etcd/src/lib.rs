@@ -13,9 +13,9 @@
 //! own.
 //!
 //! **Architecture Invariant:** this crate depends on `palisade-core` (for
-//! the one redaction of what it shows), etcd-client, tonic (for its
-//! status codes) and tokio (to try the endpoints' ports) only, and on no
-//! other Palisade crate: both etcd crates may depend on it without
+//! the one redaction of what it shows), etcd-client, tonic and h2 (to
+//! classify its errors) and tokio (to try the endpoints' ports) only, and
+//! on no other Palisade crate: both etcd crates may depend on it without
 //! depending on each other.
 
 mod failure;
