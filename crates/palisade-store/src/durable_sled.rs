@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::StoreError;
-use crate::engine::sled::{DurableFiles, flush_durably, open_with_retry, sled_error};
+use crate::engine::sled::{DurableFiles, flush_durably, io_error, open_with_retry};
 
 /// A sled database whose [`DurableSled::flush`] reaches the disk.
 ///
@@ -48,7 +48,7 @@ impl DurableSled {
     pub fn open(path: impl AsRef<Path>) -> Result<DurableSled, StoreError> {
         let path = path.as_ref();
         let db = open_with_retry(&sled::Config::new().path(path).flush_every_ms(None))?;
-        let files = DurableFiles::open(path).map_err(|e| sled_error(sled::Error::Io(e)))?;
+        let files = DurableFiles::open(path).map_err(io_error)?;
         Ok(DurableSled {
             db,
             files: Mutex::new(files),

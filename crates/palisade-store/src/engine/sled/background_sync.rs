@@ -1,6 +1,6 @@
 //! Buffered mode's interval sync: every `flush_every`, sled's flush and
-//! then the same sync of sled's files the committer does after each group
-//! in flushed mode.
+//! then the sync of sled's files (the same [`Syncer`] a checkpoint uses in
+//! flushed mode).
 //!
 //! sled's own background flusher is not used: like its `flush()`, it ends
 //! in `sync_file_range` on Linux, which neither commits the log's metadata
@@ -14,8 +14,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::committer::{DurableFiles, flush_durably};
-use super::group_commit::Health;
+use super::syncer::Syncer;
 use super::worker::Worker;
 use crate::FlushStats;
 
@@ -28,24 +27,17 @@ pub(crate) struct BackgroundSync {
 }
 
 impl BackgroundSync {
-    /// Starts syncing `db` and its `files` every
-    /// `every`, counting each completed sync in `stats` and recording a
-    /// failure in `health`.
+    /// Starts syncing through `syncer` every `every`, counting each
+    /// completed sync in `stats`; the first failure fail-stops the store
+    /// and ends the thread.
     pub(crate) fn start(
-        db: sled::Db,
-        files: Arc<Mutex<DurableFiles>>,
+        syncer: Syncer,
         every: Duration,
-        health: Arc<Health>,
         stats: Arc<Mutex<FlushStats>>,
     ) -> io::Result<BackgroundSync> {
         let worker = Worker::start("palisade-syncer", move |stopped: Receiver<()>| {
             while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                if health.failure().is_some() {
-                    return;
-                }
-                if let Err(message) = flush_durably(&db, &files) {
-                    tracing::error!(error = %message, "the interval sync failed; the store refuses further requests");
-                    health.fail(message);
+                if syncer.sync("the interval sync", || Ok(())).is_err() {
                     return;
                 }
                 stats

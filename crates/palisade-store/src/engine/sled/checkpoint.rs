@@ -12,9 +12,8 @@ use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
-use super::committer::{DurableFiles, flush_durably};
-use super::group_commit::Health;
 use super::group_log::remove_segments;
+use super::syncer::Syncer;
 use super::worker::Worker;
 use crate::FlushStats;
 
@@ -25,33 +24,22 @@ pub(crate) struct Checkpoints(Worker<PathBuf>);
 
 impl Checkpoints {
     pub(crate) fn start(
-        db: sled::Db,
-        files: Arc<Mutex<DurableFiles>>,
+        syncer: Syncer,
         dir: PathBuf,
-        health: Arc<Health>,
         stats: Arc<Mutex<FlushStats>>,
     ) -> std::io::Result<Checkpoints> {
         let worker = Worker::start("palisade-checkpoint", move |finished: Receiver<PathBuf>| {
             for segment in finished {
                 // After a failure the segments stay: the next open
                 // replays them.
-                if health.failure().is_some() {
-                    continue;
-                }
                 let started = std::time::Instant::now();
-                let done = flush_durably(&db, &files).and_then(|()| {
+                let done = syncer.sync("a checkpoint", || {
                     remove_segments(&dir, std::slice::from_ref(&segment))
                         .map_err(|error| format!("removing a group log segment failed: {error}"))
                 });
-                match done {
-                    Ok(()) => {
-                        tracing::debug!(elapsed = ?started.elapsed(), segment = %segment.display(), "checkpoint done");
-                        stats.lock().unwrap_or_else(|e| e.into_inner()).checkpoints += 1;
-                    }
-                    Err(message) => {
-                        tracing::error!(error = %message, "checkpoint failed; the store refuses further requests");
-                        health.fail(message);
-                    }
+                if done.is_ok() {
+                    tracing::debug!(elapsed = ?started.elapsed(), segment = %segment.display(), "checkpoint done");
+                    stats.lock().unwrap_or_else(|e| e.into_inner()).checkpoints += 1;
                 }
             }
         })?;

@@ -88,10 +88,11 @@ use sled::transaction::{
 
 use super::checkpoint::Checkpoints;
 use super::group_commit::{Health, Slot};
-use super::group_log::{self, GroupLog, remove_segments};
+use super::group_log::{self, GroupLog};
 use super::keys::{COMMIT_SEQ_KEY, LockKeys, decode_state};
 use super::record;
 use super::sled_error;
+use super::syncer::Syncer;
 use super::trees::{GroupTrees, InTransaction, Pending, Which};
 use crate::plan::{self, Fingerprint, Prior, Remembered, Snapshot, WritePlan};
 use crate::stored::LockState;
@@ -294,7 +295,7 @@ impl DurableFiles {
 }
 
 /// fsync of a directory: makes the names of the files in it durable.
-fn sync_directory(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_directory(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
@@ -325,14 +326,13 @@ pub(crate) struct Logged {
 }
 
 pub(crate) struct Committer {
-    pub(crate) db: sled::Db,
     pub(crate) data: sled::Tree,
     pub(crate) meta: sled::Tree,
     pub(crate) idempotency_window: u64,
     pub(crate) health: Arc<Health>,
     pub(crate) stats: Arc<Mutex<crate::FlushStats>>,
-    /// sled's files: synced at every checkpoint.
-    pub(crate) files: Arc<Mutex<DurableFiles>>,
+    /// Makes sled durable, for the last checkpoint on close.
+    pub(crate) syncer: Syncer,
     /// The group log and its checkpoint thread, in flushed mode; `None` in
     /// buffered mode, where each group is one sled transaction.
     pub(crate) log: Option<Logged>,
@@ -416,25 +416,18 @@ impl Committer {
     /// left empty (an older version, which knows no log, may open the
     /// directory after a clean close).
     fn finish(&mut self) {
-        let segment = self.log.take().map(|logged| {
+        let log = self.log.take().map(|logged| {
             drop(logged.checkpoints);
-            logged.log.path()
+            logged.log
         });
-        if self.health.failure().is_some() {
-            return;
-        }
-        let done = flush_durably(&self.db, &self.files).and_then(|()| match &segment {
-            Some(segment) => remove_segments(
-                segment.parent().unwrap_or(Path::new(".")),
-                std::slice::from_ref(segment),
-            )
-            .map_err(|error| format!("removing a group log segment failed: {error}")),
+        // A failure is logged and recorded by the syncer; nobody is left
+        // to answer.
+        let _ = self.syncer.sync("the last checkpoint", || match log {
+            Some(log) => log
+                .remove()
+                .map_err(|error| format!("removing a group log segment failed: {error}")),
             None => Ok(()),
         });
-        if let Err(message) = done {
-            tracing::error!(error = %message, "final flush failed while closing the store");
-            self.health.fail(message);
-        }
     }
 
     /// Decides `group` and makes it durable: through the group log in

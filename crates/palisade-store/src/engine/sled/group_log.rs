@@ -63,6 +63,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::committer::sync_directory;
 use super::trees::{Effects, Which};
 
 /// Segment files are `<PREFIX><number, 20 digits><SUFFIX>`.
@@ -183,7 +184,7 @@ pub(crate) fn remove_segments(dir: &Path, segments: &[PathBuf]) -> io::Result<()
             Err(error) => return Err(error),
         }
     }
-    File::open(dir)?.sync_all()
+    sync_directory(dir)
 }
 
 impl GroupLog {
@@ -199,7 +200,7 @@ impl GroupLog {
             .create_new(true)
             .open(segment_path(dir, number))?;
         file.sync_all()?;
-        File::open(dir)?.sync_all()?;
+        sync_directory(dir)?;
         Ok(GroupLog {
             dir: dir.to_path_buf(),
             file,
@@ -233,6 +234,12 @@ impl GroupLog {
             return Err(io::Error::new(kind, "injected sync failure"));
         }
         self.file.sync_data()
+    }
+
+    /// Removes the current segment, once sled holds its groups durably
+    /// (the store's last checkpoint).
+    pub(crate) fn remove(self) -> io::Result<()> {
+        remove_segments(&self.dir, &[self.path()])
     }
 
     /// Bytes in the current segment.

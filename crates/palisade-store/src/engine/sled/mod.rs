@@ -15,6 +15,7 @@ mod group_commit;
 mod group_log;
 mod keys;
 mod record;
+mod syncer;
 mod trees;
 mod worker;
 
@@ -35,6 +36,7 @@ pub use self::group_commit::FlushStats;
 use self::group_commit::{Acknowledged, Health, Slot};
 use self::group_log::{GroupLog, LogSwitches};
 use self::keys::{FORMAT_KEY, FORMAT_VERSION, LockKeys, decode_state};
+use self::syncer::Syncer;
 use crate::idempotency::FINGERPRINT_LEN;
 use crate::{
     Applied, Durability, Engine, EngineFuture, EngineInfo, Marks, Read, ReadRequest, Refused,
@@ -88,16 +90,18 @@ pub(crate) struct SledEngine {
     files: Arc<Mutex<DurableFiles>>,
     /// The group log's switches (the mutation row's, tests').
     log_switches: Arc<LogSwitches>,
+    /// Makes sled durable: [`SledEngine::flush`].
+    syncer: Syncer,
     /// Held for reading by every read outside the committer (see
     /// [`Committer::apply_gate`]).
     apply_gate: Arc<RwLock<()>>,
     /// Buffered mode's interval sync (`background_sync.rs`).
-    syncer: Option<BackgroundSync>,
+    interval_sync: Option<BackgroundSync>,
 }
 
 impl Drop for SledEngine {
     fn drop(&mut self) {
-        drop(self.syncer.take());
+        drop(self.interval_sync.take());
         drop(self.jobs.take());
         if let Some(committer) = self.committer.take() {
             let _ = committer.join();
@@ -122,7 +126,7 @@ impl SledEngine {
             // hold sled's lock against them.
             .flush_every_ms(None);
         let db = open_with_retry(&sled_config)?;
-        let files = DurableFiles::open(path).map_err(|e| sled_error(sled::Error::Io(e)))?;
+        let files = DurableFiles::open(path).map_err(io_error)?;
         let data = db.open_tree("palisade-data").map_err(sled_error)?;
         let meta = db.open_tree("palisade-meta").map_err(sled_error)?;
         let files = Arc::new(Mutex::new(files));
@@ -148,17 +152,15 @@ impl SledEngine {
         let last_seq = committer::last_commit_seq(&db, &meta)?;
         let log_switches = Arc::new(LogSwitches::default());
         let health = Arc::new(Health::default());
+        let syncer = Syncer::new(db.clone(), Arc::clone(&files), Arc::clone(&health));
         let stats = Arc::new(Mutex::new(FlushStats::default()));
-        let io_error = |error| sled_error(sled::Error::Io(error));
         let log = match config.durability {
             Durability::Flushed => Some(Logged {
                 log: GroupLog::create(path, next_segment, Arc::clone(&log_switches))
                     .map_err(io_error)?,
                 checkpoints: Checkpoints::start(
-                    db.clone(),
-                    Arc::clone(&files),
+                    syncer.clone(),
                     path.to_path_buf(),
-                    Arc::clone(&health),
                     Arc::clone(&stats),
                 )
                 .map_err(io_error)?,
@@ -168,13 +170,12 @@ impl SledEngine {
         let apply_gate = Arc::new(RwLock::new(()));
         let (sender, receiver) = channel();
         let committer = Committer {
-            db: db.clone(),
             data: data.clone(),
             meta: meta.clone(),
             idempotency_window: u64::from(config.idempotency_window.max(1)),
             health: Arc::clone(&health),
             stats: Arc::clone(&stats),
-            files: Arc::clone(&files),
+            syncer: syncer.clone(),
             log,
             apply_gate: Arc::clone(&apply_gate),
             last_seq,
@@ -182,18 +183,16 @@ impl SledEngine {
         let handle = std::thread::Builder::new()
             .name("palisade-committer".into())
             .spawn(move || committer.run(receiver))
-            .map_err(|e| sled_error(sled::Error::Io(e)))?;
-        let syncer = match config.durability {
+            .map_err(io_error)?;
+        let interval_sync = match config.durability {
             Durability::Flushed => None,
             Durability::Buffered { flush_every } => Some(
                 BackgroundSync::start(
-                    db.clone(),
-                    Arc::clone(&files),
+                    syncer.clone(),
                     flush_every.max(Duration::from_millis(1)),
-                    Arc::clone(&health),
                     Arc::clone(&stats),
                 )
-                .map_err(|e| sled_error(sled::Error::Io(e)))?,
+                .map_err(io_error)?,
             ),
         };
         Ok(SledEngine {
@@ -208,8 +207,9 @@ impl SledEngine {
             stats,
             files,
             log_switches,
-            apply_gate,
             syncer,
+            apply_gate,
+            interval_sync,
         })
     }
 
@@ -232,12 +232,9 @@ impl SledEngine {
     /// dropped the pages it could not write, so a later flush that succeeds
     /// proves nothing about them.
     fn flush(&self) -> Result<(), StoreError> {
-        self.check_health()?;
-        flush_durably(&self.db, &self.files).map_err(|message| {
-            tracing::error!(error = %message, "flush failed; the store refuses further requests");
-            self.health.fail(message.clone());
-            StoreError::FlushFailed { message }
-        })
+        self.syncer
+            .sync("a flush", || Ok(()))
+            .map_err(|message| StoreError::FlushFailed { message })
     }
 
     /// The fault suite's I-DUR mutation: acknowledge after writing the
@@ -459,7 +456,7 @@ fn replay_group_log(
         std::io::ErrorKind::InvalidData => StoreError::Corrupt {
             what: format!("the group log cannot be replayed: {error}"),
         },
-        _ => sled_error(sled::Error::Io(error)),
+        _ => io_error(error),
     })?;
     if recovered.segments.is_empty() {
         return Ok(recovered.next_segment);
@@ -468,8 +465,7 @@ fn replay_group_log(
         group.effects.apply(data, meta).map_err(sled_error)?;
     }
     flush_durably(db, files).map_err(|message| StoreError::FlushFailed { message })?;
-    group_log::remove_segments(path, &recovered.segments)
-        .map_err(|error| sled_error(sled::Error::Io(error)))?;
+    group_log::remove_segments(path, &recovered.segments).map_err(io_error)?;
     if !recovered.groups.is_empty() {
         tracing::info!(
             groups = recovered.groups.len(),
@@ -477,6 +473,11 @@ fn replay_group_log(
         );
     }
     Ok(recovered.next_segment)
+}
+
+/// An I/O error of the engine's own files as the store reports it.
+pub(crate) fn io_error(error: std::io::Error) -> StoreError {
+    sled_error(sled::Error::Io(error))
 }
 
 /// Opens sled, retrying (bounded) while another handle in this process is

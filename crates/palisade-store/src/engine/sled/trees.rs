@@ -20,6 +20,16 @@ pub(crate) enum Which {
     Meta = 1,
 }
 
+impl Which {
+    /// The one of `data` and `meta` this names.
+    fn pick<T>(self, data: T, meta: T) -> T {
+        match self {
+            Which::Data => data,
+            Which::Meta => meta,
+        }
+    }
+}
+
 type TreeResult<T> = Result<T, UnabortableTransactionError>;
 
 /// What a group's jobs read and write through.
@@ -39,10 +49,7 @@ pub(crate) struct InTransaction<'a> {
 
 impl InTransaction<'_> {
     fn tree(&self, which: Which) -> &TransactionalTree {
-        match which {
-            Which::Data => self.data,
-            Which::Meta => self.meta,
-        }
+        which.pick(self.data, self.meta)
     }
 }
 
@@ -99,10 +106,7 @@ impl Effects {
     /// `group_log.rs`).
     pub(crate) fn apply(&self, data: &sled::Tree, meta: &sled::Tree) -> sled::Result<()> {
         for (which, key, value) in self.iter() {
-            let tree = match which {
-                Which::Data => data,
-                Which::Meta => meta,
-            };
+            let tree = which.pick(data, meta);
             match value {
                 Some(value) => tree.insert(key, value.clone())?,
                 None => tree.remove(key)?,
@@ -144,11 +148,10 @@ impl GroupTrees for Pending<'_> {
         if let Some(value) = self.effects.borrow().get(which, key) {
             return Ok(value.clone());
         }
-        let tree = match which {
-            Which::Data => self.data,
-            Which::Meta => self.meta,
-        };
-        tree.get(key).map_err(UnabortableTransactionError::Storage)
+        which
+            .pick(self.data, self.meta)
+            .get(key)
+            .map_err(UnabortableTransactionError::Storage)
     }
 
     fn insert(&self, which: Which, key: &[u8], value: &[u8]) -> TreeResult<Option<IVec>> {
