@@ -268,21 +268,14 @@ fn validate_endpoint(endpoint: &str) -> Result<(), EndpointError> {
             reason,
         })
     };
-    let authority = if let Some(rest) = endpoint.strip_prefix("http://") {
-        rest
-    } else if let Some(rest) = endpoint.strip_prefix("https://") {
-        if cfg!(not(feature = "tls")) {
-            return bad(
-                "https needs the `tls` feature (of palisade-lock-etcd or palisade-store-etcd)",
-            );
-        }
-        rest
-    } else if endpoint.contains("://") {
+    let https = endpoint.starts_with("https://");
+    if https && cfg!(not(feature = "tls")) {
+        return bad("https needs the `tls` feature (of palisade-lock-etcd or palisade-store-etcd)");
+    }
+    if !https && !endpoint.starts_with("http://") && endpoint.contains("://") {
         return bad("the scheme must be http or https");
-    } else {
-        endpoint
-    };
-    let authority = authority.trim_end_matches('/');
+    }
+    let authority = authority(endpoint);
     if authority.contains('@') {
         // etcd-client would send them nowhere useful, and every log line
         // and `Debug` of the endpoint would show the password.
