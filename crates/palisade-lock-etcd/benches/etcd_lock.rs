@@ -3,6 +3,8 @@
 //! Run with: `cargo bench -p palisade-lock-etcd --bench etcd_lock`
 //! (`PALISADE_BENCH_ONLY=one|names|one-name` runs one shape,
 //! `PALISADE_BENCH_SECONDS` sets the time per system and shape, default 8;
+//! `PALISADE_BENCH_SYSTEMS=raw,lock,palisade` runs only the systems listed,
+//! for a profile of one;
 //! a full run takes about a minute and a half).
 //!
 //! It starts its own etcd on loopback through the testkit (or uses the one
@@ -32,7 +34,7 @@ use etcd_client::{
 };
 use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
 use palisade_lock_etcd::{EtcdConfig, EtcdLock, EtcdLockClient, RpcCounts};
-use palisade_testkit::bench::process_cpu;
+use palisade_testkit::bench::process_usage;
 use palisade_testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
@@ -216,12 +218,20 @@ struct Measured {
     /// CPU used by this benchmark process and by etcd during the slices.
     client_cpu: Duration,
     etcd_cpu: Duration,
+    /// Switches-in (threads woken) of this process and of etcd.
+    client_switches: u64,
+    etcd_switches: u64,
 }
 
 impl Measured {
     /// CPU per cycle, in microseconds.
     fn cpu_per_cycle(&self, cpu: Duration) -> f64 {
         cpu.as_secs_f64() * 1e6 / self.cycles.max(1) as f64
+    }
+
+    /// Switches-in per cycle.
+    fn switches_per_cycle(&self, switches: u64) -> f64 {
+        switches as f64 / self.cycles.max(1) as f64
     }
 
     fn rate(&self) -> f64 {
@@ -252,10 +262,13 @@ async fn slice(
     etcd_pid: Option<u32>,
     into: &mut Measured,
 ) -> Vec<Worker> {
-    let (client_cpu, etcd_cpu) = (
-        process_cpu(std::process::id()),
-        etcd_pid.map_or(Duration::ZERO, process_cpu),
-    );
+    let usage = || {
+        (
+            process_usage(std::process::id()),
+            etcd_pid.map_or((Duration::ZERO, 0), process_usage),
+        )
+    };
+    let before = usage();
     let recorder = Arc::new(Recorder {
         deadline: Instant::now() + length,
         one_name: shape == Shape::OneName,
@@ -286,10 +299,11 @@ async fn slice(
         workers.push(worker);
     }
     into.elapsed += started.elapsed();
-    into.client_cpu += process_cpu(std::process::id()).saturating_sub(client_cpu);
-    into.etcd_cpu += etcd_pid
-        .map_or(Duration::ZERO, process_cpu)
-        .saturating_sub(etcd_cpu);
+    let after = usage();
+    into.client_cpu += after.0.0.saturating_sub(before.0.0);
+    into.etcd_cpu += after.1.0.saturating_sub(before.1.0);
+    into.client_switches += after.0.1.saturating_sub(before.0.1);
+    into.etcd_switches += after.1.1.saturating_sub(before.1.1);
     into.latencies
         .extend(recorder.latencies.lock().unwrap().iter().copied());
     workers
@@ -300,6 +314,15 @@ async fn run(endpoints: Vec<String>, etcd_pid: Option<u32>, duration: Duration) 
         "etcd lock benchmark: {duration:?} per system and shape, in {SLICES} interleaved slices; etcd at {endpoints:?}"
     );
     let only = std::env::var("PALISADE_BENCH_ONLY").ok();
+    // For profiling one system alone: `PALISADE_BENCH_SYSTEMS=palisade`
+    // (any of raw, lock, palisade, comma-separated); the others' rows stay
+    // empty.
+    let systems = std::env::var("PALISADE_BENCH_SYSTEMS").ok();
+    let runs = |system: &str| {
+        systems
+            .as_deref()
+            .is_none_or(|list| list.split(',').any(|s| s.trim() == system))
+    };
     let mut rows = Vec::new();
     for shape in [Shape::One, Shape::ManyNames, Shape::OneName] {
         if only.as_deref().is_some_and(|only| only != shape.key()) {
@@ -316,9 +339,15 @@ async fn run(endpoints: Vec<String>, etcd_pid: Option<u32>, duration: Duration) 
         );
         let length = duration / SLICES;
         for _ in 0..SLICES {
-            raw = slice(raw, shape, length, etcd_pid, &mut raw_measured).await;
-            service = slice(service, shape, length, etcd_pid, &mut service_measured).await;
-            ours = slice(ours, shape, length, etcd_pid, &mut ours_measured).await;
+            if runs("raw") {
+                raw = slice(raw, shape, length, etcd_pid, &mut raw_measured).await;
+            }
+            if runs("lock") {
+                service = slice(service, shape, length, etcd_pid, &mut service_measured).await;
+            }
+            if runs("palisade") {
+                ours = slice(ours, shape, length, etcd_pid, &mut ours_measured).await;
+            }
         }
         let requests = connections
             .iter()
@@ -336,9 +365,9 @@ async fn run(endpoints: Vec<String>, etcd_pid: Option<u32>, duration: Duration) 
 
     println!();
     println!(
-        "| shape | system | cycles/s | p50 | p99 | vs raw | vs etcd Lock | CPU/cycle client, etcd |"
+        "| shape | system | cycles/s | p50 | p99 | vs raw | vs etcd Lock | CPU/cycle client, etcd | switches-in/cycle client, etcd |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for (shape, raw, service, ours, _) in &rows {
         for (system, measured) in [
             ("raw txn + delete", raw),
@@ -365,13 +394,15 @@ async fn run(endpoints: Vec<String>, etcd_pid: Option<u32>, duration: Duration) 
                 }
             };
             println!(
-                "| {} | {system} | {:.0} | {} | {} | {ratios} | {:.0} µs, {:.0} µs |",
+                "| {} | {system} | {:.0} | {} | {} | {ratios} | {:.0} µs, {:.0} µs | {:.2}, {:.2} |",
                 shape.label(),
                 measured.rate(),
                 latency(0.5),
                 latency(0.99),
                 measured.cpu_per_cycle(measured.client_cpu),
                 measured.cpu_per_cycle(measured.etcd_cpu),
+                measured.switches_per_cycle(measured.client_switches),
+                measured.switches_per_cycle(measured.etcd_switches),
             );
         }
     }

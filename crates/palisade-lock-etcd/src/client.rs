@@ -205,6 +205,25 @@ impl ClientInner {
         .await
     }
 
+    /// Deletes `key`, resending as `resend` says; returns how many keys
+    /// were deleted (0 or 1). Counted with the transactions.
+    pub(crate) async fn delete_resending(
+        &self,
+        operation: &'static str,
+        resend: Resend,
+        key: &str,
+    ) -> Result<i64, LockError> {
+        self.counters.bump(|counts| &mut counts.txns);
+        let kv = self.client.kv_client();
+        let response = self
+            .bounded(operation, resend, || {
+                let mut kv = kv.clone();
+                async move { kv.delete(key, None).await }
+            })
+            .await?;
+        Ok(response.deleted())
+    }
+
     /// Grants a lease of `ttl_seconds`; returns its id and granted TTL.
     pub(crate) async fn lease_grant(&self, ttl_seconds: i64) -> Result<(i64, i64), LockError> {
         self.counters

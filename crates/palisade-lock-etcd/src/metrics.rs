@@ -13,7 +13,8 @@ use std::sync::{Mutex, PoisonError};
 #[non_exhaustive]
 pub struct RpcCounts {
     /// KV transactions (enqueue, re-read, grant, release, cleanup, live
-    /// check). Each is one round trip; writes are raft-committed.
+    /// check), and the plain delete of a current hold's release. Each is one
+    /// round trip; writes are raft-committed.
     pub txns: u64,
     /// Lease grants and revokes.
     pub lease_grants_and_revokes: u64,

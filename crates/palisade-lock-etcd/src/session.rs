@@ -405,21 +405,31 @@ impl HoldBackend for Session {
     async fn give_back(&self, mut hold: GiveBack<EtcdHold>) -> Result<bool, LockError> {
         let create_revision = hold.data().create_revision;
         let keys = LockKeys::new(self.connection.inner.config.prefix(), hold.name());
-        let txn = txns::remove(
-            &keys,
-            self.lease_id,
-            Some(create_revision),
-            self.delay_lease_id.is_some(),
-        );
+        let marked = self.delay_lease_id.is_some();
+        let inner = &self.connection.inner;
         // Dropped mid-way, this future finishes in the background (the
         // table's doing), so the gate stays held until etcd answered.
-        match self
-            .connection
-            .inner
-            .txn_resending("release", Resend::OnlyUnsent, txn)
-            .await
-        {
-            Ok(response) => Ok(response.succeeded()),
+        let released = if hold.holds_gate() && !marked {
+            // The table's current hold, with the gate: no other key of
+            // this session for the name exists or can be made meanwhile,
+            // so the key is this hold's and a plain delete (what etcd's
+            // own Unlock sends) says whether it was still there.
+            inner
+                .delete_resending("release", Resend::OnlyUnsent, &hold.data().key)
+                .await
+                .map(|deleted| deleted > 0)
+        } else {
+            // Forgotten by the table (a later acquisition of the name may
+            // have made a key of the same name), or a lock-delay marker to
+            // remove with it: only the key of this hold's creation.
+            let txn = txns::remove(&keys, self.lease_id, Some(create_revision), marked);
+            inner
+                .txn_resending("release", Resend::OnlyUnsent, txn)
+                .await
+                .map(|response| response.succeeded())
+        };
+        match released {
+            Ok(released) => Ok(released),
             Err(error) => {
                 // The key may still be there: keep trying, with the gate.
                 self.spawn_withdraw(keys, Some(create_revision), hold.take_gate());

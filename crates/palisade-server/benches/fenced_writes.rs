@@ -704,6 +704,13 @@ fn versus_redis(duration: Duration) {
             r.redis_cost.switches,
         );
         println!(
+            "       load generator CPU µs per request: wrk /healthz {:.1}, lock per client {:.1}, one lock {:.1}; redis-benchmark {:.1}",
+            r.healthz.generator_cpu_us,
+            r.lock_per_client.generator_cpu_us,
+            r.one_lock.generator_cpu_us,
+            r.redis.generator_cpu_us,
+        );
+        println!(
             "       of the server's, lock per client: {}",
             SERVER_THREADS
                 .iter()

@@ -216,6 +216,13 @@ impl<D> GiveBack<D> {
     pub fn take_gate(&mut self) -> Option<Gate> {
         self.gate.take()
     }
+
+    /// Whether the gate is here: the hold was the table's current hold of
+    /// its name, so no other acquisition of the name by this session
+    /// exists or can start until the gate is dropped.
+    pub fn holds_gate(&self) -> bool {
+        self.gate.is_some()
+    }
 }
 
 impl<D> std::ops::Deref for GiveBack<D> {

@@ -86,6 +86,58 @@ async fn a_deleted_holder_key_is_reported_lost() {
         .unwrap();
 }
 
+/// A hold lost to a deleted key, its name acquired again by the same
+/// session (a new key of the same name, under the same lease): the old
+/// guard's release is refused and deletes nothing; the new hold keeps
+/// its key. A release without the gate must compare on the key's
+/// creation, where a current hold's release may delete plainly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_holds_release_leaves_the_sessions_new_hold_of_the_name_alone() {
+    let etcd = crate::fixtures::etcd();
+    let prefix = unique_prefix("reheld");
+    let connection = connect(&etcd.endpoints(), &prefix).await;
+    let lock = name("reheld");
+    let holder = session(&connection, options(10)).await;
+    let other = session(&connection, options(10)).await;
+    let old = holder.acquire(&lock, Mode::Exclusive).await.unwrap();
+    let mut raw = raw(&etcd.endpoints()).await;
+    let key = format!("{}{:016x}", lock_dir(&prefix, &lock), holder.lease_id());
+    raw.delete(key.clone(), None).await.unwrap();
+    let mut lease = old.lease();
+    tokio::time::timeout(REPORT_WITHIN, lease.lost())
+        .await
+        .unwrap();
+    let new = holder.acquire(&lock, Mode::Exclusive).await.unwrap();
+    assert!(new.generation() > old.generation());
+    assert!(matches!(
+        old.release().await,
+        Err(LockError::NotOwner { .. })
+    ));
+    let kept = raw.get(key, None).await.unwrap();
+    assert_eq!(
+        kept.kvs().first().map(|kv| kv.create_revision()),
+        Some(i64::try_from(new.generation().get()).unwrap()),
+        "the new hold's key is still there"
+    );
+    assert!(new.is_valid());
+    assert!(
+        other
+            .try_acquire(&lock, Mode::Exclusive)
+            .await
+            .unwrap()
+            .is_none(),
+        "the lock is still held"
+    );
+    new.release().await.unwrap();
+    other
+        .acquire(&lock, Mode::Exclusive)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// The lease is revoked behind the session's back: holds are lost, and the
 /// session refuses to acquire ("lease not found" → `SessionClosed`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,24 @@ pub(crate) struct LoadFigures {
     pub(crate) per_second: f64,
     pub(crate) p50_us: f64,
     pub(crate) p99_us: f64,
+    /// CPU µs the load generator itself spent per request (its threads
+    /// share the machine's cores with the server under test).
+    pub(crate) generator_cpu_us: f64,
+}
+
+/// CPU time of this process's children that have ended and been waited
+/// for: read before and after a load generator runs, the difference is
+/// the load generator's own (the server and Redis are still running).
+fn ended_children_cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_CHILDREN)
+        .map(|usage| {
+            let micros = |t: nix::sys::time::TimeVal| {
+                Duration::from_micros(t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64)
+            };
+            micros(usage.user_time()) + micros(usage.system_time())
+        })
+        .unwrap_or_default()
 }
 
 /// One HTTP request in wire form, for a `wrk` script.
@@ -84,10 +102,12 @@ pub(crate) fn wrk(
     if let Some(script) = script {
         command.arg("-s").arg(script);
     }
+    let cpu_before = ended_children_cpu();
     let output = command
         .arg(url)
         .output()
         .expect("wrk runs (Debian package `wrk`)");
+    let cpu = ended_children_cpu().saturating_sub(cpu_before);
     let report = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "wrk failed: {report}");
     assert!(
@@ -108,6 +128,7 @@ pub(crate) fn wrk(
         figures.per_second > 0.0,
         "no rate in wrk's report:\n{report}"
     );
+    figures.generator_cpu_us = cpu.as_secs_f64() * 1e6 / (figures.per_second * duration.as_secs_f64());
     figures
 }
 
@@ -136,6 +157,7 @@ pub(crate) fn redis_benchmark_set(
     requests: usize,
     value_bytes: usize,
 ) -> LoadFigures {
+    let cpu_before = ended_children_cpu();
     let output = Command::new("redis-benchmark")
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(["-c", &clients.to_string()])
@@ -145,6 +167,7 @@ pub(crate) fn redis_benchmark_set(
         .args(["-r", "100000", "-t", "set", "--csv"])
         .output()
         .expect("redis-benchmark runs (Debian package `redis-tools`)");
+    let cpu = ended_children_cpu().saturating_sub(cpu_before);
     let report = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "redis-benchmark failed: {report}");
     // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
@@ -160,6 +183,7 @@ pub(crate) fn redis_benchmark_set(
         per_second: fields[1],
         p50_us: fields[4] * 1e3,
         p99_us: fields[6] * 1e3,
+        generator_cpu_us: cpu.as_secs_f64() * 1e6 / requests as f64,
     }
 }
 
