@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, LockOptions, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LockOptions, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp,
 };
 use palisade_core::{Lock, LockGuard, LockName, Mode, SessionOptions};
 use palisade_lock_etcd::{EtcdConfig, EtcdLock, EtcdLockClient, RpcCounts};
@@ -98,6 +98,47 @@ impl Shape {
             Shape::ManyNames => format!("bench-{client}"),
         }
     }
+}
+
+/// The baselines' connection options: etcd-client's defaults, or with
+/// `PALISADE_BENCH_BASELINE=palisade` the ones Palisade's connections use
+/// (HTTP/2 keep-alive pings, etcd's require-leader flag), so the lock
+/// algorithms are compared over equal connections (and leases, see
+/// [`baseline_lease`]).
+fn baseline_options() -> Option<ConnectOptions> {
+    match like_palisade() {
+        true => Some(
+            ConnectOptions::new()
+                .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+                .with_require_leader(true),
+        ),
+        false => None,
+    }
+}
+
+fn like_palisade() -> bool {
+    std::env::var("PALISADE_BENCH_BASELINE").as_deref() == Ok("palisade")
+}
+
+/// A baseline client's lease: 600 s and never renewed, or with
+/// `PALISADE_BENCH_BASELINE=palisade` a 10 s lease kept alive every third
+/// of its TTL on a keep-alive stream, as a Palisade session's is (and an
+/// etcd `concurrency.Session`'s).
+async fn baseline_lease(client: &mut Client) -> i64 {
+    if !like_palisade() {
+        return client.lease_grant(600, None).await.expect("lease").id();
+    }
+    let lease = client.lease_grant(10, None).await.expect("lease").id();
+    let (mut keeper, mut answers) = client.lease_keep_alive(lease).await.expect("keep-alive");
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(10) / 3).await;
+            if keeper.keep_alive().await.is_err() || answers.message().await.is_err() {
+                return;
+            }
+        }
+    });
+    lease
 }
 
 /// One benchmark client of one system.
@@ -455,8 +496,10 @@ async fn raw_workers(endpoints: &[String], shape: Shape) -> Vec<Worker> {
     let prefix = unique("raw");
     let mut workers = Vec::new();
     for index in 0..shape.clients() {
-        let mut client = Client::connect(endpoints, None).await.expect("etcd client");
-        let lease = client.lease_grant(600, None).await.expect("lease").id();
+        let mut client = Client::connect(endpoints, baseline_options())
+            .await
+            .expect("etcd client");
+        let lease = baseline_lease(&mut client).await;
         let dir = format!("{prefix}/{}/", shape.name(index));
         let key = format!("{dir}{lease:016x}");
         workers.push(Worker::Raw {
@@ -473,8 +516,10 @@ async fn service_workers(endpoints: &[String], shape: Shape) -> Vec<Worker> {
     let prefix = unique("etcd-lock");
     let mut workers = Vec::new();
     for index in 0..shape.clients() {
-        let mut client = Client::connect(endpoints, None).await.expect("etcd client");
-        let lease = client.lease_grant(600, None).await.expect("lease").id();
+        let mut client = Client::connect(endpoints, baseline_options())
+            .await
+            .expect("etcd client");
+        let lease = baseline_lease(&mut client).await;
         workers.push(Worker::Service {
             client,
             lease,

@@ -34,6 +34,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::EtcdLock;
+use crate::client::Resend;
 use crate::errors::BACKEND;
 use crate::guard::EtcdGuard;
 use crate::keys::{self, LockKeys, lease_hex};
@@ -430,7 +431,12 @@ impl Session {
         let mut pauses =
             palisade_core::retry_pauses(Duration::from_millis(50), Duration::from_secs(1));
         loop {
-            match self.connection.inner.txn(operation, make()).await {
+            match self
+                .connection
+                .inner
+                .txn_made(operation, Resend::Always, &make)
+                .await
+            {
                 Ok(response) => return Ok(response),
                 Err(LockError::SessionClosed) => {
                     self.end(LostReason::Revoked);

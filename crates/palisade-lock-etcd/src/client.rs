@@ -196,10 +196,22 @@ impl ClientInner {
         resend: Resend,
         txn: Txn,
     ) -> Result<TxnResponse, LockError> {
+        self.txn_made(operation, resend, || txn.clone()).await
+    }
+
+    /// A transaction built by `make` for each attempt, resending as
+    /// `resend` says: a request path that builds its transaction anyway
+    /// builds it once per attempt instead of building and then copying it.
+    pub(crate) async fn txn_made(
+        &self,
+        operation: &'static str,
+        resend: Resend,
+        make: impl Fn() -> Txn,
+    ) -> Result<TxnResponse, LockError> {
         self.counters.bump(|counts| &mut counts.txns);
         let kv = self.client.kv_client();
         self.bounded(operation, resend, || {
-            let (mut kv, txn) = (kv.clone(), txn.clone());
+            let (mut kv, txn) = (kv.clone(), make());
             async move { kv.txn(txn).await }
         })
         .await

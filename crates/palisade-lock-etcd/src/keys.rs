@@ -44,12 +44,12 @@ impl LockKeys {
 
     /// The contender key of the session with lease `lease`.
     pub(crate) fn contender(&self, lease: i64) -> String {
-        format!("{}{}", self.dir, lease_hex(lease))
+        format!("{}{lease:016x}", self.dir)
     }
 
     /// The lock-delay marker key of the session with lease `lease`.
     pub(crate) fn marker(&self, lease: i64) -> String {
-        format!("{}{MARKER}{}", self.dir, lease_hex(lease))
+        format!("{}{MARKER}{lease:016x}", self.dir)
     }
 
     /// What a key of the directory is.

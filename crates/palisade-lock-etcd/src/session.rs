@@ -404,7 +404,6 @@ impl HoldBackend for Session {
     /// retried in the background, still under the gate.
     async fn give_back(&self, mut hold: GiveBack<EtcdHold>) -> Result<bool, LockError> {
         let create_revision = hold.data().create_revision;
-        let keys = LockKeys::new(self.connection.inner.config.prefix(), hold.name());
         let marked = self.delay_lease_id.is_some();
         let inner = &self.connection.inner;
         // Dropped mid-way, this future finishes in the background (the
@@ -422,9 +421,11 @@ impl HoldBackend for Session {
             // Forgotten by the table (a later acquisition of the name may
             // have made a key of the same name), or a lock-delay marker to
             // remove with it: only the key of this hold's creation.
-            let txn = txns::remove(&keys, self.lease_id, Some(create_revision), marked);
+            let keys = LockKeys::new(inner.config.prefix(), hold.name());
             inner
-                .txn_resending("release", Resend::OnlyUnsent, txn)
+                .txn_made("release", Resend::OnlyUnsent, || {
+                    txns::remove(&keys, self.lease_id, Some(create_revision), marked)
+                })
                 .await
                 .map(|response| response.succeeded())
         };
@@ -432,6 +433,7 @@ impl HoldBackend for Session {
             Ok(released) => Ok(released),
             Err(error) => {
                 // The key may still be there: keep trying, with the gate.
+                let keys = LockKeys::new(inner.config.prefix(), hold.name());
                 self.spawn_withdraw(keys, Some(create_revision), hold.take_gate());
                 Err(error)
             }

@@ -24,7 +24,9 @@
 //! one lock) to the `palisade-server` binary itself, run as a child
 //! process in `flushed` mode, `redis-benchmark` sending `SET`s of the same
 //! size to a Redis with `appendfsync always` (started through
-//! `palisade-testkit`) at 32 clients, and raw sled no-flush at 32 threads.
+//! `palisade-testkit`) at 32 clients from its one thread, and raw sled
+//! no-flush at 32 threads. Each round also prints the CPU the load
+//! generators themselves spent per request.
 //!
 //! `PALISADE_BENCH_SECS` sets the seconds per HTTP cell (default 3; the
 //! in-process baseline cells run half as long);
@@ -558,7 +560,7 @@ fn versus_redis(duration: Duration) {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
     println!(
-        "durable writes against Redis `appendfsync always`: {VERSUS_CLIENTS} connections, {VERSUS_THREADS} load threads, {rounds} interleaved rounds; load average at the start {}",
+        "durable writes against Redis `appendfsync always`: {VERSUS_CLIENTS} connections, {VERSUS_THREADS} wrk threads, redis-benchmark single-threaded, {rounds} interleaved rounds; load average at the start {}",
         support::load_average()
     );
     let redis = RedisServer::spawn(RedisOptions::persistence(Persistence::AofAlways));
@@ -649,13 +651,7 @@ fn versus_redis(duration: Duration) {
             )
         });
         let redis_before = palisade_testkit::bench::process_usage(redis_pid);
-        let redis = redis_benchmark_set(
-            redis_port,
-            VERSUS_CLIENTS,
-            VERSUS_THREADS,
-            redis_requests,
-            VALUE_BYTES,
-        );
+        let redis = redis_benchmark_set(redis_port, VERSUS_CLIENTS, redis_requests, VALUE_BYTES);
         let redis_cost = Cost::between(
             redis_before,
             palisade_testkit::bench::process_usage(redis_pid),
