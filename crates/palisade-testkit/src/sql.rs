@@ -97,7 +97,40 @@ pub struct SqlServer {
     dir: TempDir,
 }
 
+/// A PostgreSQL killed with SIGKILL leaves its System V shared memory
+/// segment behind (a small one: the rest is `mmap`ed), and a machine has a
+/// few thousand of them (`kernel.shmmni`): enough test runs and `initdb`
+/// fails with "could not create shared memory segment". So the handle
+/// removes the segment of the server it kills; one still attached by a
+/// backend that has not yet noticed is destroyed when it detaches.
+impl Drop for SqlServer {
+    fn drop(&mut self) {
+        let segment = match self.dialect {
+            Dialect::Postgres => self.shared_memory_id(),
+            Dialect::MariaDb => None,
+        };
+        let _ = self.kill();
+        if let Some(id) = segment {
+            // `ipcrm` is util-linux's (Debian: essential). Failing leaves the
+            // segment, as before; nothing to report to a test.
+            let _ = Command::new("ipcrm")
+                .args(["-m", &id.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
 impl SqlServer {
+    /// The System V shared memory id the postmaster wrote to the 7th line
+    /// of `postmaster.pid` (`<key> <id>`).
+    fn shared_memory_id(&self) -> Option<i64> {
+        let pid_file = std::fs::read_to_string(self.data_dir().join("postmaster.pid")).ok()?;
+        let line = pid_file.lines().nth(6)?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
     /// A fresh PostgreSQL (`initdb` with trust authentication for loopback)
     /// on a free port, with the default durability: `fsync` and
     /// `synchronous_commit` on.

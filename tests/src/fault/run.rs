@@ -206,8 +206,12 @@ impl FaultRun {
     /// the heal may tell of a grant from before it) and then writes under
     /// that grant: the recovery I-LIVE looks for. Returns the client id and
     /// the generation.
+    ///
+    /// Lines already received count: the grant's time, not when its line
+    /// is read, says whether it came after the heal, and a grant read
+    /// between the heal and this call may be the only one for a while (a
+    /// client that keeps its hold and writes on).
     pub async fn wait_recovered(&mut self, timeout: Duration) -> anyhow::Result<(String, u64)> {
-        self.drain_feed();
         let since = self.last_heal_us.unwrap_or(0);
         let mut granted: std::collections::HashMap<String, u64> = Default::default();
         self.wait_any(timeout, |client, line| match line {
