@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
+use palisade_core::LockName;
 use palisade_core::{LeaseState, Lock, LockError, LockGuard, LostReason, Mode};
+use palisade_lock_etcd::{EtcdLock, EtcdLockClient};
 use palisade_testkit::etcd::EtcdServer;
 use tokio::time::Instant;
 
@@ -12,15 +14,70 @@ use crate::fixtures::*;
 /// Within this, a lost lease must be reported (generous: 2-core CI).
 const REPORT_WITHIN: Duration = Duration::from_secs(10);
 
+/// An etcd, a connection under a fresh prefix, a lock name, and two
+/// sessions of the same TTL on it.
+struct Two {
+    etcd: EtcdServer,
+    prefix: String,
+    connection: EtcdLockClient,
+    lock: LockName,
+    holder: EtcdLock,
+    other: EtcdLock,
+}
+
+impl Two {
+    async fn start(tag: &str, ttl_secs: u64) -> Two {
+        let etcd = crate::fixtures::etcd();
+        let prefix = unique_prefix(tag);
+        let connection = connect(&etcd.endpoints(), &prefix).await;
+        let holder = session(&connection, options(ttl_secs)).await;
+        let other = session(&connection, options(ttl_secs)).await;
+        Two {
+            etcd,
+            prefix,
+            connection,
+            lock: name(tag),
+            holder,
+            other,
+        }
+    }
+
+    /// Deletes `guard`'s key (a hold of `holder`) behind its back, as an
+    /// operator would, and waits for the guard to report its lease lost.
+    /// Returns the raw client, the key and the state reported.
+    async fn delete_holders_key(
+        &self,
+        guard: &impl LockGuard,
+    ) -> (etcd_client::Client, String, LeaseState) {
+        let mut raw = raw(&self.etcd.endpoints()).await;
+        let dir = lock_dir(&self.prefix, &self.lock);
+        let key = format!("{dir}{:016x}", self.holder.lease_id());
+        raw.delete(key.clone(), None).await.unwrap();
+        let mut lease = guard.lease();
+        let state = tokio::time::timeout(REPORT_WITHIN, lease.lost())
+            .await
+            .unwrap();
+        (raw, key, state)
+    }
+}
+
+/// `session` takes `lock` and lets it go again.
+async fn takes_and_releases(session: &EtcdLock, lock: &LockName) {
+    let guard = session.acquire(lock, Mode::Exclusive).await.unwrap();
+    guard.release().await.unwrap();
+}
+
 /// A hold outlives its TTL many times over while the keep-alive runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_keepalive_keeps_a_hold_valid_past_its_ttl() {
-    let etcd = crate::fixtures::etcd();
-    let prefix = unique_prefix("keepalive");
-    let connection = connect(&etcd.endpoints(), &prefix).await;
-    let lock = name("keepalive");
-    let holder = session(&connection, options(2)).await;
-    let other = session(&connection, options(2)).await;
+    let Two {
+        etcd: _etcd,
+        prefix: _,
+        connection,
+        lock,
+        holder,
+        other,
+    } = Two::start("keepalive", 2).await;
     let guard = holder.acquire(&lock, Mode::Exclusive).await.unwrap();
     let before = connection.rpc_counts().keepalives;
     // Time is the subject here: hold for three TTLs.
@@ -42,20 +99,10 @@ async fn the_keepalive_keeps_a_hold_valid_past_its_ttl() {
 /// next contender gets a higher generation, and the old release is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_holder_key_is_reported_lost() {
-    let etcd = crate::fixtures::etcd();
-    let prefix = unique_prefix("deleted");
-    let connection = connect(&etcd.endpoints(), &prefix).await;
-    let lock = name("deleted");
-    let holder = session(&connection, options(10)).await;
-    let next = session(&connection, options(10)).await;
-    let guard = holder.acquire(&lock, Mode::Exclusive).await.unwrap();
-    let mut raw = raw(&etcd.endpoints()).await;
-    let key = format!("{}{:016x}", lock_dir(&prefix, &lock), holder.lease_id());
-    raw.delete(key, None).await.unwrap();
-    let mut lease = guard.lease();
-    let state = tokio::time::timeout(REPORT_WITHIN, lease.lost())
-        .await
-        .unwrap();
+    let two = Two::start("deleted", 10).await;
+    let (holder, next, lock) = (&two.holder, &two.other, &two.lock);
+    let guard = holder.acquire(lock, Mode::Exclusive).await.unwrap();
+    let (_, _, state) = two.delete_holders_key(&guard).await;
     assert_eq!(state, LeaseState::Lost(LostReason::KeyDeleted));
     assert!(matches!(
         guard.sequencer(),
@@ -65,7 +112,7 @@ async fn a_deleted_holder_key_is_reported_lost() {
         })
     ));
     let taken = next
-        .try_acquire(&lock, Mode::Exclusive)
+        .try_acquire(lock, Mode::Exclusive)
         .await
         .unwrap()
         .unwrap();
@@ -77,13 +124,7 @@ async fn a_deleted_holder_key_is_reported_lost() {
     // The session itself is fine and can queue again.
     assert!(holder.is_open());
     taken.release().await.unwrap();
-    holder
-        .acquire(&lock, Mode::Exclusive)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    takes_and_releases(holder, lock).await;
 }
 
 /// A hold lost to a deleted key, its name acquired again by the same
@@ -93,21 +134,11 @@ async fn a_deleted_holder_key_is_reported_lost() {
 /// creation, where a current hold's release may delete plainly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_holds_release_leaves_the_sessions_new_hold_of_the_name_alone() {
-    let etcd = crate::fixtures::etcd();
-    let prefix = unique_prefix("reheld");
-    let connection = connect(&etcd.endpoints(), &prefix).await;
-    let lock = name("reheld");
-    let holder = session(&connection, options(10)).await;
-    let other = session(&connection, options(10)).await;
-    let old = holder.acquire(&lock, Mode::Exclusive).await.unwrap();
-    let mut raw = raw(&etcd.endpoints()).await;
-    let key = format!("{}{:016x}", lock_dir(&prefix, &lock), holder.lease_id());
-    raw.delete(key.clone(), None).await.unwrap();
-    let mut lease = old.lease();
-    tokio::time::timeout(REPORT_WITHIN, lease.lost())
-        .await
-        .unwrap();
-    let new = holder.acquire(&lock, Mode::Exclusive).await.unwrap();
+    let two = Two::start("reheld", 10).await;
+    let (holder, other, lock) = (&two.holder, &two.other, &two.lock);
+    let old = holder.acquire(lock, Mode::Exclusive).await.unwrap();
+    let (mut raw, key, _) = two.delete_holders_key(&old).await;
+    let new = holder.acquire(lock, Mode::Exclusive).await.unwrap();
     assert!(new.generation() > old.generation());
     assert!(matches!(
         old.release().await,
@@ -122,20 +153,14 @@ async fn a_lost_holds_release_leaves_the_sessions_new_hold_of_the_name_alone() {
     assert!(new.is_valid());
     assert!(
         other
-            .try_acquire(&lock, Mode::Exclusive)
+            .try_acquire(lock, Mode::Exclusive)
             .await
             .unwrap()
             .is_none(),
         "the lock is still held"
     );
     new.release().await.unwrap();
-    other
-        .acquire(&lock, Mode::Exclusive)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    takes_and_releases(other, lock).await;
 }
 
 /// The lease is revoked behind the session's back: holds are lost, and the
