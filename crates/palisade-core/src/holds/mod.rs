@@ -161,7 +161,9 @@ pub type Task = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 ///    reaches the lock service while one is in progress.
 /// 3. **Give back is compare-and-delete**: [`HoldBackend::give_back`] ends
 ///    the hold on the lock service only if it is still this hold's (owner
-///    token, create-revision, ...), and answers `Ok(true)` if it was,
+///    token, create-revision, ..., or a key that, while the gate is held
+///    ([`GiveBack::holds_gate`]), only this hold can have: etcd's key named
+///    by the session's lease), and answers `Ok(true)` if it was,
 ///    `Ok(false)` if the service had already ended it, and `Err` if it
 ///    could not tell. It is called at most once per hold.
 /// 4. **Finish what cannot be answered**: when `give_back` fails, the
