@@ -186,17 +186,8 @@ impl ClientInner {
         operation: &'static str,
         txn: Txn,
     ) -> Result<TxnResponse, LockError> {
-        self.txn_resending(operation, Resend::Always, txn).await
-    }
-
-    /// [`ClientInner::txn`], resending as `resend` says.
-    pub(crate) async fn txn_resending(
-        &self,
-        operation: &'static str,
-        resend: Resend,
-        txn: Txn,
-    ) -> Result<TxnResponse, LockError> {
-        self.txn_made(operation, resend, || txn.clone()).await
+        self.txn_made(operation, Resend::Always, || txn.clone())
+            .await
     }
 
     /// A transaction built by `make` for each attempt, resending as

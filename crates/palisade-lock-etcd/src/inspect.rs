@@ -100,11 +100,9 @@ impl ForceRelease for EtcdLockClient {
         }
         let response = self
             .inner
-            .txn_resending(
-                "force release",
-                Resend::OnlyUnsent,
-                txns::remove(&keys, holder.lease, Some(revision), true),
-            )
+            .txn_made("force release", Resend::OnlyUnsent, || {
+                txns::remove(&keys, holder.lease, Some(revision), true)
+            })
             .await?;
         tracing::warn!(lock = %name, generation = revision, lease = %lease_hex(holder.lease), released = response.succeeded(), "forced release");
         Ok(response.succeeded())

@@ -534,7 +534,7 @@ const SERVER_THREADS: [&str; 4] = [
 
 /// What one request cost the process that served it: CPU µs and
 /// switches-in (its threads woken) per request.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Cost {
     cpu_us: f64,
     switches: f64,
@@ -592,10 +592,8 @@ fn versus_redis(duration: Duration) {
         let (flushes_after, tickets_after) = server.flush_counters();
         let flushes = (flushes_after - flushes_before).max(1);
         let writes = figures.per_second * duration.as_secs_f64();
-        let mut threads = [Cost::default(); SERVER_THREADS.len()];
-        for (i, cost) in threads.iter_mut().enumerate() {
-            *cost = Cost::between(threads_before[i], threads_after[i], writes);
-        }
+        let threads: [Cost; SERVER_THREADS.len()] =
+            std::array::from_fn(|i| Cost::between(threads_before[i], threads_after[i], writes));
         (
             figures,
             (tickets_after - tickets_before) as f64 / flushes as f64,

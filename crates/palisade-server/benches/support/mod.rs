@@ -155,7 +155,7 @@ fn wrk_latency_us(text: &str) -> f64 {
 /// Single-threaded, its default: with `--threads` it notices the end of
 /// the run only at its next 250 ms tick and counts the wait in its time
 /// (a 2.4 s run reported as 2.76 s), which understates Redis by up to a
-/// tenth. One thread costs it about 6 µs per request, far from a
+/// tenth. One thread costs it 4 to 5 µs per request, far from a
 /// bottleneck at these rates.
 pub(crate) fn redis_benchmark_set(
     port: u16,

@@ -29,8 +29,9 @@
 //! why, and why a crash anywhere in between loses nothing acknowledged and
 //! half-applies nothing). sled's own flush and the sync of its files run
 //! only at checkpoints, on a thread of their own (`checkpoint.rs`): for
-//! every [`group_log::SEGMENT_BYTES`] of log, and when the store closes. Everything a reader finds in sled is therefore
-//! durable already, and plain reads never wait.
+//! every [`group_log::SEGMENT_BYTES`] of log, and when the store closes.
+//! Everything a reader finds in sled is therefore durable already, and
+//! plain reads never wait.
 //!
 //! In buffered mode the group is one sled transaction, not synced; the
 //! interval sync (`background_sync.rs`) makes it durable later. A log
@@ -98,10 +99,10 @@ use crate::plan::{self, Fingerprint, Prior, Remembered, Snapshot, WritePlan};
 use crate::stored::LockState;
 use crate::{Applied, Read, Refused, StoreError, WriteRequest};
 
-/// The most jobs applied in one transaction.
+/// The most jobs in one group.
 const MAX_GROUP_JOBS: usize = 512;
-/// The most ops applied in one transaction (a group always takes at least
-/// one job, whatever its size).
+/// The most ops in one group (a group always takes at least one job,
+/// whatever its size).
 const MAX_GROUP_OPS: usize = 8192;
 
 /// A write request, as queued.
@@ -155,20 +156,22 @@ impl AnySlot {
     }
 }
 
-/// One job's decision inside the group transaction.
+/// One job's decision inside its group.
 enum Decision {
     Write(Result<Result<Applied, Refused>, StoreError>),
     Read(Result<Result<Read, Refused>, StoreError>),
 }
 
-/// sled's files, synced after every sled flush so that "flushed" means
-/// what [`Durability::Flushed`] promises (see the module docs for why
+/// sled's files, synced after every sled flush so that sled's state is
+/// durable when a checkpoint removes the log it covers, or when the
+/// interval sync of buffered mode says so (see the module docs for why
 /// sled's own flush falls short on Linux).
 ///
-/// Shared by the committer (after every sled flush of a group) and
-/// the engine's `close` ([`Store::flush`](crate::Store::flush)), behind a mutex: the two never
-/// sync at the same time, and the record of which blobs are already synced
-/// stays whole.
+/// Shared by everyone who makes sled durable ([`Syncer`]: the checkpoint
+/// thread, the interval sync, the last checkpoint, an explicit
+/// [`Store::flush`](crate::Store::flush)), behind a mutex: no two sync at
+/// the same time, and the record of which blobs are already synced stays
+/// whole.
 #[derive(Debug)]
 pub(crate) struct DurableFiles {
     /// sled's log file, `<dir>/db`: everything sled writes goes here except

@@ -20,9 +20,8 @@ mod trees;
 mod worker;
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Sender, channel};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, RwLock};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -37,6 +36,7 @@ use self::group_commit::{Acknowledged, Health, Slot};
 use self::group_log::{GroupLog, LogSwitches};
 use self::keys::{FORMAT_KEY, FORMAT_VERSION, LockKeys, decode_state};
 use self::syncer::Syncer;
+use self::worker::Worker;
 use crate::idempotency::FINGERPRINT_LEN;
 use crate::{
     Applied, Durability, Engine, EngineFuture, EngineInfo, Marks, Read, ReadRequest, Refused,
@@ -80,13 +80,14 @@ pub(crate) struct SledEngine {
     meta: sled::Tree,
     path: PathBuf,
     durability: Durability,
-    /// The committer's queue. Dropping it ends the committer.
-    jobs: Option<Sender<Job>>,
-    committer: Option<JoinHandle<()>>,
+    /// The committer thread and its queue; dropping it ends the committer
+    /// (after its last checkpoint) and waits for it.
+    committer: Option<Worker<Job>>,
     health: Arc<Health>,
     stats: Arc<Mutex<FlushStats>>,
     /// sled's files, synced after every flush of sled (see `committer.rs`
-    /// for why sled's own flush is not durable on Linux).
+    /// for why sled's own flush is not durable on Linux); here for the
+    /// mutation row's switch.
     files: Arc<Mutex<DurableFiles>>,
     /// The group log's switches (the mutation row's, tests').
     log_switches: Arc<LogSwitches>,
@@ -102,10 +103,7 @@ pub(crate) struct SledEngine {
 impl Drop for SledEngine {
     fn drop(&mut self) {
         drop(self.interval_sync.take());
-        drop(self.jobs.take());
-        if let Some(committer) = self.committer.take() {
-            let _ = committer.join();
-        }
+        drop(self.committer.take());
     }
 }
 
@@ -120,10 +118,10 @@ impl SledEngine {
         let sled_config = sled::Config::new()
             .path(path)
             .cache_capacity(config.cache_capacity_bytes)
-            // The engine does every flush: the committer after each group
-            // (flushed), the interval sync (buffered). sled's own background
-            // flush would not sync (see `background_sync.rs`) and would only
-            // hold sled's lock against them.
+            // The engine does every flush: its checkpoints (flushed), the
+            // interval sync (buffered). sled's own background flush would
+            // not sync (see `background_sync.rs`) and would only hold
+            // sled's lock against them.
             .flush_every_ms(None);
         let db = open_with_retry(&sled_config)?;
         let files = DurableFiles::open(path).map_err(io_error)?;
@@ -168,7 +166,6 @@ impl SledEngine {
             Durability::Buffered { .. } => None,
         };
         let apply_gate = Arc::new(RwLock::new(()));
-        let (sender, receiver) = channel();
         let committer = Committer {
             data: data.clone(),
             meta: meta.clone(),
@@ -180,10 +177,10 @@ impl SledEngine {
             apply_gate: Arc::clone(&apply_gate),
             last_seq,
         };
-        let handle = std::thread::Builder::new()
-            .name("palisade-committer".into())
-            .spawn(move || committer.run(receiver))
-            .map_err(io_error)?;
+        let committer = Worker::start("palisade-committer", move |jobs: Receiver<Job>| {
+            committer.run(jobs)
+        })
+        .map_err(io_error)?;
         let interval_sync = match config.durability {
             Durability::Flushed => None,
             Durability::Buffered { flush_every } => Some(
@@ -201,8 +198,7 @@ impl SledEngine {
             meta,
             path: path.to_path_buf(),
             durability: config.durability,
-            jobs: Some(sender),
-            committer: Some(handle),
+            committer: Some(committer),
             health,
             stats,
             files,
@@ -258,8 +254,8 @@ impl SledEngine {
     }
 
     fn enqueue(&self, job: Job) -> Result<(), StoreError> {
-        match self.jobs.as_ref() {
-            Some(sender) => sender.send(job).map_err(|_| StoreError::ShutDown),
+        match &self.committer {
+            Some(committer) => committer.send(job).map_err(|_| StoreError::ShutDown),
             None => Err(StoreError::ShutDown),
         }
     }

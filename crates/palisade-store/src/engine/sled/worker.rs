@@ -6,10 +6,20 @@ use std::io;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 
-#[derive(Debug)]
 pub(crate) struct Worker<T> {
     sender: Option<Sender<T>>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// By the thread, whatever is sent to it.
+impl<T> std::fmt::Debug for Worker<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self
+            .thread
+            .as_ref()
+            .and_then(|thread| thread.thread().name());
+        f.debug_struct("Worker").field("thread", &name).finish()
+    }
 }
 
 impl<T: Send + 'static> Worker<T> {
@@ -29,10 +39,11 @@ impl<T: Send + 'static> Worker<T> {
         })
     }
 
-    /// Hands `value` to the thread (lost only if the thread has ended).
-    pub(crate) fn send(&self, value: T) {
-        if let Some(sender) = &self.sender {
-            let _ = sender.send(value);
+    /// Hands `value` to the thread; gives it back if the thread has ended.
+    pub(crate) fn send(&self, value: T) -> Result<(), T> {
+        match &self.sender {
+            Some(sender) => sender.send(value).map_err(|unsent| unsent.0),
+            None => Err(value),
         }
     }
 }
