@@ -200,9 +200,9 @@ impl ClientInner {
         make: impl Fn() -> Txn,
     ) -> Result<TxnResponse, LockError> {
         self.counters.bump(|counts| &mut counts.txns);
-        let kv = self.client.kv_client();
+        // One client handle per attempt: `txn` needs it mutably.
         self.bounded(operation, resend, || {
-            let (mut kv, txn) = (kv.clone(), make());
+            let (mut kv, txn) = (self.client.kv_client(), make());
             async move { kv.txn(txn).await }
         })
         .await
@@ -217,10 +217,9 @@ impl ClientInner {
         key: &str,
     ) -> Result<i64, LockError> {
         self.counters.bump(|counts| &mut counts.txns);
-        let kv = self.client.kv_client();
         let response = self
             .bounded(operation, resend, || {
-                let mut kv = kv.clone();
+                let mut kv = self.client.kv_client();
                 async move { kv.delete(key, None).await }
             })
             .await?;

@@ -43,11 +43,12 @@ fn directory_empty(keys: &LockKeys) -> Compare {
 }
 
 fn put_contender(keys: &LockKeys, lease: i64, value: &str) -> TxnOp {
-    TxnOp::put(
-        keys.contender(lease),
-        value,
-        Some(PutOptions::new().with_lease(lease)),
-    )
+    put_key(keys.contender(lease), lease, value)
+}
+
+/// The put of a contender key already formatted.
+fn put_key(key: String, lease: i64, value: &str) -> TxnOp {
+    TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)))
 }
 
 /// Queues this session. If the lock's directory is empty, only the put:
@@ -57,16 +58,14 @@ fn put_contender(keys: &LockKeys, lease: i64, value: &str) -> TxnOp {
 /// alone (a retry after an answer was lost reuses its place), and the queue
 /// is read.
 pub(crate) fn enqueue(keys: &LockKeys, lease: i64, value: &str) -> Txn {
+    // The key is formatted once; its three uses take copies.
+    let own = keys.contender(lease);
     let put_if_absent = Txn::new()
-        .when([Compare::create_revision(
-            keys.contender(lease),
-            CompareOp::Equal,
-            0,
-        )])
-        .and_then([put_contender(keys, lease, value)]);
+        .when([Compare::create_revision(own.clone(), CompareOp::Equal, 0)])
+        .and_then([put_key(own.clone(), lease, value)]);
     Txn::new()
         .when([directory_empty(keys)])
-        .and_then([put_contender(keys, lease, value)])
+        .and_then([put_key(own, lease, value)])
         .or_else(ops([TxnOp::txn(put_if_absent)], keys))
 }
 

@@ -68,26 +68,26 @@ pub(crate) async fn ui() -> Response {
     ),
 ))]
 pub(crate) async fn events(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let grant = match &state.tokens {
+    let grant = match &state.shared.tokens {
         None => None,
         Some(tokens) => match tokens.authenticate(&headers) {
             Ok(grant) => Some(grant.clone()),
-            Err(error) => return error.counted(&state.metrics),
+            Err(error) => return error.counted(&state.shared.metrics),
         },
     };
-    let Some(permit) = state.decisions.admit_watcher() else {
-        return ApiError::overloaded(MAX_WATCHERS).counted(&state.metrics);
+    let Some(permit) = state.shared.decisions.admit_watcher() else {
+        return ApiError::overloaded(MAX_WATCHERS).counted(&state.shared.metrics);
     };
     let visible = Visible(grant);
     // Subscribe first: a decision made between the snapshot and the
     // subscription would otherwise be lost.
-    let live = state.decisions.subscribe();
-    let snapshot = state.decisions.snapshot(|lock| visible.allows(lock));
+    let live = state.shared.decisions.subscribe();
+    let snapshot = state.shared.decisions.snapshot(|lock| visible.allows(lock));
     let watch = Watch {
         last_seq: snapshot.decisions.last().map_or(0, |d| d.seq),
         snapshot: Some(snapshot),
         live,
-        closing: state.decisions.closing(),
+        closing: state.shared.decisions.closing(),
         visible,
         _permit: permit,
     };

@@ -96,7 +96,7 @@ async fn refuse_transfer_codings(
         transfer_encoding = %codings.escape_debug(),
         "refused: a transfer coding other than chunked"
     );
-    ApiError::unsupported_transfer_coding(&clip(&codings)).counted(&state.metrics)
+    ApiError::unsupported_transfer_coding(&clip(&codings)).counted(&state.shared.metrics)
 }
 
 /// At most 64 characters of client text in an answer.
@@ -130,7 +130,8 @@ where
     let started = Instant::now();
     let Some(_in_flight) = state.admit_request() else {
         tracing::debug!(op = op.as_str(), "refused: overloaded");
-        return ApiError::overloaded(state.limits.max_in_flight).counted(&state.metrics);
+        return ApiError::overloaded(state.shared.limits.max_in_flight)
+            .counted(&state.shared.metrics);
     };
     // At debug level: at the default level (info) a span per request would
     // cost an allocation and a formatted path on every request.
@@ -138,25 +139,25 @@ where
     let response = match authorized_lock(state, uri, headers) {
         Err(error) => {
             tracing::debug!(op = op.as_str(), code = error.code(), status = %error.status(), "request refused");
-            error.counted(&state.metrics)
+            error.counted(&state.shared.metrics)
         }
         Ok((lock, grant)) => {
             let requester = grant.map(|grant| grant.token_id.as_str());
             match work(lock.clone()).instrument(span).await {
                 Ok(mut response) => {
-                    state.metrics.accepted(op);
+                    state.shared.metrics.accepted(op);
                     record_accepted(state, op, requester, &mut response);
                     response
                 }
                 Err(error) => {
                     tracing::debug!(op = op.as_str(), code = error.code(), status = %error.status(), "request refused");
                     record_refused(state, op, lock, requester, headers, &error);
-                    error.counted(&state.metrics)
+                    error.counted(&state.shared.metrics)
                 }
             }
         }
     };
-    state.metrics.observe(op, started.elapsed());
+    state.shared.metrics.observe(op, started.elapsed());
     response
 }
 
@@ -188,7 +189,7 @@ fn record_accepted(
     let Some(accepted) = response.extensions_mut().remove::<AcceptedWrite>() else {
         return;
     };
-    state.decisions.record(
+    state.shared.decisions.record(
         requester,
         Outcome {
             lock: accepted.lock.into(),
@@ -217,7 +218,7 @@ fn record_refused(
     if !op.is_write() && !fenced_read {
         return;
     }
-    state.decisions.record(
+    state.shared.decisions.record(
         requester,
         Outcome {
             lock: lock.into(),
@@ -251,7 +252,7 @@ fn authorized_lock<'a>(
     uri: &Uri,
     headers: &HeaderMap,
 ) -> Result<(LockName, Option<&'a Grant>), ApiError> {
-    let Some(tokens) = &state.tokens else {
+    let Some(tokens) = &state.shared.tokens else {
         return Ok((path_lock(uri)?, None));
     };
     let grant = tokens.authenticate(headers).inspect_err(|error| {
@@ -283,7 +284,7 @@ fn path_key(uri: &Uri, state: &AppState) -> Result<Vec<u8>, ApiError> {
     if key.is_empty() {
         return Err(bad("keys must not be empty"));
     }
-    let max = state.store.config().limits.max_key_bytes;
+    let max = state.shared.store.config().limits.max_key_bytes;
     if key.len() > max {
         return Err(ApiError::too_large("key", max, Some(key.len())));
     }
@@ -319,7 +320,7 @@ fn sequencer_header(
         }
         .into());
     }
-    state.policy.verify(&sequencer)?;
+    state.shared.policy.verify(&sequencer)?;
     Ok(Some(sequencer))
 }
 
@@ -374,14 +375,14 @@ fn request_id(headers: &HeaderMap) -> Result<Option<RequestId>, ApiError> {
 /// limit. A declared `content-length` over the limit is refused before a
 /// byte is read.
 async fn read_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
-    let max = state.max_body_bytes;
+    let max = state.shared.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok()?.parse::<usize>().ok());
     if let Some(declared) = declared.filter(|declared| *declared > max) {
         return Err(ApiError::too_large("body", max, Some(declared)));
     }
-    let timeout = state.limits.body_read_timeout;
+    let timeout = state.shared.limits.body_read_timeout;
     let deadline = tokio::time::Instant::now() + timeout;
     let mut body = body;
     let mut chunks: Vec<Bytes> = Vec::new();
@@ -433,7 +434,7 @@ async fn live_check(
     sequencer: &Sequencer,
     deadline: &Deadline,
 ) -> Result<(), ApiError> {
-    let Some(live_check) = &state.live_check else {
+    let Some(live_check) = &state.shared.live_check else {
         return Ok(());
     };
     let lock = sequencer.lock();
@@ -514,8 +515,11 @@ async fn apply_write(
 ) -> Result<Response, ApiError> {
     let deadline = state.deadline();
     live_check(state, sequencer, &deadline).await?;
-    let cap = state.policy.raise_cap();
-    let write = state.store.submit_capped(sequencer, ops, request_id, cap)?;
+    let cap = state.shared.policy.raise_cap();
+    let write = state
+        .shared
+        .store
+        .submit_capped(sequencer, ops, request_id, cap)?;
     let applied = match deadline.wait(Dependency::Store, write).await?? {
         Ok(applied) => applied,
         Err(refused) => return Err(refusal(state, sequencer, refused, &deadline).await),
@@ -541,7 +545,7 @@ async fn refusal(
     let Refused::Stale { regression, .. } = &mut refused else {
         return refused.into();
     };
-    let Some(live_check) = &state.live_check else {
+    let Some(live_check) = &state.shared.live_check else {
         return refused.into();
     };
     let until = deadline.at_most(LIVE_CHECK_TIMEOUT);
@@ -596,7 +600,10 @@ async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) ->
                     .await??;
                 live_check(state, sequencer, &deadline).await?;
             }
-            let read = state.store.submit_get(&lock, &key, sequencer.as_ref())?;
+            let read = state
+                .shared
+                .store
+                .submit_get(&lock, &key, sequencer.as_ref())?;
             let read = match deadline.wait(Dependency::Store, read).await?? {
                 Ok(read) => read,
                 Err(refused) => match &sequencer {
@@ -763,7 +770,7 @@ async fn batch(
             let (sequencer, request_id) = write_headers(state, headers, &lock)?;
             let body = read_body(state, headers, body).await?;
             let batch = json_body::<BatchRequest>(&body)?;
-            let max_ops = state.store.config().limits.max_batch_ops;
+            let max_ops = state.shared.store.config().limits.max_batch_ops;
             if batch.ops.len() > max_ops {
                 return Err(ApiError::too_large(
                     "batch_ops",
@@ -800,7 +807,7 @@ async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
         &uri,
         &headers,
         move |lock| async move {
-            let marks = state.store.submit_marks(&lock)?;
+            let marks = state.shared.store.submit_marks(&lock)?;
             let marks = state.deadline().wait(Dependency::Store, marks).await??;
             let answer = MarksAnswer {
                 lock: lock.as_str().to_owned(),
@@ -827,15 +834,15 @@ async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
 async fn health(State(state): State<AppState>) -> Response {
     let health = state
         .deadline()
-        .wait(Dependency::Store, state.store.health());
+        .wait(Dependency::Store, state.shared.store.health());
     match health.await {
         Ok(Ok(())) => {
             // The engine's location (a directory, database or endpoints)
             // stays in the start-up log: this endpoint needs no token.
-            let engine = state.store.engine_info();
+            let engine = state.shared.store.engine_info();
             axum::Json(HealthAnswer {
                 status: HealthStatus::Ok,
-                durability: state.store.durability().name().to_owned(),
+                durability: state.shared.store.durability().name().to_owned(),
                 engine: EngineBody {
                     name: engine.name.to_owned(),
                     durability: engine.durability,
@@ -843,8 +850,8 @@ async fn health(State(state): State<AppState>) -> Response {
             })
             .into_response()
         }
-        Ok(Err(error)) => ApiError::from(error).counted(&state.metrics),
-        Err(error) => error.counted(&state.metrics),
+        Ok(Err(error)) => ApiError::from(error).counted(&state.shared.metrics),
+        Err(error) => error.counted(&state.shared.metrics),
     }
 }
 
@@ -861,7 +868,10 @@ async fn health(State(state): State<AppState>) -> Response {
 async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-        state.metrics.render(state.store.flush_stats()),
+        state
+            .shared
+            .metrics
+            .render(state.shared.store.flush_stats()),
     )
         .into_response()
 }
@@ -886,7 +896,7 @@ async fn openapi_json() -> Response {
 
 async fn no_route(State(state): State<AppState>, uri: Uri) -> Response {
     ApiError::new(ErrorKind::NoRoute, format!("no route for {}", uri.path()))
-        .counted(&state.metrics)
+        .counted(&state.shared.metrics)
 }
 
 async fn method_not_allowed(State(state): State<AppState>) -> Response {
@@ -894,5 +904,5 @@ async fn method_not_allowed(State(state): State<AppState>) -> Response {
         ErrorKind::MethodNotAllowed,
         "this route does not support that method",
     )
-    .counted(&state.metrics)
+    .counted(&state.shared.metrics)
 }

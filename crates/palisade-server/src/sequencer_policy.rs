@@ -114,10 +114,10 @@ fn signature_refusal(sequencer: &Sequencer, error: &SignatureError) -> ApiError 
 /// enough: marks only rise, so by the time the read commits, the raise is
 /// at most what was checked here.
 pub(crate) async fn check_raise(state: &AppState, sequencer: &Sequencer) -> Result<(), ApiError> {
-    let Some(cap) = state.policy.raise_cap() else {
+    let Some(cap) = state.shared.policy.raise_cap() else {
         return Ok(());
     };
-    let marks = state.store.submit_marks(sequencer.lock())?.await?;
+    let marks = state.shared.store.submit_marks(sequencer.lock())?.await?;
     RaiseLimit::now(cap)
         .check(sequencer, marks)
         .map_err(|refused| {

@@ -57,9 +57,9 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     let store = state.store().clone();
     let limits = *state.limits();
-    let tls = state.tls.clone();
-    let metrics = Arc::clone(&state.metrics);
-    let decisions = Arc::clone(&state.decisions);
+    let tls = state.shared.tls.clone();
+    let metrics = Arc::clone(&state.shared.metrics);
+    let decisions = Arc::clone(&state.shared.decisions);
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(
             %addr,

@@ -38,6 +38,15 @@ use crate::tokens::TokenTable;
 /// ```
 #[derive(Clone)]
 pub struct AppState {
+    /// One allocation, so that cloning the state (axum does, for every
+    /// extractor and middleware of every request) is one reference count,
+    /// not one per field shared between the worker threads.
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// What [`AppState`] shares.
+#[derive(Clone)]
+pub(crate) struct Shared {
     pub(crate) store: Store,
     /// Chubby's CheckSequencer, when the server is embedded next to a lock
     /// backend: asked before every request that carries a sequencer. `None`
@@ -75,7 +84,7 @@ impl AppState {
     /// [`ServerLimits`].
     pub fn new(store: Store) -> Self {
         let limits = ServerLimits::default();
-        AppState {
+        let shared = Shared {
             store,
             live_check: None,
             max_body_bytes: 8 * 1024 * 1024,
@@ -86,20 +95,29 @@ impl AppState {
             in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
             metrics: Arc::new(Metrics::default()),
             decisions: Arc::new(DecisionLog::default()),
+        };
+        AppState {
+            shared: Arc::new(shared),
         }
+    }
+
+    /// The shared part, to change while the state is being built (copied
+    /// first if a clone already shares it).
+    fn building(&mut self) -> &mut Shared {
+        Arc::make_mut(&mut self.shared)
     }
 
     /// Refuses requests whose sequencer the lock side says is no longer
     /// held (409 `not_held`), and requests it cannot check (503
     /// `live_check_unavailable`).
     pub fn with_live_check(mut self, live_check: SharedLiveCheck) -> Self {
-        self.live_check = Some(live_check);
+        self.building().live_check = Some(live_check);
         self
     }
 
     /// Sets the largest accepted request body, in bytes.
     pub fn with_max_body_bytes(mut self, max_body_bytes: usize) -> Self {
-        self.max_body_bytes = max_body_bytes;
+        self.building().max_body_bytes = max_body_bytes;
         self
     }
 
@@ -109,7 +127,7 @@ impl AppState {
     /// `unsigned`); without, unsigned sequencers pass and only signed ones
     /// are verified (the rollout mode).
     pub fn with_verifier(mut self, verifier: Verifier, require_signatures: bool) -> Self {
-        Arc::make_mut(&mut self.policy).set_verifier(verifier, require_signatures);
+        Arc::make_mut(&mut self.building().policy).set_verifier(verifier, require_signatures);
         self
     }
 
@@ -121,7 +139,7 @@ impl AppState {
     /// locks without a mark are held instead to at most
     /// [`AppState::with_max_mark_raise_time`] ahead of this server's clock.
     pub fn with_max_mark_raise(mut self, max_raise: Option<u64>) -> Self {
-        Arc::make_mut(&mut self.policy).set_max_mark_raise(max_raise);
+        Arc::make_mut(&mut self.building().policy).set_max_mark_raise(max_raise);
         self
     }
 
@@ -131,51 +149,54 @@ impl AppState {
     /// service and this server; it is also the longest a runaway clock
     /// generation can fence a lock's honest holders.
     pub fn with_max_mark_raise_time(mut self, clock_lead: Duration) -> Self {
-        Arc::make_mut(&mut self.policy).set_max_mark_raise_time(clock_lead);
+        Arc::make_mut(&mut self.building().policy).set_max_mark_raise_time(clock_lead);
         self
     }
 
     /// Requires a bearer token from `tokens` on every `/v1/locks/...`
     /// request, used only within its lock-name prefixes.
     pub fn with_tokens(mut self, tokens: TokenTable) -> Self {
-        self.tokens = Some(Arc::new(tokens));
+        self.building().tokens = Some(Arc::new(tokens));
         self
     }
 
     /// Serves TLS (through [`run`](crate::run)) with this certificate.
     pub fn with_tls(mut self, tls: TlsConfig) -> Self {
-        self.tls = Some(tls);
+        self.building().tls = Some(tls);
         self
     }
 
     /// Sets the connection and request limits.
     pub fn with_limits(mut self, limits: ServerLimits) -> Self {
-        self.limits = limits;
-        self.in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
+        let shared = self.building();
+        shared.limits = limits;
+        shared.in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
         self
     }
 
     /// The store.
     pub fn store(&self) -> &Store {
-        &self.store
+        &self.shared.store
     }
 
     /// The connection and request limits.
     pub fn limits(&self) -> &ServerLimits {
-        &self.limits
+        &self.shared.limits
     }
 
     /// A request deadline starting now ([`ServerLimits::request_timeout`]).
     pub(crate) fn deadline(&self) -> Deadline {
-        Deadline::start(self.limits.request_timeout)
+        Deadline::start(self.shared.limits.request_timeout)
     }
 
     /// A place among the requests in flight, or `None` when all are taken.
     pub(crate) fn admit_request(&self) -> Option<InFlight> {
-        let permit = Arc::clone(&self.in_flight).try_acquire_owned().ok()?;
+        let permit = Arc::clone(&self.shared.in_flight)
+            .try_acquire_owned()
+            .ok()?;
         Some(InFlight {
             _permit: permit,
-            _gauge: self.metrics.in_flight.open(),
+            _gauge: self.shared.metrics.in_flight.open(),
         })
     }
 }
@@ -183,21 +204,25 @@ impl AppState {
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AppState")
-            .field("store", &self.store)
-            .field("live_check", &self.live_check.is_some())
-            .field("max_body_bytes", &self.max_body_bytes)
-            .field("signatures_required", &self.policy.signatures_required())
+            .field("store", &self.shared.store)
+            .field("live_check", &self.shared.live_check.is_some())
+            .field("max_body_bytes", &self.shared.max_body_bytes)
+            .field(
+                "signatures_required",
+                &self.shared.policy.signatures_required(),
+            )
             .field(
                 "verify_key_ids",
                 &self
+                    .shared
                     .policy
                     .verifier()
                     .map(|v| v.keys().key_ids().collect::<Vec<_>>()),
             )
-            .field("raise_cap", &self.policy.raise_cap())
-            .field("tokens", &self.tokens.as_ref().map(|t| t.len()))
-            .field("tls", &self.tls.is_some())
-            .field("limits", &self.limits)
+            .field("raise_cap", &self.shared.policy.raise_cap())
+            .field("tokens", &self.shared.tokens.as_ref().map(|t| t.len()))
+            .field("tls", &self.shared.tls.is_some())
+            .field("limits", &self.shared.limits)
             .finish_non_exhaustive()
     }
 }
