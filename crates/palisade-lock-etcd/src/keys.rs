@@ -44,12 +44,12 @@ impl LockKeys {
 
     /// The contender key of the session with lease `lease`.
     pub(crate) fn contender(&self, lease: i64) -> String {
-        format!("{}{lease:016x}", self.dir)
+        format!("{}{}", self.dir, LeaseHex(lease))
     }
 
     /// The lock-delay marker key of the session with lease `lease`.
     pub(crate) fn marker(&self, lease: i64) -> String {
-        format!("{}{MARKER}{lease:016x}", self.dir)
+        format!("{}{MARKER}{}", self.dir, LeaseHex(lease))
     }
 
     /// What a key of the directory is.
@@ -72,9 +72,19 @@ pub(crate) enum KeyKind {
 }
 
 /// A lease id as it appears in keys and sequencers: 16 lower-case hex digits
-/// (etcdctl prints lease ids in hex too).
+/// (etcdctl prints lease ids in hex too). Written straight into a key's
+/// text, without a string of its own.
+struct LeaseHex(i64);
+
+impl std::fmt::Display for LeaseHex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// [`LeaseHex`] as a string.
 pub(crate) fn lease_hex(lease: i64) -> String {
-    format!("{lease:016x}")
+    LeaseHex(lease).to_string()
 }
 
 fn parse_lease(text: &[u8]) -> Option<i64> {

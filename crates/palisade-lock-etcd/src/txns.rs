@@ -42,11 +42,8 @@ fn directory_empty(keys: &LockKeys) -> Compare {
     Compare::version(keys.dir(), CompareOp::Equal, 0).with_prefix()
 }
 
-fn put_contender(keys: &LockKeys, lease: i64, value: &str) -> TxnOp {
-    put_key(keys.contender(lease), lease, value)
-}
-
-/// The put of a contender key already formatted.
+/// The put of this session's contender key (`key`, formatted by the
+/// caller, which may need it more than once).
 fn put_key(key: String, lease: i64, value: &str) -> TxnOp {
     TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)))
 }
@@ -75,7 +72,7 @@ pub(crate) fn enqueue(keys: &LockKeys, lease: i64, value: &str) -> Txn {
 pub(crate) fn enqueue_if_free(keys: &LockKeys, lease: i64, value: &str) -> Txn {
     Txn::new()
         .when([directory_empty(keys)])
-        .and_then([put_contender(keys, lease, value)])
+        .and_then([put_key(keys.contender(lease), lease, value)])
         .or_else(ops([], keys))
 }
 
