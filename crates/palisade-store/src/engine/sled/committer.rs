@@ -24,14 +24,15 @@
 //!
 //! In flushed mode the group is decided on sled's state with its own
 //! earlier effects on top ([`Pending`]), its effects are appended to the
-//! group log and the log is `fdatasync`ed, and only then are they applied
-//! to sled, with plain inserts, and the group answered (`group_log.rs`:
-//! why, and why a crash anywhere in between loses nothing acknowledged and
-//! half-applies nothing). sled's own flush and the sync of its files run
-//! only at checkpoints, on a thread of their own (`checkpoint.rs`): for
-//! every [`group_log::SEGMENT_BYTES`] of log, and when the store closes.
+//! group log and the log is `fdatasync`ed, and only then is the group
+//! answered and its effects applied to sled with plain inserts, readers
+//! held off by the apply gate meanwhile (`group_log.rs`: why, and why a
+//! crash anywhere in between loses nothing acknowledged and half-applies
+//! nothing). sled's own flush and the sync of its files run only at
+//! checkpoints, on a thread of their own (`checkpoint.rs`): for every
+//! [`group_log::SEGMENT_BYTES`] of log, and when the store closes.
 //! Everything a reader finds in sled is therefore durable already, and
-//! plain reads never wait.
+//! plain reads wait at most for one group's inserts.
 //!
 //! In buffered mode the group is one sled transaction, not synced; the
 //! interval sync (`background_sync.rs`) makes it durable later. A log
@@ -94,7 +95,7 @@ use super::keys::{COMMIT_SEQ_KEY, LockKeys, decode_state};
 use super::record;
 use super::sled_error;
 use super::syncer::Syncer;
-use super::trees::{GroupTrees, InTransaction, Pending, Which};
+use super::trees::{Effects, GroupTrees, InTransaction, Pending, Which};
 use crate::plan::{self, Fingerprint, Prior, Remembered, Snapshot, WritePlan};
 use crate::stored::LockState;
 use crate::{Applied, Read, Refused, StoreError, WriteRequest};
@@ -380,7 +381,7 @@ impl Committer {
             let slots: Vec<AnySlot> = group.iter().map(AnySlot::of).collect();
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let committed = self.commit_group(group);
-                self.answer(committed);
+                self.answer_and_apply(committed);
                 self.rotate_if_full();
             }));
             if outcome.is_err() {
@@ -435,8 +436,8 @@ impl Committer {
 
     /// Decides `group` and makes it durable: through the group log in
     /// flushed mode, in one sled transaction in buffered mode. Returns the
-    /// group for [`Committer::answer`], every job failed if the store is
-    /// (or becomes) fail-stopped.
+    /// group for [`Committer::answer_and_apply`], every job failed if the
+    /// store is (or becomes) fail-stopped.
     fn commit_group(&mut self, group: Vec<Job>) -> Committed {
         if let Some(message) = self.health.failure() {
             return Committed::failed(group, &StoreError::FlushFailed { message });
@@ -483,10 +484,14 @@ impl Committer {
     }
 
     /// Flushed mode: decides the group on sled's state plus its own
-    /// effects, logs and syncs the effects, then applies them to sled
-    /// (see `group_log.rs`). Returns the decisions, whether a record was
-    /// logged, and the last commit sequence number given out.
-    fn decide_logged(&mut self, group: &[Job]) -> Result<(Vec<Decision>, bool, u64), StoreError> {
+    /// effects and logs and syncs the effects (see `group_log.rs`).
+    /// Returns the decisions, the effects if a record was logged (to be
+    /// applied once the group is answered), and the last commit sequence
+    /// number given out.
+    fn decide_logged(
+        &mut self,
+        group: &[Job],
+    ) -> Result<(Vec<Decision>, Option<Effects>, u64), StoreError> {
         let pending = Pending::new(&self.data, &self.meta);
         let (decisions, last_seq) = match self.decide(&pending, group) {
             Ok(decided) => decided,
@@ -503,7 +508,7 @@ impl Committer {
         };
         let effects = pending.into_effects();
         if effects.is_empty() {
-            return Ok((decisions, false, last_seq));
+            return Ok((decisions, None, last_seq));
         }
         let logged = self.log.as_mut().expect("a logged group has a log");
         if let Err(error) = logged.log.append(&effects) {
@@ -511,32 +516,20 @@ impl Committer {
             self.health.fail(message.clone());
             return Err(StoreError::FlushFailed { message });
         }
-        let applied = {
-            let _gate = self.apply_gate.write().unwrap_or_else(|e| e.into_inner());
-            effects.apply(&self.data, &self.meta)
-        };
-        if let Err(error) = applied {
-            // The group is in the log (a restart replays it) but maybe
-            // only part of it in sled's memory: fail-stop, and say the
-            // outcome is not known rather than that it failed.
-            let message = format!("sled failed applying a logged group: {error}");
-            self.health.fail(message.clone());
-            return Err(StoreError::FlushFailed { message });
-        }
-        Ok((decisions, true, last_seq))
+        Ok((decisions, Some(effects), last_seq))
     }
 
     /// Buffered mode: the group in one sled transaction.
     fn decide_in_transaction(
         &self,
         group: &[Job],
-    ) -> Result<(Vec<Decision>, bool, u64), StoreError> {
+    ) -> Result<(Vec<Decision>, Option<Effects>, u64), StoreError> {
         let result = (&self.data, &self.meta).transaction(|(data, meta)| {
             let decided = self.decide(&InTransaction { data, meta }, group)?;
             Ok::<_, ConflictableTransactionError<()>>(decided)
         });
         match result {
-            Ok((decisions, last_seq)) => Ok((decisions, false, last_seq)),
+            Ok((decisions, last_seq)) => Ok((decisions, None, last_seq)),
             Err(TransactionError::Storage(error)) => {
                 // sled hit an I/O error in the middle of a transaction (a
                 // full disk while writing a large value, say): its memory
@@ -623,7 +616,7 @@ impl Committer {
             // leaves with its slot.
             let slot_key = keys.slot(number % self.idempotency_window);
             if let Some(evicted) =
-                trees.insert(Which::Meta, &slot_key, request_id.as_str().as_bytes())?
+                trees.replace(Which::Meta, &slot_key, request_id.as_str().as_bytes())?
             {
                 if let Ok(evicted) = std::str::from_utf8(&evicted) {
                     trees.remove(Which::Meta, &keys.request(evicted))?;
@@ -649,12 +642,13 @@ impl Committer {
     }
 }
 
-/// A group the committer has decided (and, in flushed mode, logged and
-/// applied), on its way to [`Committer::answer`].
+/// A group the committer has decided (and, in flushed mode, logged), on
+/// its way to [`Committer::answer_and_apply`].
 struct Committed {
-    /// Whether the group's effects were logged (and synced): counted as a
-    /// flush in the store's statistics.
-    logged: bool,
+    /// Flushed mode: the group's effects, logged and synced (counted as a
+    /// flush in the store's statistics), to be applied to sled once the
+    /// group is answered.
+    logged: Option<Effects>,
     outcomes: Vec<(Job, Decision)>,
 }
 
@@ -672,19 +666,38 @@ impl Committed {
             })
             .collect();
         Committed {
-            logged: false,
+            logged: None,
             outcomes,
         }
     }
 }
 
 impl Committer {
+    /// Answers `group` and then, in flushed mode, applies its logged
+    /// effects to sled, readers held off by the apply gate from before the
+    /// first answer to the end of the apply: the answered clients go on
+    /// while sled is written, and none of them can read sled without its
+    /// write. A failed apply fail-stops the store; the answers stand, since
+    /// the group is durable in the log (a restart replays it).
+    fn answer_and_apply(&self, group: Committed) {
+        let Some(effects) = group.logged else {
+            return self.answer(group.outcomes, false);
+        };
+        let _gate = self.apply_gate.write().unwrap_or_else(|e| e.into_inner());
+        self.answer(group.outcomes, true);
+        if let Err(error) = effects.apply(&self.data, &self.meta) {
+            let message = format!("sled failed applying a logged group: {error}");
+            tracing::error!(error = %message, "the store refuses further requests");
+            self.health.fail(message);
+        }
+    }
+
     /// Delivers every outcome of `group`, in the order groups were
     /// decided; an error to all of them if the store is fail-stopped (by
     /// this group or by a flush on another thread).
-    fn answer(&self, group: Committed) {
+    fn answer(&self, outcomes: Vec<(Job, Decision)>, logged: bool) {
         if let Some(message) = self.health.failure() {
-            for (job, _) in group.outcomes {
+            for (job, _) in outcomes {
                 deliver_error(
                     job,
                     &StoreError::FlushFailed {
@@ -694,12 +707,12 @@ impl Committer {
             }
             return;
         }
-        if group.logged {
+        if logged {
             let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
             stats.flushes += 1;
-            stats.tickets += group.outcomes.len() as u64;
+            stats.tickets += outcomes.len() as u64;
         }
-        for (job, decision) in group.outcomes {
+        for (job, decision) in outcomes {
             match (job, decision) {
                 (Job::Write(job), Decision::Write(outcome)) => job.slot.fill(outcome),
                 (Job::Read(job), Decision::Read(outcome)) => job.slot.fill(outcome),

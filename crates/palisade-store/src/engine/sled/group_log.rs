@@ -19,9 +19,10 @@
 //!    effects ([`super::trees::Pending`]), writing nothing to sled;
 //! 2. appends the group's effects (each key's final value, or its removal)
 //!    to this log as one record and `fdatasync`s the log;
-//! 3. applies the effects to sled with plain inserts, readers held off by
-//!    the apply gate so that none sees half a group;
-//! 4. answers.
+//! 3. takes the apply gate (readers outside the committer wait for it),
+//!    answers, and applies the effects to sled with plain inserts: no
+//!    reader sees half a group, nor misses a write whose answer went out
+//!    (answering before the inserts lets the clients go on meanwhile).
 //!
 //! sled itself is made durable only by checkpoints (its flush and the
 //! sync of its files, [`super::flush_durably`]). The log is a series of

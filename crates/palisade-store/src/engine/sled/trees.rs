@@ -35,10 +35,14 @@ type TreeResult<T> = Result<T, UnabortableTransactionError>;
 /// What a group's jobs read and write through.
 pub(crate) trait GroupTrees {
     fn get(&self, which: Which, key: &[u8]) -> TreeResult<Option<IVec>>;
-    /// Sets `key` and returns its value before.
-    fn insert(&self, which: Which, key: &[u8], value: &[u8]) -> TreeResult<Option<IVec>>;
-    /// Removes `key` and returns its value before.
-    fn remove(&self, which: Which, key: &[u8]) -> TreeResult<Option<IVec>>;
+    /// Sets `key`.
+    fn insert(&self, which: Which, key: &[u8], value: &[u8]) -> TreeResult<()>;
+    /// Sets `key` and returns its value before: a read more than
+    /// [`GroupTrees::insert`] over sled's trees, so only where that value
+    /// is used.
+    fn replace(&self, which: Which, key: &[u8], value: &[u8]) -> TreeResult<Option<IVec>>;
+    /// Removes `key`.
+    fn remove(&self, which: Which, key: &[u8]) -> TreeResult<()>;
 }
 
 /// The trees of a sled transaction.
@@ -58,12 +62,16 @@ impl GroupTrees for InTransaction<'_> {
         self.tree(which).get(key)
     }
 
-    fn insert(&self, which: Which, key: &[u8], value: &[u8]) -> TreeResult<Option<IVec>> {
+    fn insert(&self, which: Which, key: &[u8], value: &[u8]) -> TreeResult<()> {
+        self.tree(which).insert(key, value).map(drop)
+    }
+
+    fn replace(&self, which: Which, key: &[u8], value: &[u8]) -> TreeResult<Option<IVec>> {
         self.tree(which).insert(key, value)
     }
 
-    fn remove(&self, which: Which, key: &[u8]) -> TreeResult<Option<IVec>> {
-        self.tree(which).remove(key)
+    fn remove(&self, which: Which, key: &[u8]) -> TreeResult<()> {
+        self.tree(which).remove(key).map(drop)
     }
 }
 
@@ -136,10 +144,8 @@ impl<'a> Pending<'a> {
         self.effects.into_inner()
     }
 
-    fn set(&self, which: Which, key: &[u8], value: Option<IVec>) -> TreeResult<Option<IVec>> {
-        let before = self.get(which, key)?;
+    fn set(&self, which: Which, key: &[u8], value: Option<IVec>) {
         self.effects.borrow_mut().set(which, key.to_vec(), value);
-        Ok(before)
     }
 }
 
@@ -154,11 +160,19 @@ impl GroupTrees for Pending<'_> {
             .map_err(UnabortableTransactionError::Storage)
     }
 
-    fn insert(&self, which: Which, key: &[u8], value: &[u8]) -> TreeResult<Option<IVec>> {
-        self.set(which, key, Some(IVec::from(value)))
+    fn insert(&self, which: Which, key: &[u8], value: &[u8]) -> TreeResult<()> {
+        self.set(which, key, Some(IVec::from(value)));
+        Ok(())
     }
 
-    fn remove(&self, which: Which, key: &[u8]) -> TreeResult<Option<IVec>> {
-        self.set(which, key, None)
+    fn replace(&self, which: Which, key: &[u8], value: &[u8]) -> TreeResult<Option<IVec>> {
+        let before = self.get(which, key)?;
+        self.set(which, key, Some(IVec::from(value)));
+        Ok(before)
+    }
+
+    fn remove(&self, which: Which, key: &[u8]) -> TreeResult<()> {
+        self.set(which, key, None);
+        Ok(())
     }
 }
