@@ -78,6 +78,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+/// The server's allocator (see `palisade-server`'s binary), for `palisade
+/// serve`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Palisade: fencing-aware guarded storage.
 ///
 /// Take a lock and run a command under it (`lock`), read and write the
@@ -175,10 +180,15 @@ fn main() -> ExitCode {
     }
     // `block_on` drives the command on this, the main thread; `palisade
     // lock` relies on it (see `parent_death::check_main_thread`).
-    match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `palisade serve` runs on the server's own runtime (its
+    // `--worker-threads`).
+    let runtime = match &cli.command {
+        Command::Serve(args) => args.runtime(),
+        _ => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+    };
+    match runtime {
         Ok(runtime) => runtime.block_on(run(cli)),
         Err(error) => {
             say!("palisade: cannot start the async runtime: {error}");

@@ -1,6 +1,7 @@
 //! The server's configuration: flags and environment variables.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -344,9 +345,47 @@ pub struct ServerConfig {
         )
     )]
     pub max_headers: usize,
+
+    /// Threads that serve requests (the async runtime's workers). By
+    /// default one fewer than the machine's cores, and at least one: the
+    /// store's committer (sled, `flushed`) wants a core of its own while it
+    /// decides and syncs a group (docs/benchmarks.md, "A lean way in").
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            env = "PALISADE_WORKER_THREADS",
+            value_name = "N",
+            help_heading = "Limits"
+        )
+    )]
+    pub worker_threads: Option<NonZeroUsize>,
 }
 
 impl ServerConfig {
+    /// The threads that serve requests: `--worker-threads`, or one fewer
+    /// than the cores this process may use, at least one.
+    pub fn worker_threads(&self) -> usize {
+        self.worker_threads.map_or_else(
+            || {
+                std::thread::available_parallelism()
+                    .map_or(1, NonZeroUsize::get)
+                    .saturating_sub(1)
+                    .max(1)
+            },
+            NonZeroUsize::get,
+        )
+    }
+
+    /// The async runtime the server runs on, with
+    /// [`worker_threads`](ServerConfig::worker_threads) workers.
+    pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(self.worker_threads())
+            .enable_all()
+            .build()
+    }
+
     /// sled's page cache unless `--cache-capacity-bytes` says otherwise:
     /// 256 MiB.
     pub const DEFAULT_CACHE_CAPACITY_BYTES: u64 = 256 * 1024 * 1024;
@@ -383,6 +422,7 @@ impl ServerConfig {
             max_in_flight: 256,
             max_header_bytes: 16 * 1024,
             max_headers: 100,
+            worker_threads: None,
         }
     }
 

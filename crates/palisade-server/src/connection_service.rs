@@ -25,19 +25,26 @@ use http_body_util::BodyExt as _;
 use hyper::body::{Body as HttpBody, Bytes, Frame, Incoming, SizeHint};
 use tower::ServiceExt as _;
 
-use crate::ApiError;
 use crate::connections::ConnectionHandle;
+use crate::routes::LockRoute;
+use crate::{ApiError, AppState};
 
 /// A hyper service for one connection.
 #[derive(Clone)]
 pub(crate) struct ConnectionService {
     router: Router,
+    /// For the lock routes, served without the router ([`LockRoute`]).
+    state: AppState,
     connection: Arc<ConnectionHandle>,
 }
 
 impl ConnectionService {
-    pub(crate) fn new(router: Router, connection: Arc<ConnectionHandle>) -> Self {
-        ConnectionService { router, connection }
+    pub(crate) fn new(router: Router, state: AppState, connection: Arc<ConnectionHandle>) -> Self {
+        ConnectionService {
+            router,
+            state,
+            connection,
+        }
     }
 }
 
@@ -48,7 +55,8 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let in_progress = self.connection.begin_request();
-        let router = self.router.clone();
+        let route = LockRoute::of(request.method(), request.uri().path());
+        let (router, state) = (self.router.clone(), self.state.clone());
         Box::pin(async move {
             let Some(in_progress) = in_progress else {
                 // Shed just before these headers arrived: the connection
@@ -61,7 +69,11 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
                 inner: body,
                 read_to_end: Arc::clone(&read_to_end),
             });
-            let mut response = router.oneshot(Request::from_parts(parts, body)).await?;
+            let request = Request::from_parts(parts, body);
+            let mut response = match route {
+                Some(route) => route.serve(state, request).await,
+                None => router.oneshot(request).await?,
+            };
             if !read_to_end.load(Ordering::Acquire) {
                 response
                     .headers_mut()

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody as _};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -77,10 +77,17 @@ async fn refuse_transfer_codings(
     request: Request,
     next: Next,
 ) -> Response {
-    let mut values = request.headers().get_all(header::TRANSFER_ENCODING).iter();
-    let Some(first) = values.next() else {
-        return next.run(request).await;
-    };
+    match refused_transfer_coding(&state, request.headers()) {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    }
+}
+
+/// The 501 of [`refuse_transfer_codings`], when `headers` frame the body
+/// with anything but plain `chunked`.
+fn refused_transfer_coding(state: &AppState, headers: &HeaderMap) -> Option<Response> {
+    let mut values = headers.get_all(header::TRANSFER_ENCODING).iter();
+    let first = values.next()?;
     let codings: Vec<String> = std::iter::once(first)
         .chain(values)
         .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
@@ -90,13 +97,83 @@ async fn refuse_transfer_codings(
     if let (Some(only), None) = (listed.next(), listed.next())
         && only.eq_ignore_ascii_case("chunked")
     {
-        return next.run(request).await;
+        return None;
     }
     tracing::info!(
         transfer_encoding = %codings.escape_debug(),
         "refused: a transfer coding other than chunked"
     );
-    ApiError::unsupported_transfer_coding(&clip(&codings)).counted(&state.shared.metrics)
+    Some(ApiError::unsupported_transfer_coding(&clip(&codings)).counted(&state.shared.metrics))
+}
+
+/// A lock route, matched without the router: the way in of every fenced
+/// request. The router's matching, its middleware and its extractors'
+/// copies of the URI and headers cost about a tenth of a durable write's
+/// CPU (docs/benchmarks.md, "A lean way in"). Only requests the router
+/// routes to the same handler are claimed (a method and a path of
+/// non-empty segments exactly as [`app`] declares them); everything else,
+/// `HEAD` included, goes to the router.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LockRoute {
+    GetKey,
+    PutKey,
+    DeleteKey,
+    Cas,
+    Batch,
+    Marks,
+}
+
+impl LockRoute {
+    pub(crate) fn of(method: &Method, path: &str) -> Option<LockRoute> {
+        let rest = path.strip_prefix("/v1/locks/")?;
+        let (lock, rest) = rest.split_once('/')?;
+        if lock.is_empty() {
+            return None;
+        }
+        let (kind, key) = match rest.split_once('/') {
+            Some((kind, key)) if !key.is_empty() && !key.contains('/') => (kind, Some(key)),
+            Some(_) => return None,
+            None => (rest, None),
+        };
+        Some(match (kind, key.is_some(), method) {
+            ("keys", true, &Method::GET) => LockRoute::GetKey,
+            ("keys", true, &Method::PUT) => LockRoute::PutKey,
+            ("keys", true, &Method::DELETE) => LockRoute::DeleteKey,
+            ("cas", true, &Method::POST) => LockRoute::Cas,
+            ("batch", false, &Method::POST) => LockRoute::Batch,
+            ("marks", false, &Method::GET) => LockRoute::Marks,
+            _ => return None,
+        })
+    }
+
+    /// Serves `request` as the router would: the transfer coding checked,
+    /// then the route's handler, given the request's own URI and headers.
+    pub(crate) async fn serve(self, state: AppState, request: Request) -> Response {
+        if let Some(refused) = refused_transfer_coding(&state, request.headers()) {
+            return refused;
+        }
+        let (parts, body) = request.into_parts();
+        let (uri, headers, state) = (parts.uri, parts.headers, State(state));
+        let mut response = match self {
+            LockRoute::GetKey => get_key(state, uri, headers).await,
+            LockRoute::PutKey => put_key(state, uri, headers, body).await,
+            LockRoute::DeleteKey => delete_key(state, uri, headers).await,
+            LockRoute::Cas => cas_key(state, uri, headers, body).await,
+            LockRoute::Batch => batch(state, uri, headers, body).await,
+            LockRoute::Marks => marks(state, uri, headers).await,
+        };
+        // As the router does: an answer of known length says so, rather
+        // than going out chunked.
+        let length = response.body().size_hint().exact();
+        if let Some(length) = length
+            && !response.headers().contains_key(header::CONTENT_LENGTH)
+        {
+            response
+                .headers_mut()
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+        }
+        response
+    }
 }
 
 /// At most 64 characters of client text in an answer.
@@ -125,7 +202,7 @@ async fn handle<Work, Answer>(
 ) -> Response
 where
     Work: FnOnce(LockName) -> Answer,
-    Answer: Future<Output = Result<Response, ApiError>>,
+    Answer: Future<Output = Result<Answered, ApiError>>,
 {
     let started = Instant::now();
     let Some(_in_flight) = state.admit_request() else {
@@ -144,9 +221,11 @@ where
         Ok((lock, grant)) => {
             let requester = grant.map(|grant| grant.token_id.as_str());
             match work(lock.clone()).instrument(span).await {
-                Ok(mut response) => {
+                Ok(Answered { response, accepted }) => {
                     state.shared.metrics.accepted(op);
-                    record_accepted(state, op, requester, &mut response);
+                    if let Some(accepted) = accepted {
+                        record_accepted(state, op, requester, accepted, &response);
+                    }
                     response
                 }
                 Err(error) => {
@@ -167,28 +246,42 @@ fn presented_generation(headers: &HeaderMap) -> Option<u64> {
     Some(text.parse::<Sequencer>().ok()?.generation().get())
 }
 
-/// An accepted write as the decision log records it. `apply_write` puts
-/// it in the answer's extensions and `handle` takes it out: the lock, the
-/// generation and the marks are at hand there, so nothing is parsed back
-/// from the path, the sequencer header or the mark headers (that cost
-/// twice hyper's parsing of the request; docs/benchmarks.md).
-#[derive(Debug, Clone)]
+/// A handler's answer, with the write it made accepted, if it wrote.
+struct Answered {
+    response: Response,
+    accepted: Option<AcceptedWrite>,
+}
+
+impl From<Response> for Answered {
+    fn from(response: Response) -> Self {
+        Answered {
+            response,
+            accepted: None,
+        }
+    }
+}
+
+/// An accepted write as the decision log records it, handed to `handle`
+/// beside the answer: the lock, the generation and the marks are at hand
+/// there, so nothing is parsed back from the path, the sequencer header or
+/// the mark headers (that cost twice hyper's parsing of the request), and
+/// nothing rides in the response's extensions (a map allocated per
+/// request; docs/benchmarks.md).
+#[derive(Debug)]
 struct AcceptedWrite {
     lock: LockName,
     generation: u64,
     marks: Marks,
 }
 
-/// Records an accepted write (an answer that carries an [`AcceptedWrite`]).
+/// Records an accepted write.
 fn record_accepted(
     state: &AppState,
     op: Operation,
     requester: Option<&str>,
-    response: &mut Response,
+    accepted: AcceptedWrite,
+    response: &Response,
 ) {
-    let Some(accepted) = response.extensions_mut().remove::<AcceptedWrite>() else {
-        return;
-    };
     state.shared.decisions.record(
         requester,
         Outcome {
@@ -492,15 +585,17 @@ fn marks_headers(response: &mut Response, marks: Marks, replayed: bool) {
     }
 }
 
-fn write_response(lock: &LockName, sequencer: &Sequencer, applied: &Applied) -> Response {
+fn write_response(lock: &LockName, sequencer: &Sequencer, applied: &Applied) -> Answered {
     let mut response = axum::Json(WriteAnswer::new(lock, applied)).into_response();
     marks_headers(&mut response, applied.marks, applied.replayed);
-    response.extensions_mut().insert(AcceptedWrite {
-        lock: lock.clone(),
-        generation: sequencer.generation().get(),
-        marks: applied.marks,
-    });
-    response
+    Answered {
+        response,
+        accepted: Some(AcceptedWrite {
+            lock: lock.clone(),
+            generation: sequencer.generation().get(),
+            marks: applied.marks,
+        }),
+    }
 }
 
 /// The common path of every write: live check, then the store, which
@@ -512,7 +607,7 @@ async fn apply_write(
     sequencer: &Sequencer,
     request_id: Option<&RequestId>,
     ops: &[Op],
-) -> Result<Response, ApiError> {
+) -> Result<Answered, ApiError> {
     let deadline = state.deadline();
     live_check(state, sequencer, &deadline).await?;
     let cap = state.shared.policy.raise_cap();
@@ -622,7 +717,7 @@ async fn get_key(State(state): State<AppState>, uri: Uri, headers: HeaderMap) ->
             )
                 .into_response();
             marks_headers(&mut response, read.marks, false);
-            Ok(response)
+            Ok(response.into())
         },
     )
     .await
@@ -815,7 +910,7 @@ async fn marks(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> R
             };
             let mut response = axum::Json(answer).into_response();
             marks_headers(&mut response, marks, false);
-            Ok(response)
+            Ok(response.into())
         },
     )
     .await
@@ -905,4 +1000,45 @@ async fn method_not_allowed(State(state): State<AppState>) -> Response {
         "this route does not support that method",
     )
     .counted(&state.shared.metrics)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_lock_routes_shapes_are_claimed() {
+        let claimed = [
+            (Method::GET, "/v1/locks/a/keys/k", LockRoute::GetKey),
+            (Method::PUT, "/v1/locks/a/keys/k%2Fk", LockRoute::PutKey),
+            (Method::DELETE, "/v1/locks/a/keys/k", LockRoute::DeleteKey),
+            (Method::POST, "/v1/locks/a/cas/k", LockRoute::Cas),
+            (Method::POST, "/v1/locks/a/batch", LockRoute::Batch),
+            (Method::GET, "/v1/locks/a/marks", LockRoute::Marks),
+        ];
+        for (method, path, route) in claimed {
+            assert_eq!(LockRoute::of(&method, path), Some(route), "{method} {path}");
+        }
+        // Left to the router: its 404s and 405s (with `allow`), `HEAD`,
+        // and any shape it does not route to these handlers.
+        let left = [
+            (Method::HEAD, "/v1/locks/a/keys/k"),
+            (Method::POST, "/v1/locks/a/keys/k"),
+            (Method::GET, "/v1/locks/a/batch"),
+            (Method::PUT, "/v1/locks/a/marks"),
+            (Method::GET, "/v1/locks/a/keys/"),
+            (Method::GET, "/v1/locks/a/keys/k/"),
+            (Method::GET, "/v1/locks/a/keys/k/more"),
+            (Method::GET, "/v1/locks//keys/k"),
+            (Method::GET, "/v1/locks/a/keys"),
+            (Method::GET, "/v1/locks/a/marks/"),
+            (Method::GET, "/v1/locks/a"),
+            (Method::GET, "/v1/locks/"),
+            (Method::GET, "/v1/locks/a/other/k"),
+            (Method::GET, "/healthz"),
+        ];
+        for (method, path) in left {
+            assert_eq!(LockRoute::of(&method, path), None, "{method} {path}");
+        }
+    }
 }

@@ -71,7 +71,7 @@ pub async fn run(
             "palisade-server listening"
         );
     }
-    let router = app(state);
+    let router = app(state.clone());
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
@@ -85,6 +85,7 @@ pub async fn run(
     let connection = Arc::new(Connection {
         http,
         router,
+        state,
         tls,
         handshake_timeout: limits.header_read_timeout,
         metrics,
@@ -174,6 +175,8 @@ pub async fn run(
 struct Connection {
     http: http1::Builder,
     router: axum::Router,
+    /// For the lock routes, served without the router.
+    state: AppState,
     tls: Option<TlsConfig>,
     /// The TLS handshake gets the header time limit: a client trickling
     /// its handshake is a slowloris too.
@@ -233,7 +236,8 @@ impl Connection {
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let service = ConnectionService::new(self.router.clone(), Arc::clone(handle));
+        let service =
+            ConnectionService::new(self.router.clone(), self.state.clone(), Arc::clone(handle));
         let connection = self.http.serve_connection(TokioIo::new(io), service);
         tokio::pin!(connection);
         let result = tokio::select! {

@@ -10,6 +10,7 @@ mod crash;
 mod crowd;
 mod dashboard;
 mod deadline;
+mod direct_routes;
 mod etcd_replicas;
 mod events;
 mod hostile;
