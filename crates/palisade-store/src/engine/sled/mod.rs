@@ -228,6 +228,12 @@ impl SledEngine {
     /// dropped the pages it could not write, so a later flush that succeeds
     /// proves nothing about them.
     fn flush(&self) -> Result<(), StoreError> {
+        // A group is answered before it is applied to sled: wait for an
+        // apply under way, so that sled's files cover every write answered
+        // before this call (passing the gate, not holding it: a flush
+        // takes milliseconds, and the committer's next apply must not wait
+        // for it).
+        drop(self.reading());
         self.syncer
             .sync("a flush", || Ok(()))
             .map_err(|message| StoreError::FlushFailed { message })
