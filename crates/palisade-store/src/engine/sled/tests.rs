@@ -481,6 +481,38 @@ fn a_read_never_sees_half_of_a_group() {
 }
 
 #[test]
+fn a_read_after_an_answer_finds_the_answered_write() {
+    // A group is answered before sled has it; the apply gate, taken before
+    // the first answer, holds reads back until it does. Two writers each
+    // read back what they were just told is written, while the other's
+    // writes keep the committer busy.
+    let (_dir, store) = fresh_store();
+    let lock = LockName::new("L").unwrap();
+    let sequencer = holder(1);
+    std::thread::scope(|scope| {
+        for writer in 0..2 {
+            let (store, lock, sequencer) = (&store, &lock, &sequencer);
+            scope.spawn(move || {
+                let key = format!("k{writer}");
+                for i in 0..1000 {
+                    let value = format!("{i}");
+                    store
+                        .apply(sequencer, &[Op::put(key.clone(), value.clone())], None)
+                        .unwrap()
+                        .unwrap();
+                    let read = store.get(lock, key.as_bytes(), None).unwrap().unwrap();
+                    assert_eq!(
+                        read.value.as_deref(),
+                        Some(value.as_bytes()),
+                        "write {i} of {key} answered, then not found"
+                    );
+                }
+            });
+        }
+    });
+}
+
+#[test]
 fn a_full_log_segment_is_checkpointed_and_removed_while_writes_go_on() {
     let (dir, store) = fresh_store();
     let (lock, sequencer) = first_writer();
