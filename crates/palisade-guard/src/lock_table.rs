@@ -33,7 +33,7 @@ struct Entry {
     /// Requests holding or waiting for `lock`. The entry is removed when
     /// this drops to zero.
     users: usize,
-    /// Requests waiting for `lock` (not yet granted).
+    /// Requests waiting for `lock`: found it taken, not yet granted.
     waiting: usize,
 }
 
@@ -87,13 +87,12 @@ impl LockTable {
                 waiting: 0,
             });
             entry.users += 1;
-            entry.waiting += 1;
             (
                 Arc::clone(&entry.lock),
                 Ticket {
                     table: Arc::clone(self),
                     name: name.clone(),
-                    waiting: true,
+                    waiting: false,
                 },
             )
         };
@@ -111,6 +110,9 @@ impl LockTable {
         let guard = match immediate {
             Some(guard) => guard,
             None => {
+                // Counted as waiting only now that the lock is known to be
+                // taken: a request seen waiting is one that waits.
+                ticket.waits();
                 tracing::debug!(
                     target: "palisade_guard::fence",
                     lock = %name,
@@ -156,6 +158,13 @@ impl LockTable {
 }
 
 impl Ticket {
+    fn waits(&mut self) {
+        self.waiting = true;
+        if let Some(entry) = self.table.entries().get_mut(&self.name) {
+            entry.waiting += 1;
+        }
+    }
+
     fn granted(&mut self) {
         if self.waiting {
             self.waiting = false;
