@@ -88,9 +88,7 @@ impl ServeArgs {
     pub(crate) fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
         self.server.runtime()
     }
-}
 
-impl ServeArgs {
     /// The issuer the live check accepts, if not the lock service's own id.
     fn live_check_issuer(&self) -> Option<&str> {
         self.live_check_issuer

@@ -65,7 +65,7 @@
 //! zeros already on disk the length does not change, and the sync is one
 //! write and the cache flush. The zeros reach the disk with the next
 //! group's sync, once per [`ZEROS_AHEAD`] of log. Measured on the
-//! durable-write benchmark: 12–18 % more writes per second
+//! durable-write benchmark: about 20 % more writes per second
 //! (docs/benchmarks.md, "A lean way in"). So a segment ends with zeros: a
 //! header of zeros is where its records end, in any segment, and replay
 //! reads on only if everything after it is zero too.
