@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::encoding;
 
@@ -17,6 +18,9 @@ use crate::encoding;
 /// `a/bc`. Backends keep that promise by building keys from
 /// [`LockName::key_segment`], in which `/` is escaped.
 ///
+/// Cheap to clone: clones share the text (hold tables, sequencers and
+/// guards each keep the name of every lock they track).
+///
 /// ```
 /// use palisade_core::LockName;
 ///
@@ -29,7 +33,7 @@ use crate::encoding;
 /// # Ok::<(), palisade_core::LockNameError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LockName(String);
+pub struct LockName(Arc<str>);
 
 /// Why a string is not a valid [`LockName`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,7 +66,7 @@ impl LockName {
     pub fn new(name: impl Into<String>) -> Result<Self, LockNameError> {
         let name = name.into();
         validate(&name)?;
-        Ok(LockName(name))
+        Ok(LockName(name.into()))
     }
 
     /// The name as text.
@@ -215,7 +219,7 @@ impl TryFrom<String> for LockName {
 
 impl From<LockName> for String {
     fn from(name: LockName) -> String {
-        name.0
+        name.0.as_ref().to_owned()
     }
 }
 

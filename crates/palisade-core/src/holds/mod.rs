@@ -704,8 +704,14 @@ impl<D: Send + Sync + 'static> HoldTable<D> {
     /// The session's gate for `name`.
     fn gate(&self, name: &LockName) -> Arc<tokio::sync::Mutex<()>> {
         let mut state = self.lock();
-        if let Some(gate) = state.gates.get(name).and_then(Weak::upgrade) {
-            return gate;
+        if let Some(entry) = state.gates.get_mut(name) {
+            // A name taken again reuses its entry (one lookup, no copy of
+            // the name), whether its last gate is still alive or not.
+            return entry.upgrade().unwrap_or_else(|| {
+                let gate = Arc::new(tokio::sync::Mutex::new(()));
+                *entry = Arc::downgrade(&gate);
+                gate
+            });
         }
         if state.gates.len() >= state.prune_gates_at {
             state.gates.retain(|_, gate| gate.strong_count() > 0);
