@@ -10,7 +10,7 @@
 //! Everything else (key prefixes, session and storage limits) stays in the
 //! crate it belongs to, and so does each crate's error type:
 //! [`EndpointError`] converts into both, and each maps a [`Failure`] to its
-//! own.
+//! own. [`KvHandles`] keeps KV client handles between requests.
 //!
 //! **Architecture Invariant:** this crate depends on `palisade-core` (for
 //! the one redaction of what it shows), etcd-client, tonic and h2 (to
@@ -19,6 +19,7 @@
 //! depending on each other.
 
 mod failure;
+mod kv_handles;
 
 use std::fmt;
 use std::time::Duration;
@@ -27,6 +28,7 @@ use derive_setters::Setters;
 use palisade_core::redact::redact_url;
 
 pub use failure::{Failure, is_lease_not_found, is_over_cluster_limit};
+pub use kv_handles::{KvHandle, KvHandles};
 
 /// An endpoint list that cannot work, caught before any connection is made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

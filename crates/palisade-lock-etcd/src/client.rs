@@ -8,6 +8,7 @@ use std::time::Duration;
 use etcd_client::{Client, GetOptions, Txn, TxnResponse};
 use palisade_core::LockError;
 use palisade_core::holds::Waiters;
+use palisade_etcd::KvHandles;
 
 use crate::errors::{self, BACKEND};
 use crate::metrics::{Counters, RpcCounts};
@@ -40,6 +41,8 @@ pub struct EtcdLockClient {
 
 pub(crate) struct ClientInner {
     pub(crate) client: Client,
+    /// KV handles kept between the sessions' requests.
+    kv: KvHandles,
     pub(crate) config: EtcdConfig,
     /// The etcd cluster id from the first response header. Every
     /// generation this connection hands out is a revision of this cluster.
@@ -121,6 +124,7 @@ impl EtcdLockClient {
         counters.bump(|counts| &mut counts.txns);
         Ok(EtcdLockClient {
             inner: Arc::new(ClientInner {
+                kv: KvHandles::new(client.kv_client()),
                 client,
                 config,
                 cluster_id,
@@ -202,7 +206,7 @@ impl ClientInner {
         self.counters.bump(|counts| &mut counts.txns);
         // One client handle per attempt: `txn` needs it mutably.
         self.bounded(operation, resend, || {
-            let (mut kv, txn) = (self.client.kv_client(), make());
+            let (mut kv, txn) = (self.kv.take(), make());
             async move { kv.txn(txn).await }
         })
         .await
@@ -219,7 +223,7 @@ impl ClientInner {
         self.counters.bump(|counts| &mut counts.txns);
         let response = self
             .bounded(operation, resend, || {
-                let mut kv = self.client.kv_client();
+                let mut kv = self.kv.take();
                 async move { kv.delete(key, None).await }
             })
             .await?;
@@ -311,7 +315,10 @@ where
     let mut pauses =
         palisade_core::retry_pauses(Duration::from_millis(2), Duration::from_millis(100));
     loop {
-        let error = match tokio::time::timeout_at(deadline, make()).await {
+        // Boxed: a gRPC call's future is over 2 KB, and every future above
+        // this one (the acquire's, the release's) would carry it inline and
+        // copy it at each layer; one allocation is cheaper.
+        let error = match tokio::time::timeout_at(deadline, Box::pin(make())).await {
             Ok(Ok(response)) => return Ok(response),
             Ok(Err(error)) if errors::is_lease_not_found(&error) => {
                 return Err(LockError::SessionClosed);

@@ -44,12 +44,23 @@ impl LockKeys {
 
     /// The contender key of the session with lease `lease`.
     pub(crate) fn contender(&self, lease: i64) -> String {
-        format!("{}{}", self.dir, LeaseHex(lease))
+        self.key("", lease)
     }
 
     /// The lock-delay marker key of the session with lease `lease`.
     pub(crate) fn marker(&self, lease: i64) -> String {
-        format!("{}{MARKER}{}", self.dir, LeaseHex(lease))
+        self.key(MARKER, lease)
+    }
+
+    /// `<dir><kind><lease hex>`, in one allocation: every acquire and
+    /// release names a key, so no formatting machinery here.
+    fn key(&self, kind: &str, lease: i64) -> String {
+        let lease = LeaseHex::new(lease);
+        let mut key = String::with_capacity(self.dir.len() + kind.len() + 16);
+        key.push_str(&self.dir);
+        key.push_str(kind);
+        key.push_str(lease.as_str());
+        key
     }
 
     /// What a key of the directory is.
@@ -72,19 +83,27 @@ pub(crate) enum KeyKind {
 }
 
 /// A lease id as it appears in keys and sequencers: 16 lower-case hex digits
-/// (etcdctl prints lease ids in hex too). Written straight into a key's
-/// text, without a string of its own.
-struct LeaseHex(i64);
+/// (etcdctl prints lease ids in hex too), the id's two's complement for a
+/// negative one. Kept on the stack until written into a key.
+struct LeaseHex([u8; 16]);
 
-impl std::fmt::Display for LeaseHex {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:016x}", self.0)
+impl LeaseHex {
+    fn new(lease: i64) -> Self {
+        let mut digits = [b'0'; 16];
+        // Eight bytes always make sixteen digits: the error cannot happen.
+        let _ = hex::encode_to_slice(lease.to_be_bytes(), &mut digits);
+        LeaseHex(digits)
+    }
+
+    fn as_str(&self) -> &str {
+        // Hex digits are ASCII.
+        std::str::from_utf8(&self.0).unwrap_or_default()
     }
 }
 
 /// [`LeaseHex`] as a string.
 pub(crate) fn lease_hex(lease: i64) -> String {
-    LeaseHex(lease).to_string()
+    LeaseHex::new(lease).as_str().to_owned()
 }
 
 fn parse_lease(text: &[u8]) -> Option<i64> {
@@ -180,6 +199,13 @@ mod tests {
                     assert_eq!(left.classify(key.as_bytes()), None);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn lease_ids_print_as_sixteen_hex_digits() {
+        for lease in [0, 1, 0x694d, i64::MAX, -1, i64::MIN] {
+            assert_eq!(lease_hex(lease), format!("{lease:016x}"));
         }
     }
 

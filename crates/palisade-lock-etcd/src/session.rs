@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use palisade_core::holds::{GiveBack, HoldBackend, HoldTable, Task};
-use palisade_core::{LeaseState, LeaseTracker, LeaseWatch, LockError, LostReason, SessionOptions};
+use palisade_core::{
+    LeaseState, LeaseTracker, LeaseWatch, LockError, LostReason, Mode, SessionOptions,
+};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
@@ -13,7 +15,7 @@ use crate::client::Resend;
 use crate::errors::{self, BACKEND};
 use crate::keepalive;
 use crate::key_watch::KeyWatch;
-use crate::keys::{LockKeys, lease_hex};
+use crate::keys::{self, LockKeys, lease_hex};
 use crate::task::AbortOnDrop;
 use crate::watch_hub::WatchHub;
 use crate::{ConfigError, EtcdConfig, EtcdLockClient, txns};
@@ -78,6 +80,11 @@ pub struct Session {
     pub(crate) delay_lease_id: Option<i64>,
     /// `<holder name>/<lease id>`: the sequencer's `holder` field.
     pub(crate) holder: String,
+    /// The lease id as 16 hex digits: the sequencer's `lease` field.
+    pub(crate) lease_text: String,
+    /// The contender key's value in each mode, exclusive then shared
+    /// (`keys::contender_value`), made once rather than per acquire.
+    contender_values: [String; 2],
     /// The session lease's validity and the locks held under it. Shared
     /// with the keep-alive task, which extends them after each successful
     /// renewal.
@@ -181,7 +188,10 @@ impl EtcdLockClient {
             tracker,
             holds: HoldTable::new(BACKEND, &options, inner.waiters.clone()),
         });
-        let holder = format!("{}/{}", inner.config.holder_name(), lease_hex(lease_id));
+        let lease_text = lease_hex(lease_id);
+        let holder = format!("{}/{lease_text}", inner.config.holder_name());
+        let contender_values =
+            [Mode::Exclusive, Mode::Shared].map(|mode| keys::contender_value(mode, &holder));
         let keepalive = tokio::spawn(keepalive::run(keepalive::KeepAlive {
             connection: inner.clone(),
             options: options.clone(),
@@ -190,7 +200,7 @@ impl EtcdLockClient {
             state: Arc::downgrade(&lease_state),
         }));
         tracing::info!(
-            lease = %lease_hex(lease_id),
+            lease = %lease_text,
             ttl = ?options.ttl(),
             lock_delay = ?options.lock_delay(),
             "etcd session opened"
@@ -202,6 +212,8 @@ impl EtcdLockClient {
                 lease_id,
                 delay_lease_id,
                 holder,
+                lease_text,
+                contender_values,
                 lease_state,
                 lease,
                 hub: WatchHub::new(inner.clone()),
@@ -350,6 +362,14 @@ impl fmt::Debug for EtcdLock {
 }
 
 impl Session {
+    /// The value of this session's contender key in `mode`.
+    pub(crate) fn contender_value(&self, mode: Mode) -> &str {
+        match mode {
+            Mode::Exclusive => &self.contender_values[0],
+            Mode::Shared => &self.contender_values[1],
+        }
+    }
+
     /// Fails with `SessionClosed` once the lease is known lost or lapsed.
     pub(crate) fn ensure_open(&self) -> Result<(), LockError> {
         self.lease_state.ensure_open()

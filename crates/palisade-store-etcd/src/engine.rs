@@ -4,8 +4,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, KvClient, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use palisade_core::{LockName, Mode, Sequencer};
+use palisade_etcd::KvHandles;
 use palisade_store::{
     Applied, Engine, EngineFuture, EngineInfo, LimitKind, Limits, Marks, Op, Read, ReadRequest,
     Refused, StoreError, WriteRequest,
@@ -44,7 +45,8 @@ pub struct EtcdEngine {
 }
 
 struct Inner {
-    kv: KvClient,
+    /// KV handles kept between requests.
+    kv: KvHandles,
     config: EtcdEngineConfig,
     keys: PrefixKeys,
     stripes: Box<[Mutex<()>]>,
@@ -83,9 +85,11 @@ impl EtcdEngine {
             Ok(Err(error)) => return Err(errors::unavailable("connect", &error)),
             Err(_elapsed) => return Err(errors::timed_out("connect", within)),
         };
-        let kv = client
-            .kv_client()
-            .max_decoding_message_size(MAX_RESPONSE_BYTES);
+        let kv = KvHandles::new(
+            client
+                .kv_client()
+                .max_decoding_message_size(MAX_RESPONSE_BYTES),
+        );
         let keys = PrefixKeys::new(config.prefix());
         let engine = EtcdEngine {
             inner: Arc::new(Inner {
@@ -433,7 +437,7 @@ impl Inner {
         let deadline = tokio::time::Instant::now() + after;
         let mut pauses = resend_pauses();
         let response = loop {
-            let mut kv = self.kv.clone();
+            let mut kv = self.kv.take();
             let error = match tokio::time::timeout_at(deadline, kv.txn(txn.clone())).await {
                 Ok(Ok(response)) => break response,
                 Ok(Err(error)) => error,
@@ -482,7 +486,7 @@ impl Inner {
         let deadline = tokio::time::Instant::now() + after;
         let mut pauses = resend_pauses();
         loop {
-            let mut kv = self.kv.clone();
+            let mut kv = self.kv.take();
             let error = match tokio::time::timeout_at(deadline, kv.txn(txn.clone())).await {
                 Ok(Ok(response)) => return Ok(txn::outcome(commit, &response)),
                 Ok(Err(error)) => error,
@@ -523,7 +527,7 @@ impl Inner {
             .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.clone(), FORMAT_VERSION, None)])
             .or_else([TxnOp::get(key, None)]);
-        let mut kv = self.kv.clone();
+        let mut kv = self.kv.take();
         let after = self.config.connection().request_timeout();
         let response = match tokio::time::timeout(after, kv.txn(txn)).await {
             Ok(Ok(response)) => response,

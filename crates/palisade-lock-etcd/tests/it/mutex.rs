@@ -349,3 +349,39 @@ async fn an_uncontended_acquire_is_one_transaction() {
     assert!(next.generation().get() > generation);
     next.release().await.unwrap();
 }
+
+/// A waiting acquire first only claims the lock if it is free (the smaller
+/// request); finding it busy, it queues with a second transaction. An etcd
+/// of its own: another test's write would move the revision and could add
+/// a re-read to the count.
+#[tokio::test]
+async fn a_busy_lock_is_claimed_then_queued_for() {
+    let etcd = palisade_testkit::etcd::EtcdServer::start();
+    let prefix = unique_prefix("claim");
+    let holder_connection = connect(&etcd.endpoints(), &prefix).await;
+    let waiter_connection = connect(&etcd.endpoints(), &prefix).await;
+    let holder = session(&holder_connection, options(10)).await;
+    let waiter = session(&waiter_connection, options(10)).await;
+    let lock = name("claim");
+    let raw = raw(&etcd.endpoints()).await;
+    let mut queue = DirWatch::start(&raw, &lock_dir(&prefix, &lock)).await;
+    let held = holder.acquire(&lock, Mode::Exclusive).await.unwrap();
+    queue.queued(holder.lease_id()).await;
+
+    let before = waiter_connection.rpc_counts().txns;
+    let waiting = {
+        let (waiter, lock) = (waiter.clone(), lock.clone());
+        tokio::spawn(async move { waiter.acquire(&lock, Mode::Exclusive).await })
+    };
+    queue.queued(waiter.lease_id()).await;
+    assert_eq!(
+        waiter_connection.rpc_counts().txns - before,
+        2,
+        "a claim, then the queueing"
+    );
+    let generation = held.generation().get();
+    held.release().await.unwrap();
+    let granted = waiting.await.unwrap().unwrap();
+    assert!(granted.generation().get() > generation);
+    granted.release().await.unwrap();
+}
