@@ -4,8 +4,10 @@
 //!
 //! What the store guarantees, and these tests assert, when its disk fails:
 //! - **no 2xx without a successful sync**: a write sent after the fault
-//!   struck is never acknowledged (the first sync that fails answers its
-//!   whole group 503);
+//!   struck is never acknowledged by the failing server (the first sync
+//!   that fails answers its whole group 503); the window closes when that
+//!   server is stopped, since a client's retry may be acknowledged by the
+//!   restarted one the moment it listens;
 //! - **fail-stop**: from the first failed sync (or write) the server
 //!   answers every request 503 `storage_unavailable`, reads and marks
 //!   included, with a message that names the error, and keeps doing so
@@ -184,8 +186,11 @@ async fn s12a_fsync_fails_with_eio_then_enospc() -> anyhow::Result<()> {
                 "the server resumed by itself after its syncs had failed"
             );
             let before = run.events()?;
-            server.restart()?;
+            // The window closes when the failing server stops: what is
+            // acknowledged after that comes from the restarted one.
+            server.kill()?;
             windows.push((opened_us, monotonic_us()));
+            server.restart()?;
             run.heal(&fault)?;
             assert_marks_survived(&mut probe, &before, &FIU_LOCKS).await?;
         }
@@ -279,8 +284,9 @@ async fn s12b_full_tmpfs() -> anyhow::Result<()> {
             "the server resumed by itself after its disk had filled"
         );
         let before = run.events()?;
-        server.restart()?;
+        server.kill()?;
         windows.push((opened_us, monotonic_us()));
+        server.restart()?;
         run.heal("the file system is full")?;
         assert_marks_survived(&mut probe, &before, &TMPFS_LOCKS).await?;
     }
@@ -346,10 +352,10 @@ async fn s12c_disk_dies_without_flushing_its_journal() -> anyhow::Result<()> {
         assert_refuses_everything(&mut probe, DIED_LOCKS[0], "Input/output error").await?;
         // Nothing may keep a file open on the dead file system.
         server.kill()?;
+        windows.push((opened_us, monotonic_us()));
         let before = run.events()?;
         disk.remount()?;
         server.restart()?;
-        windows.push((opened_us, monotonic_us()));
         run.heal("the disk dies (ext4 shut down, journal not flushed)")?;
         assert_marks_survived(&mut probe, &before, &DIED_LOCKS).await?;
     }
