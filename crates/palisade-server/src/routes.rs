@@ -11,7 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodFilter, MethodRouter, get, on};
 use palisade_core::{Liveness, LockName, Mode, Sequencer, percent_decode};
 use palisade_store::{Applied, Marks, Op, Refused, RequestId};
 use palisade_wire::{
@@ -42,14 +42,7 @@ const LIVE_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// The whole HTTP API as a router, ready for `axum::serve` or for
 /// `tower::ServiceExt::oneshot` in tests.
 pub fn app(state: AppState) -> Router {
-    Router::new()
-        .route(
-            "/v1/locks/{lock}/keys/{key}",
-            get(get_key).put(put_key).delete(delete_key),
-        )
-        .route("/v1/locks/{lock}/cas/{key}", post(cas_key))
-        .route("/v1/locks/{lock}/batch", post(batch))
-        .route("/v1/locks/{lock}/marks", get(marks))
+    LockRoute::register(Router::new())
         .route("/healthz", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi_json))
@@ -111,8 +104,9 @@ fn refused_transfer_coding(state: &AppState, headers: &HeaderMap) -> Option<Resp
 /// copies of the URI and headers cost about a tenth of a durable write's
 /// CPU (docs/benchmarks.md, "A lean way in"). Only requests the router
 /// routes to the same handler are claimed (a method and a path of
-/// non-empty segments exactly as [`app`] declares them); everything else,
-/// `HEAD` included, goes to the router.
+/// non-empty segments exactly as [`LockRoute::ALL`] has them, the table
+/// the router's lock routes are made from); everything else, `HEAD`
+/// included, goes to the router.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LockRoute {
     GetKey,
@@ -124,25 +118,62 @@ pub(crate) enum LockRoute {
 }
 
 impl LockRoute {
+    /// Every lock route, written once: its method, the path segment after
+    /// the lock's (`/v1/locks/{lock}/<kind>`), and whether a key segment
+    /// follows. [`LockRoute::register`] gives them to the router and
+    /// [`LockRoute::of`] matches them without it.
+    const ALL: [(LockRoute, Method, &'static str, bool); 6] = [
+        (LockRoute::GetKey, Method::GET, "keys", true),
+        (LockRoute::PutKey, Method::PUT, "keys", true),
+        (LockRoute::DeleteKey, Method::DELETE, "keys", true),
+        (LockRoute::Cas, Method::POST, "cas", true),
+        (LockRoute::Batch, Method::POST, "batch", false),
+        (LockRoute::Marks, Method::GET, "marks", false),
+    ];
+
+    /// The route of a request, if it is a lock route's shape: a method and
+    /// a path of non-empty segments exactly as [`LockRoute::ALL`] has them.
     pub(crate) fn of(method: &Method, path: &str) -> Option<LockRoute> {
         let rest = path.strip_prefix("/v1/locks/")?;
         let (lock, rest) = rest.split_once('/')?;
         if lock.is_empty() {
             return None;
         }
-        let (kind, key) = match rest.split_once('/') {
-            Some((kind, key)) if !key.is_empty() && !key.contains('/') => (kind, Some(key)),
+        let (kind, keyed) = match rest.split_once('/') {
+            Some((kind, key)) if !key.is_empty() && !key.contains('/') => (kind, true),
             Some(_) => return None,
-            None => (rest, None),
+            None => (rest, false),
         };
-        Some(match (kind, key.is_some(), method) {
-            ("keys", true, &Method::GET) => LockRoute::GetKey,
-            ("keys", true, &Method::PUT) => LockRoute::PutKey,
-            ("keys", true, &Method::DELETE) => LockRoute::DeleteKey,
-            ("cas", true, &Method::POST) => LockRoute::Cas,
-            ("batch", false, &Method::POST) => LockRoute::Batch,
-            ("marks", false, &Method::GET) => LockRoute::Marks,
-            _ => return None,
+        Self::ALL
+            .iter()
+            .find(|(_, m, k, with_key)| m == method && *k == kind && *with_key == keyed)
+            .map(|(route, ..)| *route)
+    }
+
+    /// Adds every lock route to `router`, each path once with all its
+    /// methods, each served by [`LockRoute::serve`]: the router and the
+    /// connection's direct way in run the same code.
+    fn register(router: Router<AppState>) -> Router<AppState> {
+        let mut paths: Vec<(String, MethodRouter<AppState>)> = Vec::new();
+        for (route, method, kind, keyed) in Self::ALL {
+            let path = format!(
+                "/v1/locks/{{lock}}/{kind}{}",
+                if keyed { "/{key}" } else { "" }
+            );
+            let Ok(filter) = MethodFilter::try_from(method) else {
+                unreachable!("GET, PUT, DELETE and POST are method filters");
+            };
+            let serve =
+                move |State(state): State<AppState>, request: Request| route.serve(state, request);
+            match paths.iter_mut().find(|(known, _)| *known == path) {
+                Some((_, methods)) => {
+                    *methods = std::mem::take(methods).on(filter, serve);
+                }
+                None => paths.push((path, on(filter, serve))),
+            }
+        }
+        paths.into_iter().fold(router, |router, (path, methods)| {
+            router.route(&path, methods)
         })
     }
 

@@ -607,10 +607,30 @@ async fn bad_paths_and_methods() {
         .send(Method::GET, "/v2/anything", &[], Body::empty())
         .await
         .assert_error(StatusCode::NOT_FOUND, "no_route");
-    server
+    let refused = server
         .send(Method::POST, "/v1/locks/a/keys/k", &[], Body::empty())
-        .await
-        .assert_error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+        .await;
+    refused.assert_error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    // The router names the methods of the path, made from one table.
+    let allow = refused.header("allow").unwrap_or_default().to_owned();
+    for method in ["GET", "HEAD", "PUT", "DELETE"] {
+        assert!(allow.contains(method), "allow: {allow}");
+    }
+    assert!(!allow.contains("POST"), "allow: {allow}");
+    // `HEAD` of a key is its `GET` without the body.
+    server.put("a", "k", &excl("a", 1), "v").await;
+    let got = server
+        .send(Method::GET, "/v1/locks/a/keys/k", &[], Body::empty())
+        .await;
+    let head = server
+        .send(Method::HEAD, "/v1/locks/a/keys/k", &[], Body::empty())
+        .await;
+    assert_eq!((head.status, got.status), (StatusCode::OK, StatusCode::OK));
+    assert!(head.body.is_empty());
+    assert_eq!(
+        head.header("palisade-mark-exclusive"),
+        got.header("palisade-mark-exclusive")
+    );
 }
 
 #[tokio::test]
