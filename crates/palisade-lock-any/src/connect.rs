@@ -35,7 +35,8 @@ use crate::error::lock_error_text;
 use crate::spec::{BackendKind, LockSpec, Service};
 
 /// How long [`AnyLock::close`] leaves Redis or SQL to remove an abandoned
-/// queue entry (one round trip or statement, normally about a millisecond).
+/// queue entry (one round trip or statement, normally about a millisecond;
+/// a Redis session's close returns as soon as it is done).
 #[cfg(any(feature = "redis", feature = "sql"))]
 const CLEANUP_GRACE: Duration = Duration::from_millis(200);
 
@@ -621,7 +622,16 @@ impl AnyLock {
             #[cfg(feature = "etcd")]
             AnyLock::Etcd(lock) => lock.close().await,
             #[cfg(feature = "redis")]
-            AnyLock::Redis(_) | AnyLock::Redlock(_) => {
+            AnyLock::Redis(lock) => {
+                if abandoned_attempt {
+                    // Returns as soon as the entry is gone; bounded, since
+                    // an unreachable Redis would keep it retrying.
+                    let _ = tokio::time::timeout(CLEANUP_GRACE, lock.client().settle()).await;
+                }
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            AnyLock::Redlock(_) => {
                 if abandoned_attempt {
                     tokio::time::sleep(CLEANUP_GRACE).await;
                 }

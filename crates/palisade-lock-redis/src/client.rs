@@ -13,6 +13,7 @@ use palisade_core::{
 };
 use redis::Value;
 
+use crate::cleanups::Cleanups;
 use crate::connection::Connection;
 use crate::error::{BACKEND, bad_reply};
 use crate::inbox::Inbox;
@@ -70,6 +71,9 @@ pub(crate) struct ClientInner {
     pub(crate) keeper: Arc<crate::keeper::KeeperShared>,
     /// The watchdog task, stopped with the client.
     keeper_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Clean-ups running in the background (abandoned acquires, releases
+    /// finishing after their future or guard was dropped).
+    pub(crate) cleanups: Cleanups,
 }
 
 impl Drop for ClientInner {
@@ -202,6 +206,7 @@ impl RedisLockClient {
             stats: Counters::default(),
             keeper: keeper.clone(),
             keeper_task: Mutex::new(None),
+            cleanups: Cleanups::default(),
         });
         let task = crate::keeper::start(Arc::downgrade(&inner), keeper);
         *inner.keeper_task.lock().expect("keeper task poisoned") = Some(task);
@@ -237,6 +242,16 @@ impl RedisLockClient {
     /// The keys of `name` under this client's prefix.
     pub fn keys(&self, name: &LockName) -> LockKeys {
         LockKeys::new(&self.inner.config.key_prefix, name)
+    }
+
+    /// Waits until every clean-up this client runs in the background has
+    /// finished: the queue entry of an abandoned acquire (a dropped or
+    /// timed-out future) removed, the release of a dropped guard done.
+    /// Call it before the process exits: an entry left behind holds up the
+    /// waiters queued after it until its TTL runs out. Each clean-up gives
+    /// up by itself once what it removes would have expired anyway.
+    pub async fn settle(&self) {
+        self.inner.cleanups.settled().await;
     }
 
     /// A snapshot of what this client has asked Redis so far.

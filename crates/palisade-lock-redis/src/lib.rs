@@ -66,6 +66,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cleanups;
 mod client;
 mod config;
 mod connection;

@@ -200,7 +200,8 @@ impl Drop for AttemptCleanup {
         let client = self.client.clone();
         let attempt = self.attempt.clone();
         let in_flight = self.in_flight;
-        runtime.spawn(async move {
+        let cleanups = &self.client.inner.cleanups;
+        cleanups.spawn(&runtime, async move {
             let timeout = client.config().response_timeout();
             // Entries and holds expire by themselves: retry until then.
             let give_up_at = Instant::now() + attempt.ttl.max(attempt.waiter_ttl) + timeout;
@@ -563,9 +564,7 @@ impl HoldBackend for SessionInner {
 
     fn spawn(&self, task: Task) {
         match Handle::try_current().ok().or_else(|| self.runtime.clone()) {
-            Some(runtime) => {
-                runtime.spawn(task);
-            }
+            Some(runtime) => self.client.inner.cleanups.spawn(&runtime, task),
             // No runtime to release from: the lease runs out by itself.
             None => tracing::warn!(
                 backend = BACKEND,

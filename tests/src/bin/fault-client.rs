@@ -57,6 +57,10 @@ use palisade_tests::history::{Event, OpKind, Phase, Recorder};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+/// How long a Redis client waits, before it exits, for its background
+/// clean-ups (abandoned queue entries) to finish.
+const SETTLE_WITHIN: Duration = Duration::from_secs(5);
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Backend {
     Etcd,
@@ -203,9 +207,16 @@ async fn main() -> anyhow::Result<()> {
             }
             .with_generation_scheme(scheme);
             let sessions = RedisSessions::connect(config, options, &control).await?;
-            Workload::new(&args, recorder, resource, control, sessions)
+            let client = sessions.client.clone();
+            let operations = Workload::new(&args, recorder, resource, control, sessions)
                 .run()
-                .await?
+                .await?;
+            // An acquire the stop abandoned removes its queue entry in the
+            // background: exiting first would leave it to its TTL, holding
+            // up the waiters behind it (scenario 40's `a`, whose lease is
+            // 30 s).
+            let _ = tokio::time::timeout(SETTLE_WITHIN, client.settle()).await;
+            operations
         }
         Backend::Sql => {
             // One database round may take at most a TTL: a client cut from

@@ -604,6 +604,44 @@ async fn the_waiter_bound_fails_fast_with_busy() {
     first.release().await.unwrap();
 }
 
+/// An abandoned acquire removes its queue entry in the background;
+/// `settle` returns only once that is done, so a process that settles
+/// before it exits leaves no entry to hold up the waiters behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_returns_once_an_abandoned_entry_is_gone() {
+    let server = RedisServer::start();
+    let client = client(&server.url(), "settle").await;
+    let lock_name = name("settled");
+    let keys = client.keys(&lock_name);
+    let ttl = Duration::from_secs(30);
+    let holder = client.session(options(ttl)).unwrap();
+    let quitter = client.session(options(ttl)).unwrap();
+    let held = holder.acquire(&lock_name, Mode::Exclusive).await.unwrap();
+    for round in 0..5 {
+        let waiting = {
+            let (quitter, lock_name) = (quitter.clone(), lock_name.clone());
+            tokio::spawn(async move { quitter.acquire(&lock_name, Mode::Exclusive).await })
+        };
+        eventually("the waiter is queued", Duration::from_secs(5), || {
+            number(&server, &["LLEN", keys.queue()]) == 1
+        })
+        .await;
+        waiting.abort();
+        let _ = waiting.await;
+        client.settle().await;
+        assert_eq!(
+            (
+                number(&server, &["LLEN", keys.queue()]),
+                number(&server, &["HLEN", keys.waiters()])
+            ),
+            (0, 0),
+            "round {round}: settled with the abandoned entry still queued"
+        );
+    }
+    held.release().await.unwrap();
+    client.settle().await;
+}
+
 /// A waiter that gives up (timeout, dropped future) leaves nothing in
 /// Redis; a waiter dropped while the lock is being handed to it gives the
 /// grant back, so the lock never sits with a waiter that is gone.
