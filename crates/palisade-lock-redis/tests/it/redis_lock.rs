@@ -14,7 +14,7 @@ use palisade_core::{
     LeaseState, LiveCheck, Liveness, Lock, LockError, LockGuard, LockName, LostReason, Mode,
     Sequencer,
 };
-use palisade_lock_redis::{GenerationScheme, RedisConfig, RedisLock, RedisLockClient};
+use palisade_lock_redis::{GenerationScheme, LockKeys, RedisConfig, RedisLock, RedisLockClient};
 use palisade_testkit::process::ChildProcess;
 use palisade_testkit::redis::{Persistence, RedisOptions, RedisServer};
 use tokio::time::Instant;
@@ -604,47 +604,69 @@ async fn the_waiter_bound_fails_fast_with_busy() {
     first.release().await.unwrap();
 }
 
-/// An abandoned acquire removes its queue entry in the background;
-/// `settle` returns only once that is done, so a process that settles
-/// before it exits leaves no entry to hold up the waiters behind it.
+/// Settles `client` and asserts no waiter of `keys`' lock is left.
+async fn settled_with_nobody_queued(
+    client: &RedisLockClient,
+    server: &RedisServer,
+    keys: &LockKeys,
+    what: &str,
+) {
+    client.settle().await;
+    let queued = (
+        number(server, &["LLEN", keys.queue()]),
+        number(server, &["HLEN", keys.waiters()]),
+    );
+    assert_eq!(queued, (0, 0), "{what}: settled with an entry still there");
+}
+
+/// `settle` waits for a clean-up that cannot finish yet: a waiter dropped
+/// while Redis is stopped leaves its entry until Redis answers again, and
+/// `settle` returns only after that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn settle_returns_once_an_abandoned_entry_is_gone() {
+async fn settle_waits_for_a_cleanup_redis_has_not_answered() {
     let server = RedisServer::start();
     let client = client(&server.url(), "settle").await;
-    let lock_name = name("settled");
-    let keys = client.keys(&lock_name);
-    let ttl = Duration::from_secs(30);
-    let holder = client.session(options(ttl)).unwrap();
-    let quitter = client.session(options(ttl)).unwrap();
-    let held = holder.acquire(&lock_name, Mode::Exclusive).await.unwrap();
-    for round in 0..5 {
-        let waiting = {
-            let (quitter, lock_name) = (quitter.clone(), lock_name.clone());
-            tokio::spawn(async move { quitter.acquire(&lock_name, Mode::Exclusive).await })
-        };
-        eventually("the waiter is queued", Duration::from_secs(5), || {
-            number(&server, &["LLEN", keys.queue()]) == 1
-        })
-        .await;
-        waiting.abort();
-        let _ = waiting.await;
-        client.settle().await;
-        assert_eq!(
-            (
-                number(&server, &["LLEN", keys.queue()]),
-                number(&server, &["HLEN", keys.waiters()])
-            ),
-            (0, 0),
-            "round {round}: settled with the abandoned entry still queued"
-        );
-    }
-    held.release().await.unwrap();
+    let (lock, sessions) = (name("settled"), options(Duration::from_secs(30)));
+    let held = client
+        .session(sessions.clone())
+        .unwrap()
+        .acquire(&lock, Mode::Exclusive)
+        .await
+        .unwrap();
+    let quitter = client.session(sessions).unwrap();
+    let queue = client.keys(&lock).queue().to_owned();
+    let waiting = {
+        let lock = lock.clone();
+        tokio::spawn(async move { quitter.acquire(&lock, Mode::Exclusive).await })
+    };
+    eventually("queued", Duration::from_secs(5), || {
+        number(&server, &["LLEN", &queue]) == 1
+    })
+    .await;
+    server.pause().unwrap();
+    waiting.abort();
+    let _ = waiting.await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), client.settle())
+            .await
+            .is_err(),
+        "settled while the dropped waiter's entry could not be removed"
+    );
+    server.resume().unwrap();
     client.settle().await;
+    assert_eq!(
+        number(&server, &["LLEN", &queue]),
+        0,
+        "settled with the entry still queued"
+    );
+    held.release().await.unwrap();
 }
 
 /// A waiter that gives up (timeout, dropped future) leaves nothing in
 /// Redis; a waiter dropped while the lock is being handed to it gives the
-/// grant back, so the lock never sits with a waiter that is gone.
+/// grant back, so the lock never sits with a waiter that is gone. Both
+/// happen in the background, and `settle` returns once they are done (a
+/// process that settles before it exits leaves nothing behind).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_waiter_leaves_no_entry_and_no_grant_behind() {
     let server = RedisServer::start();
@@ -664,11 +686,8 @@ async fn a_cancelled_waiter_leaves_no_entry_and_no_grant_behind() {
         Err(LockError::Timeout { .. }) => {}
         other => panic!("expected Timeout, got {other:?}"),
     }
-    eventually("the queue entry is removed", Duration::from_secs(5), || {
-        number(&server, &["LLEN", keys.queue()]) == 0
-            && number(&server, &["HLEN", keys.waiters()]) == 0
-    })
-    .await;
+    // The entry is removed in the background; `settle` waits for it.
+    settled_with_nobody_queued(&client, &server, &keys, "the timed-out waiter").await;
     let publish_before = calls(&server, "publish");
     held.release().await.unwrap();
     assert_eq!(
@@ -706,6 +725,7 @@ async fn a_cancelled_waiter_leaves_no_entry_and_no_grant_behind() {
             waiting.abort();
         }
         let _ = waiting.await;
+        settled_with_nobody_queued(&client, &server, &keys, &format!("round {round}")).await;
         // Whether or not the grant reached the waiter before it went away,
         // the lock is free again well before the 30 s TTL.
         let next = newcomer
