@@ -55,15 +55,11 @@ fn put_key(key: String, lease: i64, value: &str) -> TxnOp {
 /// alone (a retry after an answer was lost reuses its place), and the queue
 /// is read.
 pub(crate) fn enqueue(keys: &LockKeys, lease: i64, value: &str) -> Txn {
-    // The key is formatted once; its three uses take copies.
     let own = keys.contender(lease);
     let put_if_absent = Txn::new()
         .when([Compare::create_revision(own.clone(), CompareOp::Equal, 0)])
-        .and_then([put_key(own.clone(), lease, value)]);
-    Txn::new()
-        .when([directory_empty(keys)])
-        .and_then([put_key(own, lease, value)])
-        .or_else(ops([TxnOp::txn(put_if_absent)], keys))
+        .and_then([put_key(own, lease, value)]);
+    claim_if_free(keys, lease, value).or_else(ops([TxnOp::txn(put_if_absent)], keys))
 }
 
 /// Claims a free lock: the put alone, if the lock's directory is empty,

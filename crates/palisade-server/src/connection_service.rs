@@ -71,7 +71,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
             });
             let request = Request::from_parts(parts, body);
             let mut response = match route {
-                Some(route) => route.serve(state, request).await,
+                Some(route) => route.serve_without_router(state, request).await,
                 None => router.oneshot(request).await?,
             };
             if !read_to_end.load(Ordering::Acquire) {

@@ -152,7 +152,8 @@ impl LockRoute {
 
     /// Adds every lock route to `router`, each path once with all its
     /// methods, each served by [`LockRoute::serve`]: the router and the
-    /// connection's direct way in run the same code.
+    /// connection's direct way in ([`LockRoute::serve_without_router`])
+    /// run the same code.
     fn register(router: Router<AppState>) -> Router<AppState> {
         let mut paths: Vec<(String, MethodRouter<AppState>)> = Vec::new();
         for (route, method, kind, keyed) in Self::ALL {
@@ -177,12 +178,18 @@ impl LockRoute {
         })
     }
 
-    /// Serves `request` as the router would: the transfer coding checked,
-    /// then the route's handler, given the request's own URI and headers.
-    pub(crate) async fn serve(self, state: AppState, request: Request) -> Response {
-        if let Some(refused) = refused_transfer_coding(&state, request.headers()) {
-            return refused;
+    /// Serves `request` without the router, as the router would: the
+    /// transfer coding checked (the router's middleware does that for
+    /// what it routes), then [`LockRoute::serve`].
+    pub(crate) async fn serve_without_router(self, state: AppState, request: Request) -> Response {
+        match refused_transfer_coding(&state, request.headers()) {
+            Some(refused) => refused,
+            None => self.serve(state, request).await,
         }
+    }
+
+    /// The route's handler, given the request's own URI and headers.
+    async fn serve(self, state: AppState, request: Request) -> Response {
         let (parts, body) = request.into_parts();
         let (uri, headers, state) = (parts.uri, parts.headers, State(state));
         let mut response = match self {
